@@ -1,0 +1,42 @@
+# symbi — see README.md. Every target works on a fresh clone with only Go installed.
+GO        ?= go
+BIN       ?= bin/symbi
+FUZZTIME  ?= 20s
+BENCHTIME ?= 1s
+PKGS      ?= ./...
+
+.PHONY: all build test test-short bench fuzz lint demo stress clean
+
+all: lint test build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/symbi
+
+# The tests CI runs (.ci/run calls this target). Fuzz seed corpora run as ordinary tests.
+test:
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 $(PKGS)
+
+test-short:
+	$(GO) test -short -count=1 $(PKGS)
+
+# Benchmarks, one run, side by side. Ratios are reported as custom metrics.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+# Runs every fuzz target of the module for FUZZTIME each.
+fuzz:
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files --others --exclude-standard '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+clean:
+	rm -rf bin

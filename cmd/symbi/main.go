@@ -1,0 +1,106 @@
+// Command symbi is a governed agent-invocation MCP server and its companion tools.
+//
+// Run "symbi --help" for the list of subcommands. Each subcommand lives in its own
+// file of this package and registers itself in init; the files hold flag parsing and
+// output formatting only — the logic lives under internal/.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// env is what a subcommand may touch of the outside world, so that tests can run
+// subcommands in-process with their own streams and environment.
+type env struct {
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+}
+
+// command is one subcommand, named by one or two words ("version", "dsl check").
+type command struct {
+	name    string
+	args    string // usage after the name, e.g. "FILE..."
+	summary string
+	run     func(e *env, args []string) int
+}
+
+var commands = map[string]*command{}
+
+// register adds a subcommand; called from init functions of this package.
+func register(c *command) {
+	if _, dup := commands[c.name]; dup {
+		panic("symbi: duplicate command " + c.name)
+	}
+	commands[c.name] = c
+}
+
+func main() {
+	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	os.Exit(run(e, os.Args[1:]))
+}
+
+// run dispatches args to a subcommand and returns the process exit code.
+func run(e *env, args []string) int {
+	if len(args) == 0 || isHelp(args[0]) {
+		usage(e.stdout, "")
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	if len(args) >= 2 {
+		if c, ok := commands[args[0]+" "+args[1]]; ok {
+			return c.run(e, args[2:])
+		}
+	}
+	if c, ok := commands[args[0]]; ok {
+		return c.run(e, args[1:])
+	}
+	if hasGroup(args[0]) {
+		if len(args) >= 2 && isHelp(args[1]) {
+			usage(e.stdout, args[0])
+			return 0
+		}
+		fmt.Fprintf(e.stderr, "symbi %s: unknown or missing subcommand\n\n", args[0])
+		usage(e.stderr, args[0])
+		return 2
+	}
+	fmt.Fprintf(e.stderr, "symbi: unknown command %q\n\n", args[0])
+	usage(e.stderr, "")
+	return 2
+}
+
+func isHelp(s string) bool { return s == "-h" || s == "-help" || s == "--help" || s == "help" }
+
+func hasGroup(g string) bool {
+	for name := range commands {
+		if strings.HasPrefix(name, g+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+// usage lists the subcommands, or those of one group.
+func usage(w io.Writer, group string) {
+	fmt.Fprintln(w, "usage: symbi <command> [arguments]   (symbi <command> --help for details)")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "commands:")
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		if group == "" || strings.HasPrefix(name, group+" ") {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		c := commands[name]
+		fmt.Fprintf(w, "  %-40s %s\n", strings.TrimSpace(name+" "+c.args), c.summary)
+	}
+}
