@@ -1,0 +1,84 @@
+// Package errcode defines the stable error codes that symbi reports to MCP clients and
+// people at a terminal, and an error type that carries one.
+//
+// Every tool error text has the form "<code>: <message>". Packages below the tool layer
+// return errors that wrap an *Error (through fmt.Errorf("...: %w", err) or Wrap); the
+// tool layer reads the code back with Of. A Code is itself an error value, so callers
+// can test for a class of failure with errors.Is(err, errcode.ProtectedPath).
+package errcode
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a stable, documented error code (see docs/errors.md).
+type Code string
+
+// The codes. Extend only with reason, and document every addition in docs/errors.md.
+const (
+	InvalidRequest    Code = "invalid_request"
+	UnknownAgent      Code = "unknown_agent"
+	RefusedDefinition Code = "refused_definition"
+	ProtectedPath     Code = "protected_path"
+	NotFound          Code = "not_found"
+	LimitExceeded     Code = "limit_exceeded"
+	NoProvider        Code = "no_provider"
+	AuditUnavailable  Code = "audit_unavailable"
+	InferenceFailed   Code = "inference_failed"
+	PolicyDenied      Code = "policy_denied"
+	Cancelled         Code = "cancelled"
+	Timeout           Code = "timeout"
+	Internal          Code = "internal"
+)
+
+// Error implements error so that errors.Is(err, code) reports whether err carries code.
+func (c Code) Error() string { return string(c) }
+
+// Error is an error with a code. Its message does not repeat the code.
+type Error struct {
+	Code Code
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is e's code.
+func (e *Error) Is(target error) bool {
+	c, ok := target.(Code)
+	return ok && c == e.Code
+}
+
+// Errorf returns an error with code and a formatted message; %w verbs wrap as usual.
+func Errorf(code Code, format string, args ...any) error {
+	return &Error{Code: code, Err: fmt.Errorf(format, args...)}
+}
+
+// Wrap gives err a code. A nil err stays nil.
+func Wrap(code Code, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Code: code, Err: err}
+}
+
+// Of returns the code of the outermost *Error in err's chain, or Internal when there is
+// none. Of(nil) is "".
+func Of(err error) Code {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return Internal
+}
+
+// Text formats err as a tool error text: "<code>: <message>".
+func Text(err error) string {
+	return fmt.Sprintf("%s: %s", Of(err), err.Error())
+}
