@@ -1,0 +1,279 @@
+package schemapin
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"symbi/internal/errcode"
+)
+
+// MaxDepth is the deepest nesting of arrays and objects Canonicalize accepts.
+const MaxDepth = 1000
+
+// ErrMalformed is wrapped by every error that rejects a document as malformed JSON.
+var ErrMalformed = errors.New("malformed JSON")
+
+// object is a decoded JSON object; keys are unique.
+type object map[string]any
+
+// Canonicalize returns the canonical form of the JSON document doc (see the package
+// comment). Errors carry errcode.InvalidRequest (malformed input, wrapping ErrMalformed)
+// or errcode.LimitExceeded (nesting deeper than MaxDepth).
+func Canonicalize(doc []byte) ([]byte, error) {
+	v, err := parse(doc)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	encode(&b, v)
+	return b.Bytes(), nil
+}
+
+// parse decodes doc strictly: valid UTF-8, no escaped lone surrogates, no duplicate
+// keys, exactly one value, numbers kept as their literal text (json.Number).
+func parse(doc []byte) (any, error) {
+	if !utf8.Valid(doc) {
+		return nil, malformed("document is not valid UTF-8")
+	}
+	if err := checkSurrogates(doc); err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	v, err := parseValue(dec, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, malformed("data after the top-level value")
+	}
+	return v, nil
+}
+
+func malformed(format string, args ...any) error {
+	return errcode.Errorf(errcode.InvalidRequest, "%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
+}
+
+func syntax(err error) error {
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return malformed("unexpected end of document")
+	}
+	return malformed("%v", err)
+}
+
+func parseValue(dec *json.Decoder, depth int) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, syntax(err)
+	}
+	d, ok := tok.(json.Delim)
+	if !ok {
+		return tok, nil // string, json.Number, bool or nil
+	}
+	if depth >= MaxDepth {
+		return nil, errcode.Errorf(errcode.LimitExceeded, "document nests deeper than %d levels", MaxDepth)
+	}
+	switch d {
+	case '[':
+		arr := []any{}
+		for dec.More() {
+			v, err := parseValue(dec, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			arr = append(arr, v)
+		}
+		if _, err := dec.Token(); err != nil {
+			return nil, syntax(err)
+		}
+		return arr, nil
+	case '{':
+		obj := object{}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return nil, syntax(err)
+			}
+			key, ok := tok.(string)
+			if !ok {
+				return nil, malformed("object key is not a string")
+			}
+			if _, dup := obj[key]; dup {
+				return nil, malformed("duplicate object key %q", key)
+			}
+			v, err := parseValue(dec, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			obj[key] = v
+		}
+		if _, err := dec.Token(); err != nil {
+			return nil, syntax(err)
+		}
+		return obj, nil
+	}
+	return nil, malformed("unexpected %q", d)
+}
+
+// checkSurrogates rejects \u escapes that encode a lone UTF-16 surrogate, which the
+// standard decoder would silently replace with U+FFFD. Outside strings a backslash is
+// a syntax error the decoder reports, so scanning every backslash is enough.
+func checkSurrogates(doc []byte) error {
+	for i := 0; i < len(doc); i++ {
+		if doc[i] != '\\' || i+1 >= len(doc) {
+			continue
+		}
+		i++
+		if doc[i] != 'u' {
+			continue
+		}
+		r, ok := hex4(doc, i+1)
+		if !ok {
+			continue // the decoder reports the bad escape
+		}
+		i += 4
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return malformed("escaped lone surrogate \\u%04x", r)
+		case r >= 0xD800 && r <= 0xDBFF:
+			lo, ok := -1, i+2 < len(doc) && doc[i+1] == '\\' && doc[i+2] == 'u'
+			if ok {
+				lo, ok = hex4(doc, i+3)
+			}
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return malformed("escaped lone surrogate \\u%04x", r)
+			}
+			i += 6
+		}
+	}
+	return nil
+}
+
+func hex4(b []byte, at int) (int, bool) {
+	if at+4 > len(b) {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b[at : at+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			n = n<<4 | int(c-'0')
+		case c >= 'a' && c <= 'f':
+			n = n<<4 | int(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			n = n<<4 | int(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return n, true
+}
+
+// encode writes v in canonical form.
+func encode(b *bytes.Buffer, v any) {
+	switch v := v.(type) {
+	case nil:
+		b.WriteString("null")
+	case bool:
+		if v {
+			b.WriteString("true")
+		} else {
+			b.WriteString("false")
+		}
+	case json.Number:
+		b.WriteString(string(v))
+	case string:
+		encodeString(b, v)
+	case []any:
+		b.WriteByte('[')
+		for i, e := range v {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			encode(b, e)
+		}
+		b.WriteByte(']')
+	case object:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b.WriteByte('{')
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			encodeString(b, k)
+			b.WriteByte(':')
+			encode(b, v[k])
+		}
+		b.WriteByte('}')
+	default:
+		panic(fmt.Sprintf("schemapin: unexpected value %T", v))
+	}
+}
+
+// encodeString writes s as a JSON string the way Python's
+// json.dumps(ensure_ascii=False) and JavaScript's JSON.stringify do.
+func encodeString(b *bytes.Buffer, s string) {
+	const hex = "0123456789abcdef"
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"':
+			b.WriteString(`\"`)
+		case c == '\\':
+			b.WriteString(`\\`)
+		case c == '\n':
+			b.WriteString(`\n`)
+		case c == '\r':
+			b.WriteString(`\r`)
+		case c == '\t':
+			b.WriteString(`\t`)
+		case c == '\b':
+			b.WriteString(`\b`)
+		case c == '\f':
+			b.WriteString(`\f`)
+		case c < 0x20:
+			b.WriteString(`\u00`)
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&0xF])
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+}
+
+// splitSignature parses a schema document, which must be a JSON object, removes its
+// top-level "signature" member (which must be a string when present) and returns the
+// canonical bytes of the rest with the removed signature ("" when absent).
+func splitSignature(doc []byte) (canonical []byte, sig string, hasSig bool, err error) {
+	v, err := parse(doc)
+	if err != nil {
+		return nil, "", false, err
+	}
+	obj, ok := v.(object)
+	if !ok {
+		return nil, "", false, errcode.Errorf(errcode.InvalidRequest, "schema is not a JSON object")
+	}
+	if s, present := obj["signature"]; present {
+		str, ok := s.(string)
+		if !ok {
+			return nil, "", false, errcode.Errorf(errcode.InvalidRequest, `schema field "signature" is not a string`)
+		}
+		delete(obj, "signature")
+		sig, hasSig = strings.TrimSpace(str), true
+	}
+	var b bytes.Buffer
+	encode(&b, obj)
+	return b.Bytes(), sig, hasSig, nil
+}
