@@ -1,0 +1,108 @@
+package journal
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Entry is one line of a journal as read for display. It is not verified: use Verify to
+// decide whether to trust it.
+type Entry struct {
+	Line    int             // 1-based line number
+	Seq     string          // the seq member as written
+	Time    string          // the time member
+	Type    string          // the type member
+	Data    json.RawMessage // the data member
+	Problem string          // why the line could not be read ("" when it could)
+}
+
+// ReadEntries reads the lines of the journal at path (without following a symlink) for
+// display, and returns them with the byte count of a torn tail.
+func ReadEntries(path string) ([]Entry, int, error) {
+	data, err := readJournal(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	var out []Entry
+	for n := 1; len(data) > 0; n++ {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			return out, len(data), nil
+		}
+		line := data[:i]
+		data = data[i+1:]
+		e := Entry{Line: n}
+		var l struct {
+			Payload struct {
+				Seq  json.RawMessage `json:"seq"`
+				Time string          `json:"time"`
+				Type string          `json:"type"`
+				Data json.RawMessage `json:"data"`
+			} `json:"payload"`
+		}
+		if err := json.Unmarshal(line, &l); err != nil {
+			e.Problem = "unreadable line: " + err.Error()
+		} else {
+			e.Seq, e.Time, e.Type, e.Data = string(l.Payload.Seq), l.Payload.Time, l.Payload.Type, l.Payload.Data
+		}
+		out = append(out, e)
+	}
+	return out, 0, nil
+}
+
+// clearText names the data members that hold clear text; Facts shows only their length.
+var clearText = map[string]bool{"prompt": true, "instructions": true, "text": true}
+
+// Facts formats the entry's data as "key=value" pairs sorted by key, nested objects
+// flattened with dots. Clear text is shown as its byte count; long strings are cut.
+func (e Entry) Facts() string {
+	var m map[string]any
+	d := json.NewDecoder(bytes.NewReader(e.Data))
+	d.UseNumber()
+	if err := d.Decode(&m); err != nil {
+		return ""
+	}
+	var parts []string
+	flatten("", m, &parts)
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+func flatten(prefix string, m map[string]any, parts *[]string) {
+	for k, v := range m {
+		key := prefix + k
+		switch v := v.(type) {
+		case map[string]any:
+			flatten(key+".", v, parts)
+		case string:
+			if clearText[key] {
+				*parts = append(*parts, fmt.Sprintf("%s=<%d bytes>", key, len(v)))
+			} else {
+				*parts = append(*parts, key+"="+short(v))
+			}
+		case []any:
+			items := make([]string, len(v))
+			for i, x := range v {
+				items[i] = fmt.Sprint(x)
+			}
+			*parts = append(*parts, key+"="+short("["+strings.Join(items, ",")+"]"))
+		default:
+			*parts = append(*parts, fmt.Sprintf("%s=%v", key, v))
+		}
+	}
+}
+
+// short quotes s when it holds spaces or quotes and cuts it at 80 bytes.
+func short(s string) string {
+	if len(s) > 80 {
+		s = s[:77] + "..."
+	}
+	if s == "" || strings.ContainsAny(s, " \"\t\n=") {
+		return strconv.Quote(s)
+	}
+	return s
+}

@@ -1,0 +1,412 @@
+package journal
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+)
+
+// VerifyOptions are the caller's expectations. Zero values expect nothing.
+type VerifyOptions struct {
+	RunID   string // the run id every line must carry
+	Head    string // receipt: hex SHA-256 of the last line
+	Records int    // receipt: number of lines
+}
+
+// Verification outcomes.
+const (
+	StatusComplete   = "complete"   // exit code 0
+	StatusIncomplete = "incomplete" // exit code 2
+	StatusInvalid    = "invalid"    // exit code 1
+)
+
+// Problem is one reason a journal is invalid. Line is 1-based; 0 means the whole file.
+type Problem struct {
+	Line    int    `json:"line"`
+	Message string `json:"message"`
+}
+
+// Report is the outcome of Verify.
+type Report struct {
+	Path           string    `json:"path"`
+	Status         string    `json:"status"`
+	Complete       bool      `json:"complete"`
+	Records        int       `json:"records"`    // complete lines
+	Head           string    `json:"head"`       // hex SHA-256 of the last complete line ("" when none)
+	TailBytes      int       `json:"tail_bytes"` // bytes after the last "\n": an unverified tail
+	RunID          string    `json:"run_id,omitempty"`
+	AgentID        string    `json:"agent_id,omitempty"`
+	TerminalReason string    `json:"terminal_reason,omitempty"`
+	Released       bool      `json:"released"`
+	Problems       []Problem `json:"problems"`
+}
+
+// ExitCode maps the status to symbi audit verify's exit code: 0 complete, 2 incomplete,
+// 1 invalid.
+func (r *Report) ExitCode() int {
+	switch r.Status {
+	case StatusComplete:
+		return 0
+	case StatusIncomplete:
+		return 2
+	}
+	return 1
+}
+
+// maxProblems bounds the problems one report lists.
+const maxProblems = 100
+
+func (r *Report) problem(line int, format string, args ...any) {
+	if len(r.Problems) == maxProblems {
+		r.Problems = append(r.Problems, Problem{Line: line, Message: "too many problems; stopped listing"})
+	}
+	if len(r.Problems) > maxProblems {
+		return
+	}
+	r.Problems = append(r.Problems, Problem{Line: line, Message: fmt.Sprintf(format, args...)})
+}
+
+// Verify checks the journal at path against pub and opts, as described in the package
+// comment. It never re-serializes a payload and never trusts a torn tail.
+func Verify(path string, pub ed25519.PublicKey, opts VerifyOptions) *Report {
+	r := &Report{Path: path, Problems: []Problem{}}
+	data, err := readJournal(path)
+	if err != nil {
+		r.problem(0, "%v", err)
+		r.Status = StatusInvalid
+		return r
+	}
+	verifyData(r, data, pub, opts)
+	return r
+}
+
+// readJournal reads a regular file of at most MaxFileBytes without following a symlink.
+func readJournal(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, fmt.Errorf("%s is a symlink; journals are opened without following symlinks", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if st.Size() > MaxFileBytes {
+		return nil, fmt.Errorf("%s is %d bytes, more than the %d-byte journal limit", path, st.Size(), MaxFileBytes)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("%s grew past the %d-byte journal limit", path, MaxFileBytes)
+	}
+	return data, nil
+}
+
+// verifyData fills r from the journal bytes.
+func verifyData(r *Report, data []byte, pub ed25519.PublicKey, opts VerifyOptions) {
+	if len(pub) != ed25519.PublicKeySize {
+		r.problem(0, "public key is %d bytes, want %d", len(pub), ed25519.PublicKeySize)
+	}
+	prev := ZeroHash
+	terminated := false
+	msg := make([]byte, 0, 4096)
+	for n := 1; len(data) > 0; n++ {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			r.TailBytes = len(data)
+			break
+		}
+		line := data[:i+1]
+		data = data[i+1:]
+		seq := n - 1
+		r.Records = n
+		if terminated {
+			r.problem(n, "line after the terminated record")
+		}
+		e, err := checkLine(line, pub, &msg)
+		if err != nil {
+			r.problem(n, "%v", err)
+		} else {
+			checkEnvelope(r, n, seq, e, prev, opts)
+			if e.typ == TypeTerminated {
+				terminated = true
+				r.TerminalReason, r.Released = e.reason, e.released
+			}
+		}
+		prev = lineHash(line)
+		r.Head = prev
+	}
+	if opts.Head != "" || opts.Records != 0 {
+		if r.Records != opts.Records || r.Head != opts.Head {
+			r.problem(0, "receipt does not match: journal has %d records with head %s, receipt says %d records with head %s", r.Records, r.Head, opts.Records, opts.Head)
+		}
+	}
+	switch {
+	case len(r.Problems) > 0:
+		r.Status = StatusInvalid
+	case terminated && r.TailBytes == 0:
+		r.Status, r.Complete = StatusComplete, true
+	default:
+		r.Status = StatusIncomplete
+	}
+}
+
+// entry is the checked content of one line.
+type entry struct {
+	payload  []byte
+	seq      []byte
+	v        []byte
+	runID    string
+	prev     string
+	time     string
+	agentID  string
+	typ      string
+	data     json.RawMessage
+	reason   string
+	released bool
+}
+
+// envelopeMembers are the members P must have, and the only ones version 1 allows.
+var envelopeMembers = []string{"v", "run_id", "seq", "prev", "time", "agent_id", "type", "data"}
+
+// checkLine checks the shape and signature of one line (ending in "\n") and decodes P.
+// msg is scratch space for the signed message.
+func checkLine(line []byte, pub ed25519.PublicKey, msg *[]byte) (*entry, error) {
+	if len(line) > MaxRecordBytes {
+		return nil, fmt.Errorf("line is %d bytes, more than the %d-byte record limit", len(line), MaxRecordBytes)
+	}
+	minLen := len(linePrefix) + 2 + len(sigPrefix) + sigB64Len + len(lineSuffix)
+	if len(line) < minLen || !bytes.HasPrefix(line, []byte(linePrefix)) || !bytes.HasSuffix(line, []byte(lineSuffix)) {
+		return nil, errors.New(`line is not {"payload":<object>,"signature":"<base64>"}`)
+	}
+	end := len(line) - len(lineSuffix)
+	sigText := line[end-sigB64Len : end]
+	if !bytes.Equal(line[end-sigB64Len-len(sigPrefix):end-sigB64Len], []byte(sigPrefix)) {
+		return nil, errors.New(`line is not {"payload":<object>,"signature":"<88 base64 characters>"}`)
+	}
+	p := line[len(linePrefix) : end-sigB64Len-len(sigPrefix)]
+	var sig [ed25519.SignatureSize]byte
+	n, err := base64.StdEncoding.Strict().Decode(sig[:], sigText)
+	if err != nil || n != ed25519.SignatureSize {
+		return nil, errors.New("signature is not canonical padded base64 of 64 bytes")
+	}
+	if len(pub) != ed25519.PublicKeySize {
+		return nil, errors.New("signature not checked: bad public key")
+	}
+	*msg = append(append((*msg)[:0], SignatureContext...), p...)
+	if !ed25519.Verify(pub, *msg, sig[:]) {
+		return nil, errors.New("signature does not verify with the public key")
+	}
+	// From here the payload is authentic; the checks below reject what the format forbids.
+	if p[0] != '{' || !utf8.Valid(p) || !json.Valid(p) {
+		return nil, errors.New("payload is not a UTF-8 JSON object")
+	}
+	if err := checkStrict(p); err != nil {
+		return nil, fmt.Errorf("payload: %w", err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(p, &m); err != nil {
+		return nil, fmt.Errorf("payload: %w", err)
+	}
+	for k := range m {
+		if !contains(envelopeMembers, k) {
+			return nil, fmt.Errorf("payload has unknown member %q", k)
+		}
+	}
+	for _, k := range envelopeMembers {
+		if _, ok := m[k]; !ok {
+			return nil, fmt.Errorf("payload lacks member %q", k)
+		}
+	}
+	e := &entry{payload: p, seq: m["seq"], v: m["v"], data: m["data"]}
+	for k, dst := range map[string]*string{"run_id": &e.runID, "prev": &e.prev, "time": &e.time, "agent_id": &e.agentID, "type": &e.typ} {
+		raw := m[k]
+		if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, dst) != nil {
+			return nil, fmt.Errorf("payload member %q is not a string", k)
+		}
+	}
+	if len(e.data) == 0 || e.data[0] != '{' {
+		return nil, errors.New(`payload member "data" is not an object`)
+	}
+	if e.typ == TypeTerminated {
+		var t struct {
+			Reason   *string `json:"reason"`
+			Released *bool   `json:"released"`
+		}
+		if err := json.Unmarshal(e.data, &t); err != nil || t.Reason == nil || t.Released == nil {
+			return nil, errors.New("terminated record lacks a string reason and a boolean released")
+		}
+		e.reason, e.released = *t.Reason, *t.Released
+	}
+	return e, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// checkEnvelope checks the members of line n against the run so far.
+func checkEnvelope(r *Report, n, seq int, e *entry, prev string, opts VerifyOptions) {
+	if string(e.v) != "1" {
+		r.problem(n, "unknown version v=%s (this verifier knows v=1)", e.v)
+		return
+	}
+	if string(e.seq) != fmt.Sprint(seq) {
+		r.problem(n, "seq is %s, want %d", e.seq, seq)
+	}
+	if e.prev != prev {
+		r.problem(n, "prev is %s, want %s (the hash of the previous line): the chain is broken", e.prev, prev)
+	}
+	if t, err := time.Parse(time.RFC3339Nano, e.time); err != nil || !strings.HasSuffix(e.time, "Z") || t.IsZero() {
+		r.problem(n, "time %q is not an RFC 3339 UTC time", e.time)
+	}
+	if seq == 0 {
+		r.RunID, r.AgentID = e.runID, e.agentID
+		if e.typ != TypeStarted {
+			r.problem(n, "first record is %q, want started", e.typ)
+		}
+	} else {
+		if e.runID != r.RunID {
+			r.problem(n, "run_id %q differs from the first line's %q", e.runID, r.RunID)
+		}
+		if e.agentID != r.AgentID {
+			r.problem(n, "agent_id %q differs from the first line's %q", e.agentID, r.AgentID)
+		}
+		if e.typ == TypeStarted {
+			r.problem(n, "a second started record")
+		}
+	}
+	if opts.RunID != "" && e.runID != opts.RunID {
+		r.problem(n, "run_id %q is not the expected %q", e.runID, opts.RunID)
+	}
+}
+
+// checkStrict rejects floating-point numbers, duplicate member names, and anything after
+// the first JSON value. p must already be valid JSON.
+func checkStrict(p []byte) error {
+	type frame struct {
+		obj     bool
+		wantKey bool
+		keys    map[string]struct{}
+	}
+	dec := json.NewDecoder(bytes.NewReader(p))
+	dec.UseNumber()
+	var stack []*frame
+	done := false
+	valueDone := func() {
+		if len(stack) == 0 {
+			done = true
+		} else if top := stack[len(stack)-1]; top.obj {
+			top.wantKey = true
+		}
+	}
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if done {
+			return errors.New("data after the JSON object")
+		}
+		if len(stack) > 0 {
+			if top := stack[len(stack)-1]; top.obj && top.wantKey {
+				if d, ok := tok.(json.Delim); ok && d == '}' {
+					stack = stack[:len(stack)-1]
+					valueDone()
+					continue
+				}
+				k, _ := tok.(string)
+				if _, dup := top.keys[k]; dup {
+					return fmt.Errorf("duplicate member %q", k)
+				}
+				top.keys[k] = struct{}{}
+				top.wantKey = false
+				continue
+			}
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				stack = append(stack, &frame{obj: true, wantKey: true, keys: map[string]struct{}{}})
+			case '[':
+				stack = append(stack, &frame{})
+			default:
+				stack = stack[:len(stack)-1]
+				valueDone()
+			}
+		case json.Number:
+			if strings.ContainsAny(string(t), ".eE") {
+				return fmt.Errorf("floating-point number %s", t)
+			}
+			valueDone()
+		default:
+			valueDone()
+		}
+	}
+}
+
+// VerifyDir verifies every *.jsonl file directly in dir with the same key, using one worker
+// per CPU. Reports are sorted by path. Only a failure to list dir is an error.
+func VerifyDir(dir string, pub ed25519.PublicKey) ([]*Report, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".jsonl") {
+			paths = append(paths, filepath.Join(dir, e.Name()))
+		}
+	}
+	sort.Strings(paths)
+	reports := make([]*Report, len(paths))
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), max(len(paths), 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				reports[i] = Verify(paths[i], pub, VerifyOptions{})
+			}
+		}()
+	}
+	for i := range paths {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	return reports, nil
+}

@@ -1,0 +1,236 @@
+package journal
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"symbi/internal/errcode"
+)
+
+// Errors of the writer, checked with errors.Is. ErrStopped and write failures carry
+// errcode.AuditUnavailable; the size limits carry errcode.LimitExceeded.
+var (
+	// ErrStopped: an earlier append or sync failed, so the writer refuses everything.
+	ErrStopped = errors.New("journal writer stopped after a failure")
+	// ErrRecordTooLarge: the line would exceed MaxRecordBytes; nothing was written.
+	ErrRecordTooLarge = errors.New("journal record too large")
+	// ErrFileTooLarge: the file would exceed MaxFileBytes; nothing was written.
+	ErrFileTooLarge = errors.New("journal file too large")
+	// ErrOrder: the record is not allowed here (first must be started; nothing after terminated).
+	ErrOrder = errors.New("journal record out of order")
+)
+
+// file is what the writer needs of its journal file (an *os.File).
+type file interface {
+	Write([]byte) (int, error)
+	Sync() error
+	Stat() (fs.FileInfo, error)
+	Close() error
+}
+
+// Writer appends the records of one run. Its methods are safe for concurrent use; appends
+// are serialized. After one failed write or sync it refuses every later Append and Sync.
+type Writer struct {
+	mu         sync.Mutex
+	f          file
+	path       string
+	key        ed25519.PrivateKey
+	runID      string
+	agentID    string
+	now        func() time.Time
+	seq        int
+	size       int64
+	prev       string
+	terminated bool
+	failed     error
+}
+
+// Create makes the run's journal <agentID>.<runID>.jsonl in the governed directory
+// (O_CREAT|O_EXCL|O_NOFOLLOW, 0600) and fsyncs the file and the directory. Both ids must be
+// non-empty and made of ASCII letters, digits, '-' and '_' (at most 128 bytes each).
+func (s *Store) Create(agentID, runID string) (*Writer, error) {
+	for _, id := range []string{agentID, runID} {
+		if !validID(id) {
+			return nil, errcode.Errorf(errcode.InvalidRequest, "journal: invalid id %q (letters, digits, '-' and '_' only)", id)
+		}
+	}
+	name := agentID + "." + runID + ".jsonl"
+	path := filepath.Join(s.path, name)
+	fd, err := unix.Openat(int(s.dir.Fd()), name, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: create %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: sync %s: %w", path, err)
+	}
+	if err := s.dir.Sync(); err != nil {
+		f.Close()
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: sync directory %s: %w", s.path, err)
+	}
+	return newWriter(f, path, s.key, agentID, runID), nil
+}
+
+func newWriter(f file, path string, key ed25519.PrivateKey, agentID, runID string) *Writer {
+	return &Writer{f: f, path: path, key: key, agentID: agentID, runID: runID, now: time.Now, prev: ZeroHash}
+}
+
+func validID(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// payload is P of the line format, members in their documented order.
+type payload struct {
+	V       int    `json:"v"`
+	RunID   string `json:"run_id"`
+	Seq     int    `json:"seq"`
+	Prev    string `json:"prev"`
+	Time    string `json:"time"`
+	AgentID string `json:"agent_id"`
+	Type    string `json:"type"`
+	Data    Record `json:"data"`
+}
+
+// timeLayout is RFC 3339 in UTC with milliseconds.
+const timeLayout = "2006-01-02T15:04:05.000Z"
+
+// Append signs r and writes it as the next line, without fsync (call Sync at the points
+// that must be durable). seq, prev, time, v, run_id and agent_id are assigned by the writer.
+// The first record must be Started and nothing may follow Terminated. Before writing it
+// checks that the file's length is what this writer wrote. A failed write, or a length
+// mismatch, stops the writer (fail-stop); a record refused for its size or order is not
+// written and does not stop it.
+func (w *Writer) Append(r Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failed != nil {
+		return w.stoppedErr()
+	}
+	switch {
+	case w.terminated:
+		return errcode.Errorf(errcode.Internal, "%w: %s after terminated", ErrOrder, r.Type())
+	case w.seq == 0 && r.Type() != TypeStarted:
+		return errcode.Errorf(errcode.Internal, "%w: first record is %s, want started", ErrOrder, r.Type())
+	case w.seq > 0 && r.Type() == TypeStarted:
+		return errcode.Errorf(errcode.Internal, "%w: started at seq %d", ErrOrder, w.seq)
+	}
+	line, err := w.line(r)
+	if err != nil {
+		return err
+	}
+	if len(line) > MaxRecordBytes {
+		return errcode.Errorf(errcode.LimitExceeded, "%w: %s record is %d bytes, limit %d", ErrRecordTooLarge, r.Type(), len(line), MaxRecordBytes)
+	}
+	if w.size+int64(len(line)) > MaxFileBytes {
+		return errcode.Errorf(errcode.LimitExceeded, "%w: %s would grow %s past %d bytes", ErrFileTooLarge, r.Type(), w.path, MaxFileBytes)
+	}
+	st, err := w.f.Stat()
+	if err != nil {
+		return w.fail(fmt.Errorf("stat: %w", err))
+	}
+	if st.Size() != w.size {
+		return w.fail(fmt.Errorf("file is %d bytes, the writer wrote %d: someone else wrote to it", st.Size(), w.size))
+	}
+	n, err := w.f.Write(line)
+	if err == nil && n != len(line) {
+		err = fmt.Errorf("short write: %d of %d bytes", n, len(line))
+	}
+	if err != nil {
+		return w.fail(fmt.Errorf("write %s record: %w", r.Type(), err))
+	}
+	w.size += int64(n)
+	w.seq++
+	w.prev = lineHash(line)
+	w.terminated = r.Type() == TypeTerminated
+	return nil
+}
+
+// line builds the signed line for r.
+func (w *Writer) line(r Record) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	p := payload{V: Version, RunID: w.runID, Seq: w.seq, Prev: w.prev, Time: w.now().UTC().Format(timeLayout), AgentID: w.agentID, Type: r.Type(), Data: normalize(r)}
+	if err := enc.Encode(p); err != nil {
+		return nil, errcode.Errorf(errcode.Internal, "journal: encode %s record: %w", r.Type(), err)
+	}
+	pb := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	sig := ed25519.Sign(w.key, signedMessage(pb))
+	line := make([]byte, 0, len(pb)+len(linePrefix)+len(sigPrefix)+base64.StdEncoding.EncodedLen(len(sig))+len(lineSuffix))
+	line = append(line, linePrefix...)
+	line = append(line, pb...)
+	line = append(line, sigPrefix...)
+	line = base64.StdEncoding.AppendEncode(line, sig)
+	line = append(line, lineSuffix...)
+	return line, nil
+}
+
+// The fixed parts of a line.
+const (
+	linePrefix = `{"payload":`
+	sigPrefix  = `,"signature":"`
+	lineSuffix = "\"}\n"
+	sigB64Len  = 88 // base64 of 64 bytes, padded
+)
+
+func signedMessage(p []byte) []byte {
+	m := make([]byte, 0, len(SignatureContext)+len(p))
+	return append(append(m, SignatureContext...), p...)
+}
+
+// Sync makes every appended line durable (fsync). A failure stops the writer.
+func (w *Writer) Sync() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failed != nil {
+		return w.stoppedErr()
+	}
+	if err := w.f.Sync(); err != nil {
+		return w.fail(fmt.Errorf("fsync: %w", err))
+	}
+	return nil
+}
+
+// fail stops the writer; it is called with w.mu held.
+func (w *Writer) fail(err error) error {
+	w.failed = err
+	return errcode.Errorf(errcode.AuditUnavailable, "journal %s: %w: %w", w.path, ErrStopped, err)
+}
+
+func (w *Writer) stoppedErr() error {
+	return errcode.Errorf(errcode.AuditUnavailable, "journal %s: %w (first failure: %w)", w.path, ErrStopped, w.failed)
+}
+
+// Receipt returns the number of lines written and the hash of the last one.
+func (w *Writer) Receipt() Receipt {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return Receipt{Records: w.seq, Head: w.prev}
+}
+
+// Path returns the absolute path of the journal.
+func (w *Writer) Path() string { return w.path }
+
+// Close closes the journal file. It does not sync.
+func (w *Writer) Close() error { return w.f.Close() }
