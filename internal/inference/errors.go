@@ -1,0 +1,133 @@
+package inference
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"symbi/internal/errcode"
+)
+
+// ExcerptBytes bounds Error.Excerpt.
+const ExcerptBytes = 512
+
+// Kind classifies a failed call. A Kind is an error, so errors.Is(err, KindTimeout)
+// reports whether err is an *Error of that kind.
+type Kind string
+
+// The kinds of failure.
+const (
+	KindTimeout         Kind = "timeout"           // the context's deadline passed
+	KindCancelled       Kind = "cancelled"         // the context was cancelled
+	KindStatus          Kind = "status"            // the provider answered a non-2xx status
+	KindMalformed       Kind = "malformed"         // a 2xx body that is not the wire format's response
+	KindNoContent       Kind = "no_content"        // a well-formed response without text
+	KindTooLarge        Kind = "too_large"         // the response body passed MaxResponseBytes
+	KindConnection      Kind = "connection"        // no response, or the body could not be read (incl. a refused redirect)
+	KindRequestTooLarge Kind = "request_too_large" // the request body would pass MaxRequestBytes; nothing was sent
+)
+
+func (k Kind) Error() string { return string(k) }
+
+// Error describes a failed call. Functions of this package return it wrapped in an
+// *errcode.Error carrying Code(); use errors.As to reach it.
+type Error struct {
+	Kind       Kind
+	Status     int    // HTTP status, 0 when no response arrived
+	RetryAfter string // the Retry-After header of a 429, verbatim (at most 64 bytes)
+	Excerpt    string // start of the response body (at most ExcerptBytes, valid UTF-8)
+	Err        error  // underlying cause, if any
+}
+
+// Code is the error code a client sees for this failure.
+func (e *Error) Code() errcode.Code {
+	switch e.Kind {
+	case KindTimeout:
+		return errcode.Timeout
+	case KindCancelled:
+		return errcode.Cancelled
+	case KindRequestTooLarge:
+		return errcode.LimitExceeded
+	}
+	return errcode.InferenceFailed
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	switch e.Kind {
+	case KindTimeout:
+		b.WriteString("provider did not answer before the deadline")
+	case KindCancelled:
+		b.WriteString("provider call cancelled")
+	case KindStatus:
+		if e.Status == 429 {
+			fmt.Fprintf(&b, "provider rate limited the request (HTTP 429")
+			if e.RetryAfter != "" {
+				fmt.Fprintf(&b, ", Retry-After: %q", e.RetryAfter)
+			}
+			b.WriteString(")")
+		} else {
+			fmt.Fprintf(&b, "provider answered HTTP %d", e.Status)
+		}
+	case KindMalformed:
+		b.WriteString("provider response is malformed")
+	case KindNoContent:
+		b.WriteString("provider response has no text content")
+	case KindTooLarge:
+		fmt.Fprintf(&b, "provider response body exceeds %d bytes", MaxResponseBytes)
+	case KindConnection:
+		b.WriteString("provider connection failed")
+	case KindRequestTooLarge:
+		b.WriteString("request body too large")
+	default:
+		fmt.Fprintf(&b, "provider call failed (%s)", e.Kind)
+	}
+	if e.Err != nil {
+		fmt.Fprintf(&b, ": %v", e.Err)
+	}
+	if e.Excerpt != "" {
+		fmt.Fprintf(&b, "; response excerpt: %q", e.Excerpt)
+	}
+	return b.String()
+}
+
+// Unwrap returns the underlying cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is e's Kind.
+func (e *Error) Is(target error) bool {
+	k, ok := target.(Kind)
+	return ok && k == e.Kind
+}
+
+// fail wraps e with its error code.
+func fail(e *Error) error { return errcode.Wrap(e.Code(), e) }
+
+func errRequestSize(n int) error {
+	return fmt.Errorf("%d bytes, over the limit of %d", n, MaxRequestBytes)
+}
+
+// excerpt returns the start of body as valid UTF-8, at most ExcerptBytes long.
+func excerpt(body []byte) string { return bounded(string(body), ExcerptBytes) }
+
+// bounded returns at most n bytes of the start of s as valid UTF-8: a rune split by the
+// cut is dropped and invalid bytes become U+FFFD.
+func bounded(s string, n int) string {
+	if len(s) > n {
+		s = s[:n]
+		for i := 1; i <= utf8.UTFMax && i <= len(s); i++ {
+			if utf8.RuneStart(s[len(s)-i]) {
+				if !utf8.FullRuneInString(s[len(s)-i:]) {
+					s = s[:len(s)-i]
+				}
+				break
+			}
+		}
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	for len(s) > n {
+		_, size := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-size]
+	}
+	return s
+}

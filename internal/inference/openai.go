@@ -1,0 +1,148 @@
+package inference
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"symbi/internal/errcode"
+)
+
+// OpenAI-compatible defaults.
+const (
+	DefaultOpenAIBaseURL     = "https://api.openai.com/v1"
+	DefaultOpenAIModel       = "gpt-4o-mini"
+	DefaultOpenRouterBaseURL = "https://openrouter.ai/api/v1"
+	DefaultOpenRouterModel   = "openai/gpt-4o-mini"
+)
+
+// NewOpenAI configures an OpenAI-compatible chat completions provider named "openai".
+// baseURL includes the version path (e.g. DefaultOpenAIBaseURL); requests go to
+// baseURL + "/chat/completions". An empty apiKey sends no Authorization header (local
+// endpoints). Invalid settings are errcode.NoProvider errors.
+func NewOpenAI(baseURL, apiKey, model string) (Provider, error) {
+	return newOpenAICompatible("openai", "OPENAI_BASE_URL", "OPENAI_API_KEY", "CHAT_MODEL", baseURL, apiKey, model)
+}
+
+func newOpenAICompatible(name, baseVar, keyVar, modelVar, baseURL, apiKey, model string) (Provider, error) {
+	base, err := checkBase(baseVar, baseURL, apiKey != "")
+	if err != nil {
+		return nil, err
+	}
+	if err := checkToken(keyVar, apiKey, 4096); err != nil {
+		return nil, err
+	}
+	if err := checkModel(modelVar, model); err != nil {
+		return nil, err
+	}
+	h := http.Header{}
+	if apiKey != "" {
+		h.Set("Authorization", "Bearer "+apiKey)
+	}
+	return &provider{name: name, model: model, url: base + "/chat/completions", header: h,
+		build: buildOpenAI, parse: parseOpenAI, client: newHTTPClient()}, nil
+}
+
+type chatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// messages lays out the conversation: [system], [labelled instructions], prompt. The
+// Anthropic format takes the system message separately.
+func messages(c Conversation, withSystem bool) []chatMessage {
+	var m []chatMessage
+	if withSystem {
+		m = append(m, chatMessage{"system", c.System})
+	}
+	if c.Instructions != "" {
+		m = append(m, chatMessage{"user", InstructionsLabel + c.Instructions})
+	}
+	return append(m, chatMessage{"user", c.Prompt})
+}
+
+func buildOpenAI(c Conversation, model string, maxTokens int) ([]byte, error) {
+	return marshal(struct {
+		Model     string        `json:"model"`
+		MaxTokens int           `json:"max_tokens"`
+		Messages  []chatMessage `json:"messages"`
+	}{model, maxTokens, messages(c, true)})
+}
+
+func parseOpenAI(body []byte) (*Response, error) {
+	var r struct {
+		Model   string `json:"model"`
+		Choices []struct {
+			Message *struct {
+				Content json.RawMessage `json:"content"`
+				Refusal *string         `json:"refusal"`
+			} `json:"message"`
+			FinishReason *string `json:"finish_reason"`
+		} `json:"choices"`
+		Usage *struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := unmarshalObject(body, &r); err != nil {
+		return nil, err
+	}
+	resp := &Response{Model: r.Model}
+	if r.Usage != nil {
+		resp.Usage = Usage{r.Usage.PromptTokens, r.Usage.CompletionTokens}
+	}
+	if err := checkUsage(resp.Usage); err != nil {
+		return nil, err
+	}
+	if len(r.Choices) == 0 {
+		return nil, &Error{Kind: KindNoContent, Err: errors.New("no choices")}
+	}
+	ch := r.Choices[0]
+	if ch.FinishReason != nil {
+		resp.FinishReason = *ch.FinishReason
+	}
+	if ch.Message == nil {
+		return nil, &Error{Kind: KindNoContent, Err: errors.New("first choice has no message")}
+	}
+	content := bytes.TrimSpace(ch.Message.Content)
+	if len(content) == 0 || string(content) == "null" {
+		if ch.Message.Refusal != nil {
+			return nil, &Error{Kind: KindNoContent, Err: fmt.Errorf("model refused: %q", bounded(*ch.Message.Refusal, ExcerptBytes))}
+		}
+		return nil, &Error{Kind: KindNoContent, Err: fmt.Errorf("message content is null (finish reason %q)", resp.FinishReason)}
+	}
+	if err := json.Unmarshal(content, &resp.Text); err != nil {
+		return nil, &Error{Kind: KindMalformed, Err: errors.New("message content is not a string")}
+	}
+	if resp.Text == "" {
+		return nil, &Error{Kind: KindNoContent, Err: fmt.Errorf("message content is empty (finish reason %q)", resp.FinishReason)}
+	}
+	return resp, nil
+}
+
+// unmarshalObject decodes a body that must be exactly one JSON object.
+func unmarshalObject(body []byte, v any) error {
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return &Error{Kind: KindMalformed, Err: errors.New("body is not a JSON object")}
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return &Error{Kind: KindMalformed, Err: err}
+	}
+	return nil
+}
+
+func checkUsage(u Usage) error {
+	if u.InputTokens < 0 || u.OutputTokens < 0 {
+		return &Error{Kind: KindMalformed, Err: errors.New("negative token usage")}
+	}
+	return nil
+}
+
+func checkModel(variable, model string) error {
+	if model == "" {
+		return errcode.Errorf(errcode.NoProvider, "%s: empty model name", variable)
+	}
+	return checkToken(variable, model, 256)
+}
