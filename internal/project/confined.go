@@ -1,0 +1,251 @@
+package project
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"symbi/internal/errcode"
+)
+
+// The rules a confined read can refuse by. Every error returned by Read wraps exactly
+// one of them (test with errors.Is) together with its errcode: ErrTooLarge carries
+// errcode.LimitExceeded, ErrNotExist errcode.NotFound, all others
+// errcode.ProtectedPath.
+var (
+	ErrBadPath    = errors.New(`refused by rule "well-formed path": empty path, empty component or NUL byte`)
+	ErrAbsolute   = errors.New(`refused by rule "relative paths only": the path is absolute`)
+	ErrParent     = errors.New(`refused by rule "no parent references": the path contains ".."`)
+	ErrHidden     = errors.New(`refused by rule "no hidden components": a component starts with "."`)
+	ErrPolicies   = errors.New(`refused by rule "policies are protected": the first component is "policies"`)
+	ErrSymlink    = errors.New(`refused by rule "no symlinks": the path contains a symbolic link`)
+	ErrEscape     = errors.New(`refused by rule "beneath the project": the path resolves outside the project`)
+	ErrHardLink   = errors.New(`refused by rule "single link": the file has more than one hard link`)
+	ErrNotRegular = errors.New(`refused by rule "regular files only": not a regular file`)
+	ErrNotUTF8    = errors.New(`refused by rule "UTF-8 only": the content is not valid UTF-8`)
+	ErrUnreadable = errors.New(`refused by rule "readable": the file cannot be opened or read`)
+	ErrTooLarge   = errors.New(`refused by rule "size limit": the file is larger than the limit`)
+	ErrNotExist   = errors.New("no such file in the project")
+)
+
+// refuse builds the error for rel refused by rule, with the rule's errcode.
+func refuse(rel string, rule error, detail error) error {
+	code := errcode.ProtectedPath
+	switch rule {
+	case ErrTooLarge:
+		code = errcode.LimitExceeded
+	case ErrNotExist:
+		code = errcode.NotFound
+	}
+	if detail != nil {
+		return errcode.Errorf(code, "%q: %w (%v)", rel, rule, detail)
+	}
+	return errcode.Errorf(code, "%q: %w", rel, rule)
+}
+
+// checkPath applies the lexical rules to rel and returns its components.
+func checkPath(rel string) ([]string, error) {
+	if rel == "" || strings.IndexByte(rel, 0) >= 0 {
+		return nil, refuse(rel, ErrBadPath, nil)
+	}
+	if rel[0] == '/' {
+		return nil, refuse(rel, ErrAbsolute, nil)
+	}
+	parts := strings.Split(rel, "/")
+	for _, c := range parts {
+		if c == ".." {
+			return nil, refuse(rel, ErrParent, nil)
+		}
+	}
+	for _, c := range parts {
+		if c == "" {
+			return nil, refuse(rel, ErrBadPath, nil)
+		}
+		if c[0] == '.' {
+			return nil, refuse(rel, ErrHidden, nil)
+		}
+	}
+	if parts[0] == "policies" {
+		return nil, refuse(rel, ErrPolicies, nil)
+	}
+	return parts, nil
+}
+
+// openErr maps an open error to a rule.
+func openErr(rel string, err error) error {
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
+		return refuse(rel, ErrNotExist, nil)
+	case errors.Is(err, unix.ELOOP):
+		return refuse(rel, ErrSymlink, nil)
+	case errors.Is(err, unix.EXDEV):
+		return refuse(rel, ErrEscape, nil)
+	case errors.Is(err, unix.ENXIO), errors.Is(err, unix.ENODEV), errors.Is(err, unix.EOPNOTSUPP):
+		// open(2) of a unix socket fails with ENXIO; of a missing device, ENXIO/ENODEV.
+		return refuse(rel, ErrNotRegular, err)
+	default:
+		return refuse(rel, ErrUnreadable, err)
+	}
+}
+
+// open resolves the checked components beneath the pinned root with flags added to
+// O_NOFOLLOW|O_CLOEXEC|O_NOCTTY and returns the descriptor.
+func (p *Project) open(rel string, parts []string, flags int) (int, error) {
+	flags |= unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NOCTTY
+	if !p.walk {
+		fd, err := openBeneath(p.fd, strings.Join(parts, "/"), flags)
+		if err == nil {
+			return fd, nil
+		}
+		if !errors.Is(err, errNoOpenat2) {
+			return -1, openErr(rel, err)
+		}
+	}
+	return p.walkOpen(rel, parts, flags)
+}
+
+var errNoOpenat2 = errors.New("openat2 unavailable")
+
+// openBeneath opens path with openat2 confined beneath dirfd without following any
+// link. It returns errNoOpenat2 when the kernel or a sandbox refuses openat2 itself.
+func openBeneath(dirfd int, path string, flags int) (int, error) {
+	how := unix.OpenHow{
+		Flags:   uint64(flags),
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	}
+	var err error
+	for range 16 {
+		var fd int
+		fd, err = unix.Openat2(dirfd, path, &how)
+		switch err {
+		case nil:
+			return fd, nil
+		case unix.EINTR, unix.EAGAIN:
+			// EAGAIN: a concurrent rename raced the lookup; retry as openat2(2) advises.
+			continue
+		case unix.ENOSYS, unix.EPERM:
+			return -1, errNoOpenat2
+		default:
+			return -1, err
+		}
+	}
+	return -1, err
+}
+
+// walkOpen is the fallback: it opens each directory component with
+// openat(O_PATH|O_NOFOLLOW), which opens a link itself, checks with fstat that it is a directory
+// and not a link, and opens the last component with O_NOFOLLOW. The components are
+// already free of "..", "." and hidden names, so the walk cannot leave the root.
+func (p *Project) walkOpen(rel string, parts []string, flags int) (int, error) {
+	dir := p.fd
+	closeDir := func() {
+		if dir != p.fd {
+			unix.Close(dir)
+		}
+	}
+	defer func() { closeDir() }()
+	for _, c := range parts[:len(parts)-1] {
+		fd, err := openatRetry(dir, c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC)
+		if err != nil {
+			return -1, openErr(rel, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return -1, refuse(rel, ErrUnreadable, err)
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+		case unix.S_IFLNK:
+			unix.Close(fd)
+			return -1, refuse(rel, ErrSymlink, nil)
+		default:
+			unix.Close(fd)
+			return -1, refuse(rel, ErrNotExist, nil)
+		}
+		closeDir()
+		dir = fd
+	}
+	fd, err := openatRetry(dir, parts[len(parts)-1], flags)
+	if err != nil {
+		return -1, openErr(rel, err)
+	}
+	return fd, nil
+}
+
+func openatRetry(dir int, name string, flags int) (int, error) {
+	for {
+		fd, err := unix.Openat(dir, name, flags, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
+
+// Read reads the project file rel (a relative path with "/" separators) through the
+// confined reader: at most limit bytes, UTF-8 checked. Refusals carry
+// errcode.ProtectedPath, errcode.NotFound or errcode.LimitExceeded and wrap the Err*
+// rule that refused.
+func (p *Project) Read(rel string, limit int64) ([]byte, error) {
+	if limit < 0 {
+		return nil, errcode.Errorf(errcode.Internal, "read %q: negative limit %d", rel, limit)
+	}
+	parts, err := checkPath(rel)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := p.open(rel, parts, unix.O_RDONLY|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, refuse(rel, ErrUnreadable, err)
+	}
+	switch {
+	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		return nil, refuse(rel, ErrSymlink, nil)
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return nil, refuse(rel, ErrNotRegular, fmt.Errorf("file type %s", fileType(st.Mode)))
+	case st.Nlink != 1:
+		return nil, refuse(rel, ErrHardLink, fmt.Errorf("%d links", st.Nlink))
+	case st.Size > limit:
+		return nil, refuse(rel, ErrTooLarge, fmt.Errorf("%d bytes, limit %d", st.Size, limit))
+	}
+	// The size may change after fstat; read one byte past the limit to notice.
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, refuse(rel, ErrUnreadable, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, refuse(rel, ErrTooLarge, fmt.Errorf("more than %d bytes", limit))
+	}
+	if !utf8.Valid(data) {
+		return nil, refuse(rel, ErrNotUTF8, nil)
+	}
+	return data, nil
+}
+
+func fileType(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return "directory"
+	case unix.S_IFIFO:
+		return "FIFO"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	default:
+		return fmt.Sprintf("mode %#o", mode&unix.S_IFMT)
+	}
+}
