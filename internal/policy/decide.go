@@ -1,0 +1,146 @@
+package policy
+
+import (
+	"fmt"
+	"iter"
+	"strings"
+
+	cedar "github.com/cedar-policy/cedar-go"
+	"github.com/cedar-policy/cedar-go/types"
+)
+
+// The fixed parts of the entity model.
+const (
+	Surface      = "mcp-server"
+	ResponseMode = "text_response"
+)
+
+// Request is one respond decision to make: who answered, in which run, with what
+// text.
+type Request struct {
+	Agent             string   // declared agent name (the principal's id)
+	AgentID           string   // see AgentID
+	File              string   // the agent's file, relative to the project
+	Capabilities      []string // declared capabilities
+	SourceSHA256      string   // hex SHA-256 of the whole agent file
+	DeclarationSHA256 string   // hex SHA-256 of the selected declaration
+	RunID             string   // the resource's id
+	Response          string   // the exact text
+}
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	Allow    bool
+	Policies []string // deciding policy ids, in load order
+	Errors   []string // evaluation errors as "id: message" (any one denies)
+	Reason   string   // one-line human explanation
+}
+
+// Decide makes the respond decision for r. It fails closed: see the package
+// comment.
+func (s *Set) Decide(r Request) Decision {
+	switch s.Mode {
+	case ModeDefault:
+		if d, bad := invalid(r); bad {
+			return d
+		}
+		return Decision{Allow: true, Reason: "allowed by the built-in default: no policy files, respond is permitted"}
+	case ModeCedar:
+		if d, bad := invalid(r); bad {
+			return d
+		}
+		return s.decideCedar(r)
+	case ModeDenyAll:
+		return Decision{Reason: "denied: policies unusable (deny_all): " + s.Reason}
+	default:
+		return Decision{Reason: fmt.Sprintf("denied: unknown policy mode %q", s.Mode)}
+	}
+}
+
+// invalid denies a request that lacks the names the entity model needs.
+func invalid(r Request) (Decision, bool) {
+	switch {
+	case r.Agent == "":
+		return Decision{Reason: "denied: request has no agent name"}, true
+	case r.RunID == "":
+		return Decision{Reason: "denied: request has no run id"}, true
+	}
+	return Decision{}, false
+}
+
+// cedarRequest returns the Cedar request and entities for r, per the entity
+// model in the package comment.
+func cedarRequest(r Request) (cedar.Request, types.EntityMap) {
+	principal := types.NewEntityUID("Agent", types.String(r.Agent))
+	caps := make([]types.Value, len(r.Capabilities))
+	for i, c := range r.Capabilities {
+		caps[i] = types.String(c)
+	}
+	entities := types.EntityMap{
+		principal: {
+			UID: principal,
+			Attributes: types.NewRecord(types.RecordMap{
+				"agent_id":      types.String(r.AgentID),
+				"file":          types.String(r.File),
+				"capabilities":  types.NewSet(caps...),
+				"source_sha256": types.String(r.SourceSHA256),
+			}),
+		},
+	}
+	req := cedar.Request{
+		Principal: principal,
+		Action:    types.NewEntityUID("Action", "respond"),
+		Resource:  types.NewEntityUID("Response", types.String(r.RunID)),
+		Context: types.NewRecord(types.RecordMap{
+			"surface":            types.String(Surface),
+			"mode":               types.String(ResponseMode),
+			"response":           types.String(r.Response),
+			"response_bytes":     types.Long(len(r.Response)),
+			"source_sha256":      types.String(r.SourceSHA256),
+			"declaration_sha256": types.String(r.DeclarationSHA256),
+		}),
+	}
+	return req, entities
+}
+
+// ordered iterates the set's policies in load order, with their ids, so that
+// diagnostics come out in a stable order.
+type ordered struct{ s *Set }
+
+func (o ordered) All() iter.Seq2[cedar.PolicyID, *cedar.Policy] {
+	return func(yield func(cedar.PolicyID, *cedar.Policy) bool) {
+		for i, p := range o.s.compiled {
+			if !yield(cedar.PolicyID(o.s.policies[i].ID), p) {
+				return
+			}
+		}
+	}
+}
+
+func (s *Set) decideCedar(r Request) Decision {
+	req, entities := cedarRequest(r)
+	decision, diag := cedar.Authorize(ordered{s}, entities, req)
+	var d Decision
+	if len(diag.Errors) > 0 {
+		for _, e := range diag.Errors {
+			d.Policies = append(d.Policies, string(e.PolicyID))
+			d.Errors = append(d.Errors, fmt.Sprintf("%s: %s", e.PolicyID, e.Message))
+		}
+		d.Reason = "denied: evaluation error in " + strings.Join(d.Policies, ", ") +
+			" (any evaluation error denies): " + diag.Errors[0].Message
+		return d
+	}
+	for _, reason := range diag.Reasons {
+		d.Policies = append(d.Policies, string(reason.PolicyID))
+	}
+	switch {
+	case decision == cedar.Allow:
+		d.Allow = true
+		d.Reason = "allowed by permit " + strings.Join(d.Policies, ", ")
+	case len(d.Policies) > 0:
+		d.Reason = "denied by forbid " + strings.Join(d.Policies, ", ")
+	default:
+		d.Reason = "denied: no permit matched"
+	}
+	return d
+}

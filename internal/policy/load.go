@@ -1,0 +1,318 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	cedar "github.com/cedar-policy/cedar-go"
+	"golang.org/x/sys/unix"
+)
+
+// loader accumulates the state of one Load.
+type loader struct {
+	set      *Set
+	digest   []byte // the digest input, hashed at the end
+	total    int
+	ids      map[string]string // policy id → file that declared it
+	problems []Problem
+}
+
+// Load reads the project's policies relative to root, the project's pinned
+// directory descriptor, and returns the resulting Set. It never fails: anything
+// configured that cannot be used yields a Set in deny_all mode with a Reason.
+func Load(root *os.File) *Set {
+	l := &loader{set: &Set{}, ids: map[string]string{}}
+	l.load(root)
+	s := l.set
+	sum := sha256.Sum256(l.digest)
+	s.Digest = hex.EncodeToString(sum[:])
+	switch {
+	case len(l.problems) > 0:
+		s.Mode = ModeDenyAll
+		s.Problems = l.problems
+		s.Reason = l.problems[0].String()
+		if n := len(l.problems); n > 1 {
+			s.Reason += fmt.Sprintf(" (and %d more problems)", n-1)
+		}
+		s.policies, s.compiled = nil, nil
+	case len(s.Files) == 0:
+		s.Mode = ModeDefault
+	case len(s.policies) == 0:
+		s.Mode = ModeDenyAll
+		s.Reason = "the policy files hold no policies: " + strings.Join(s.Files, ", ")
+	default:
+		s.Mode = ModeCedar
+	}
+	return s
+}
+
+func (l *loader) fail(file string, format string, args ...any) {
+	l.problems = append(l.problems, Problem{File: file, Message: fmt.Sprintf(format, args...)})
+}
+
+func (l *loader) load(root *os.File) {
+	rootFD, err := dupFD(root)
+	if err != nil {
+		l.fail(Dir, "cannot use the project directory descriptor: %v", err)
+		return
+	}
+	defer unix.Close(rootFD)
+
+	dir, ok := l.openDir(rootFD, Dir, Dir)
+	if !ok || dir == nil {
+		return
+	}
+	defer dir.Close()
+	names, hasSurface, ok := l.list(dir, Dir)
+	if !ok {
+		return
+	}
+	l.readFiles(dir, Dir, names)
+	if !hasSurface {
+		return
+	}
+	sub, ok := l.openDir(int(dir.Fd()), surfaceEntry, SurfaceDir)
+	if !ok || sub == nil {
+		return
+	}
+	defer sub.Close()
+	subNames, _, ok := l.list(sub, SurfaceDir)
+	if !ok {
+		return
+	}
+	l.readFiles(sub, SurfaceDir, subNames)
+}
+
+// dupFD returns a close-on-exec duplicate of f's descriptor, so that Load never
+// changes or closes the caller's file.
+func dupFD(f *os.File) (int, error) {
+	if f == nil {
+		return -1, errors.New("no directory")
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	var dupErr error
+	if err := rc.Control(func(raw uintptr) {
+		fd, dupErr = unix.FcntlInt(raw, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil {
+		return -1, err
+	}
+	return fd, dupErr
+}
+
+// openDir opens the directory entry name under parent without following a
+// symbolic link. A missing entry returns (nil, true); anything unusable records a
+// problem and returns (nil, false).
+func (l *loader) openDir(parent int, name, rel string) (*os.File, bool) {
+	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case err == nil:
+		return os.NewFile(uintptr(fd), rel), true
+	case errors.Is(err, unix.ENOENT):
+		return nil, true
+	case errors.Is(err, unix.ELOOP):
+		l.fail(rel, "is a symbolic link; policy directories must be real directories")
+	case errors.Is(err, unix.ENOTDIR):
+		var st unix.Stat_t
+		if unix.Fstatat(parent, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			l.fail(rel, "is a symbolic link; policy directories must be real directories")
+		} else {
+			l.fail(rel, "is not a directory")
+		}
+	default:
+		l.fail(rel, "cannot open directory: %v", err)
+	}
+	return nil, false
+}
+
+// list returns the sorted *.cedar names in dir and whether dir has an entry named
+// mcp-server (only meaningful for policies/).
+func (l *loader) list(dir *os.File, rel string) (names []string, hasSurface, ok bool) {
+	entries, err := dir.ReadDir(MaxDirEntries + 1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		l.fail(rel, "cannot list directory: %v", err)
+		return nil, false, false
+	}
+	if len(entries) > MaxDirEntries {
+		l.fail(rel, "limit exceeded: more than %d directory entries", MaxDirEntries)
+		return nil, false, false
+	}
+	for _, e := range entries {
+		switch {
+		case strings.HasSuffix(e.Name(), ".cedar"):
+			names = append(names, e.Name())
+		case e.Name() == surfaceEntry:
+			hasSurface = true
+		}
+	}
+	slices.Sort(names)
+	return names, hasSurface, true
+}
+
+// readFiles reads and parses each named file of dir, in order.
+func (l *loader) readFiles(dir *os.File, rel string, names []string) {
+	for _, name := range names {
+		file := rel + "/" + name
+		l.set.Files = append(l.set.Files, file)
+		data, ok := l.read(int(dir.Fd()), name, file)
+		if !ok {
+			l.digestFile(file, nil, false)
+			continue
+		}
+		l.digestFile(file, data, true)
+		l.parse(file, data)
+	}
+}
+
+// digestFile appends one file's contribution to the digest input.
+func (l *loader) digestFile(file string, data []byte, readable bool) {
+	var n [8]byte
+	size := uint64(len(data))
+	if !readable {
+		size = ^uint64(0)
+	}
+	binary.BigEndian.PutUint64(n[:], size)
+	l.digest = append(l.digest, file...)
+	l.digest = append(l.digest, 0)
+	l.digest = append(l.digest, n[:]...)
+	l.digest = append(l.digest, data...)
+}
+
+// read opens name under dirFD without following a symbolic link and returns its
+// bytes if it is a usable policy file.
+func (l *loader) read(dirFD int, name, file string) ([]byte, bool) {
+	fd, err := unix.Openat(dirFD, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			l.fail(file, "is a symbolic link; policy files must be regular files")
+		} else {
+			l.fail(file, "cannot open: %v", err)
+		}
+		return nil, false
+	}
+	f := os.NewFile(uintptr(fd), file)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		l.fail(file, "cannot stat: %v", err)
+		return nil, false
+	}
+	switch {
+	case st.Mode&unix.S_IFMT == unix.S_IFDIR:
+		l.fail(file, "is a directory; policy files must be regular files")
+		return nil, false
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		l.fail(file, "is not a regular file")
+		return nil, false
+	case st.Nlink > 1:
+		l.fail(file, "has %d hard links; policy files must have exactly one", st.Nlink)
+		return nil, false
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		l.fail(file, "cannot read: %v", err)
+		return nil, false
+	}
+	if len(data) > MaxFileBytes {
+		l.fail(file, "limit exceeded: larger than %d bytes", MaxFileBytes)
+		return nil, false
+	}
+	l.total += len(data)
+	if l.total > MaxTotalBytes {
+		l.fail(file, "limit exceeded: policy files total more than %d bytes", MaxTotalBytes)
+		return nil, false
+	}
+	if !utf8.Valid(data) {
+		line, col := firstInvalidUTF8(data)
+		l.problems = append(l.problems, Problem{File: file, Line: line, Column: col, Message: "invalid UTF-8"})
+		return nil, false
+	}
+	return data, true
+}
+
+// firstInvalidUTF8 returns the 1-based line and column (in characters) of the
+// first invalid UTF-8 byte of data.
+func firstInvalidUTF8(data []byte) (line, col int) {
+	line, col = 1, 1
+	for len(data) > 0 {
+		r, size := utf8.DecodeRune(data)
+		if r == utf8.RuneError && size <= 1 {
+			return line, col
+		}
+		if r == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+		data = data[size:]
+	}
+	return line, col
+}
+
+// parsePos finds the position in a cedar-go parser error ("<input>:L:C").
+var parsePos = regexp.MustCompile(`<input>:(\d+):(\d+):? ?`)
+
+// parse adds the policies of one file to the set, or records why it cannot.
+func (l *loader) parse(file string, data []byte) {
+	list, err := cedar.NewPolicyListFromBytes(file, data)
+	if err != nil {
+		l.problems = append(l.problems, parseProblem(file, err))
+		return
+	}
+	for _, p := range list {
+		pos := p.Position()
+		id := fmt.Sprintf("%s:%d:%d", file, pos.Line, pos.Column)
+		if v, ok := p.Annotations()["id"]; ok {
+			id = string(v)
+		}
+		if id == "" {
+			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column, Message: "empty @id annotation"})
+			continue
+		}
+		if prev, dup := l.ids[id]; dup {
+			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column,
+				Message: fmt.Sprintf("duplicate policy id %q (also in %s)", id, prev)})
+			continue
+		}
+		l.ids[id] = file
+		effect := "permit"
+		if p.Effect() == cedar.Forbid {
+			effect = "forbid"
+		}
+		l.set.policies = append(l.set.policies, Policy{ID: id, File: file, Line: pos.Line, Column: pos.Column, Effect: effect})
+		l.set.compiled = append(l.set.compiled, p)
+	}
+}
+
+// parseProblem turns a cedar-go parse error into a positioned Problem.
+func parseProblem(file string, err error) Problem {
+	msg := strings.TrimPrefix(err.Error(), "parser error: ")
+	m := parsePos.FindStringSubmatchIndex(msg)
+	if m == nil {
+		return Problem{File: file, Message: msg}
+	}
+	line, _ := strconv.Atoi(msg[m[2]:m[3]])
+	col, _ := strconv.Atoi(msg[m[4]:m[5]])
+	rest := msg[m[1]:]
+	if strings.HasPrefix(rest, `"`) {
+		rest = "near " + rest
+	}
+	prefix := strings.TrimSuffix(strings.TrimSpace(msg[:m[0]]), " at")
+	if prefix != "" {
+		rest = prefix + " " + rest
+	}
+	return Problem{File: file, Line: line, Column: col, Message: rest}
+}

@@ -1,0 +1,270 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+const (
+	permitAll   = "@id(\"all\")\npermit (principal, action == Action::\"respond\", resource);\n"
+	forbidKeys  = "@id(\"keys\")\nforbid (principal, action, resource) when { context.response like \"*BEGIN PRIVATE KEY*\" };\n"
+	unnamedRule = "// comment\n\n  permit (principal, action, resource);\n"
+)
+
+// project builds a project directory from a map of relative path → content and
+// applies setup for the special cases, then returns the directory path.
+func project(t *testing.T, files map[string]string, setup func(t *testing.T, dir string)) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if setup != nil {
+		setup(t, dir)
+	}
+	return dir
+}
+
+// loadDir pins dir and loads its policies.
+func loadDir(t *testing.T, dir string) *Set {
+	t.Helper()
+	root, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	return Load(root)
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadModes(t *testing.T) {
+	tests := []struct {
+		name    string
+		files   map[string]string
+		setup   func(t *testing.T, dir string)
+		mode    Mode
+		problem string // substring of Reason in deny_all
+		pos     [2]int // line, column of the first problem, when positioned
+	}{
+		{name: "no policies directory", mode: ModeDefault},
+		{name: "empty policies directory", setup: func(t *testing.T, d string) { must(t, os.Mkdir(filepath.Join(d, "policies"), 0o755)) }, mode: ModeDefault},
+		{name: "only non-cedar files", files: map[string]string{"policies/README.md": "x", "policies/symbi.cedarschema": "entity A;", "policies/a.cedar.bak": "junk"}, mode: ModeDefault},
+		{name: "empty mcp-server directory", files: map[string]string{"policies/mcp-server/notes.txt": "x"}, mode: ModeDefault},
+		{name: "one permit", files: map[string]string{"policies/a.cedar": permitAll}, mode: ModeCedar},
+		{name: "only surface policies", files: map[string]string{"policies/mcp-server/a.cedar": permitAll}, mode: ModeCedar},
+		{name: "an empty file beside policies", files: map[string]string{"policies/a.cedar": permitAll, "policies/b.cedar": "// nothing yet\n"}, mode: ModeCedar},
+		{name: "configured set with no policies", files: map[string]string{"policies/a.cedar": "// nothing\n", "policies/mcp-server/b.cedar": ""}, mode: ModeDenyAll, problem: "hold no policies"},
+		{name: "malformed file", files: map[string]string{"policies/a.cedar": permitAll, "policies/b.cedar": "permit (principal, action, resource)\nwhen { 1 + };\n"}, mode: ModeDenyAll, problem: "policies/b.cedar:2:13: parse error near", pos: [2]int{2, 13}},
+		{name: "unterminated string", files: map[string]string{"policies/a.cedar": "permit (principal, action, resource) when { \"abc };"}, mode: ModeDenyAll, problem: "literal not terminated", pos: [2]int{1, 45}},
+		{name: "malformed surface file", files: map[string]string{"policies/a.cedar": permitAll, "policies/mcp-server/b.cedar": "forbid ("}, mode: ModeDenyAll, problem: "policies/mcp-server/b.cedar:1:9:"},
+		{name: "non-UTF-8 file", files: map[string]string{"policies/a.cedar": "permit (principal, action, resource)\n// caf\xe9\n;"}, mode: ModeDenyAll, problem: "policies/a.cedar:2:7: invalid UTF-8", pos: [2]int{2, 7}},
+		{name: "duplicate id", files: map[string]string{"policies/a.cedar": permitAll, "policies/mcp-server/b.cedar": permitAll}, mode: ModeDenyAll, problem: `duplicate policy id "all" (also in policies/a.cedar)`},
+		{name: "empty id", files: map[string]string{"policies/a.cedar": "@id(\"\") permit (principal, action, resource);"}, mode: ModeDenyAll, problem: "empty @id"},
+		{name: "symlink to a valid file", files: map[string]string{"elsewhere.txt": permitAll}, setup: func(t *testing.T, d string) {
+			must(t, os.Mkdir(filepath.Join(d, "policies"), 0o755))
+			must(t, os.Symlink("../elsewhere.txt", filepath.Join(d, "policies/a.cedar")))
+		}, mode: ModeDenyAll, problem: "policies/a.cedar: is a symbolic link"},
+		{name: "dangling symlink", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t *testing.T, d string) {
+			must(t, os.Symlink("missing.cedar", filepath.Join(d, "policies/b.cedar")))
+		}, mode: ModeDenyAll, problem: "policies/b.cedar: is a symbolic link"},
+		{name: "directory named x.cedar", files: map[string]string{"policies/a.cedar": permitAll, "policies/x.cedar/inner.cedar": permitAll}, mode: ModeDenyAll, problem: "policies/x.cedar: is a directory"},
+		{name: "fifo named x.cedar", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t *testing.T, d string) {
+			must(t, syscall.Mkfifo(filepath.Join(d, "policies/x.cedar"), 0o644))
+		}, mode: ModeDenyAll, problem: "policies/x.cedar: is not a regular file"},
+		{name: "hard link", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t *testing.T, d string) {
+			must(t, os.Link(filepath.Join(d, "policies/a.cedar"), filepath.Join(d, "copy")))
+		}, mode: ModeDenyAll, problem: "policies/a.cedar: has 2 hard links"},
+		{name: "policies is a symlink", files: map[string]string{"real/a.cedar": permitAll}, setup: func(t *testing.T, d string) {
+			must(t, os.Symlink("real", filepath.Join(d, "policies")))
+		}, mode: ModeDenyAll, problem: "policies: is a symbolic link"},
+		{name: "policies is a file", files: map[string]string{"policies": permitAll}, mode: ModeDenyAll, problem: "policies: is not a directory"},
+		{name: "mcp-server is a symlink", files: map[string]string{"policies/a.cedar": permitAll, "real/b.cedar": forbidKeys}, setup: func(t *testing.T, d string) {
+			must(t, os.Symlink("../real", filepath.Join(d, "policies/mcp-server")))
+		}, mode: ModeDenyAll, problem: "policies/mcp-server: is a symbolic link"},
+		{name: "mcp-server is a dangling symlink", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t *testing.T, d string) {
+			must(t, os.Symlink("nowhere", filepath.Join(d, "policies/mcp-server")))
+		}, mode: ModeDenyAll, problem: "policies/mcp-server: is a symbolic link"},
+		{name: "mcp-server is a file", files: map[string]string{"policies/a.cedar": permitAll, "policies/mcp-server": forbidKeys}, mode: ModeDenyAll, problem: "policies/mcp-server: is not a directory"},
+		{name: "file over the size limit", files: map[string]string{"policies/a.cedar": permitAll + strings.Repeat("/", MaxFileBytes)}, mode: ModeDenyAll, problem: "limit exceeded: larger than 1048576 bytes"},
+		{name: "too many directory entries", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t *testing.T, d string) {
+			for i := range MaxDirEntries {
+				must(t, os.WriteFile(filepath.Join(d, "policies", fmt.Sprintf("note%04d.txt", i)), nil, 0o644))
+			}
+		}, mode: ModeDenyAll, problem: "limit exceeded: more than 1024 directory entries"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := loadDir(t, project(t, tt.files, tt.setup))
+			if s.Mode != tt.mode {
+				t.Fatalf("mode %q, want %q (reason %q)", s.Mode, tt.mode, s.Reason)
+			}
+			if tt.mode != ModeDenyAll {
+				if s.Reason != "" || len(s.Problems) != 0 {
+					t.Fatalf("reason %q, problems %v in mode %s", s.Reason, s.Problems, s.Mode)
+				}
+				return
+			}
+			if !strings.Contains(s.Reason, tt.problem) {
+				t.Fatalf("reason %q does not contain %q", s.Reason, tt.problem)
+			}
+			if len(s.PolicyIDs()) != 0 {
+				t.Fatalf("deny_all set keeps policies %v", s.PolicyIDs())
+			}
+			if tt.pos != [2]int{} {
+				if got := [2]int{s.Problems[0].Line, s.Problems[0].Column}; got != tt.pos {
+					t.Fatalf("position %v, want %v", got, tt.pos)
+				}
+			}
+			d := s.Decide(Request{Agent: "a", RunID: "r", Response: "hello"})
+			if d.Allow || !strings.Contains(d.Reason, "deny_all") {
+				t.Fatalf("deny_all decided %+v", d)
+			}
+		})
+	}
+}
+
+func TestLoadUnreadable(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("permissions do not restrict root")
+	}
+	dir := project(t, map[string]string{"policies/a.cedar": permitAll}, nil)
+	must(t, os.Chmod(filepath.Join(dir, "policies/a.cedar"), 0))
+	s := loadDir(t, dir)
+	if s.Mode != ModeDenyAll || !strings.Contains(s.Reason, "policies/a.cedar: cannot open") {
+		t.Fatalf("mode %s reason %q", s.Mode, s.Reason)
+	}
+}
+
+func TestLoadReportsEveryProblem(t *testing.T) {
+	dir := project(t, map[string]string{
+		"policies/a.cedar":            "permit (",
+		"policies/b.cedar":            permitAll,
+		"policies/mcp-server/c.cedar": "forbid (principal, action, resource) when { 1 + };",
+	}, nil)
+	s := loadDir(t, dir)
+	var got []string
+	for _, p := range s.Problems {
+		got = append(got, p.String())
+	}
+	want := []string{
+		`policies/a.cedar:1:9: parse error near "": exact got  want principal`,
+		`policies/mcp-server/c.cedar:1:50: parse error near ";": invalid primary`,
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("problems\n%q\nwant\n%q", got, want)
+	}
+	if !strings.HasSuffix(s.Reason, "(and 1 more problems)") {
+		t.Fatalf("reason %q", s.Reason)
+	}
+	if !slices.Equal(s.Files, []string{"policies/a.cedar", "policies/b.cedar", "policies/mcp-server/c.cedar"}) {
+		t.Fatalf("files %v", s.Files)
+	}
+}
+
+func TestLoadOrderAndIDs(t *testing.T) {
+	dir := project(t, map[string]string{
+		"policies/b.cedar":            "@id(\"b-rule\") permit (principal, action, resource);\n" + unnamedRule,
+		"policies/a.cedar":            unnamedRule,
+		"policies/mcp-server/0.cedar": forbidKeys,
+		"policies/z/ignored.cedar":    permitAll, // other subdirectories are not read
+	}, nil)
+	s := loadDir(t, dir)
+	if s.Mode != ModeCedar {
+		t.Fatalf("mode %s: %s", s.Mode, s.Reason)
+	}
+	wantFiles := []string{"policies/a.cedar", "policies/b.cedar", "policies/mcp-server/0.cedar"}
+	if !slices.Equal(s.Files, wantFiles) {
+		t.Fatalf("files %v, want %v", s.Files, wantFiles)
+	}
+	wantIDs := []string{"policies/a.cedar:3:3", "b-rule", "policies/b.cedar:4:3", "keys"}
+	if !slices.Equal(s.PolicyIDs(), wantIDs) {
+		t.Fatalf("ids %v, want %v", s.PolicyIDs(), wantIDs)
+	}
+	ps := s.Policies()
+	if ps[3].Effect != "forbid" || ps[3].File != "policies/mcp-server/0.cedar" || ps[3].Line != 1 || ps[0].Effect != "permit" {
+		t.Fatalf("policies %+v", ps)
+	}
+}
+
+// digestOf computes the documented digest layout independently.
+func digestOf(files [][2]string) string {
+	h := sha256.New()
+	for _, f := range files {
+		h.Write([]byte(f[0]))
+		h.Write([]byte{0})
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(f[1])))
+		h.Write(n[:])
+		h.Write([]byte(f[1]))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func TestDigest(t *testing.T) {
+	base := map[string]string{"policies/a.cedar": permitAll, "policies/mcp-server/b.cedar": forbidKeys}
+	want := digestOf([][2]string{{"policies/a.cedar", permitAll}, {"policies/mcp-server/b.cedar", forbidKeys}})
+	first := loadDir(t, project(t, base, nil))
+	again := loadDir(t, project(t, base, nil))
+	if first.Digest != want || again.Digest != want {
+		t.Fatalf("digest %s / %s, want %s", first.Digest, again.Digest, want)
+	}
+	if d := loadDir(t, t.TempDir()).Digest; d != digestOf(nil) {
+		t.Fatalf("default digest %s", d)
+	}
+	changes := []struct {
+		name  string
+		files map[string]string
+	}{
+		{"content changed", map[string]string{"policies/a.cedar": permitAll + " ", "policies/mcp-server/b.cedar": forbidKeys}},
+		{"file renamed", map[string]string{"policies/a2.cedar": permitAll, "policies/mcp-server/b.cedar": forbidKeys}},
+		{"file moved to the surface directory", map[string]string{"policies/mcp-server/a.cedar": permitAll, "policies/mcp-server/b.cedar": forbidKeys}},
+		{"file added", map[string]string{"policies/a.cedar": permitAll, "policies/c.cedar": "", "policies/mcp-server/b.cedar": forbidKeys}},
+		{"file removed", map[string]string{"policies/a.cedar": permitAll}},
+		{"bytes moved between files", map[string]string{"policies/a.cedar": permitAll + forbidKeys[:3], "policies/mcp-server/b.cedar": forbidKeys[3:]}},
+	}
+	for _, c := range changes {
+		t.Run(c.name, func(t *testing.T) {
+			if d := loadDir(t, project(t, c.files, nil)).Digest; d == want {
+				t.Fatalf("digest did not change")
+			}
+		})
+	}
+}
+
+func TestLoadLeavesRootUsable(t *testing.T) {
+	dir := project(t, map[string]string{"policies/a.cedar": permitAll}, nil)
+	root, err := os.Open(dir)
+	must(t, err)
+	defer root.Close()
+	for range 3 {
+		if s := Load(root); s.Mode != ModeCedar {
+			t.Fatalf("mode %s: %s", s.Mode, s.Reason)
+		}
+	}
+	if _, err := root.ReadDir(-1); err != nil {
+		t.Fatalf("root unusable after Load: %v", err)
+	}
+	if s := Load(nil); s.Mode != ModeDenyAll {
+		t.Fatalf("nil root: mode %s", s.Mode)
+	}
+}
