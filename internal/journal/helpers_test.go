@@ -1,0 +1,165 @@
+package journal
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"golang.org/x/sys/unix"
+)
+
+// TestMain lets the test binary act as a child process for the tests that need separate
+// processes (concurrent key creators, a real RLIMIT_FSIZE failure).
+func TestMain(m *testing.M) {
+	switch os.Getenv("JOURNAL_TEST_CHILD") {
+	case "key":
+		os.Exit(childKey(os.Getenv("JOURNAL_TEST_DIR")))
+	case "fsize":
+		os.Exit(childFsize(os.Getenv("JOURNAL_TEST_DIR")))
+	}
+	os.Exit(m.Run())
+}
+
+// newProject returns a fresh project directory and its pinned descriptor.
+func newProject(t testing.TB) (string, *os.File) {
+	t.Helper()
+	dir := t.TempDir()
+	return dir, openRoot(t, dir)
+}
+
+func openRoot(t testing.TB, dir string) *os.File {
+	t.Helper()
+	root, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	return root
+}
+
+// openStore opens (creating) the store of a project.
+func openStore(t testing.TB, root *os.File) *Store {
+	t.Helper()
+	s, err := OpenStore(root, StoreOptions{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// fixedClock returns a clock that starts at start and advances 7 ms per call.
+func fixedClock(start time.Time) func() time.Time {
+	n := 0
+	return func() time.Time {
+		n++
+		return start.Add(time.Duration(n) * 7 * time.Millisecond)
+	}
+}
+
+func sum(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// run describes the records of one sample run.
+type run struct {
+	agent, prompt, text string
+	allow               bool
+}
+
+// records returns the five records of a sample run.
+func (r run) records() []Record {
+	decision, reason, ids := "deny", "policy_denied", []string{"forbid-secrets"}
+	if r.allow {
+		decision, reason, ids = "allow", "completed", []string{"policy0"}
+	}
+	req := `{"model":"m","messages":[...]}`
+	resp := `{"choices":[{"message":{"content":` + fmt.Sprintf("%q", r.text) + `}}]}`
+	return []Record{
+		Started{Agent: r.agent, File: "agents/" + r.agent + ".symbi", SourceSHA256: sum("source"), DeclarationSHA256: sum("decl"),
+			Mode: "text_response", Surface: "mcp-server", ServerVersion: "test", MaxOutputTokens: 4096, DeadlineMS: 120000,
+			Provider: "openai", Model: "m", InlinePolicies: []string{"p1"}, InlinePoliciesSHA256: sum("p1"), PolicyMode: "cedar",
+			PolicyDigest: sum("policies"), PromptSHA256: sum(r.prompt), PromptBytes: int64(len(r.prompt)),
+			InstructionsSHA256: sum(""), Prompt: r.prompt},
+		InferenceRequested{CallID: "call-1", RequestSHA256: sum(req), RequestBytes: int64(len(req)), MaxTokens: 4096, DeadlineMS: 120000},
+		InferenceFinished{CallID: "call-1", Outcome: "completed", HTTPStatus: 200, ResponseSHA256: sum(resp), ResponseBytes: int64(len(resp)),
+			TextSHA256: sum(r.text), TextBytes: int64(len(r.text)), FinishReason: "stop", Usage: Usage{InputTokens: 12, OutputTokens: 5}, Text: r.text},
+		PolicyEvaluated{Action: "respond", Decision: decision, PolicyIDs: ids, TextSHA256: sum(r.text), TextBytes: int64(len(r.text))},
+		Terminated{Reason: reason, Released: r.allow, DurationMS: 42},
+	}
+}
+
+// agentID is the UUIDv5 (URL namespace) of symbi://response/<name>.
+func agentID(name string) string {
+	return uuid.NewSHA1(uuid.NameSpaceURL, []byte("symbi://response/"+name)).String()
+}
+
+// writeRun writes n records of r (all when n < 0) to a new journal with a fixed clock and
+// returns the writer (synced, closed).
+func writeRun(t testing.TB, s *Store, r run, runID string, n int) *Writer {
+	t.Helper()
+	w, err := s.Create(agentID(r.agent), runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.now = fixedClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	recs := r.records()
+	if n >= 0 {
+		recs = recs[:n]
+	}
+	for _, rec := range recs {
+		if err := w.Append(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// storeWithSeed creates a project whose key is the given seed.
+func storeWithSeed(t testing.TB, seed []byte) *Store {
+	t.Helper()
+	dir, root := newProject(t)
+	gov := filepath.Join(dir, ".symbiont", "governed")
+	if err := os.MkdirAll(gov, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(gov, KeyFileName), seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return openStore(t, root)
+}
+
+func mustRead(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// verifyBytes verifies journal bytes held in memory.
+func verifyBytes(data []byte, pub ed25519.PublicKey, opts VerifyOptions) *Report {
+	r := &Report{Problems: []Problem{}}
+	verifyData(r, data, pub, opts)
+	return r
+}
+
+func reportJSON(r *Report) string {
+	b, _ := json.Marshal(r)
+	return string(b)
+}

@@ -1,0 +1,163 @@
+package journal
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/journal from the fixed seed")
+
+// vectorDir holds the published test vectors.
+const vectorDir = "../../testdata/journal"
+
+// vectorSeed is the Ed25519 seed that signs every vector (RFC 8032, test 1).
+const vectorSeed = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60"
+
+// Run ids of the vectors.
+const (
+	allowedRun = "0b7e8a52-6f1d-4c3a-9e2b-5d4c3b2a1f00"
+	deniedRun  = "1c8f9b63-7a2e-4d4b-8f3c-6e5d4c3b2a11"
+	crashedRun = "2d9a0c74-8b3f-4e5c-9a4d-7f6e5d4c3b22"
+)
+
+// vectorCase is one entry of expected.json.
+type vectorCase struct {
+	File        string `json:"file"`
+	RunID       string `json:"run_id,omitempty"`
+	Head        string `json:"head,omitempty"`
+	Records     int    `json:"records,omitempty"`
+	Exit        int    `json:"exit"`
+	Description string `json:"description"`
+}
+
+type expectedFile struct {
+	Seed      string       `json:"seed"`
+	PublicKey string       `json:"public_key"`
+	Context   string       `json:"signature_context"`
+	Vectors   []vectorCase `json:"vectors"`
+}
+
+var (
+	allowedRunDef = run{agent: "greeter", prompt: "Say hello to <Ada> & \"friends\".", text: "Hello, Ada & friends!", allow: true}
+	deniedRunDef  = run{agent: "greeter", prompt: "Print the deploy key.", text: "The key is AKIA-SECRET.", allow: false}
+	crashedRunDef = run{agent: "auditor", prompt: "Summarize the log.", text: "", allow: true}
+)
+
+// buildVectors writes the three genuine runs with the vector key and derives the others.
+func buildVectors(t *testing.T) (map[string][]byte, expectedFile) {
+	seed, _ := hex.DecodeString(vectorSeed)
+	s := storeWithSeed(t, seed)
+	allowedW := writeRun(t, s, allowedRunDef, allowedRun, -1)
+	writeRun(t, s, deniedRunDef, deniedRun, -1)
+	writeRun(t, s, crashedRunDef, crashedRun, 3)
+	allowed := mustRead(t, filepath.Join(s.Dir(), agentID("greeter")+"."+allowedRun+".jsonl"))
+	denied := mustRead(t, filepath.Join(s.Dir(), agentID("greeter")+"."+deniedRun+".jsonl"))
+	crashed := mustRead(t, filepath.Join(s.Dir(), agentID("auditor")+"."+crashedRun+".jsonl"))
+	al, dl := splitLines(allowed), splitLines(denied)
+
+	tamperedPayload := bytes.Clone(allowed)
+	i := bytes.Index(tamperedPayload, []byte(`"http_status":200`))
+	tamperedPayload[i+len(`"http_status":20`)] = '1'
+
+	sigLine := bytes.Clone(al[1])
+	j := bytes.LastIndex(sigLine, []byte(`"signature":"`)) + len(`"signature":"`) + 10
+	if sigLine[j] == 'A' {
+		sigLine[j] = 'B'
+	} else {
+		sigLine[j] = 'A'
+	}
+	tamperedSig := joinLines(al[0], sigLine, al[2], al[3], al[4])
+
+	files := map[string][]byte{
+		"allowed.jsonl":            allowed,
+		"denied.jsonl":             denied,
+		"crashed.jsonl":            crashed,
+		"torn.jsonl":               append(joinLines(al[:4]...), al[4][:len(al[4])/2]...),
+		"tampered-payload.jsonl":   tamperedPayload,
+		"tampered-signature.jsonl": tamperedSig,
+		"swapped.jsonl":            joinLines(al[0], al[2], al[1], al[3], al[4]),
+		"spliced.jsonl":            joinLines(al[0], al[1], dl[2], al[3], al[4]),
+		"deleted.jsonl":            joinLines(al[0], al[1], al[3], al[4]),
+		"truncated.jsonl":          joinLines(al[:3]...),
+	}
+	rc := allowedW.Receipt()
+	exp := expectedFile{
+		Seed:      vectorSeed,
+		PublicKey: hex.EncodeToString(s.PublicKey()),
+		Context:   SignatureContext,
+		Vectors: []vectorCase{
+			{File: "allowed.jsonl", Exit: 0, Description: "a complete run whose response the policy allowed"},
+			{File: "allowed.jsonl", RunID: allowedRun, Head: rc.Head, Records: rc.Records, Exit: 0, Description: "the same run checked against its run id and receipt"},
+			{File: "allowed.jsonl", RunID: deniedRun, Exit: 1, Description: "the allowed run checked against another run's id"},
+			{File: "denied.jsonl", Exit: 0, Description: "a complete run whose response the policy denied (text withheld)"},
+			{File: "crashed.jsonl", Exit: 2, Description: "a crashed run: three valid records, no terminated"},
+			{File: "torn.jsonl", Exit: 2, Description: "the allowed run with its last line torn: an unverified tail"},
+			{File: "truncated.jsonl", Exit: 2, Description: "the allowed run cut after its third line"},
+			{File: "truncated.jsonl", Head: rc.Head, Records: rc.Records, Exit: 1, Description: "the cut run checked against the original receipt"},
+			{File: "tampered-payload.jsonl", Exit: 1, Description: "one payload byte edited (http_status 200 to 201)"},
+			{File: "tampered-signature.jsonl", Exit: 1, Description: "one signature character edited"},
+			{File: "swapped.jsonl", Exit: 1, Description: "lines 2 and 3 swapped"},
+			{File: "spliced.jsonl", Exit: 1, Description: "line 3 replaced by line 3 of the denied run"},
+			{File: "deleted.jsonl", Exit: 1, Description: "line 3 deleted"},
+		},
+	}
+	return files, exp
+}
+
+func splitLines(b []byte) [][]byte {
+	var out [][]byte
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		out = append(out, b[:i+1])
+		b = b[i+1:]
+	}
+	return out
+}
+
+func joinLines(lines ...[]byte) []byte { return bytes.Join(lines, nil) }
+
+// TestVectors regenerates the vectors from the fixed seed, compares them with
+// testdata/journal (rewritten with -update), and verifies each with its expected outcome.
+func TestVectors(t *testing.T) {
+	files, exp := buildVectors(t)
+	expJSON, err := json.MarshalIndent(exp, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files["expected.json"] = append(expJSON, '\n')
+	files["seed.hex"] = []byte(vectorSeed + "\n")
+	if *update {
+		for name, b := range files {
+			if err := os.WriteFile(filepath.Join(vectorDir, name), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for name, want := range files {
+		got, err := os.ReadFile(filepath.Join(vectorDir, name))
+		if err != nil {
+			t.Fatalf("%v (run go test ./internal/journal -run TestVectors -update)", err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from the regenerated vector (run with -update if the change is deliberate)", name)
+		}
+	}
+	pub, _ := hex.DecodeString(exp.PublicKey)
+	for _, c := range exp.Vectors {
+		r := Verify(filepath.Join(vectorDir, c.File), ed25519.PublicKey(pub), VerifyOptions{RunID: c.RunID, Head: c.Head, Records: c.Records})
+		if r.ExitCode() != c.Exit {
+			t.Errorf("%s (%s): exit %d, want %d; report %s", c.File, c.Description, r.ExitCode(), c.Exit, reportJSON(r))
+		}
+	}
+	// The seed really is the key that signed them.
+	seed, _ := hex.DecodeString(vectorSeed)
+	if !bytes.Equal(ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey), pub) {
+		t.Error("public key in expected.json does not derive from the seed")
+	}
+}

@@ -1,0 +1,236 @@
+package journal
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"symbi/internal/errcode"
+)
+
+func TestWriterRoundTrip(t *testing.T) {
+	_, root := newProject(t)
+	s := openStore(t, root)
+	w := writeRun(t, s, allowedRunDef, allowedRun, -1)
+	st, err := os.Lstat(w.Path())
+	if err != nil || st.Mode() != 0o600 {
+		t.Fatalf("journal mode %v, err %v", st.Mode(), err)
+	}
+	data := mustRead(t, w.Path())
+	rc := w.Receipt()
+	lines := splitLines(data)
+	if rc.Records != 5 || len(lines) != 5 || rc.Head != lineHash(lines[4]) {
+		t.Fatalf("receipt %+v for %d lines", rc, len(lines))
+	}
+	if bytes.Contains(data, []byte(`\u003c`)) || !bytes.Contains(data, []byte(`<Ada> & \"friends\"`)) {
+		t.Error("payload is HTML-escaped or lacks the clear-text prompt")
+	}
+	r := Verify(w.Path(), s.PublicKey(), VerifyOptions{RunID: allowedRun, Head: rc.Head, Records: rc.Records})
+	if r.ExitCode() != 0 || r.TerminalReason != "completed" || !r.Released || r.RunID != allowedRun || r.AgentID != agentID("greeter") {
+		t.Fatalf("report %s", reportJSON(r))
+	}
+	if _, err := s.Create(agentID("greeter"), allowedRun); !errors.Is(err, errcode.AuditUnavailable) {
+		t.Errorf("second Create of the same run: %v", err)
+	}
+	for _, id := range []string{"", "../x", "a/b", ".hidden", strings.Repeat("a", 129)} {
+		if _, err := s.Create(id, "r"); !errors.Is(err, errcode.InvalidRequest) {
+			t.Errorf("Create(%q): %v", id, err)
+		}
+	}
+}
+
+func TestWriterOrderAndLimits(t *testing.T) {
+	_, root := newProject(t)
+	s := openStore(t, root)
+	w, err := s.Create("a", "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Append(Terminated{Reason: "completed"}); !errors.Is(err, ErrOrder) {
+		t.Errorf("terminated first: %v", err)
+	}
+	big := Started{Prompt: strings.Repeat("x", MaxRecordBytes)}
+	if err := w.Append(big); !errors.Is(err, ErrRecordTooLarge) || !errors.Is(err, errcode.LimitExceeded) {
+		t.Errorf("oversized record: %v", err)
+	}
+	// Neither refusal wrote anything or stopped the writer.
+	if err := w.Append(Started{Agent: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append(Started{Agent: "a"}); !errors.Is(err, ErrOrder) {
+		t.Errorf("second started: %v", err)
+	}
+	w.size = MaxFileBytes - 100 // pretend the file is nearly full
+	if err := w.Append(Terminated{Reason: "completed"}); !errors.Is(err, ErrFileTooLarge) {
+		t.Errorf("file limit: %v", err)
+	}
+	w.size = int64(len(mustRead(t, w.Path())))
+	if err := w.Append(Terminated{Reason: "completed"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append(PolicyEvaluated{}); !errors.Is(err, ErrOrder) {
+		t.Errorf("after terminated: %v", err)
+	}
+	if got := Verify(w.Path(), s.PublicKey(), VerifyOptions{}); got.ExitCode() != 0 {
+		t.Errorf("report %s", reportJSON(got))
+	}
+}
+
+// faultyFile is an *os.File whose writes or syncs can be made to fail.
+type faultyFile struct {
+	*os.File
+	failWrite, failSync bool
+}
+
+func (f *faultyFile) Write(b []byte) (int, error) {
+	if f.failWrite {
+		n, _ := f.File.Write(b[:len(b)/2]) // a partial write, as a full disk leaves
+		return n, syscall.ENOSPC
+	}
+	return f.File.Write(b)
+}
+
+func (f *faultyFile) Sync() error {
+	if f.failSync {
+		return syscall.EIO
+	}
+	return f.File.Sync()
+}
+
+func (f *faultyFile) Stat() (fs.FileInfo, error) { return f.File.Stat() }
+
+func TestFailStop(t *testing.T) {
+	tests := []struct {
+		name   string
+		inject func(f *faultyFile, path string) // called after the first record
+		op     func(w *Writer) error            // the operation that fails
+	}{
+		{"write", func(f *faultyFile, _ string) { f.failWrite = true }, func(w *Writer) error { return w.Append(InferenceRequested{CallID: "c"}) }},
+		{"fsync", func(f *faultyFile, _ string) { f.failSync = true }, func(w *Writer) error { return w.Sync() }},
+		{"foreign write", func(_ *faultyFile, path string) {
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				panic(err)
+			}
+			f.WriteString("{}\n")
+			f.Close()
+		}, func(w *Writer) error { return w.Append(InferenceRequested{CallID: "c"}) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, root := newProject(t)
+			s := openStore(t, root)
+			real, err := s.Create("a", "r")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ff := &faultyFile{File: real.f.(*os.File)}
+			w := newWriter(ff, real.Path(), s.key, "a", "r")
+			defer w.Close()
+			if err := w.Append(Started{Agent: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			tt.inject(ff, w.Path())
+			err = tt.op(w)
+			if !errors.Is(err, ErrStopped) || !errors.Is(err, errcode.AuditUnavailable) {
+				t.Fatalf("failing operation: %v", err)
+			}
+			ff.failWrite, ff.failSync = false, false // the fault is gone; the writer stays stopped
+			if err := w.Append(Terminated{Reason: "audit_failed"}); !errors.Is(err, ErrStopped) {
+				t.Errorf("later append: %v", err)
+			}
+			if err := w.Sync(); !errors.Is(err, ErrStopped) {
+				t.Errorf("later sync: %v", err)
+			}
+			if rc := w.Receipt(); rc.Records != 1 {
+				t.Errorf("receipt counts %d records, want the 1 that was written", rc.Records)
+			}
+			if r := Verify(w.Path(), s.PublicKey(), VerifyOptions{}); r.ExitCode() == 0 {
+				t.Errorf("stopped journal verifies complete: %s", reportJSON(r))
+			}
+		})
+	}
+}
+
+// childFsize appends to a journal under a low RLIMIT_FSIZE (with SIGXFSZ ignored, so the
+// write fails with EFBIG instead of killing the process) and reports what happened.
+func childFsize(dir string) int {
+	root, err := os.Open(dir)
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	s, err := OpenStore(root, StoreOptions{Create: true})
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	w, err := s.Create("a", "r")
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	signal.Ignore(syscall.SIGXFSZ)
+	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: 2000, Max: 2000}); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	res := struct {
+		Appended          int
+		FirstErr, Later   string
+		Stopped, LaterErr bool
+	}{}
+	var ferr error
+	if ferr = w.Append(Started{Agent: "a", Prompt: strings.Repeat("p", 500)}); ferr == nil {
+		res.Appended++
+		for i := 0; i < 10; i++ {
+			if ferr = w.Append(InferenceRequested{CallID: strings.Repeat("c", 500)}); ferr != nil {
+				break
+			}
+			res.Appended++
+		}
+	}
+	if ferr != nil {
+		res.FirstErr = ferr.Error()
+		res.Stopped = errors.Is(ferr, ErrStopped) && errors.Is(ferr, syscall.EFBIG)
+	}
+	lerr := w.Append(Terminated{Reason: "audit_failed"})
+	res.LaterErr = errors.Is(lerr, ErrStopped)
+	if lerr != nil {
+		res.Later = lerr.Error()
+	}
+	json.NewEncoder(os.Stdout).Encode(res)
+	return 0
+}
+
+func TestFailStopRealFsizeLimit(t *testing.T) {
+	dir, _ := newProject(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "JOURNAL_TEST_CHILD=fsize", "JOURNAL_TEST_DIR="+dir)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child: %v: %s", err, out)
+	}
+	var res struct {
+		Appended          int
+		FirstErr, Later   string
+		Stopped, LaterErr bool
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("child output %q: %v", out, err)
+	}
+	if res.Appended < 1 || !res.Stopped || !res.LaterErr {
+		t.Fatalf("child result %+v", res)
+	}
+}
