@@ -21,7 +21,7 @@ const (
 
 // project builds a project directory from a map of relative path → content and
 // applies setup for the special cases, then returns the directory path.
-func project(t *testing.T, files map[string]string, setup func(t *testing.T, dir string)) string {
+func project(t testing.TB, files map[string]string, setup func(t testing.TB, dir string)) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, content := range files {
@@ -40,7 +40,7 @@ func project(t *testing.T, files map[string]string, setup func(t *testing.T, dir
 }
 
 // loadDir pins dir and loads its policies.
-func loadDir(t *testing.T, dir string) *Set {
+func loadDir(t testing.TB, dir string) *Set {
 	t.Helper()
 	root, err := os.Open(dir)
 	if err != nil {
@@ -50,7 +50,7 @@ func loadDir(t *testing.T, dir string) *Set {
 	return Load(root)
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -61,13 +61,13 @@ func TestLoadModes(t *testing.T) {
 	tests := []struct {
 		name    string
 		files   map[string]string
-		setup   func(t *testing.T, dir string)
+		setup   func(t testing.TB, dir string)
 		mode    Mode
 		problem string // substring of Reason in deny_all
 		pos     [2]int // line, column of the first problem, when positioned
 	}{
 		{name: "no policies directory", mode: ModeDefault},
-		{name: "empty policies directory", setup: func(t *testing.T, d string) { must(t, os.Mkdir(filepath.Join(d, "policies"), 0o755)) }, mode: ModeDefault},
+		{name: "empty policies directory", setup: func(t testing.TB, d string) { must(t, os.Mkdir(filepath.Join(d, "policies"), 0o755)) }, mode: ModeDefault},
 		{name: "only non-cedar files", files: map[string]string{"policies/README.md": "x", "policies/symbi.cedarschema": "entity A;", "policies/a.cedar.bak": "junk"}, mode: ModeDefault},
 		{name: "empty mcp-server directory", files: map[string]string{"policies/mcp-server/notes.txt": "x"}, mode: ModeDefault},
 		{name: "one permit", files: map[string]string{"policies/a.cedar": permitAll}, mode: ModeCedar},
@@ -80,33 +80,33 @@ func TestLoadModes(t *testing.T) {
 		{name: "non-UTF-8 file", files: map[string]string{"policies/a.cedar": "permit (principal, action, resource)\n// caf\xe9\n;"}, mode: ModeDenyAll, problem: "policies/a.cedar:2:7: invalid UTF-8", pos: [2]int{2, 7}},
 		{name: "duplicate id", files: map[string]string{"policies/a.cedar": permitAll, "policies/mcp-server/b.cedar": permitAll}, mode: ModeDenyAll, problem: `duplicate policy id "all" (also in policies/a.cedar)`},
 		{name: "empty id", files: map[string]string{"policies/a.cedar": "@id(\"\") permit (principal, action, resource);"}, mode: ModeDenyAll, problem: "empty @id"},
-		{name: "symlink to a valid file", files: map[string]string{"elsewhere.txt": permitAll}, setup: func(t *testing.T, d string) {
+		{name: "symlink to a valid file", files: map[string]string{"elsewhere.txt": permitAll}, setup: func(t testing.TB, d string) {
 			must(t, os.Mkdir(filepath.Join(d, "policies"), 0o755))
 			must(t, os.Symlink("../elsewhere.txt", filepath.Join(d, "policies/a.cedar")))
 		}, mode: ModeDenyAll, problem: "policies/a.cedar: is a symbolic link"},
-		{name: "dangling symlink", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t *testing.T, d string) {
+		{name: "dangling symlink", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t testing.TB, d string) {
 			must(t, os.Symlink("missing.cedar", filepath.Join(d, "policies/b.cedar")))
 		}, mode: ModeDenyAll, problem: "policies/b.cedar: is a symbolic link"},
 		{name: "directory named x.cedar", files: map[string]string{"policies/a.cedar": permitAll, "policies/x.cedar/inner.cedar": permitAll}, mode: ModeDenyAll, problem: "policies/x.cedar: is a directory"},
-		{name: "fifo named x.cedar", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t *testing.T, d string) {
+		{name: "fifo named x.cedar", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t testing.TB, d string) {
 			must(t, syscall.Mkfifo(filepath.Join(d, "policies/x.cedar"), 0o644))
 		}, mode: ModeDenyAll, problem: "policies/x.cedar: is not a regular file"},
-		{name: "hard link", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t *testing.T, d string) {
+		{name: "hard link", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t testing.TB, d string) {
 			must(t, os.Link(filepath.Join(d, "policies/a.cedar"), filepath.Join(d, "copy")))
 		}, mode: ModeDenyAll, problem: "policies/a.cedar: has 2 hard links"},
-		{name: "policies is a symlink", files: map[string]string{"real/a.cedar": permitAll}, setup: func(t *testing.T, d string) {
+		{name: "policies is a symlink", files: map[string]string{"real/a.cedar": permitAll}, setup: func(t testing.TB, d string) {
 			must(t, os.Symlink("real", filepath.Join(d, "policies")))
 		}, mode: ModeDenyAll, problem: "policies: is a symbolic link"},
 		{name: "policies is a file", files: map[string]string{"policies": permitAll}, mode: ModeDenyAll, problem: "policies: is not a directory"},
-		{name: "mcp-server is a symlink", files: map[string]string{"policies/a.cedar": permitAll, "real/b.cedar": forbidKeys}, setup: func(t *testing.T, d string) {
+		{name: "mcp-server is a symlink", files: map[string]string{"policies/a.cedar": permitAll, "real/b.cedar": forbidKeys}, setup: func(t testing.TB, d string) {
 			must(t, os.Symlink("../real", filepath.Join(d, "policies/mcp-server")))
 		}, mode: ModeDenyAll, problem: "policies/mcp-server: is a symbolic link"},
-		{name: "mcp-server is a dangling symlink", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t *testing.T, d string) {
+		{name: "mcp-server is a dangling symlink", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t testing.TB, d string) {
 			must(t, os.Symlink("nowhere", filepath.Join(d, "policies/mcp-server")))
 		}, mode: ModeDenyAll, problem: "policies/mcp-server: is a symbolic link"},
 		{name: "mcp-server is a file", files: map[string]string{"policies/a.cedar": permitAll, "policies/mcp-server": forbidKeys}, mode: ModeDenyAll, problem: "policies/mcp-server: is not a directory"},
 		{name: "file over the size limit", files: map[string]string{"policies/a.cedar": permitAll + strings.Repeat("/", MaxFileBytes)}, mode: ModeDenyAll, problem: "limit exceeded: larger than 1048576 bytes"},
-		{name: "too many directory entries", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t *testing.T, d string) {
+		{name: "too many directory entries", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t testing.TB, d string) {
 			for i := range MaxDirEntries {
 				must(t, os.WriteFile(filepath.Join(d, "policies", fmt.Sprintf("note%04d.txt", i)), nil, 0o644))
 			}

@@ -1,0 +1,298 @@
+package policy
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
+	"github.com/cedar-policy/cedar-go/x/exp/schema"
+	"github.com/cedar-policy/cedar-go/x/exp/schema/validate"
+)
+
+// request returns a well-formed request for agent with the given response.
+func request(agent, response string, caps ...string) Request {
+	return Request{
+		Agent:             agent,
+		AgentID:           AgentID(agent),
+		File:              "agents/" + agent + ".symbi",
+		Capabilities:      caps,
+		SourceSHA256:      SHA256Hex([]byte("source of " + agent)),
+		DeclarationSHA256: SHA256Hex([]byte("declaration of " + agent)),
+		RunID:             "run-1",
+		Response:          response,
+	}
+}
+
+func TestDecide(t *testing.T) {
+	tests := []struct {
+		name     string
+		files    map[string]string
+		req      Request
+		allow    bool
+		policies []string
+		errors   int
+		reason   string
+	}{
+		{
+			name:   "default mode allows",
+			req:    request("a", "hi"),
+			allow:  true,
+			reason: "built-in default",
+		},
+		{
+			name:   "default mode still needs a run id",
+			req:    Request{Agent: "a", Response: "hi"},
+			reason: "no run id",
+		},
+		{
+			name:   "cedar mode needs an agent name",
+			files:  map[string]string{"policies/a.cedar": permitAll},
+			req:    Request{RunID: "r", Response: "hi"},
+			reason: "no agent name",
+		},
+		{
+			name:     "broad permit allows",
+			files:    map[string]string{"policies/a.cedar": permitAll},
+			req:      request("a", "hi"),
+			allow:    true,
+			policies: []string{"all"},
+			reason:   "allowed by permit all",
+		},
+		{
+			name:   "no permit denies",
+			files:  map[string]string{"policies/a.cedar": forbidKeys},
+			req:    request("a", "hi"),
+			reason: "no permit matched",
+		},
+		{
+			name: "forbid erroring on a missing attribute beside a broad permit denies",
+			files: map[string]string{"policies/a.cedar": permitAll + `@id("needs-owner")
+forbid (principal, action, resource) when { principal.owner == "mallory" };
+`},
+			req:      request("a", "hi"),
+			policies: []string{"needs-owner"},
+			errors:   1,
+			reason:   "evaluation error in needs-owner",
+		},
+		{
+			name: "forbid erroring on a missing context key beside a broad permit denies",
+			files: map[string]string{"policies/a.cedar": permitAll + `
+forbid (principal, action, resource) when { context.tool == "shell" };
+`},
+			req:      request("a", "hi"),
+			policies: []string{"policies/a.cedar:4:1"},
+			errors:   1,
+			reason:   "any evaluation error denies",
+		},
+		{
+			name:     "like pattern forbids a private key",
+			files:    map[string]string{"policies/a.cedar": permitAll + forbidKeys},
+			req:      request("a", "here:\n-----BEGIN PRIVATE KEY-----\nMIIE...\n"),
+			policies: []string{"keys"},
+			reason:   "denied by forbid keys",
+		},
+		{
+			name:     "like pattern lets other text through",
+			files:    map[string]string{"policies/a.cedar": permitAll + forbidKeys},
+			req:      request("a", "BEGIN PUBLIC KEY"),
+			allow:    true,
+			policies: []string{"all"},
+		},
+		{
+			name:     "like pattern is case sensitive and exact",
+			files:    map[string]string{"policies/a.cedar": permitAll + `@id("exact") forbid (principal, action, resource) when { context.response like "secret" };`},
+			req:      request("a", "a secret"),
+			allow:    true,
+			policies: []string{"all"},
+		},
+		{
+			name:     "capability permit allows an agent with the capability",
+			files:    map[string]string{"policies/a.cedar": `@id("reviewers") permit (principal is Agent, action == Action::"respond", resource) when { principal.capabilities.contains("code_review") };`},
+			req:      request("a", "looks good", "read", "code_review"),
+			allow:    true,
+			policies: []string{"reviewers"},
+		},
+		{
+			name:   "capability permit denies an agent without it",
+			files:  map[string]string{"policies/a.cedar": `@id("reviewers") permit (principal is Agent, action == Action::"respond", resource) when { principal.capabilities.contains("code_review") };`},
+			req:    request("a", "looks good", "read"),
+			reason: "no permit matched",
+		},
+		{
+			name: "per-agent rule",
+			files: map[string]string{"policies/a.cedar": permitAll + `@id("quiet-bot")
+forbid (principal == Agent::"quiet", action, resource) when { context.response_bytes > 5 };`},
+			req:      request("quiet", "too long"),
+			policies: []string{"quiet-bot"},
+		},
+		{
+			name: "per-agent rule leaves other agents alone",
+			files: map[string]string{"policies/a.cedar": permitAll + `@id("quiet-bot")
+forbid (principal == Agent::"quiet", action, resource) when { context.response_bytes > 5 };`},
+			req:      request("loud", "too long"),
+			allow:    true,
+			policies: []string{"all"},
+		},
+		{
+			name: "surface forbid layered over a root permit",
+			files: map[string]string{
+				"policies/a.cedar":            permitAll,
+				"policies/mcp-server/b.cedar": `@id("mcp-no-todo") forbid (principal, action, resource) when { context.surface == "mcp-server" && context.response like "*TODO*" };`,
+			},
+			req:      request("a", "TODO: later"),
+			policies: []string{"mcp-no-todo"},
+		},
+		{
+			name: "surface permit works alone",
+			files: map[string]string{
+				"policies/mcp-server/b.cedar": `@id("mcp-text") permit (principal, action, resource) when { context.surface == "mcp-server" && context.mode == "text_response" };`,
+			},
+			req:      request("a", "fine"),
+			allow:    true,
+			policies: []string{"mcp-text"},
+		},
+		{
+			name:     "every attribute of the model is present",
+			files:    map[string]string{"policies/a.cedar": modelCheck},
+			req:      request("a", "héllo", "x"),
+			allow:    true,
+			policies: []string{"model"},
+		},
+		{
+			name:     "several forbids are all reported in load order",
+			files:    map[string]string{"policies/a.cedar": permitAll + forbidKeys, "policies/mcp-server/z.cedar": `@id("z") forbid (principal, action, resource) when { context.response like "*KEY*" };`},
+			req:      request("a", "BEGIN PRIVATE KEY"),
+			policies: []string{"keys", "z"},
+			reason:   "denied by forbid keys, z",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := loadDir(t, project(t, tt.files, nil))
+			if s.Mode == ModeDenyAll {
+				t.Fatalf("set unusable: %s", s.Reason)
+			}
+			d := s.Decide(tt.req)
+			if d.Allow != tt.allow {
+				t.Fatalf("allow %v, want %v: %+v", d.Allow, tt.allow, d)
+			}
+			if !slices.Equal(d.Policies, tt.policies) {
+				t.Fatalf("policies %q, want %q", d.Policies, tt.policies)
+			}
+			if len(d.Errors) != tt.errors {
+				t.Fatalf("errors %q, want %d", d.Errors, tt.errors)
+			}
+			if !strings.Contains(d.Reason, tt.reason) {
+				t.Fatalf("reason %q does not contain %q", d.Reason, tt.reason)
+			}
+		})
+	}
+}
+
+// modelCheck permits only when every name of the entity model has the value
+// request() gives it.
+var modelCheck = `@id("model")
+permit (principal == Agent::"a", action == Action::"respond", resource == Response::"run-1")
+when {
+  principal.agent_id == "` + AgentID("a") + `" &&
+  principal.file == "agents/a.symbi" &&
+  principal.capabilities == ["x"] &&
+  principal.source_sha256 == "` + SHA256Hex([]byte("source of a")) + `" &&
+  context.surface == "mcp-server" &&
+  context.mode == "text_response" &&
+  context.response == "héllo" &&
+  context.response_bytes == 6 &&
+  context.source_sha256 == principal.source_sha256 &&
+  context.declaration_sha256 == "` + SHA256Hex([]byte("declaration of a")) + `"
+};
+`
+
+func TestAgentID(t *testing.T) {
+	// Independently computed UUIDv5 of "symbi://response/reviewer" in the URL namespace.
+	if got, want := AgentID("reviewer"), "f71931ed-b27e-5697-a6c0-217aa226e65f"; got != want {
+		t.Fatalf("AgentID = %q, want %q", got, want)
+	}
+}
+
+// repoRoot opens the repository root, whose policies/ is the shipped example.
+func repoRoot(t *testing.T) *os.File {
+	t.Helper()
+	root, err := os.Open("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	return root
+}
+
+func TestShippedPolicies(t *testing.T) {
+	s := Load(repoRoot(t))
+	if s.Mode != ModeCedar {
+		t.Fatalf("mode %s: %s", s.Mode, s.Reason)
+	}
+	wantIDs := []string{"respond", "no-private-keys", "mcp-server-max-response"}
+	if !slices.Equal(s.PolicyIDs(), wantIDs) {
+		t.Fatalf("ids %v, want %v", s.PolicyIDs(), wantIDs)
+	}
+	tests := []struct {
+		response string
+		allow    bool
+		policies []string
+	}{
+		{"The build passes.", true, []string{"respond"}},
+		{"-----BEGIN PRIVATE KEY-----\nMIIEvQ...\n-----END PRIVATE KEY-----\n", false, []string{"no-private-keys"}},
+		{"-----BEGIN RSA PRIVATE KEY-----\n", false, []string{"no-private-keys"}},
+		{"-----BEGIN OPENSSH PRIVATE KEY-----\n", false, []string{"no-private-keys"}},
+		{"-----BEGIN PUBLIC KEY-----\n", true, []string{"respond"}},
+		{strings.Repeat("x", 256<<10), true, []string{"respond"}},
+		{strings.Repeat("x", 256<<10+1), false, []string{"mcp-server-max-response"}},
+	}
+	for _, tt := range tests {
+		d := s.Decide(request("assistant", tt.response))
+		if d.Allow != tt.allow || !slices.Equal(d.Policies, tt.policies) || len(d.Errors) != 0 {
+			t.Errorf("response %.40q: %+v, want allow %v by %v", tt.response, d, tt.allow, tt.policies)
+		}
+	}
+}
+
+// TestSchemaMatchesModel validates the shipped schema against the entities and
+// requests Decide builds, and the shipped policies against the schema.
+func TestSchemaMatchesModel(t *testing.T) {
+	text, err := os.ReadFile("../../policies/symbi.cedarschema")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sch schema.Schema
+	sch.SetFilename("policies/symbi.cedarschema")
+	if err := sch.UnmarshalCedar(text); err != nil {
+		t.Fatalf("schema: %v", err)
+	}
+	resolved, err := sch.Resolve()
+	if err != nil {
+		t.Fatalf("resolve: %v", err)
+	}
+	v := validate.New(resolved)
+	for _, caps := range [][]string{nil, {"read", "write"}} {
+		req, entities := cedarRequest(request("assistant", "text", caps...))
+		if err := v.Request(req); err != nil {
+			t.Errorf("request does not match the schema: %v", err)
+		}
+		if err := v.Entities(entities); err != nil {
+			t.Errorf("entities do not match the schema: %v", err)
+		}
+	}
+	s := Load(repoRoot(t))
+	for i, p := range s.compiled {
+		if err := v.Policy(s.policies[i].ID, (*xast.Policy)(p.AST())); err != nil {
+			t.Errorf("shipped policy %s does not validate: %v", s.policies[i].ID, err)
+		}
+	}
+	// A policy naming an attribute outside the model must not validate, so the
+	// checks above can fail.
+	bad := loadDir(t, project(t, map[string]string{"policies/a.cedar": `@id("bad") permit (principal is Agent, action == Action::"respond", resource is Response) when { principal.owner == "x" };`}, nil))
+	if err := v.Policy("bad", (*xast.Policy)(bad.compiled[0].AST())); err == nil {
+		t.Error("a policy using principal.owner validated")
+	}
+}
