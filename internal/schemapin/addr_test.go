@@ -1,0 +1,58 @@
+package schemapin
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestCheckAddr(t *testing.T) {
+	tests := []struct {
+		addr         string
+		refused      string // substring of the refusal without opt-in; "" = allowed
+		refusedOptIn bool   // still refused with SYMBI_SCHEMAPIN_ALLOW_PRIVATE=1
+	}{
+		{"93.184.215.14", "", false},
+		{"2606:4700::1111", "", false},
+		{"127.0.0.1", "loopback", false},
+		{"127.200.0.9", "loopback", false},
+		{"::1", "loopback", false},
+		{"::ffff:127.0.0.1", "loopback", false},
+		{"10.1.2.3", "private", false},
+		{"172.16.0.1", "private", false},
+		{"192.168.1.1", "private", false},
+		{"fd12::1", "private", false},
+		{"169.254.1.1", "link-local", false},
+		{"fe80::1", "link-local", false},
+		{"100.64.0.1", "carrier-grade NAT", false},
+		{"0.1.2.3", "this network", false},
+		{"64:ff9b::7f00:1", "NAT64", false},
+		{"fec0::1", "site-local", false},
+		{"240.0.0.1", "reserved", false},
+		{"169.254.169.254", "cloud metadata", true},
+		{"::ffff:169.254.169.254", "cloud metadata", true},
+		{"fd00:ec2::254", "cloud metadata", true},
+		{"0.0.0.0", "unspecified", true},
+		{"::", "unspecified", true},
+		{"224.0.0.1", "multicast", true},
+		{"ff02::1", "multicast", true},
+		{"255.255.255.255", "broadcast", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.addr, func(t *testing.T) {
+			a := netip.MustParseAddr(tt.addr)
+			err := checkAddr(a, false)
+			if tt.refused == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+			} else if !errors.Is(err, ErrRefusedAddress) || !strings.Contains(err.Error(), tt.refused) {
+				t.Fatalf("error %v, want refusal naming %q", err, tt.refused)
+			}
+			if err := checkAddr(a, true); (err != nil) != tt.refusedOptIn {
+				t.Fatalf("with opt-in: error %v, want refused=%v", err, tt.refusedOptIn)
+			}
+		})
+	}
+}

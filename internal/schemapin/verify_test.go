@@ -1,0 +1,140 @@
+package schemapin_test
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"symbi/internal/errcode"
+	"symbi/internal/schemapin"
+)
+
+func TestVerifyRequests(t *testing.T) {
+	pem := string(readVector(t, "signer.pub.pem"))
+	sig := strings.TrimSpace(string(readVector(t, "schema.sig.b64")))
+	schema := string(readVector(t, "schema.json"))
+	signed := string(readVector(t, "schema.signed.json"))
+	tests := []struct {
+		name     string
+		req      schemapin.Request
+		code     errcode.Code // error expected
+		verified bool
+		msg      string
+	}{
+		{"schema over 1 MiB", schemapin.Request{Schema: strings.Repeat(" ", schemapin.MaxSchemaBytes+1), PublicKeyPEM: pem}, errcode.LimitExceeded, false, "over the 1048576-byte limit"},
+		{"schema of exactly 1 MiB", schemapin.Request{Schema: schema + strings.Repeat(" ", schemapin.MaxSchemaBytes-len(schema)), Signature: sig, PublicKeyPEM: pem}, "", true, "signature verified"},
+		{"key URL over 8 KiB", schemapin.Request{Schema: schema, PublicKeyURL: "https://example.com/" + strings.Repeat("a", schemapin.MaxKeyURLBytes)}, errcode.LimitExceeded, false, "public_key_url is 8212 bytes"},
+		{"inline key over 64 KiB", schemapin.Request{Schema: schema, PublicKeyPEM: pem + strings.Repeat("\n", schemapin.MaxKeyDocBytes)}, errcode.LimitExceeded, false, "public_key_pem is"},
+		{"no key", schemapin.Request{Schema: signed}, errcode.InvalidRequest, false, "a key is required"},
+		{"two keys", schemapin.Request{Schema: signed, PublicKeyPEM: pem, PublicKeyURL: "https://example.com/k"}, errcode.InvalidRequest, false, "not both"},
+		{"schema not an object", schemapin.Request{Schema: `["x"]`, PublicKeyPEM: pem}, errcode.InvalidRequest, false, "not a JSON object"},
+		{"schema malformed", schemapin.Request{Schema: `{"a":1,"a":1}`, PublicKeyPEM: pem}, errcode.InvalidRequest, false, "duplicate object key"},
+		{"signature member not a string", schemapin.Request{Schema: `{"signature":1}`, PublicKeyPEM: pem}, errcode.InvalidRequest, false, `"signature" is not a string`},
+		{"signatures disagree", schemapin.Request{Schema: signed, Signature: "AAAA", PublicKeyPEM: pem}, errcode.InvalidRequest, false, "differs"},
+		{"signatures agree", schemapin.Request{Schema: signed, Signature: sig + "\n", PublicKeyPEM: pem}, "", true, "signature verified"},
+		{"signature not base64", schemapin.Request{Schema: schema, Signature: "***", PublicKeyPEM: pem}, "", false, "not valid standard base64"},
+		{"signature empty member", schemapin.Request{Schema: `{"signature":""}`, PublicKeyPEM: pem}, "", false, "no signature"},
+		{"signature over other bytes", schemapin.Request{Schema: `{}`, Signature: sig, PublicKeyPEM: pem}, "", false, "does not match"},
+		{"private key instead of public", schemapin.Request{Schema: schema, PublicKeyPEM: "-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----\n"}, errcode.InvalidRequest, false, `"EC PRIVATE KEY"`},
+		{"data after the PEM block", schemapin.Request{Schema: schema, PublicKeyPEM: pem + "x"}, errcode.InvalidRequest, false, "data after the PEM block"},
+		{"non-P-256 key", schemapin.Request{Schema: schema, PublicKeyPEM: string(readVector(t, "p384.pub.pem"))}, errcode.InvalidRequest, false, "ECDSA P-384 key, want ECDSA P-256"},
+	}
+	v := schemapin.NewVerifier(env(nil))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := v.Verify(context.Background(), tt.req)
+			if tt.code != "" {
+				if !errors.Is(err, tt.code) || !strings.Contains(err.Error(), tt.msg) {
+					t.Fatalf("got %+v, error %v; want %s containing %q", res, err, tt.code, tt.msg)
+				}
+				return
+			}
+			if err != nil || res.Verified != tt.verified || !strings.Contains(res.Message, tt.msg) {
+				t.Fatalf("got %+v, error %v; want verified=%v, message containing %q", res, err, tt.verified, tt.msg)
+			}
+		})
+	}
+}
+
+// TestMangledSignature flips each bit of the DER and raw signatures: none verifies.
+func TestMangledSignature(t *testing.T) {
+	v := schemapin.NewVerifier(env(nil))
+	pem := string(readVector(t, "signer.pub.pem"))
+	schema := string(readVector(t, "schema.json"))
+	for _, file := range []string{"schema.sig.b64", "schema.sig.raw.b64"} {
+		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(readVector(t, file))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range raw {
+			for bit := range 8 {
+				m := append([]byte(nil), raw...)
+				m[i] ^= 1 << bit
+				res, err := v.Verify(context.Background(), schemapin.Request{Schema: schema, Signature: base64.StdEncoding.EncodeToString(m), PublicKeyPEM: pem})
+				if err != nil || res.Verified {
+					t.Fatalf("%s byte %d bit %d: got %+v, %v", file, i, bit, res, err)
+				}
+			}
+		}
+	}
+}
+
+func TestKeyDocuments(t *testing.T) {
+	pem := string(readVector(t, "signer.pub.pem"))
+	quoted := strings.ReplaceAll(strings.TrimSpace(pem), "\n", `\n`)
+	docs := map[string]string{
+		"/no-key":          `{"revoked_keys":[]}`,
+		"/key-not-string":  `{"public_key_pem":7}`,
+		"/bad-revocation":  `{"public_key_pem":"` + quoted + `","revoked_keys":["md5:00"]}`,
+		"/duplicate":       `{"public_key_pem":"` + quoted + `","public_key_pem":"x"}`,
+		"/upper-revoked":   `{"public_key_pem":"` + quoted + `","revoked_keys":["sha256:` + strings.ToUpper(strings.TrimPrefix(fingerprintOf(t), "sha256:")) + `"]}`,
+		"/not-a-key":       `hello`,
+		"/trailing-object": `{"public_key_pem":"` + quoted + `"} {}`,
+	}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(docs[r.URL.Path]))
+	}))
+	defer srv.Close()
+	v := schemapin.NewVerifier(env(map[string]string{"SYMBI_SCHEMAPIN_ALLOW_PRIVATE": "1"}))
+	v.RootCAs = srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	tests := []struct {
+		path, msg string
+		revoked   bool
+	}{
+		{"/no-key", `no "public_key_pem" member`, false},
+		{"/key-not-string", "cannot unmarshal number", false},
+		{"/bad-revocation", `revoked_keys[0] "md5:00" is not sha256`, false},
+		{"/duplicate", `duplicate object key "public_key_pem"`, false},
+		{"/upper-revoked", "", true},
+		{"/not-a-key", "no PEM block", false},
+		{"/trailing-object", "after the top-level value", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			res, err := v.Verify(context.Background(), schemapin.Request{Schema: string(readVector(t, "schema.signed.json")), PublicKeyURL: srv.URL + tt.path})
+			if tt.revoked {
+				if err != nil || res.Verified || !res.Revoked || !strings.Contains(res.Message, "revoked") {
+					t.Fatalf("got %+v, %v; want revoked", res, err)
+				}
+				return
+			}
+			if !errors.Is(err, errcode.InvalidRequest) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("got %+v, error %v; want invalid_request containing %q", res, err, tt.msg)
+			}
+		})
+	}
+}
+
+func fingerprintOf(t *testing.T) string {
+	for _, vec := range loadVectors(t) {
+		if vec.Name == "valid" {
+			return vec.KeyFingerprint
+		}
+	}
+	t.Fatal("no valid vector")
+	return ""
+}
