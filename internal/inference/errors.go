@@ -19,11 +19,11 @@ type Kind string
 const (
 	KindTimeout         Kind = "timeout"           // the context's deadline passed
 	KindCancelled       Kind = "cancelled"         // the context was cancelled
-	KindStatus          Kind = "status"            // the provider answered a non-2xx status
+	KindStatus          Kind = "status"            // the provider answered a non-2xx status (redirects included)
 	KindMalformed       Kind = "malformed"         // a 2xx body that is not the wire format's response
 	KindNoContent       Kind = "no_content"        // a well-formed response without text
 	KindTooLarge        Kind = "too_large"         // the response body passed MaxResponseBytes
-	KindConnection      Kind = "connection"        // no response, or the body could not be read (incl. a refused redirect)
+	KindConnection      Kind = "connection"        // no response, or the body could not be read
 	KindRequestTooLarge Kind = "request_too_large" // the request body would pass MaxRequestBytes; nothing was sent
 )
 

@@ -19,7 +19,7 @@
 //     rest is never read); the deadline and cancellation come from the caller's context.
 //   - Exactly one HTTP request per Call: Do may be called once; the transport does not
 //     reuse connections (so it never replays a request on a stale one), speaks HTTP/1.1
-//     only, and redirects are refused rather than followed.
+//     only, and a redirect is never followed: it is a KindStatus error.
 //   - Every failure is an *Error with a Kind, wrapped in an *errcode.Error: KindTimeout maps
 //     to errcode.Timeout, KindCancelled to errcode.Cancelled, KindRequestTooLarge to
 //     errcode.LimitExceeded, every other kind to errcode.InferenceFailed.
@@ -102,7 +102,7 @@ type Response struct {
 var ErrAlreadySent = errors.New("inference: call already sent")
 
 // Do sends the request once, bounded by ctx (deadline and cancellation). No retries; a
-// redirect is an error. Whenever an HTTP response arrived, the returned *Response is
+// redirect is not followed (KindStatus). Whenever an HTTP response arrived, the returned *Response is
 // non-nil (Status and the exact body bytes read), also together with an error.
 func (c *Call) Do(ctx context.Context) (*Response, error) {
 	if !c.sent.CompareAndSwap(false, true) {
@@ -175,12 +175,10 @@ func newHTTPClient() *http.Client {
 			MaxResponseHeaderBytes: 64 << 10,
 		},
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			return errRedirect
+			return http.ErrUseLastResponse // a redirect is answered as a KindStatus error
 		},
 	}
 }
-
-var errRedirect = errors.New("redirect refused")
 
 // marshal encodes v as compact JSON without HTML escaping.
 func marshal(v any) ([]byte, error) {
