@@ -1,0 +1,411 @@
+package dsl
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/participle/v2/lexer"
+)
+
+// Admission bounds of rule 6.
+const (
+	MaxPolicyRules     = 128 // rules over all in-scope policies
+	MaxConditionTokens = 256 // tokens in one selector or condition
+	MaxConditionDepth  = 24  // parentheses and arrays nested in one condition
+)
+
+// Timeout bounds of rule 5.
+const (
+	MinTimeout = time.Second
+	MaxTimeout = 24 * time.Hour
+)
+
+// Admission is the verdict on a file considered as the registration of one agent.
+type Admission struct {
+	Agent        string        // selected declared agent name ("" when none could be selected)
+	Admitted     bool          // whether the definition is canonical conversational
+	Rule         string        // which rule refused: "selection", "rule 1" … "rule 6"; "" when admitted
+	Reason       string        // "<rule> at <line>:<column>: <message>"; "" when admitted
+	Line, Column int           // position of the offending construct (0 when admitted)
+	Description  string        // metadata description, decoded ("" if none)
+	Capabilities []string      // the selected agent's capabilities (decoded string literals)
+	Timeout      time.Duration // the with timeout (0 when absent)
+	Sandbox      string        // the with sandbox value as written ("" when absent)
+	Declaration  []byte        // exact source bytes of the selected agent definition
+	Policies     []string      // names of in-scope inline policies: top-level then the agent's
+	PolicyDigest string        // lowercase hex SHA-256 over the in-scope policies' source, in order
+}
+
+// refusal is returned by a rule check that refuses.
+type refusal struct {
+	rule string
+	pos  lexer.Position
+	msg  string
+}
+
+func refuse(rule string, pos lexer.Position, format string, args ...any) *refusal {
+	return &refusal{rule: rule, pos: pos, msg: fmt.Sprintf(format, args...)}
+}
+
+func (a *Admission) apply(r *refusal) *Admission {
+	a.Admitted = false
+	a.Rule = r.rule
+	a.Line, a.Column = r.pos.Line, r.pos.Column
+	a.Reason = fmt.Sprintf("%s at %d:%d: %s", r.rule, r.pos.Line, r.pos.Column, r.msg)
+	a.Timeout, a.Sandbox, a.Policies, a.PolicyDigest = 0, "", nil, ""
+	return a
+}
+
+// AdmitSource parses src then admits it as the registration named stem; a syntax error
+// is a rule-1 refusal at its position.
+func AdmitSource(name, stem string, src []byte) *Admission {
+	f, err := Parse(name, src)
+	if err != nil {
+		a := &Admission{}
+		e := Errors(err)[0]
+		return a.apply(refuse("rule 1", lexer.Position{Line: e.Line, Column: e.Column}, "%s", e.Msg))
+	}
+	return Admit(f, stem)
+}
+
+// Admit considers f as the registration named stem (the file name without .symbi or
+// .dsl): it selects the agent (exactly one agent is selected whatever the stem; among
+// several, the stem must name exactly one), then applies admission rules 2–6.
+func Admit(f *File, stem string) *Admission {
+	a := &Admission{}
+	agent, r := selectAgent(f, stem)
+	if agent != nil {
+		a.Agent = agent.Name
+		a.Declaration = f.bytes(agent.Pos, agent.EndPos)
+		a.Capabilities = capabilities(agent)
+	}
+	a.Description = description(f)
+	if r != nil {
+		return a.apply(r)
+	}
+	for _, check := range []func(*File, *Agent, *Admission) *refusal{topLevel, metadataRule, agentShape, withRule, policyRule} {
+		if r := check(f, agent, a); r != nil {
+			return a.apply(r)
+		}
+	}
+	a.Admitted = true
+	return a
+}
+
+func selectAgent(f *File, stem string) (*Agent, *refusal) {
+	var agents []*Agent
+	for _, it := range f.Items {
+		if it.Agent != nil {
+			agents = append(agents, it.Agent)
+		}
+	}
+	switch len(agents) {
+	case 0:
+		return nil, refuse("selection", lexer.Position{Line: 1, Column: 1}, "the file declares no agent")
+	case 1:
+		return agents[0], nil
+	}
+	var match *Agent
+	for _, ag := range agents {
+		if ag.Name != stem {
+			continue
+		}
+		if match != nil {
+			return nil, refuse("selection", ag.Pos, "agent %q is declared more than once", stem)
+		}
+		match = ag
+	}
+	if match == nil {
+		names := make([]string, len(agents))
+		for i, ag := range agents {
+			names[i] = ag.Name
+		}
+		return nil, refuse("selection", agents[0].Pos, "the file declares %d agents (%s) and none is named %q", len(agents), strings.Join(names, ", "), stem)
+	}
+	return match, nil
+}
+
+func description(f *File) string {
+	for _, it := range f.Items {
+		if it.Metadata == nil {
+			continue
+		}
+		for _, e := range it.Metadata.Entries {
+			if e.Key == "description" && e.Value.Value != nil && e.Value.Value.String != nil {
+				if s, err := Unquote(*e.Value.Value.String); err == nil {
+					return s
+				}
+			}
+		}
+		return ""
+	}
+	return ""
+}
+
+func capabilities(ag *Agent) []string {
+	for _, it := range ag.Body {
+		if it.Capabilities == nil {
+			continue
+		}
+		var caps []string
+		for _, e := range it.Capabilities.List.Elems {
+			if s, ok := stringLiteral(e); ok {
+				caps = append(caps, s)
+			}
+		}
+		return caps
+	}
+	return nil
+}
+
+// stringLiteral returns the decoded value of an expression that is a bare string literal.
+func stringLiteral(e *Expr) (string, bool) {
+	if len(e.Rest) > 0 || len(e.Left.Ops) > 0 || len(e.Left.Suffix) > 0 || e.Left.Primary.String == nil {
+		return "", false
+	}
+	s, err := Unquote(*e.Left.Primary.String)
+	return s, err == nil
+}
+
+// Rule 2: only metadata (once), agents and policies at top level.
+func topLevel(f *File, _ *Agent, _ *Admission) *refusal {
+	seenMeta := false
+	for _, it := range f.Items {
+		kind, name := "", ""
+		switch {
+		case it.Metadata != nil:
+			if seenMeta {
+				return refuse("rule 2", it.Pos, "more than one metadata block")
+			}
+			seenMeta = true
+			continue
+		case it.Agent != nil, it.Policy != nil:
+			continue
+		case it.Schedule != nil:
+			kind, name = "schedule", it.Schedule.Name
+		case it.Channel != nil:
+			kind, name = "channel", it.Channel.Name
+		case it.Memory != nil:
+			kind, name = "memory", it.Memory.Name
+		case it.Webhook != nil:
+			kind, name = "webhook", it.Webhook.Name
+		case it.Type != nil:
+			kind, name = "type", it.Type.Name
+		case it.Function != nil:
+			kind, name = "function", it.Function.Name
+		}
+		return refuse("rule 2", it.Pos, "top-level %s %q requires an executable route", kind, name)
+	}
+	return nil
+}
+
+var metadataKeys = map[string]bool{"description": true, "version": true, "author": true, "executor": true}
+
+// Rule 3: metadata keys and values.
+func metadataRule(f *File, _ *Agent, _ *Admission) *refusal {
+	for _, it := range f.Items {
+		if it.Metadata == nil {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, e := range it.Metadata.Entries {
+			if !metadataKeys[e.Key] {
+				return refuse("rule 3", e.Pos, "metadata key %q is not allowed (only description, version, author, executor)", e.Key)
+			}
+			if seen[e.Key] {
+				return refuse("rule 3", e.Pos, "metadata key %q is repeated", e.Key)
+			}
+			seen[e.Key] = true
+			v := e.Value.Value
+			if v == nil || v.String == nil {
+				return refuse("rule 3", e.Value.Pos, "metadata %s must be a string literal", e.Key)
+			}
+			s, err := Unquote(*v.String)
+			if err != nil {
+				return refuse("rule 3", e.Value.Pos, "metadata %s: %v", e.Key, err)
+			}
+			if e.Key == "executor" && s != "orga" {
+				return refuse("rule 3", e.Value.Pos, "executor %q is an alternate executor; only \"orga\" is supported", s)
+			}
+		}
+	}
+	return nil
+}
+
+// Rule 4: the agent's shape and capabilities.
+func agentShape(f *File, ag *Agent, _ *Admission) *refusal {
+	if len(ag.Params) > 0 {
+		return refuse("rule 4", ag.Params[0].Pos, "agent %q declares parameters", ag.Name)
+	}
+	if ag.Returns != nil {
+		return refuse("rule 4", ag.Returns.Pos, "agent %q declares a return type", ag.Name)
+	}
+	seenCaps := false
+	for _, it := range ag.Body {
+		if it.Function != nil {
+			return refuse("rule 4", it.Pos, "agent %q defines function %q", ag.Name, it.Function.Name)
+		}
+		if it.Capabilities == nil {
+			continue
+		}
+		if seenCaps {
+			return refuse("rule 4", it.Pos, "capabilities declared more than once")
+		}
+		seenCaps = true
+		for _, e := range it.Capabilities.List.Elems {
+			if _, ok := stringLiteral(e); !ok {
+				return refuse("rule 4", e.Pos, "capability %s is not a string literal", f.clip(e))
+			}
+		}
+	}
+	return nil
+}
+
+var sandboxes = map[string]bool{"docker": true, "tier1": true, "gvisor": true, "tier2": true, "firecracker": true, "tier3": true, "e2b": true}
+
+// Rule 5: with blocks carry only sandbox and timeout, with empty bodies.
+func withRule(_ *File, ag *Agent, a *Admission) *refusal {
+	var sandbox, timeout *WithSetting
+	for _, it := range ag.Body {
+		w := it.With
+		if w == nil {
+			continue
+		}
+		for _, s := range w.Settings {
+			switch s.Key {
+			case "sandbox":
+				if sandbox != nil {
+					return refuse("rule 5", s.Pos, "sandbox is set more than once (first at %d:%d)", sandbox.Pos.Line, sandbox.Pos.Column)
+				}
+				sandbox = s
+				v, ok := word(s.Value)
+				if !ok || !sandboxes[strings.ToLower(v)] {
+					return refuse("rule 5", s.Pos, "sandbox %s is not one of docker|tier1, gvisor|tier2, firecracker|tier3, e2b", settingText(s))
+				}
+				a.Sandbox = v
+			case "timeout":
+				if timeout != nil {
+					return refuse("rule 5", s.Pos, "timeout is set more than once (first at %d:%d)", timeout.Pos.Line, timeout.Pos.Column)
+				}
+				timeout = s
+				d, r := timeoutValue(s)
+				if r != nil {
+					return r
+				}
+				a.Timeout = d
+			default:
+				return refuse("rule 5", s.Pos, "with setting %q is not allowed (only sandbox and timeout)", s.Key)
+			}
+		}
+		if len(w.Body.Stmts) > 0 {
+			return refuse("rule 5", w.Body.Stmts[0].Pos, "with block body must be empty")
+		}
+	}
+	return nil
+}
+
+// word returns a string literal's value or an identifier.
+func word(v *Value) (string, bool) {
+	switch {
+	case v == nil:
+		return "", false
+	case v.String != nil:
+		s, err := Unquote(*v.String)
+		return s, err == nil
+	case v.Ident != nil:
+		return *v.Ident, true
+	}
+	return "", false
+}
+
+func settingText(s *WithSetting) string {
+	if s.Value != nil {
+		for _, p := range []*string{s.Value.String, s.Value.Duration, s.Value.Number, s.Value.Vault, s.Value.Ident} {
+			if p != nil {
+				return *p
+			}
+		}
+	}
+	return "array"
+}
+
+func timeoutValue(s *WithSetting) (time.Duration, *refusal) {
+	v := s.Value
+	var lit string
+	switch {
+	case v != nil && v.Duration != nil:
+		lit = *v.Duration
+	case v != nil && v.Number != nil && !strings.ContainsAny(*v.Number, "._"):
+		lit = *v.Number
+	default:
+		return 0, refuse("rule 5", s.Pos, "timeout %s is not a duration or integer seconds", settingText(s))
+	}
+	d, err := ParseDuration(lit)
+	if err != nil || d < MinTimeout || d > MaxTimeout {
+		return 0, refuse("rule 5", s.Pos, "timeout %s is outside 1s .. 1 day", lit)
+	}
+	return d, nil
+}
+
+// Rule 6: in-scope policies are allow/deny rules over a small condition language.
+func policyRule(f *File, ag *Agent, a *Admission) *refusal {
+	var scope []*Policy
+	for _, it := range f.Items {
+		if it.Policy != nil {
+			scope = append(scope, it.Policy)
+		}
+	}
+	for _, it := range ag.Body {
+		if it.Policy != nil {
+			scope = append(scope, it.Policy)
+		}
+	}
+	seen := map[string]*Policy{}
+	rules := 0
+	h := sha256.New()
+	var names []string
+	for _, p := range scope {
+		if first := seen[p.Name]; first != nil {
+			return refuse("rule 6", p.Pos, "policy %q is declared more than once (first at %d:%d)", p.Name, first.Pos.Line, first.Pos.Column)
+		}
+		seen[p.Name] = p
+		for _, r := range p.Rules {
+			rules++
+			if rules > MaxPolicyRules {
+				return refuse("rule 6", r.Pos, "more than %d policy rules in scope", MaxPolicyRules)
+			}
+			if r.Kind != "allow" && r.Kind != "deny" {
+				return refuse("rule 6", r.Pos, "unsupported policy: %q rule in policy %q (only allow and deny)", r.Kind, p.Name)
+			}
+			if rf := f.selector(r.Selector); rf != nil {
+				return rf
+			}
+			if r.Condition != nil {
+				if rf := f.condition(r.Condition); rf != nil {
+					return rf
+				}
+			}
+		}
+		names = append(names, p.Name)
+		h.Write(f.bytes(p.Pos, p.EndPos))
+		h.Write([]byte{'\n'})
+	}
+	a.Policies = names
+	a.PolicyDigest = hex.EncodeToString(h.Sum(nil))
+	return nil
+}
+
+// clip returns an expression's source text, shortened for messages.
+func (f *File) clip(e *Expr) string {
+	return clipText(f.text(e.Pos, e.EndPos))
+}
+
+func clipText(s string) string {
+	if len(s) > 60 {
+		return s[:57] + "..."
+	}
+	return s
+}

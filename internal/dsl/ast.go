@@ -1,0 +1,472 @@
+package dsl
+
+import "github.com/alecthomas/participle/v2/lexer"
+
+// The AST. Every node records the position of its first token (Pos) and of the token
+// that follows it (EndPos). String, number, duration and vault tokens keep their exact
+// source text; Unquote decodes strings.
+
+// File is a parsed source.
+type File struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Items  []*Item `parser:"@@*"`
+
+	src  []byte
+	ends []int // end offsets of tokens, indexed like starts
+	offs []int // start offsets of tokens
+}
+
+// Item is one top-level item; exactly one field is set.
+type Item struct {
+	Pos      lexer.Position
+	EndPos   lexer.Position
+	Metadata *Metadata `parser:"@@"`
+	Agent    *Agent    `parser:"| @@"`
+	Policy   *Policy   `parser:"| @@"`
+	Type     *TypeDef  `parser:"| @@"`
+	Function *Function `parser:"| @@"`
+	Schedule *Schedule `parser:"| @@"`
+	Channel  *Channel  `parser:"| @@"`
+	Memory   *Memory   `parser:"| @@"`
+	Webhook  *Webhook  `parser:"| @@"`
+}
+
+// Metadata is a metadata block.
+type Metadata struct {
+	Pos     lexer.Position
+	EndPos  lexer.Position
+	Entries []*MetaEntry `parser:"\"metadata\" \"{\" @@* \"}\""`
+}
+
+// MetaEntry is one key of a metadata block.
+type MetaEntry struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Key    string   `parser:"@Ident (\"=\" | \":\")"`
+	Value  *Literal `parser:"@@ \",\"?"`
+}
+
+// Literal is a value, an array or a record.
+type Literal struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Array  *Array  `parser:"@@"`
+	Record *Record `parser:"| @@"`
+	Value  *Value  `parser:"| @@"`
+}
+
+// Agent is an agent definition.
+type Agent struct {
+	Pos       lexer.Position
+	EndPos    lexer.Position
+	Name      string       `parser:"\"agent\" @Ident"`
+	HasParams bool         `parser:"( @\"(\""`
+	Params    []*Param     `parser:"(@@ \",\"?)* \")\" )?"`
+	Returns   *Type        `parser:"( \"->\" @@ )?"`
+	Body      []*AgentItem `parser:"\"{\" @@* \"}\""`
+}
+
+// AgentItem is one item of an agent body; exactly one field is set.
+type AgentItem struct {
+	Pos          lexer.Position
+	EndPos       lexer.Position
+	Capabilities *Capabilities `parser:"@@"`
+	Policy       *Policy       `parser:"| @@"`
+	Function     *Function     `parser:"| @@"`
+	With         *WithBlock    `parser:"| @@"`
+}
+
+// Capabilities is a capabilities declaration.
+type Capabilities struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	List   *Array `parser:"\"capabilities\" (\"=\" | \":\") @@"`
+}
+
+// Policy is a policy block.
+type Policy struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Name   string  `parser:"\"policy\" @Ident"`
+	Rules  []*Rule `parser:"\"{\" @@* \"}\""`
+}
+
+// Rule is one rule of a policy.
+type Rule struct {
+	Pos       lexer.Position
+	EndPos    lexer.Position
+	Kind      string `parser:"@(\"allow\" | \"deny\" | \"require\" | \"audit\") \":\""`
+	Selector  *Expr  `parser:"@@"`
+	Condition *Expr  `parser:"( \"if\" @@ )?"`
+}
+
+// Function is a function definition.
+type Function struct {
+	Pos     lexer.Position
+	EndPos  lexer.Position
+	Name    string   `parser:"\"function\" @Ident \"(\""`
+	Params  []*Param `parser:"(@@ \",\"?)* \")\""`
+	Returns *Type    `parser:"( \"->\" @@ )?"`
+	Body    *Block   `parser:"@@"`
+}
+
+// Param is a parameter.
+type Param struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Name   string `parser:"@Ident \":\""`
+	Type   *Type  `parser:"@@"`
+}
+
+// Type is a type reference, possibly generic.
+type Type struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Name   string  `parser:"@Ident"`
+	Args   []*Type `parser:"( \"<\" @@ ( \",\" @@ )* \">\" )?"`
+}
+
+// TypeDef is a type definition: a record of fields or an alias.
+type TypeDef struct {
+	Pos      lexer.Position
+	EndPos   lexer.Position
+	Name     string   `parser:"\"type\" @Ident \"=\""`
+	IsRecord bool     `parser:"( @\"{\""`
+	Fields   []*Param `parser:"(@@ \",\"?)* \"}\""`
+	Alias    string   `parser:"| @Ident )"`
+}
+
+// Schedule is a schedule block.
+type Schedule struct {
+	Pos     lexer.Position
+	EndPos  lexer.Position
+	Name    string  `parser:"\"schedule\" @Ident \"{\""`
+	Entries []*Pair `parser:"@@* \"}\""`
+}
+
+// Setting is a key = value (or key: value) pair of a channel; the value is a value or
+// an array.
+type Setting struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Key    string `parser:"@Ident (\"=\" | \":\")"`
+	Array  *Array `parser:"( @@"`
+	Value  *Value `parser:"| @@ )"`
+}
+
+// Channel is a channel block.
+type Channel struct {
+	Pos     lexer.Position
+	EndPos  lexer.Position
+	Name    string         `parser:"\"channel\" @Ident \"{\""`
+	Entries []*ChannelItem `parser:"@@* \"}\""`
+}
+
+// ChannelItem is one item of a channel block; exactly one field is set.
+type ChannelItem struct {
+	Pos                lexer.Position
+	EndPos             lexer.Position
+	Policy             *Policy           `parser:"@@"`
+	DataClassification []*Classification `parser:"| \"data_classification\" \"{\" (@@ \",\"?)* \"}\""`
+	Setting            *Setting          `parser:"| @@ \",\"?"`
+}
+
+// Classification is one entry of a data_classification block.
+type Classification struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Key    string `parser:"@Ident \":\""`
+	Value  string `parser:"@Ident"`
+}
+
+// Memory is a memory block.
+type Memory struct {
+	Pos     lexer.Position
+	EndPos  lexer.Position
+	Name    string        `parser:"\"memory\" @Ident \"{\""`
+	Entries []*NestedItem `parser:"@@* \"}\""`
+}
+
+// Webhook is a webhook block.
+type Webhook struct {
+	Pos     lexer.Position
+	EndPos  lexer.Position
+	Name    string        `parser:"\"webhook\" @Ident \"{\""`
+	Entries []*NestedItem `parser:"@@* \"}\""`
+}
+
+// NestedItem is an item of a memory or webhook block: a key followed by a value, or a
+// named sub-block (search for memory, filter for webhook) of such pairs.
+type NestedItem struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Block  string      `parser:"(  @(\"search\" | \"filter\") \"{\""`
+	Pairs  []*BarePair `parser:"@@* \"}\""`
+	Pair   *BarePair   `parser:"| @@ )"`
+}
+
+// Pair is a key = value (or key: value) pair of a schedule.
+type Pair struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Key    string `parser:"@Ident (\"=\" | \":\")"`
+	Value  *Value `parser:"@@ \",\"?"`
+}
+
+// BarePair is a key followed by a value without a separator.
+type BarePair struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Key    string `parser:"@Ident"`
+	Value  *Value `parser:"@@ \",\"?"`
+}
+
+// WithBlock is a with block: settings followed by a body.
+type WithBlock struct {
+	Pos      lexer.Position
+	EndPos   lexer.Position
+	Settings []*WithSetting `parser:"\"with\" (@@ \",\"?)*"`
+	Body     *Block         `parser:"@@"`
+}
+
+// WithSetting is one setting of a with block.
+type WithSetting struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Key    string `parser:"@Ident \"=\""`
+	Array  *Array `parser:"( @@"`
+	Value  *Value `parser:"| @@ )"`
+}
+
+// Value is a literal value, a vault URL or an identifier.
+type Value struct {
+	Pos      lexer.Position
+	EndPos   lexer.Position
+	String   *string `parser:"@String"`
+	Duration *string `parser:"| @Duration"`
+	Number   *string `parser:"| @Number"`
+	Vault    *string `parser:"| @VaultURL"`
+	Ident    *string `parser:"| @Ident"`
+}
+
+// Block is a braced statement list; its last statement may be an expression without ";".
+type Block struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Stmts  []*Stmt `parser:"\"{\" @@* \"}\""`
+}
+
+// Stmt is a statement; exactly one field is set.
+type Stmt struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Let    *LetStmt    `parser:"@@"`
+	If     *IfStmt     `parser:"| @@"`
+	For    *ForStmt    `parser:"| @@"`
+	Match  *Match      `parser:"| @@"`
+	Try    *TryStmt    `parser:"| @@"`
+	Return *ReturnStmt `parser:"| @@"`
+	Expr   *ExprStmt   `parser:"| @@"`
+}
+
+// LetStmt is a let binding.
+type LetStmt struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Name   string `parser:"\"let\" @Ident \"=\""`
+	Value  *Expr  `parser:"@@ \";\""`
+}
+
+// IfStmt is an if statement with optional else-if branches and else block.
+type IfStmt struct {
+	Pos     lexer.Position
+	EndPos  lexer.Position
+	Cond    *Cond     `parser:"\"if\" @@"`
+	Then    *Block    `parser:"@@"`
+	ElseIfs []*ElseIf `parser:"@@*"`
+	Else    *Block    `parser:"( \"else\" @@ )?"`
+}
+
+// ElseIf is an else-if branch of an if statement.
+type ElseIf struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Cond   *Cond  `parser:"\"else\" \"if\" @@"`
+	Then   *Block `parser:"@@"`
+}
+
+// Cond is the condition of an if statement: an expression or a let pattern.
+type Cond struct {
+	Pos     lexer.Position
+	EndPos  lexer.Position
+	Pattern *Pattern `parser:"( \"let\" @@ \"=\""`
+	Value   *Expr    `parser:"@@ )"`
+	Expr    *Expr    `parser:"| @@"`
+}
+
+// Pattern is a destructuring pattern of "if let".
+type Pattern struct {
+	Pos     lexer.Position
+	EndPos  lexer.Position
+	Name    string     `parser:"@Ident"`
+	HasArgs bool       `parser:"( @\"(\""`
+	Args    []*Pattern `parser:"(@@ \",\"?)* \")\" )?"`
+}
+
+// ForStmt is a for loop.
+type ForStmt struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Var    string `parser:"\"for\" @Ident \"in\""`
+	Iter   *Expr  `parser:"@@"`
+	Body   *Block `parser:"@@"`
+}
+
+// Match is a match statement.
+type Match struct {
+	Pos     lexer.Position
+	EndPos  lexer.Position
+	Subject *Expr  `parser:"\"match\" @@ \"{\""`
+	Arms    []*Arm `parser:"@@* \"}\""`
+}
+
+// Arm is one arm of a match.
+type Arm struct {
+	Pos     lexer.Position
+	EndPos  lexer.Position
+	Pattern *Value `parser:"@@ \"=>\""`
+	Block   *Block `parser:"( @@"`
+	Expr    *Expr  `parser:"| @@ ) \",\"?"`
+}
+
+// TryStmt is a try block with catch clauses.
+type TryStmt struct {
+	Pos     lexer.Position
+	EndPos  lexer.Position
+	Body    *Block   `parser:"\"try\" @@"`
+	Catches []*Catch `parser:"@@*"`
+}
+
+// Catch is a catch clause: catch (name) or catch (Type name).
+type Catch struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	First  string `parser:"\"catch\" \"(\" @Ident"`
+	Second string `parser:"@Ident? \")\""`
+	Body   *Block `parser:"@@"`
+}
+
+// ReturnStmt is a return statement.
+type ReturnStmt struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Value  *Expr `parser:"\"return\" @@? \";\""`
+}
+
+// ExprStmt is an expression or an assignment, ended by ";" unless it is the last
+// statement of its block (checked after parsing).
+type ExprStmt struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Target *Expr  `parser:"@@"`
+	Op     string `parser:"( @(\"=\" | \"+=\" | \"-=\" | \"*=\" | \"/=\" | \"%=\")"`
+	Value  *Expr  `parser:"@@ )?"`
+	Semi   bool   `parser:"@\";\"?"`
+}
+
+// Expr is a sequence of operands and binary operators; precedence (low to high:
+// || && == != in < > <= >= + - * / %) is applied by Tree.
+type Expr struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Left   *Unary     `parser:"@@"`
+	Rest   []*BinRest `parser:"@@*"`
+}
+
+// BinRest is an operator and its right operand.
+type BinRest struct {
+	Pos   lexer.Position
+	Op    string `parser:"@(\"||\" | \"&&\" | \"==\" | \"!=\" | \"in\" | \"<=\" | \">=\" | \"<\" | \">\" | \"+\" | \"-\" | \"*\" | \"/\" | \"%\")"`
+	Right *Unary `parser:"@@"`
+}
+
+// Unary is an operand with prefix operators and postfix suffixes.
+type Unary struct {
+	Pos     lexer.Position
+	EndPos  lexer.Position
+	Ops     []string  `parser:"@(\"!\" | \"not\" | \"-\")*"`
+	Primary *Primary  `parser:"@@"`
+	Suffix  []*Suffix `parser:"@@*"`
+}
+
+// Suffix is a field access, a call or an index.
+type Suffix struct {
+	Pos   lexer.Position
+	Field string `parser:"\".\" @Ident"`
+	Call  bool   `parser:"| ( @\"(\""`
+	Args  []*Arg `parser:"( @@ ( \",\" @@ )* \",\"? )? \")\" )"`
+	Index *Expr  `parser:"| \"[\" @@ \"]\""`
+}
+
+// Arg is a call argument, possibly named (name = expr or name: expr).
+type Arg struct {
+	Pos   lexer.Position
+	Name  string `parser:"( @Ident (\"=\" | \":\") )?"`
+	Value *Expr  `parser:"@@"`
+}
+
+// Primary is an operand.
+type Primary struct {
+	Pos      lexer.Position
+	EndPos   lexer.Position
+	If       *IfExpr  `parser:"@@"`
+	Name     *string  `parser:"| ( @Ident"`
+	Lambda   *Expr    `parser:"( \"=>\" @@"`
+	Typed    []*Field `parser:"| \"{\" (@@ \",\"?)+ \"}\" )? )"`
+	String   *string  `parser:"| @String"`
+	Duration *string  `parser:"| @Duration"`
+	Number   *string  `parser:"| @Number"`
+	Vault    *string  `parser:"| @VaultURL"`
+	Array    *Array   `parser:"| @@"`
+	Record   *Record  `parser:"| @@"`
+	Paren    *Expr    `parser:"| \"(\" @@ \")\""`
+}
+
+// IfExpr is an if expression; it always has an else block.
+type IfExpr struct {
+	Pos     lexer.Position
+	EndPos  lexer.Position
+	Cond    *Expr         `parser:"\"if\" @@"`
+	Then    *Block        `parser:"@@"`
+	ElseIfs []*ElseIfExpr `parser:"@@*"`
+	Else    *Block        `parser:"\"else\" @@"`
+}
+
+// ElseIfExpr is an else-if branch of an if expression.
+type ElseIfExpr struct {
+	Cond *Expr  `parser:"\"else\" \"if\" @@"`
+	Then *Block `parser:"@@"`
+}
+
+// Array is an array literal.
+type Array struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Elems  []*Expr `parser:"\"[\" ( @@ ( \",\" @@ )* \",\"? )? \"]\""`
+}
+
+// Record is a record literal.
+type Record struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Fields []*Field `parser:"\"{\" (@@ \",\"?)* \"}\""`
+}
+
+// Field is a key: value entry of a record or typed literal.
+type Field struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Key    string `parser:"@(Ident | String) \":\""`
+	Value  *Expr  `parser:"@@"`
+}

@@ -1,0 +1,266 @@
+package dsl
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/alecthomas/participle/v2"
+	"github.com/alecthomas/participle/v2/lexer"
+
+	"symbi/internal/errcode"
+)
+
+// MaxSourceBytes is the largest source Parse accepts.
+const MaxSourceBytes = 1 << 20
+
+// Sentinel errors: every *Error wraps one of them.
+var (
+	ErrTooLarge = errors.New("source too large")
+	ErrEncoding = errors.New("source is not valid UTF-8")
+	ErrNesting  = errors.New("nesting too deep")
+	ErrSyntax   = errors.New("syntax error")
+)
+
+// Error is a positioned error in a source. Line and Column are 1-based; Column counts
+// characters.
+type Error struct {
+	Line, Column int
+	Offset       int // byte offset
+	Msg          string
+	Err          error // ErrTooLarge, ErrEncoding, ErrNesting or ErrSyntax
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%d:%d: %s", e.Line, e.Column, e.Msg) }
+
+// Unwrap returns the sentinel the error wraps.
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrorList is the list of errors of one source, in source order.
+type ErrorList []*Error
+
+func (l ErrorList) Error() string {
+	s := make([]string, len(l))
+	for i, e := range l {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "\n")
+}
+
+// Unwrap returns the errors of the list.
+func (l ErrorList) Unwrap() []error {
+	out := make([]error, len(l))
+	for i, e := range l {
+		out[i] = e
+	}
+	return out
+}
+
+// Errors returns the positioned errors carried by err (nil if there are none).
+func Errors(err error) []*Error {
+	var l ErrorList
+	if errors.As(err, &l) {
+		return l
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return []*Error{e}
+	}
+	return nil
+}
+
+var parser = participle.MustBuild[File](
+	participle.Lexer(definition{}),
+	participle.UseLookahead(4),
+)
+
+// Parse parses a whole source. The error, if any, is an ErrorList wrapped with an
+// errcode: errcode.LimitExceeded for a source over MaxSourceBytes, errcode.InvalidRequest
+// otherwise. name is used only in positions.
+func Parse(name string, src []byte) (*File, error) {
+	if len(src) > MaxSourceBytes {
+		line, col := position(src, MaxSourceBytes)
+		return nil, errcode.Wrap(errcode.LimitExceeded, ErrorList{{Line: line, Column: col, Offset: MaxSourceBytes,
+			Msg: fmt.Sprintf("source is %d bytes, over the limit of %d bytes (1 MiB)", len(src), MaxSourceBytes), Err: ErrTooLarge}})
+	}
+	if !utf8.Valid(src) {
+		off := invalidUTF8(src)
+		line, col := position(src, off)
+		return nil, invalid(&Error{Line: line, Column: col, Offset: off,
+			Msg: fmt.Sprintf("invalid UTF-8 byte 0x%02x", src[off]), Err: ErrEncoding})
+	}
+	toks, err := lex(name, src)
+	if err != nil {
+		return nil, invalid(err.(*Error))
+	}
+	f := &File{src: src, offs: make([]int, len(toks)), ends: make([]int, len(toks))}
+	for i, t := range toks {
+		f.offs[i] = t.Pos.Offset
+		f.ends[i] = t.Pos.Offset + len(t.Value)
+	}
+	peek, err := lexer.Upgrade(&replay{toks: toks})
+	if err != nil {
+		return nil, invalid(&Error{Line: 1, Column: 1, Msg: err.Error(), Err: ErrSyntax})
+	}
+	parsed, err := parser.ParseFromLexer(peek)
+	if err != nil {
+		return nil, invalid(syntaxError(src, err))
+	}
+	parsed.src, parsed.offs, parsed.ends = f.src, f.offs, f.ends
+	if errs := check(parsed); len(errs) > 0 {
+		return nil, errcode.Wrap(errcode.InvalidRequest, errs)
+	}
+	return parsed, nil
+}
+
+func invalid(e *Error) error { return errcode.Wrap(errcode.InvalidRequest, ErrorList{e}) }
+
+// syntaxError converts a participle error into an *Error with a clear message.
+func syntaxError(src []byte, err error) *Error {
+	var perr participle.Error
+	if !errors.As(err, &perr) {
+		return &Error{Line: 1, Column: 1, Msg: err.Error(), Err: ErrSyntax}
+	}
+	p := perr.Position()
+	msg := perr.Message()
+	var uerr *participle.UnexpectedTokenError
+	if errors.As(err, &uerr) {
+		if uerr.Unexpected.EOF() {
+			msg = "unexpected end of input"
+		} else {
+			msg = fmt.Sprintf("unexpected %s", describe(uerr.Unexpected))
+		}
+		if uerr.Expect != "" {
+			msg += ", expected " + uerr.Expect
+		}
+	}
+	// Columns count characters, positions from the lexer already do.
+	if p.Line == 0 {
+		p.Line, p.Column = position(src, p.Offset)
+	}
+	return &Error{Line: p.Line, Column: p.Column, Offset: p.Offset, Msg: msg, Err: ErrSyntax}
+}
+
+// describe names a token for an error message.
+func describe(t lexer.Token) string {
+	v := t.Value
+	switch t.Type {
+	case tokString:
+		if len(v) > 40 {
+			v = v[:37] + "..."
+		}
+		return "string " + v
+	case tokIdent:
+		return fmt.Sprintf("%q", v)
+	case tokNumber:
+		return "number " + v
+	case tokDuration:
+		return "duration " + v
+	case tokVault:
+		return "vault URL " + v
+	}
+	return fmt.Sprintf("%q", v)
+}
+
+// position returns the 1-based line and character column of byte offset off in src.
+func position(src []byte, off int) (line, col int) {
+	line, col = 1, 1
+	for i := 0; i < off && i < len(src); {
+		if src[i] == '\n' {
+			line++
+			col = 1
+			i++
+			continue
+		}
+		_, n := utf8.DecodeRune(src[i:])
+		i += n
+		col++
+	}
+	return line, col
+}
+
+func invalidUTF8(src []byte) int {
+	for i := 0; i < len(src); {
+		r, n := utf8.DecodeRune(src[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(src)
+}
+
+// text returns the exact source of a node that starts at start and ends before the token
+// at end (a node's Pos and EndPos).
+func (f *File) text(start, end lexer.Position) string {
+	return string(f.bytes(start, end))
+}
+
+func (f *File) bytes(start, end lexer.Position) []byte {
+	i := sort.SearchInts(f.offs, end.Offset)
+	if i == 0 || i > len(f.offs) {
+		return nil
+	}
+	stop := f.ends[i-1]
+	if stop < start.Offset {
+		return nil
+	}
+	return f.src[start.Offset:stop]
+}
+
+// Source returns the source the file was parsed from.
+func (f *File) Source() []byte { return f.src }
+
+// AgentNames returns the declared agent names in source order.
+func (f *File) AgentNames() []string {
+	var names []string
+	for _, it := range f.Items {
+		if it.Agent != nil {
+			names = append(names, it.Agent.Name)
+		}
+	}
+	return names
+}
+
+// check enforces what the grammar leaves wide: only the last statement of a block may
+// omit its ";", and an assignment's target must be a name with field accesses or indexes.
+func check(f *File) ErrorList {
+	var errs ErrorList
+	visitBlocks(f, func(b *Block) {
+		for i, st := range b.Stmts {
+			s := st.Expr
+			if s == nil {
+				continue
+			}
+			if !s.Semi && i < len(b.Stmts)-1 {
+				p := s.EndPos
+				errs = append(errs, &Error{Line: p.Line, Column: p.Column, Offset: p.Offset,
+					Msg: `expected ";" after the expression statement`, Err: ErrSyntax})
+			}
+			if s.Op != "" && !assignable(s.Target) {
+				p := s.Target.Pos
+				errs = append(errs, &Error{Line: p.Line, Column: p.Column, Offset: p.Offset,
+					Msg: fmt.Sprintf("cannot assign to %s", f.text(p, s.Target.EndPos)), Err: ErrSyntax})
+			}
+		}
+	})
+	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Offset < errs[j].Offset })
+	return errs
+}
+
+// assignable reports whether e is a name followed only by field accesses and indexes.
+func assignable(e *Expr) bool {
+	u := e.Left
+	p := u.Primary
+	if len(e.Rest) > 0 || len(u.Ops) > 0 || p.Name == nil || p.Lambda != nil || p.Typed != nil {
+		return false
+	}
+	for _, s := range u.Suffix {
+		if s.Call {
+			return false
+		}
+	}
+	return true
+}
