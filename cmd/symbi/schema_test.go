@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"symbi/internal/errcode"
+	"symbi/internal/schemapin"
+)
+
+var schemaVectorDir = filepath.Join("..", "..", "testdata", "schemapin")
+
+// runSchemaCLI runs symbi with an environment of its own.
+func runSchemaCLI(vars map[string]string, args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return vars[k] }}
+	code = run(e, args)
+	return code, out.String(), errb.String()
+}
+
+// TestSchemaVerifyAgreesWithLibrary runs every vector through the CLI and the library
+// with the same environment and requires identical outcomes.
+func TestSchemaVerifyAgreesWithLibrary(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(schemaVectorDir, "vectors.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vectors []struct {
+		Name, Schema, Key, Signature, Error string
+		KeyURL                              string `json:"key_url"`
+		Verified                            bool
+	}
+	if err := json.Unmarshal(raw, &vectors); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.FileServer(http.Dir(schemaVectorDir)))
+	defer srv.Close()
+	vars := map[string]string{"SYMBI_SCHEMAPIN_ALLOW_INSECURE": "1", "SYMBI_SCHEMAPIN_ALLOW_PRIVATE": "1"}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(schemaVectorDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for _, vec := range vectors {
+		t.Run(vec.Name, func(t *testing.T) {
+			args := []string{"schema", "verify", "--json", filepath.Join(schemaVectorDir, vec.Schema)}
+			req := schemapin.Request{Schema: read(vec.Schema)}
+			if vec.Signature != "" {
+				req.Signature = read(vec.Signature)
+				args = append(args, "--signature", req.Signature)
+			}
+			if vec.KeyURL != "" {
+				req.PublicKeyURL = srv.URL + "/" + vec.KeyURL
+				args = append(args, "--key-url", req.PublicKeyURL)
+			} else {
+				req.PublicKeyPEM = read(vec.Key)
+				args = append(args, "--key", filepath.Join(schemaVectorDir, vec.Key))
+			}
+			want, wantErr := schemapin.NewVerifier(func(k string) string { return vars[k] }).Verify(context.Background(), req)
+			code, stdout, stderr := runSchemaCLI(vars, args...)
+			if vec.Error != "" {
+				if wantErr == nil || string(errcode.Of(wantErr)) != vec.Error {
+					t.Fatalf("library: %+v, %v; want error %s", want, wantErr, vec.Error)
+				}
+				if code != 1 || stdout != "" || stderr != "symbi schema verify: "+errcode.Text(wantErr)+"\n" {
+					t.Fatalf("CLI exit %d, stdout %q, stderr %q; library error %q", code, stdout, stderr, errcode.Text(wantErr))
+				}
+				return
+			}
+			if wantErr != nil || want.Verified != vec.Verified {
+				t.Fatalf("library: %+v, %v; want verified=%v", want, wantErr, vec.Verified)
+			}
+			var got schemapin.Result
+			if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+				t.Fatalf("CLI stdout %q: %v (stderr %q)", stdout, err, stderr)
+			}
+			wantCode := 1
+			if want.Verified {
+				wantCode = 0
+			}
+			if got != *want || code != wantCode {
+				t.Fatalf("CLI exit %d, %+v; library %+v (exit %d)", code, got, *want, wantCode)
+			}
+		})
+	}
+}
+
+func TestSchemaVerifyCLI(t *testing.T) {
+	signed := filepath.Join(schemaVectorDir, "schema.signed.json")
+	key := filepath.Join(schemaVectorDir, "signer.pub.pem")
+	big := filepath.Join(t.TempDir(), "big.json")
+	if err := os.WriteFile(big, bytes.Repeat([]byte(" "), schemapin.MaxSchemaBytes+10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		vars   map[string]string
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{"text verified", nil, []string{"--key", key, signed}, 0, "verified: signature verified\nschema_hash: 0555c2d7", ""},
+		{"text not verified", nil, []string{signed, "--key", filepath.Join(schemaVectorDir, "wrong.pub.pem")}, 1, "NOT VERIFIED: signature does not match", ""},
+		{"no key", nil, []string{signed}, 2, "", "usage: symbi schema verify"},
+		{"two keys", nil, []string{signed, "--key", key, "--key-url", "https://example.com/k"}, 2, "", "usage: symbi schema verify"},
+		{"two files", nil, []string{signed, signed, "--key", key}, 2, "", "usage: symbi schema verify"},
+		{"missing file", nil, []string{"--key", key, filepath.Join(t.TempDir(), "none.json")}, 1, "", "symbi schema verify: not_found: schema: open"},
+		{"schema too large", nil, []string{"--key", key, big}, 1, "", "limit_exceeded: schema is 1048577 bytes"},
+		{"plain http refused", nil, []string{"--key-url", "http://127.0.0.1:1/k", signed}, 1, "", "invalid_request: key URL: plain http is refused"},
+		{"loopback refused", map[string]string{"SYMBI_SCHEMAPIN_ALLOW_INSECURE": "1"}, []string{"--key-url", "http://127.0.0.1:1/k", signed}, 1, "", "is a loopback address"},
+		{"help", nil, []string{"--help"}, 0, "", "--key-url URL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runSchemaCLI(tt.vars, append([]string{"schema", "verify"}, tt.args...)...)
+			if code != tt.code || !strings.HasPrefix(stdout, tt.stdout) || !strings.Contains(stderr, tt.stderr) {
+				t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+			}
+		})
+	}
+}
