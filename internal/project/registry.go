@@ -1,5 +1,34 @@
 package project
 
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"symbi/internal/dsl"
+	"symbi/internal/errcode"
+)
+
+// Registry limits.
+const (
+	// RegistryMaxEntries is the number of agents/ directory entries inspected.
+	RegistryMaxEntries = 1024
+	// AgentFileLimit is the largest agent file read, in bytes.
+	AgentFileLimit = 1 << 20
+	// RegistryRetainLimit is the total of agent sources retained, in bytes.
+	RegistryRetainLimit = 16 << 20
+)
+
+// agentsDir is the registry's directory, relative to the project.
+const agentsDir = "agents"
+
 // Entry describes one agent file of the registry snapshot.
 type Entry struct {
 	Name         string   `json:"name"`         // the file's stem
@@ -9,4 +38,168 @@ type Entry struct {
 	Capabilities []string `json:"capabilities"` // the selected agent's capabilities
 	Invocable    bool     `json:"invocable"`    // whether invoke_agent may run it
 	Reason       string   `json:"reason"`       // why not invocable, with line:column; empty when invocable
+}
+
+// Agent is a resolved registration: its entry, the source read at startup, and the
+// admission verdict of the selected definition.
+type Agent struct {
+	Entry     Entry
+	Source    []byte
+	Admission *dsl.Admission
+}
+
+// Registry is the agent registry snapshot taken by LoadRegistry: the agent files of
+// agents/ as they were when it was taken. Files added later are not seen.
+type Registry struct {
+	agents []*Agent // sorted by name, then file
+}
+
+// LoadRegistry takes the registry snapshot: it inspects at most RegistryMaxEntries
+// entries of agents/, keeps names ending in .symbi or .dsl, reads each through the
+// confined reader (at most AgentFileLimit bytes) in name order, and stops retaining
+// once the total would pass RegistryRetainLimit. Unreadable files are skipped with a
+// warning on log. A missing agents/ gives an empty registry.
+func (p *Project) LoadRegistry(log *slog.Logger) (*Registry, error) {
+	names, err := p.agentFileNames(log)
+	if err != nil {
+		return nil, err
+	}
+	r := &Registry{}
+	var retained int64
+	for i, name := range names {
+		rel := agentsDir + "/" + name
+		src, err := p.Read(rel, AgentFileLimit)
+		if err != nil {
+			log.Warn("registry: skipping agent file", "file", rel, "err", errcode.Text(err))
+			continue
+		}
+		if retained+int64(len(src)) > RegistryRetainLimit {
+			log.Warn("registry: retention limit reached; remaining agent files not loaded",
+				"limit_bytes", RegistryRetainLimit, "skipped", len(names)-i, "first_skipped", rel)
+			break
+		}
+		retained += int64(len(src))
+		r.agents = append(r.agents, newAgent(rel, name, src))
+	}
+	r.markAmbiguous()
+	sort.SliceStable(r.agents, func(i, j int) bool {
+		a, b := r.agents[i].Entry, r.agents[j].Entry
+		return a.Name < b.Name || a.Name == b.Name && a.File < b.File
+	})
+	return r, nil
+}
+
+// agentFileNames lists at most RegistryMaxEntries entries of agents/ and returns the
+// .symbi and .dsl names among them, sorted.
+func (p *Project) agentFileNames(log *slog.Logger) ([]string, error) {
+	fd, err := p.open(agentsDir, []string{agentsDir}, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK)
+	if errors.Is(err, ErrNotExist) {
+		log.Info("registry: no agents/ directory; the registry is empty", "project", p.path)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	dir := os.NewFile(uintptr(fd), agentsDir)
+	defer dir.Close()
+	all, err := dir.Readdirnames(RegistryMaxEntries)
+	if err != nil && len(all) == 0 && !errors.Is(err, io.EOF) {
+		return nil, errcode.Errorf(errcode.Internal, "registry: list agents/: %w", err)
+	}
+	if more, _ := dir.Readdirnames(1); len(more) > 0 {
+		log.Warn("registry: agents/ has more entries than are inspected; the rest are ignored",
+			"inspected", RegistryMaxEntries)
+	}
+	var names []string
+	for _, n := range all {
+		if strings.HasSuffix(n, ".symbi") || strings.HasSuffix(n, ".dsl") {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// stem returns name without its .symbi or .dsl extension.
+func stem(name string) string {
+	if s, ok := strings.CutSuffix(name, ".symbi"); ok {
+		return s
+	}
+	return strings.TrimSuffix(name, ".dsl")
+}
+
+// newAgent parses and admits one agent file.
+func newAgent(rel, name string, src []byte) *Agent {
+	st := stem(name)
+	e := Entry{Name: st, File: rel, Agents: []string{}, Capabilities: []string{}}
+	var adm *dsl.Admission
+	if f, err := dsl.Parse(rel, src); err == nil {
+		e.Agents = append(e.Agents, f.AgentNames()...)
+		adm = dsl.Admit(f, st)
+	} else {
+		adm = dsl.AdmitSource(rel, st, src)
+	}
+	e.Description = adm.Description
+	if adm.Capabilities != nil {
+		e.Capabilities = adm.Capabilities
+	}
+	e.Invocable, e.Reason = adm.Admitted, adm.Reason
+	return &Agent{Entry: e, Source: src, Admission: adm}
+}
+
+// markAmbiguous refuses every stem present as more than one file (x.symbi and x.dsl).
+func (r *Registry) markAmbiguous() {
+	files := map[string][]string{}
+	for _, a := range r.agents {
+		files[a.Entry.Name] = append(files[a.Entry.Name], a.Entry.File)
+	}
+	for _, a := range r.agents {
+		if fs := files[a.Entry.Name]; len(fs) > 1 {
+			a.Entry.Invocable = false
+			a.Entry.Reason = ambiguity(a.Entry.Name, fs)
+		}
+	}
+}
+
+func ambiguity(stem string, files []string) string {
+	fs := slices.Clone(files)
+	sort.Strings(fs)
+	return fmt.Sprintf("ambiguous: %s all have the stem %q; remove or rename all but one", strings.Join(fs, " and "), stem)
+}
+
+// Entries returns the snapshot's entries, sorted by name.
+func (r *Registry) Entries() []Entry {
+	out := make([]Entry, len(r.agents))
+	for i, a := range r.agents {
+		out[i] = a.Entry
+	}
+	return out
+}
+
+// Resolve finds the registration of stem. No file → errcode.UnknownAgent; a stem
+// present as both x.symbi and x.dsl → errcode.UnknownAgent ("ambiguous"); a file whose
+// selection or admission refuses → errcode.RefusedDefinition with the reason.
+func (r *Registry) Resolve(stem string) (*Agent, error) {
+	var found []*Agent
+	for _, a := range r.agents {
+		if a.Entry.Name == stem {
+			found = append(found, a)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, errcode.Errorf(errcode.UnknownAgent, "no agent file with the name %q in agents/ (the registry is a snapshot taken at startup)", stem)
+	case 1:
+	default:
+		files := make([]string, len(found))
+		for i, a := range found {
+			files[i] = a.Entry.File
+		}
+		return nil, errcode.Errorf(errcode.UnknownAgent, "%s", ambiguity(stem, files))
+	}
+	a := found[0]
+	if !a.Entry.Invocable {
+		return nil, errcode.Errorf(errcode.RefusedDefinition, "%s: %s", a.Entry.File, a.Entry.Reason)
+	}
+	return a, nil
 }

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+
+	"symbi/internal/errcode"
+	"symbi/internal/project"
+)
+
+func init() {
+	c := &command{name: "agents list", summary: "list the project's agent files: which are invocable, and why the others are refused"}
+	c.run = func(e *env, args []string) int {
+		fs := newFlags(e, c)
+		dir := fs.String("project", ".", "project `directory`")
+		asJSON := fs.Bool("json", false, "print the entries as a JSON array")
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		if fs.NArg() != 0 {
+			fs.Usage()
+			return 2
+		}
+		entries, err := registryEntries(e, *dir)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "symbi agents list: %s\n", errcode.Text(err))
+			return 1
+		}
+		if *asJSON {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(entries); err != nil {
+				fmt.Fprintf(e.stderr, "symbi agents list: %v\n", err)
+				return 1
+			}
+			return 0
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tINVOCABLE\tFILE\tAGENTS\tDESCRIPTION OR REASON")
+		for _, en := range entries {
+			inv, detail := "yes", en.Description
+			if !en.Invocable {
+				inv, detail = "no", en.Reason
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", en.Name, inv, en.File, strings.Join(en.Agents, ","), detail)
+		}
+		tw.Flush()
+		return 0
+	}
+	register(c)
+}
+
+// registryEntries takes the registry snapshot of the project in dir, with warnings
+// on stderr.
+func registryEntries(e *env, dir string) ([]project.Entry, error) {
+	p, err := project.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	reg, err := p.LoadRegistry(slog.New(slog.NewTextHandler(e.stderr, nil)))
+	if err != nil {
+		return nil, err
+	}
+	return reg.Entries(), nil
+}

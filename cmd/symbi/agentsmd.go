@@ -1,0 +1,48 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+
+	"symbi/internal/errcode"
+	"symbi/internal/project"
+)
+
+func init() {
+	c := &command{name: "agents-md generate", summary: "write the generated agents section of AGENTS.md, keeping the rest of the file"}
+	c.run = func(e *env, args []string) int {
+		fs := newFlags(e, c)
+		dir := fs.String("project", ".", "project `directory`")
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		if fs.NArg() != 0 {
+			fs.Usage()
+			return 2
+		}
+		fail := func(err error) int {
+			fmt.Fprintf(e.stderr, "symbi agents-md generate: %s\n", errcode.Text(err))
+			return 1
+		}
+		p, err := project.Open(*dir)
+		if err != nil {
+			return fail(err)
+		}
+		defer p.Close()
+		reg, err := p.LoadRegistry(slog.New(slog.NewTextHandler(e.stderr, nil)))
+		if err != nil {
+			return fail(err)
+		}
+		created, err := p.UpdateAgentsMD(reg.Entries())
+		if err != nil {
+			return fail(err)
+		}
+		verb := "updated the generated section of"
+		if created {
+			verb = "created"
+		}
+		fmt.Fprintf(e.stdout, "%s %s/AGENTS.md (%d agent files)\n", verb, p.Path(), len(reg.Entries()))
+		return 0
+	}
+	register(c)
+}

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+
+	"symbi/internal/errcode"
+	"symbi/internal/project"
+)
+
+func init() {
+	c := &command{name: "init", args: "[DIR]", summary: "create a starter project: an invocable agent, a respond policy, AGENTS.md and a README"}
+	c.run = func(e *env, args []string) int {
+		fs := newFlags(e, c)
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		if fs.NArg() > 1 {
+			fs.Usage()
+			return 2
+		}
+		dir := "."
+		if fs.NArg() == 1 {
+			dir = fs.Arg(0)
+		}
+		created, err := project.Init(dir, slog.New(slog.NewTextHandler(e.stderr, nil)))
+		for _, rel := range created {
+			fmt.Fprintf(e.stdout, "created %s\n", rel)
+		}
+		if err != nil {
+			fmt.Fprintf(e.stderr, "symbi init: %s\n", errcode.Text(err))
+			return 1
+		}
+		fmt.Fprintf(e.stdout, "\nnext: symbi agents list --project %s\n", dir)
+		return 0
+	}
+	register(c)
+}

@@ -1,0 +1,112 @@
+package project
+
+import (
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"symbi/internal/errcode"
+)
+
+// The starter project written by Init, as paths relative to the project.
+var starterFiles = []struct{ rel, content string }{
+	{"agents/assistant.symbi", `// assistant: a conversational agent created by "symbi init".
+// Invoke it with the MCP tool invoke_agent and the name "assistant".
+metadata {
+    description = "Answers questions about this project in plain text",
+    version = "0.1.0",
+    executor = "orga"
+}
+
+agent assistant {
+    capabilities = ["answer"]
+    with timeout = 60.seconds {}
+}
+`},
+	{"policies/respond.cedar", `// Every answer of an invoked agent must be permitted by a policy here.
+// This one releases every text response; narrow it as the project grows.
+@id("allow-respond")
+permit(principal, action == Action::"respond", resource);
+`},
+	{"README.md", "# symbi project\n\n" +
+		"Run `symbi mcp --project .` from an MCP client (with `OPENAI_API_KEY` or `ANTHROPIC_API_KEY` set) " +
+		"and call the tool `invoke_agent` with `{\"agent\": \"assistant\", \"prompt\": \"...\"}`; " +
+		"`symbi agents list` shows the registered agents.\n"},
+}
+
+// starterAgentsMD is the hand-written part of the starter AGENTS.md; the generated
+// section is appended to it.
+const starterAgentsMD = `# AGENTS.md
+
+Guidance for agents working in this project.
+
+- Agent definitions live in agents/; policies for the respond gate in policies/.
+- After changing agents/, run ` + "`symbi agents-md generate`" + ` and restart ` + "`symbi mcp`" + `.
+- Never read or edit .symbiont/: it holds the run journals and the signing key.
+`
+
+// Init writes a starter project into dir (created if needed): one invocable agent,
+// a policy permitting respond, AGENTS.md with its generated section, and a README.
+// It changes nothing when any of those files already exists. It returns the paths it
+// created, relative to dir.
+func Init(dir string, log *slog.Logger) ([]string, error) {
+	targets := []string{agentsMDName}
+	for _, f := range starterFiles {
+		targets = append(targets, f.rel)
+	}
+	for _, rel := range targets {
+		_, err := os.Lstat(filepath.Join(dir, rel))
+		if err == nil {
+			return nil, errcode.Errorf(errcode.InvalidRequest, "init %s: %s already exists; nothing was changed", dir, rel)
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, errcode.Errorf(errcode.Internal, "init %s: %w", dir, err)
+		}
+	}
+	var created []string
+	for _, f := range starterFiles {
+		if err := createFile(filepath.Join(dir, f.rel), []byte(f.content)); err != nil {
+			return created, err
+		}
+		created = append(created, f.rel)
+	}
+	p, err := Open(dir)
+	if err != nil {
+		return created, err
+	}
+	defer p.Close()
+	reg, err := p.LoadRegistry(log)
+	if err != nil {
+		return created, err
+	}
+	md, err := GenerateAgentsMD([]byte(starterAgentsMD), reg.Entries())
+	if err != nil {
+		return created, err
+	}
+	if err := createFile(filepath.Join(dir, agentsMDName), md); err != nil {
+		return created, err
+	}
+	return append(created, agentsMDName), nil
+}
+
+// createFile creates path (and its parent directories) with content; it never
+// replaces an existing file or follows a link.
+func createFile(path string, content []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return errcode.Errorf(errcode.Internal, "init: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return errcode.Errorf(errcode.Internal, "init: %w", err)
+	}
+	if _, err := f.Write(content); err != nil {
+		f.Close()
+		return errcode.Errorf(errcode.Internal, "init: write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return errcode.Errorf(errcode.Internal, "init: close %s: %w", path, err)
+	}
+	return nil
+}
