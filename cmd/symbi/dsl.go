@@ -1,0 +1,96 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"symbi/internal/dsl"
+)
+
+func init() {
+	check := &command{name: "dsl check", args: "FILE...", summary: "check agent definitions; print file:line:col: message for each error"}
+	check.run = func(e *env, args []string) int {
+		fs := newFlags(e, check)
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		if fs.NArg() == 0 {
+			fs.Usage()
+			return 2
+		}
+		failed := false
+		for _, name := range fs.Args() {
+			src, err := readSource(e, name)
+			if err != nil {
+				fmt.Fprintf(e.stderr, "%s: %v\n", name, err)
+				failed = true
+				continue
+			}
+			if _, err := dsl.Parse(name, src); err != nil {
+				for _, pe := range dsl.Errors(err) {
+					fmt.Fprintf(e.stdout, "%s:%d:%d: %s\n", name, pe.Line, pe.Column, pe.Msg)
+				}
+				failed = true
+			}
+		}
+		if failed {
+			return 1
+		}
+		return 0
+	}
+	register(check)
+
+	parse := &command{name: "dsl parse", args: "FILE|-", summary: "print the JSON views of an agent definition (- reads standard input)"}
+	parse.run = func(e *env, args []string) int {
+		fs := newFlags(e, parse)
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		if fs.NArg() != 1 {
+			fs.Usage()
+			return 2
+		}
+		name := fs.Arg(0)
+		src, err := readSource(e, name)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "%s: %v\n", name, err)
+			return 1
+		}
+		source := name
+		if name == "-" {
+			source = "inline"
+		}
+		r := dsl.Analyze(source, src)
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(r); err != nil {
+			fmt.Fprintf(e.stderr, "symbi dsl parse: %v\n", err)
+			return 1
+		}
+		if !r.Valid {
+			for _, pe := range r.Errors {
+				fmt.Fprintf(e.stderr, "%s:%d:%d: %s\n", source, pe.Line, pe.Column, pe.Message)
+			}
+			return 1
+		}
+		return 0
+	}
+	register(parse)
+}
+
+// readSource reads a definition from a file, or from standard input for "-", reading at
+// most one byte more than the parser accepts so that an oversized input is reported.
+func readSource(e *env, name string) ([]byte, error) {
+	var r io.Reader = e.stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	return io.ReadAll(io.LimitReader(r, dsl.MaxSourceBytes+1))
+}
