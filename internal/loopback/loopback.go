@@ -169,10 +169,10 @@ func (s *Server) Close() {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	close(s.done)
 	if s.srv != nil {
-		s.srv.Close()
+		s.srv.Close() // first, so that no handler ending below can still answer
 	}
+	close(s.done)
 	s.handlers.Wait()
 }
 
