@@ -75,11 +75,11 @@ type Request struct {
 // Result is the outcome of a verification. It is also the output of the
 // verify_schema tool.
 type Result struct {
-	Verified       bool   `json:"verified"`
-	Message        string `json:"message"`
-	SchemaHash     string `json:"schema_hash"`     // hex SHA-256 of the canonical bytes
-	KeyFingerprint string `json:"key_fingerprint"` // "sha256:" + hex SHA-256 of the DER SubjectPublicKeyInfo
-	Revoked        bool   `json:"revoked"`
+	Verified       bool   `json:"verified" jsonschema:"whether the signature verified with a key that is not revoked"`
+	Message        string `json:"message" jsonschema:"why the schema verified or not"`
+	SchemaHash     string `json:"schema_hash" jsonschema:"hex SHA-256 of the canonical schema bytes"`
+	KeyFingerprint string `json:"key_fingerprint" jsonschema:"sha256: and the hex SHA-256 of the key's DER SubjectPublicKeyInfo"`
+	Revoked        bool   `json:"revoked" jsonschema:"whether the key document revokes the key"`
 }
 
 // Verifier verifies schemas. Its fields may be changed before first use.
