@@ -167,13 +167,9 @@ func (l *loader) readFiles(dir *os.File, rel string, names []string) {
 	for _, name := range names {
 		file := rel + "/" + name
 		l.set.Files = append(l.set.Files, file)
-		data, ok := l.read(int(dir.Fd()), name, file)
-		if !ok {
-			l.digestFile(file, nil, false)
-			continue
+		if data, ok := l.read(int(dir.Fd()), name, file); ok {
+			l.parse(file, data)
 		}
-		l.digestFile(file, data, true)
-		l.parse(file, data)
 	}
 }
 
@@ -192,8 +188,30 @@ func (l *loader) digestFile(file string, data []byte, readable bool) {
 }
 
 // read opens name under dirFD without following a symbolic link and returns its
-// bytes if it is a usable policy file.
+// bytes if it is a usable policy file. It adds the file to the digest: with its
+// content when the whole file was read, else as unreadable.
 func (l *loader) read(dirFD int, name, file string) ([]byte, bool) {
+	data, complete := l.readContent(dirFD, name, file)
+	l.digestFile(file, data, complete)
+	if !complete {
+		return nil, false
+	}
+	l.total += len(data)
+	if l.total > MaxTotalBytes {
+		l.fail(file, "limit exceeded: policy files total more than %d bytes", MaxTotalBytes)
+		return nil, false
+	}
+	if !utf8.Valid(data) {
+		line, col := firstInvalidUTF8(data)
+		l.problems = append(l.problems, Problem{File: file, Line: line, Column: col, Message: "invalid UTF-8"})
+		return nil, false
+	}
+	return data, true
+}
+
+// readContent returns the whole content of a regular, singly linked file of at
+// most MaxFileBytes, or records why it cannot and returns false.
+func (l *loader) readContent(dirFD int, name, file string) ([]byte, bool) {
 	fd, err := unix.Openat(dirFD, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) {
@@ -228,16 +246,6 @@ func (l *loader) read(dirFD int, name, file string) ([]byte, bool) {
 	}
 	if len(data) > MaxFileBytes {
 		l.fail(file, "limit exceeded: larger than %d bytes", MaxFileBytes)
-		return nil, false
-	}
-	l.total += len(data)
-	if l.total > MaxTotalBytes {
-		l.fail(file, "limit exceeded: policy files total more than %d bytes", MaxTotalBytes)
-		return nil, false
-	}
-	if !utf8.Valid(data) {
-		line, col := firstInvalidUTF8(data)
-		l.problems = append(l.problems, Problem{File: file, Line: line, Column: col, Message: "invalid UTF-8"})
 		return nil, false
 	}
 	return data, true

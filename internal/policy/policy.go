@@ -66,8 +66,9 @@
 //
 // where name is the relative name ("policies/mcp-server/x.cedar"). In default
 // mode there are no files and the digest is the SHA-256 of the empty string. In
-// deny_all mode the files that could not be read contribute their name and a
-// length of 2^64-1 with no content, so the digest still names what was seen.
+// deny_all mode a file that could not be read whole (not openable, not a
+// regular file, over the size limit) contributes its name and a length of
+// 2^64-1 with no content, so the digest still names what was seen.
 //
 // A Set is immutable after Load and safe for concurrent use.
 package policy
