@@ -104,6 +104,10 @@ func (v *Verifier) fetchKey(ctx context.Context, rawURL string) ([]byte, error) 
 		return nil, errcode.Errorf(errcode.InvalidRequest, "key URL: credentials in the URL are refused")
 	}
 
+	timeout := v.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
 	allowPrivate := v.allowPrivate
 	dialer := &net.Dialer{
 		// Control runs on the address actually being connected to, after DNS
@@ -121,14 +125,14 @@ func (v *Verifier) fetchKey(ctx context.Context, rawURL string) ([]byte, error) 
 		Proxy:               nil, // a proxy would make the checked connection the proxy's
 		DialContext:         dialer.DialContext,
 		TLSClientConfig:     &tls.Config{RootCAs: v.RootCAs, MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout: v.Timeout,
+		TLSHandshakeTimeout: timeout,
 		DisableKeepAlives:   true,
 		ForceAttemptHTTP2:   true,
 	}
 	defer transport.CloseIdleConnections()
 	client := &http.Client{
 		Transport: transport,
-		Timeout:   v.Timeout,
+		Timeout:   timeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},
@@ -140,7 +144,7 @@ func (v *Verifier) fetchKey(ctx context.Context, rawURL string) ([]byte, error) 
 	req.Header.Set("Accept", "application/json, application/x-pem-file, text/plain")
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, v.fetchError(ctx, err)
+		return nil, fetchError(ctx, err, timeout)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
@@ -154,7 +158,7 @@ func (v *Verifier) fetchKey(ctx context.Context, rawURL string) ([]byte, error) 
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxKeyDocBytes+1))
 	if err != nil {
-		return nil, v.fetchError(ctx, err)
+		return nil, fetchError(ctx, err, timeout)
 	}
 	if len(body) > MaxKeyDocBytes {
 		return nil, errcode.Errorf(errcode.LimitExceeded, "key URL: body is over the %d-byte limit", MaxKeyDocBytes)
@@ -163,7 +167,7 @@ func (v *Verifier) fetchKey(ctx context.Context, rawURL string) ([]byte, error) 
 }
 
 // fetchError gives a transport error its code.
-func (v *Verifier) fetchError(ctx context.Context, err error) error {
+func fetchError(ctx context.Context, err error, timeout time.Duration) error {
 	var ne net.Error
 	switch {
 	case errors.Is(err, ErrRefusedAddress):
@@ -171,7 +175,7 @@ func (v *Verifier) fetchError(ctx context.Context, err error) error {
 	case errors.Is(ctx.Err(), context.Canceled):
 		return errcode.Errorf(errcode.Cancelled, "key URL: %w", err)
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return errcode.Errorf(errcode.Timeout, "key URL: no answer within %s: %w", v.Timeout, err)
+		return errcode.Errorf(errcode.Timeout, "key URL: no answer within %s: %w", timeout, err)
 	}
 	return errcode.Errorf(errcode.InvalidRequest, "key URL: %w", err)
 }

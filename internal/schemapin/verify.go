@@ -84,7 +84,7 @@ type Result struct {
 
 // Verifier verifies schemas. Its fields may be changed before first use.
 type Verifier struct {
-	// Timeout bounds one key fetch; NewVerifier sets DefaultTimeout.
+	// Timeout bounds one key fetch; zero or less means DefaultTimeout.
 	Timeout time.Duration
 	// RootCAs, when set, replaces the system roots for key URLs.
 	RootCAs *x509.CertPool
