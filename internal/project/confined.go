@@ -235,6 +235,8 @@ func (p *Project) Read(rel string, limit int64) ([]byte, error) {
 
 func fileType(mode uint32) string {
 	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "regular file"
 	case unix.S_IFDIR:
 		return "directory"
 	case unix.S_IFIFO:

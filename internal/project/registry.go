@@ -92,7 +92,8 @@ func (p *Project) LoadRegistry(log *slog.Logger) (*Registry, error) {
 // agentFileNames lists at most RegistryMaxEntries entries of agents/ and returns the
 // .symbi and .dsl names among them, sorted.
 func (p *Project) agentFileNames(log *slog.Logger) ([]string, error) {
-	fd, err := p.open(agentsDir, []string{agentsDir}, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK)
+	// No O_DIRECTORY: with O_NOFOLLOW it would report a symlink as "not a directory".
+	fd, err := p.open(agentsDir, []string{agentsDir}, unix.O_RDONLY|unix.O_NONBLOCK)
 	if errors.Is(err, ErrNotExist) {
 		log.Info("registry: no agents/ directory; the registry is empty", "project", p.path)
 		return nil, nil
@@ -102,6 +103,13 @@ func (p *Project) agentFileNames(log *slog.Logger) ([]string, error) {
 	}
 	dir := os.NewFile(uintptr(fd), agentsDir)
 	defer dir.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("registry: %w", refuse(agentsDir, ErrUnreadable, err))
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil, fmt.Errorf("registry: %w", refuse(agentsDir, ErrNotRegular, fmt.Errorf("%s, want a directory", fileType(st.Mode))))
+	}
 	all, err := dir.Readdirnames(RegistryMaxEntries)
 	if err != nil && len(all) == 0 && !errors.Is(err, io.EOF) {
 		return nil, errcode.Errorf(errcode.Internal, "registry: list agents/: %w", err)

@@ -1,0 +1,221 @@
+package project
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"symbi/internal/errcode"
+)
+
+// loadRegistry takes the snapshot of root and returns it with the log text.
+func loadRegistry(t *testing.T, root string) (*Registry, string) {
+	t.Helper()
+	var logs bytes.Buffer
+	p := openProject(t, root, false)
+	r, err := p.LoadRegistry(slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatalf("LoadRegistry: %v", err)
+	}
+	return r, logs.String()
+}
+
+func names(entries []Entry) []string {
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name)
+	}
+	return out
+}
+
+func TestRegistryResolve(t *testing.T) {
+	root := t.TempDir()
+	files := map[string]string{
+		"agents/plain.symbi":  `metadata { description = "plain one" } agent plain { capabilities = ["read"] }`,
+		"agents/helper.symbi": `agent assistant {}`, // filename alias
+		"agents/two.symbi":    `agent two {} agent other {}`,
+		"agents/multi.symbi":  `agent a {} agent b {}`,
+		"agents/dup.symbi":    `agent dup {} agent dup {}`,
+		"agents/x.symbi":      `agent x {}`,
+		"agents/x.dsl":        `agent x {}`,
+		"agents/legacy.dsl":   `agent legacy {}`,
+		"agents/cron.symbi":   "agent cron {}\nschedule s { cron = \"* * * * *\" }\n",
+		"agents/broken.symbi": "agent broken {\n",
+		"agents/notes.txt":    "not an agent file",
+	}
+	for rel, src := range files {
+		writeFile(t, root, rel, []byte(src))
+	}
+	r, _ := loadRegistry(t, root)
+	wantNames := []string{"broken", "cron", "dup", "helper", "legacy", "multi", "plain", "two", "x", "x"}
+	if got := names(r.Entries()); fmt.Sprint(got) != fmt.Sprint(wantNames) {
+		t.Fatalf("entries %v, want %v", got, wantNames)
+	}
+	tests := []struct {
+		stem      string
+		code      errcode.Code
+		reason    string // substring of the error
+		declared  string // selected agent when resolved
+		invocable bool
+	}{
+		{stem: "plain", declared: "plain", invocable: true},
+		{stem: "helper", declared: "assistant", invocable: true},
+		{stem: "assistant", code: errcode.UnknownAgent, reason: "no agent file"},
+		{stem: "two", declared: "two", invocable: true},
+		{stem: "other", code: errcode.UnknownAgent, reason: "no agent file"},
+		{stem: "legacy", declared: "legacy", invocable: true},
+		{stem: "multi", code: errcode.RefusedDefinition, reason: "selection"},
+		{stem: "dup", code: errcode.RefusedDefinition, reason: "selection"},
+		{stem: "x", code: errcode.UnknownAgent, reason: "ambiguous"},
+		{stem: "cron", code: errcode.RefusedDefinition, reason: "rule 2 at 2:1"},
+		{stem: "broken", code: errcode.RefusedDefinition, reason: "rule 1 at"},
+		{stem: "notes", code: errcode.UnknownAgent, reason: "no agent file"},
+		{stem: "", code: errcode.UnknownAgent, reason: "no agent file"},
+	}
+	for _, tt := range tests {
+		a, err := r.Resolve(tt.stem)
+		if tt.code != "" {
+			if errcode.Of(err) != tt.code || !strings.Contains(err.Error(), tt.reason) {
+				t.Errorf("Resolve(%q) error %v, want %s containing %q", tt.stem, err, tt.code, tt.reason)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("Resolve(%q): %v", tt.stem, err)
+			continue
+		}
+		if a.Admission.Agent != tt.declared || !a.Entry.Invocable || a.Entry.Reason != "" {
+			t.Errorf("Resolve(%q) selected %q (entry %+v), want %q", tt.stem, a.Admission.Agent, a.Entry, tt.declared)
+		}
+		if want := files[a.Entry.File]; string(a.Source) != want {
+			t.Errorf("Resolve(%q) source %q, want %q", tt.stem, a.Source, want)
+		}
+	}
+	for _, e := range r.Entries() {
+		if e.Name == "x" && (e.Invocable || !strings.Contains(e.Reason, "agents/x.dsl and agents/x.symbi")) {
+			t.Errorf("ambiguous entry %+v", e)
+		}
+		if e.Name == "plain" && (e.Description != "plain one" || fmt.Sprint(e.Capabilities) != "[read]") {
+			t.Errorf("plain entry %+v", e)
+		}
+		if e.Name == "two" && fmt.Sprint(e.Agents) != "[two other]" {
+			t.Errorf("two entry %+v", e)
+		}
+	}
+}
+
+func TestRegistryIsSnapshot(t *testing.T) {
+	root := t.TempDir()
+	writeFile(t, root, "agents/a.symbi", []byte("agent a {}"))
+	r, _ := loadRegistry(t, root)
+	writeFile(t, root, "agents/b.symbi", []byte("agent b {}"))
+	writeFile(t, root, "agents/a.symbi", []byte("agent a { capabilities = [\"changed\"] }"))
+	if _, err := r.Resolve("b"); !errors.Is(err, errcode.UnknownAgent) {
+		t.Errorf("file added after the snapshot resolved: %v", err)
+	}
+	a, err := r.Resolve("a")
+	if err != nil || string(a.Source) != "agent a {}" {
+		t.Errorf("Resolve(a) = %q, %v; want the source read at the snapshot", a.Source, err)
+	}
+}
+
+func TestRegistrySkipsUnreadable(t *testing.T) {
+	root := t.TempDir()
+	writeFile(t, root, "agents/good.symbi", []byte("agent good {}"))
+	writeFile(t, root, "agents/.hidden.symbi", []byte("agent hidden {}"))
+	writeFile(t, root, "agents/latin1.symbi", []byte("agent latin1 {} // caf\xe9"))
+	writeFile(t, root, "agents/huge.symbi", append([]byte("agent huge {}\n//"), bytes.Repeat([]byte("x"), AgentFileLimit)...))
+	writeFile(t, root, "outside.symbi", []byte("agent linked {}"))
+	must(t, os.Symlink("../outside.symbi", filepath.Join(root, "agents/linked.symbi")))
+	must(t, os.Link(filepath.Join(root, "agents/good.symbi"), filepath.Join(root, "agents/hard.symbi")))
+	must(t, os.Mkdir(filepath.Join(root, "agents/dir.symbi"), 0o755))
+
+	r, logs := loadRegistry(t, root)
+	if got := names(r.Entries()); len(got) != 0 {
+		// good.symbi has two links now (hard.symbi), so it is refused as well.
+		t.Fatalf("entries %v, want none", got)
+	}
+	for _, want := range []string{
+		`agents/.hidden.symbi`, `no hidden components`,
+		`agents/latin1.symbi`, `UTF-8 only`,
+		`agents/huge.symbi`, `limit_exceeded`,
+		`agents/linked.symbi`, `no symlinks`,
+		`agents/hard.symbi`, `agents/good.symbi`, `single link`,
+		`agents/dir.symbi`, `regular files only`,
+	} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("log lacks %q:\n%s", want, logs)
+		}
+	}
+	if n := strings.Count(logs, "level=WARN"); n != 7 {
+		t.Errorf("%d warnings, want 7:\n%s", n, logs)
+	}
+}
+
+func TestRegistryEntryLimit(t *testing.T) {
+	root := t.TempDir()
+	const files = RegistryMaxEntries + 6
+	for i := range files {
+		writeFile(t, root, fmt.Sprintf("agents/a%04d.symbi", i), []byte(fmt.Sprintf("agent a%04d {}", i)))
+	}
+	r, logs := loadRegistry(t, root)
+	if got := len(r.Entries()); got != RegistryMaxEntries {
+		t.Fatalf("%d entries, want %d of %d files", got, RegistryMaxEntries, files)
+	}
+	if !strings.Contains(logs, "more entries than are inspected") {
+		t.Errorf("no warning about the ignored entries:\n%s", logs)
+	}
+}
+
+func TestRegistryRetentionLimit(t *testing.T) {
+	root := t.TempDir()
+	// Seventeen files of exactly 1 MiB: sixteen fill the 16 MiB exactly; the
+	// seventeenth would pass it.
+	for i := range 17 {
+		head := fmt.Sprintf("agent r%02d {}\n//", i)
+		src := append([]byte(head), bytes.Repeat([]byte("x"), AgentFileLimit-len(head)-1)...)
+		src = append(src, '\n')
+		writeFile(t, root, fmt.Sprintf("agents/r%02d.symbi", i), src)
+	}
+	r, logs := loadRegistry(t, root)
+	got := names(r.Entries())
+	if len(got) != 16 || got[15] != "r15" {
+		t.Fatalf("retained %v, want r00..r15", got)
+	}
+	if !strings.Contains(logs, "retention limit reached") || !strings.Contains(logs, "agents/r16.symbi") {
+		t.Errorf("no retention warning naming r16:\n%s", logs)
+	}
+}
+
+func TestRegistryAgentsDir(t *testing.T) {
+	t.Run("missing", func(t *testing.T) {
+		r, _ := loadRegistry(t, t.TempDir())
+		if len(r.Entries()) != 0 {
+			t.Fatalf("entries %v, want none", r.Entries())
+		}
+	})
+	t.Run("file", func(t *testing.T) {
+		root := t.TempDir()
+		writeFile(t, root, "agents", []byte("agent a {}"))
+		p := openProject(t, root, false)
+		_, err := p.LoadRegistry(slog.New(slog.DiscardHandler))
+		if !errors.Is(err, ErrNotRegular) {
+			t.Fatalf("agents/ as a file: error %v, want ErrNotRegular", err)
+		}
+	})
+	t.Run("symlink", func(t *testing.T) {
+		root := t.TempDir()
+		writeFile(t, root, "real/a.symbi", []byte("agent a {}"))
+		must(t, os.Symlink("real", filepath.Join(root, "agents")))
+		p := openProject(t, root, false)
+		_, err := p.LoadRegistry(slog.New(slog.DiscardHandler))
+		if !errors.Is(err, ErrSymlink) || !errors.Is(err, errcode.ProtectedPath) {
+			t.Fatalf("symlinked agents/: error %v, want ErrSymlink", err)
+		}
+	})
+}
