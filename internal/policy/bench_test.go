@@ -15,7 +15,7 @@ func benchSet(b *testing.B, n int) *Set {
 	for i := 1; i < n; i++ {
 		fmt.Fprintf(&sb, "@id(\"f%d\") forbid (principal, action == Action::\"respond\", resource) when { context.response_bytes > 0 && context.response like \"*MARK%d*\" };\n", i, i)
 	}
-	s := loadDir(b, project(b, map[string]string{"policies/bench.cedar": sb.String()}, nil))
+	s := loadDir(b, makeProject(b, map[string]string{"policies/bench.cedar": sb.String()}, nil))
 	if s.Mode != ModeCedar || len(s.PolicyIDs()) != n {
 		b.Fatalf("mode %s, %d policies: %s", s.Mode, len(s.PolicyIDs()), s.Reason)
 	}

@@ -170,7 +170,7 @@ forbid (principal == Agent::"quiet", action, resource) when { context.response_b
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := loadDir(t, project(t, tt.files, nil))
+			s := loadDir(t, makeProject(t, tt.files, nil))
 			if s.Mode == ModeDenyAll {
 				t.Fatalf("set unusable: %s", s.Reason)
 			}
@@ -291,7 +291,7 @@ func TestSchemaMatchesModel(t *testing.T) {
 	}
 	// A policy naming an attribute outside the model must not validate, so the
 	// checks above can fail.
-	bad := loadDir(t, project(t, map[string]string{"policies/a.cedar": `@id("bad") permit (principal is Agent, action == Action::"respond", resource is Response) when { principal.owner == "x" };`}, nil))
+	bad := loadDir(t, makeProject(t, map[string]string{"policies/a.cedar": `@id("bad") permit (principal is Agent, action == Action::"respond", resource is Response) when { principal.owner == "x" };`}, nil))
 	if err := v.Policy("bad", (*xast.Policy)(bad.compiled[0].AST())); err == nil {
 		t.Error("a policy using principal.owner validated")
 	}

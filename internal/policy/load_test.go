@@ -19,9 +19,9 @@ const (
 	unnamedRule = "// comment\n\n  permit (principal, action, resource);\n"
 )
 
-// project builds a project directory from a map of relative path → content and
+// makeProject builds a project directory from a map of relative path → content and
 // applies setup for the special cases, then returns the directory path.
-func project(t testing.TB, files map[string]string, setup func(t testing.TB, dir string)) string {
+func makeProject(t testing.TB, files map[string]string, setup func(t testing.TB, dir string)) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, content := range files {
@@ -114,7 +114,7 @@ func TestLoadModes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := loadDir(t, project(t, tt.files, tt.setup))
+			s := loadDir(t, makeProject(t, tt.files, tt.setup))
 			if s.Mode != tt.mode {
 				t.Fatalf("mode %q, want %q (reason %q)", s.Mode, tt.mode, s.Reason)
 			}
@@ -147,7 +147,7 @@ func TestLoadUnreadable(t *testing.T) {
 	if os.Geteuid() == 0 {
 		t.Skip("permissions do not restrict root")
 	}
-	dir := project(t, map[string]string{"policies/a.cedar": permitAll}, nil)
+	dir := makeProject(t, map[string]string{"policies/a.cedar": permitAll}, nil)
 	must(t, os.Chmod(filepath.Join(dir, "policies/a.cedar"), 0))
 	s := loadDir(t, dir)
 	if s.Mode != ModeDenyAll || !strings.Contains(s.Reason, "policies/a.cedar: cannot open") {
@@ -156,7 +156,7 @@ func TestLoadUnreadable(t *testing.T) {
 }
 
 func TestLoadReportsEveryProblem(t *testing.T) {
-	dir := project(t, map[string]string{
+	dir := makeProject(t, map[string]string{
 		"policies/a.cedar":            "permit (",
 		"policies/b.cedar":            permitAll,
 		"policies/mcp-server/c.cedar": "forbid (principal, action, resource) when { 1 + };",
@@ -182,7 +182,7 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 }
 
 func TestLoadOrderAndIDs(t *testing.T) {
-	dir := project(t, map[string]string{
+	dir := makeProject(t, map[string]string{
 		"policies/b.cedar":            "@id(\"b-rule\") permit (principal, action, resource);\n" + unnamedRule,
 		"policies/a.cedar":            unnamedRule,
 		"policies/mcp-server/0.cedar": forbidKeys,
@@ -223,8 +223,8 @@ func digestOf(files [][2]string) string {
 func TestDigest(t *testing.T) {
 	base := map[string]string{"policies/a.cedar": permitAll, "policies/mcp-server/b.cedar": forbidKeys}
 	want := digestOf([][2]string{{"policies/a.cedar", permitAll}, {"policies/mcp-server/b.cedar", forbidKeys}})
-	first := loadDir(t, project(t, base, nil))
-	again := loadDir(t, project(t, base, nil))
+	first := loadDir(t, makeProject(t, base, nil))
+	again := loadDir(t, makeProject(t, base, nil))
 	if first.Digest != want || again.Digest != want {
 		t.Fatalf("digest %s / %s, want %s", first.Digest, again.Digest, want)
 	}
@@ -244,7 +244,7 @@ func TestDigest(t *testing.T) {
 	}
 	for _, c := range changes {
 		t.Run(c.name, func(t *testing.T) {
-			if d := loadDir(t, project(t, c.files, nil)).Digest; d == want {
+			if d := loadDir(t, makeProject(t, c.files, nil)).Digest; d == want {
 				t.Fatalf("digest did not change")
 			}
 		})
@@ -252,7 +252,7 @@ func TestDigest(t *testing.T) {
 }
 
 func TestLoadLeavesRootUsable(t *testing.T) {
-	dir := project(t, map[string]string{"policies/a.cedar": permitAll}, nil)
+	dir := makeProject(t, map[string]string{"policies/a.cedar": permitAll}, nil)
 	root, err := os.Open(dir)
 	must(t, err)
 	defer root.Close()
