@@ -1,0 +1,114 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"symbi/internal/project"
+)
+
+// listJSON runs "agents list --json" on dir and decodes the entries.
+func listJSON(t *testing.T, dir string) []project.Entry {
+	t.Helper()
+	code, out, errOut := runCLI(t, "", "agents", "list", "--project", dir, "--json")
+	if code != 0 {
+		t.Fatalf("agents list: exit %d, stderr %s", code, errOut)
+	}
+	var entries []project.Entry
+	if err := json.Unmarshal([]byte(out), &entries); err != nil {
+		t.Fatalf("agents list --json: %v\n%s", err, out)
+	}
+	return entries
+}
+
+// TestAgentsListExampleProject checks the example project at the repository root.
+func TestAgentsListExampleProject(t *testing.T) {
+	want := map[string]string{ // name → "" when invocable, else a reason prefix
+		"docs_writer":    "",
+		"explainer":      "",
+		"reviewer":       "",
+		"summarizer":     "",
+		"deploy_bot":     "rule 3 at ",
+		"nightly_digest": "rule 2 at ",
+		"shell_helper":   "rule 4 at ",
+	}
+	entries := listJSON(t, "../..")
+	if len(entries) != len(want) {
+		t.Fatalf("%d entries, want %d: %+v", len(entries), len(want), entries)
+	}
+	for i, e := range entries {
+		if i > 0 && entries[i-1].Name >= e.Name {
+			t.Errorf("entries not sorted by name at %q", e.Name)
+		}
+		prefix, ok := want[e.Name]
+		switch {
+		case !ok:
+			t.Errorf("unexpected entry %q", e.Name)
+		case prefix == "" && (!e.Invocable || e.Reason != ""):
+			t.Errorf("%s: want invocable, got %+v", e.Name, e)
+		case prefix != "" && (e.Invocable || !strings.HasPrefix(e.Reason, prefix)):
+			t.Errorf("%s: want refused with %q, got %+v", e.Name, prefix, e)
+		}
+	}
+
+	code, out, _ := runCLI(t, "", "agents", "list", "--project", "../..")
+	if code != 0 || !strings.Contains(out, "NAME") ||
+		!strings.Contains(out, "reviewer") || !strings.Contains(out, "rule 2 at") {
+		t.Fatalf("agents list text: exit %d\n%s", code, out)
+	}
+}
+
+func TestAgentsListErrors(t *testing.T) {
+	root := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(root, "agents"), 0o755))
+	must(os.WriteFile(filepath.Join(root, "agents/ok.symbi"), []byte("agent ok {}"), 0o644))
+	must(os.WriteFile(filepath.Join(root, "agents/bad.symbi"), []byte("agent bad {} // \xff"), 0o644))
+	tests := []struct {
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{[]string{"--project", root}, 0, "ok", `agents/bad.symbi`},
+		{[]string{"--project", filepath.Join(root, "missing")}, 1, "", "not_found"},
+		{[]string{"--project", root, "extra"}, 2, "", "usage"},
+		{[]string{"--no-such-flag"}, 2, "", "usage"},
+	}
+	for _, tt := range tests {
+		code, out, errOut := runCLI(t, "", append([]string{"agents", "list"}, tt.args...)...)
+		if code != tt.code || !strings.Contains(out, tt.stdout) || !strings.Contains(errOut, tt.stderr) {
+			t.Errorf("agents list %v: exit %d, stdout %q, stderr %q", tt.args, code, out, errOut)
+		}
+		if strings.Contains(out, "bad") {
+			t.Errorf("unreadable file listed: %s", out)
+		}
+	}
+}
+
+func TestInitThenList(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "demo")
+	code, out, errOut := runCLI(t, "", "init", dir)
+	if code != 0 || !strings.Contains(out, "created agents/assistant.symbi") {
+		t.Fatalf("init: exit %d\n%s%s", code, out, errOut)
+	}
+	entries := listJSON(t, dir)
+	if len(entries) != 1 || entries[0].Name != "assistant" || !entries[0].Invocable {
+		t.Fatalf("starter project entries %+v, want assistant invocable", entries)
+	}
+	code, _, errOut = runCLI(t, "", "init", dir)
+	if code != 1 || !strings.Contains(errOut, "already exists") {
+		t.Fatalf("second init: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, _ := runCLI(t, "", "init", dir, "extra"); code != 2 {
+		t.Fatalf("init with two arguments: exit %d, want 2", code)
+	}
+}
