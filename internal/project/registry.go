@@ -41,7 +41,7 @@ type Entry struct {
 }
 
 // Agent is a resolved registration: its entry, the source read at startup, and the
-// admission verdict of the selected definition.
+// admission verdict of the selected definition. It is shared: callers must not modify it.
 type Agent struct {
 	Entry     Entry
 	Source    []byte
