@@ -163,7 +163,7 @@ func capabilities(ag *Agent) []string {
 
 // stringLiteral returns the decoded value of an expression that is a bare string literal.
 func stringLiteral(e *Expr) (string, bool) {
-	if len(e.Rest) > 0 || len(e.Left.Ops) > 0 || len(e.Left.Suffix) > 0 || e.Left.Primary.String == nil {
+	if len(e.Ops) > 0 || len(e.Left.Ops) > 0 || len(e.Left.Suffix) > 0 || e.Left.Primary.String == nil {
 		return "", false
 	}
 	s, err := Unquote(*e.Left.Primary.String)

@@ -254,19 +254,19 @@ type Value struct {
 type Block struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Stmts  []*Stmt `parser:"\"{\" @@* \"}\""`
+	Stmts  []*Stmt `parser:"\"{\" ( (?! \"}\") @@ )* \"}\""`
 }
 
 // Stmt is a statement; exactly one field is set.
 type Stmt struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Let    *LetStmt    `parser:"@@"`
-	If     *IfStmt     `parser:"| @@"`
-	For    *ForStmt    `parser:"| @@"`
-	Match  *Match      `parser:"| @@"`
-	Try    *TryStmt    `parser:"| @@"`
-	Return *ReturnStmt `parser:"| @@"`
+	Let    *LetStmt    `parser:"\"let\" @@"`
+	If     *IfStmt     `parser:"| \"if\" @@"`
+	For    *ForStmt    `parser:"| \"for\" @@"`
+	Match  *Match      `parser:"| \"match\" @@"`
+	Try    *TryStmt    `parser:"| \"try\" @@"`
+	Return *ReturnStmt `parser:"| \"return\" @@"`
 	Expr   *ExprStmt   `parser:"| @@"`
 }
 
@@ -274,7 +274,7 @@ type Stmt struct {
 type LetStmt struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Name   string `parser:"\"let\" @Ident \"=\""`
+	Name   string `parser:"@Ident \"=\""`
 	Value  *Expr  `parser:"@@ \";\""`
 }
 
@@ -282,7 +282,7 @@ type LetStmt struct {
 type IfStmt struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Cond    *Cond     `parser:"\"if\" @@"`
+	Cond    *Cond     `parser:"@@"`
 	Then    *Block    `parser:"@@"`
 	ElseIfs []*ElseIf `parser:"@@*"`
 	Else    *Block    `parser:"( \"else\" @@ )?"`
@@ -318,7 +318,7 @@ type Pattern struct {
 type ForStmt struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Var    string `parser:"\"for\" @Ident \"in\""`
+	Var    string `parser:"@Ident \"in\""`
 	Iter   *Expr  `parser:"@@"`
 	Body   *Block `parser:"@@"`
 }
@@ -327,7 +327,7 @@ type ForStmt struct {
 type Match struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Subject *Expr  `parser:"\"match\" @@ \"{\""`
+	Subject *Expr  `parser:"@@ \"{\""`
 	Arms    []*Arm `parser:"@@* \"}\""`
 }
 
@@ -344,7 +344,7 @@ type Arm struct {
 type TryStmt struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Body    *Block   `parser:"\"try\" @@"`
+	Body    *Block   `parser:"@@"`
 	Catches []*Catch `parser:"@@*"`
 }
 
@@ -361,7 +361,7 @@ type Catch struct {
 type ReturnStmt struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Value  *Expr `parser:"\"return\" @@? \";\""`
+	Value  *Expr `parser:"@@? \";\""`
 }
 
 // ExprStmt is an expression or an assignment, ended by ";" unless it is the last
@@ -375,20 +375,16 @@ type ExprStmt struct {
 	Semi   bool   `parser:"@\";\"?"`
 }
 
-// Expr is a sequence of operands and binary operators; precedence (low to high:
-// || && == != in < > <= >= + - * / %) is applied by Tree.
+// Expr is a sequence of operands and binary operators; the grammar does not apply
+// precedence (low to high: || && == != in < > <= >= + - * / %), which no view or
+// admission rule needs. Ops[i] stands between operand i and operand i+1, where operand
+// 0 is Left and operand i+1 is Operands[i].
 type Expr struct {
-	Pos    lexer.Position
-	EndPos lexer.Position
-	Left   *Unary     `parser:"@@"`
-	Rest   []*BinRest `parser:"@@*"`
-}
-
-// BinRest is an operator and its right operand.
-type BinRest struct {
-	Pos   lexer.Position
-	Op    string `parser:"@(\"||\" | \"&&\" | \"==\" | \"!=\" | \"in\" | \"<=\" | \">=\" | \"<\" | \">\" | \"+\" | \"-\" | \"*\" | \"/\" | \"%\")"`
-	Right *Unary `parser:"@@"`
+	Pos      lexer.Position
+	EndPos   lexer.Position
+	Left     *Unary   `parser:"@@"`
+	Ops      []string `parser:"( @(\"||\" | \"&&\" | \"==\" | \"!=\" | \"in\" | \"<=\" | \">=\" | \"<\" | \">\" | \"+\" | \"-\" | \"*\" | \"/\" | \"%\")"`
+	Operands []*Unary `parser:"@@ )*"`
 }
 
 // Unary is an operand with prefix operators and postfix suffixes.
@@ -397,7 +393,7 @@ type Unary struct {
 	EndPos  lexer.Position
 	Ops     []string  `parser:"@(\"!\" | \"not\" | \"-\")*"`
 	Primary *Primary  `parser:"@@"`
-	Suffix  []*Suffix `parser:"@@*"`
+	Suffix  []*Suffix `parser:"( (?= \".\" | \"(\" | \"[\") @@ )*"`
 }
 
 // Suffix is a field access, a call or an index.
@@ -420,7 +416,7 @@ type Arg struct {
 type Primary struct {
 	Pos      lexer.Position
 	EndPos   lexer.Position
-	If       *IfExpr  `parser:"@@"`
+	If       *IfExpr  `parser:"\"if\" @@"`
 	Name     *string  `parser:"| ( @Ident"`
 	Lambda   *Expr    `parser:"( \"=>\" @@"`
 	Typed    []*Field `parser:"| \"{\" (@@ \",\"?)+ \"}\" )? )"`
@@ -428,8 +424,8 @@ type Primary struct {
 	Duration *string  `parser:"| @Duration"`
 	Number   *string  `parser:"| @Number"`
 	Vault    *string  `parser:"| @VaultURL"`
-	Array    *Array   `parser:"| @@"`
-	Record   *Record  `parser:"| @@"`
+	Array    *Array   `parser:"| (?= \"[\") @@"`
+	Record   *Record  `parser:"| (?= \"{\") @@"`
 	Paren    *Expr    `parser:"| \"(\" @@ \")\""`
 }
 
@@ -437,7 +433,7 @@ type Primary struct {
 type IfExpr struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Cond    *Expr         `parser:"\"if\" @@"`
+	Cond    *Expr         `parser:"@@"`
 	Then    *Block        `parser:"@@"`
 	ElseIfs []*ElseIfExpr `parser:"@@*"`
 	Else    *Block        `parser:"\"else\" @@"`

@@ -8,7 +8,7 @@ import (
 // selector checks a rule selector: true, false, a string, or a non-empty array of strings.
 func (f *File) selector(e *Expr) *refusal {
 	bad := refuse("rule 6", e.Pos, "rule selector %s is not true, false, a string or a non-empty array of strings", f.clip(e))
-	if len(e.Rest) > 0 || len(e.Left.Ops) > 0 || len(e.Left.Suffix) > 0 {
+	if len(e.Ops) > 0 || len(e.Left.Ops) > 0 || len(e.Left.Suffix) > 0 {
 		return bad
 	}
 	p := e.Left.Primary
@@ -50,24 +50,23 @@ func (f *File) condExpr(e *Expr, depth int) *refusal {
 	if depth > MaxConditionDepth {
 		return refuse("rule 6", e.Pos, "condition nested deeper than %d levels", MaxConditionDepth)
 	}
-	operands := make([]*Unary, 0, 1+len(e.Rest))
+	operands := make([]*Unary, 0, 1+len(e.Ops))
 	operands = append(operands, e.Left)
-	for _, r := range e.Rest {
-		if !conditionOps[r.Op] {
-			return refuse("rule 6", r.Pos, "unsupported operator %q in policy condition", r.Op)
+	operands = append(operands, e.Operands...)
+	for i, op := range e.Ops {
+		opPos := operands[i].EndPos // the operator is the token after its left operand
+		if !conditionOps[op] {
+			return refuse("rule 6", opPos, "unsupported operator %q in policy condition", op)
 		}
-		operands = append(operands, r.Right)
-	}
-	for i, r := range e.Rest {
-		if !isComparison(r.Op) {
+		if !isComparison(op) {
 			continue
 		}
-		if i > 0 && isComparison(e.Rest[i-1].Op) {
-			return refuse("rule 6", r.Pos, "chained comparison %q in policy condition", r.Op)
+		if i > 0 && isComparison(e.Ops[i-1]) {
+			return refuse("rule 6", opPos, "chained comparison %q in policy condition", op)
 		}
 		for _, u := range []*Unary{operands[i], operands[i+1]} {
 			if !integerOperand(u) {
-				return refuse("rule 6", u.Pos, "comparison %q needs integer operands, not %s", r.Op, f.clipUnary(u))
+				return refuse("rule 6", u.Pos, "comparison %q needs integer operands, not %s", op, f.clipUnary(u))
 			}
 		}
 	}
@@ -136,7 +135,7 @@ func (f *File) condUnary(u *Unary, depth int) *refusal {
 			return refuse("rule 6", p.Pos, "condition nested deeper than %d levels", MaxConditionDepth)
 		}
 		for _, el := range p.Array.Elems {
-			if len(el.Rest) > 0 || len(el.Left.Ops) > 0 || len(el.Left.Suffix) > 0 {
+			if len(el.Ops) > 0 || len(el.Left.Ops) > 0 || len(el.Left.Suffix) > 0 {
 				return refuse("rule 6", el.Pos, "array element %s in policy condition is not a literal", f.clip(el))
 			}
 			ep := el.Left.Primary

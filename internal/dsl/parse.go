@@ -254,7 +254,7 @@ func check(f *File) ErrorList {
 func assignable(e *Expr) bool {
 	u := e.Left
 	p := u.Primary
-	if len(e.Rest) > 0 || len(u.Ops) > 0 || p.Name == nil || p.Lambda != nil || p.Typed != nil {
+	if len(e.Ops) > 0 || len(u.Ops) > 0 || p.Name == nil || p.Lambda != nil || p.Typed != nil {
 		return false
 	}
 	for _, s := range u.Suffix {

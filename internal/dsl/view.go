@@ -354,7 +354,7 @@ func (f *File) record(r *Record) map[string]any {
 // exprValue decodes an expression that is a literal, an array or a record; any other
 // expression is given as its source text.
 func (f *File) exprValue(e *Expr) any {
-	if len(e.Rest) == 0 && len(e.Left.Ops) == 0 && len(e.Left.Suffix) == 0 {
+	if len(e.Ops) == 0 && len(e.Left.Ops) == 0 && len(e.Left.Suffix) == 0 {
 		p := e.Left.Primary
 		switch {
 		case p.String != nil:

@@ -77,8 +77,8 @@ func (w walker) expr(e *Expr) {
 		return
 	}
 	w.unary(e.Left)
-	for _, r := range e.Rest {
-		w.unary(r.Right)
+	for _, u := range e.Operands {
+		w.unary(u)
 	}
 }
 
