@@ -2,7 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
 
 	"symbi/internal/errcode"
 	"symbi/internal/policy"
@@ -43,6 +48,135 @@ func init() {
 		return 0
 	}
 	register(c)
+
+	ev := &command{name: "policy eval", summary: "dry-run the respond decision for an agent's answer (exit 0 when decided, 1 when not)"}
+	ev.run = func(e *env, args []string) int {
+		fs := newFlags(e, ev)
+		dir := fs.String("project", ".", "project directory")
+		agent := fs.String("agent", "", "the agent, by its file stem (required)")
+		response := fs.String("response", "", "the answer text")
+		responseFile := fs.String("response-file", "", "read the answer text from this file")
+		asJSON := fs.Bool("json", false, "print a JSON object instead of text")
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		switch {
+		case fs.NArg() != 0:
+			fmt.Fprintf(e.stderr, "symbi policy eval: unexpected arguments %q\n", fs.Args())
+			return 2
+		case *agent == "":
+			fmt.Fprintln(e.stderr, "symbi policy eval: --agent is required")
+			return 2
+		case set["response"] == set["response-file"]:
+			fmt.Fprintln(e.stderr, "symbi policy eval: give exactly one of --response and --response-file")
+			return 2
+		}
+		text := *response
+		if set["response-file"] {
+			b, err := policyReadResponse(*responseFile)
+			if err != nil {
+				fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
+				return 1
+			}
+			text = string(b)
+		}
+		p, err := project.Open(*dir)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
+			return 1
+		}
+		defer p.Close()
+		reg, err := p.LoadRegistry(slog.New(slog.NewTextHandler(e.stderr, nil)))
+		if err != nil {
+			fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
+			return 1
+		}
+		a, err := reg.Resolve(*agent)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
+			return 1
+		}
+		pol := policy.Load(p.Root())
+		if pol.Mode == policy.ModeDenyAll {
+			fmt.Fprintf(e.stderr, "symbi policy eval: policies unusable, every response is denied: %s\n", pol.Reason)
+		}
+		req := policy.NewRequest(a, policyDryRunID, text)
+		out := policyEvalJSON(pol, req, pol.Decide(req))
+		if *asJSON {
+			if !policyPrintJSON(e, ev.name, out) {
+				return 1
+			}
+			return 0
+		}
+		fmt.Fprintf(e.stdout, "decision: %s\n", out.Decision)
+		fmt.Fprintf(e.stdout, "agent: %s (%s)\n", out.Agent, out.File)
+		fmt.Fprintf(e.stdout, "mode: %s\n", out.Mode)
+		fmt.Fprintf(e.stdout, "digest: %s\n", out.Digest)
+		fmt.Fprintf(e.stdout, "policies: %s\n", policyList(out.Policies))
+		fmt.Fprintf(e.stdout, "errors: %s\n", policyList(out.Errors))
+		fmt.Fprintf(e.stdout, "reason: %s\n", out.Reason)
+		return 0
+	}
+	register(ev)
+}
+
+// policyDryRunID is the run id (the resource) of a policy eval decision.
+const policyDryRunID = "dry-run"
+
+// policyMaxResponseFile bounds --response-file: the largest provider response
+// body the server accepts.
+const policyMaxResponseFile = 4 << 20
+
+// policyReadResponse reads a --response-file of at most policyMaxResponseFile bytes.
+func policyReadResponse(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.NotFound, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, policyMaxResponseFile+1))
+	if err != nil {
+		return nil, errcode.Wrap(errcode.InvalidRequest, err)
+	}
+	if len(b) > policyMaxResponseFile {
+		return nil, errcode.Errorf(errcode.LimitExceeded, "%s is larger than %d bytes (4 MiB)", name, policyMaxResponseFile)
+	}
+	return b, nil
+}
+
+type policyEvalOutput struct {
+	Decision string      `json:"decision"`
+	Mode     policy.Mode `json:"mode"`
+	Digest   string      `json:"digest"`
+	Policies []string    `json:"policies"`
+	Errors   []string    `json:"errors"`
+	Reason   string      `json:"reason"`
+	Agent    string      `json:"agent"`
+	AgentID  string      `json:"agent_id"`
+	File     string      `json:"file"`
+	RunID    string      `json:"run_id"`
+	Bytes    int         `json:"response_bytes"`
+}
+
+func policyEvalJSON(set *policy.Set, req policy.Request, d policy.Decision) policyEvalOutput {
+	out := policyEvalOutput{
+		Decision: "deny", Mode: set.Mode, Digest: set.Digest,
+		Policies: append([]string{}, d.Policies...), Errors: append([]string{}, d.Errors...), Reason: d.Reason,
+		Agent: req.Agent, AgentID: req.AgentID, File: req.File, RunID: req.RunID, Bytes: len(req.Response),
+	}
+	if d.Allow {
+		out.Decision = "allow"
+	}
+	return out
+}
+
+func policyList(s []string) string {
+	if len(s) == 0 {
+		return "(none)"
+	}
+	return strings.Join(s, ", ")
 }
 
 // policyLoad pins the project directory and loads its policies; on failure it

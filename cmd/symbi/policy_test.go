@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"symbi/internal/policy"
 )
 
 // policyCopy copies the repository's policies/ into a fresh project directory
@@ -128,5 +131,106 @@ func TestPolicyCheckJSON(t *testing.T) {
 	}
 	if got.Mode != "cedar" || len(got.Problems) != 0 || len(got.Digest) != 64 || got.Files[1].Policies[0].ID != "no-private-keys" || got.Files[1].Policies[0].Effect != "forbid" {
 		t.Fatalf("output %+v", got)
+	}
+}
+
+const policyTestAgent = `metadata {
+    description = "Answers questions",
+    executor = "orga"
+}
+
+agent helper {
+    capabilities = ["explain"]
+}
+`
+
+func TestPolicyEval(t *testing.T) {
+	withAgent := func(extra map[string]string) func(t *testing.T) string {
+		return func(t *testing.T) string {
+			dir := policyCopy(t, extra)
+			if err := os.MkdirAll(filepath.Join(dir, "agents"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "agents", "alias.symbi"), []byte(policyTestAgent), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}
+	}
+	repo := func(*testing.T) string { return "../.." }
+	key := "here it is:\n-----BEGIN PRIVATE KEY-----\nMIIEvQ\n"
+	tests := []struct {
+		name     string
+		project  func(t *testing.T) string
+		args     []string
+		code     int
+		decision string
+		mode     policy.Mode
+		policies []string
+		errors   int
+		stderr   string
+	}{
+		{name: "repository allows plain text", project: repo, args: []string{"--agent", "reviewer", "--response", "Looks fine."}, decision: "allow", mode: "cedar", policies: []string{"respond"}},
+		{name: "repository denies a private key", project: repo, args: []string{"--agent", "reviewer", "--response", key}, decision: "deny", mode: "cedar", policies: []string{"no-private-keys"}},
+		{name: "response from a file", project: repo, args: []string{"--agent", "summarizer", "--response-file", "KEY"}, decision: "deny", mode: "cedar", policies: []string{"no-private-keys"}},
+		{name: "filename alias uses the declared name", project: withAgent(map[string]string{"policies/only-helper.cedar": `@id("only-helper") forbid (principal, action, resource) unless { principal == Agent::"helper" && principal.capabilities.contains("explain") };`}),
+			args: []string{"--agent", "alias", "--response", "hi"}, decision: "allow", mode: "cedar", policies: []string{"respond"}},
+		{name: "forbid erroring beside the broad permit denies", project: withAgent(map[string]string{"policies/owner.cedar": `@id("owner") forbid (principal, action, resource) when { principal.owner == "x" };`}),
+			args: []string{"--agent", "alias", "--response", "hi"}, decision: "deny", mode: "cedar", policies: []string{"owner"}, errors: 1},
+		{name: "broken copy denies everything", project: withAgent(map[string]string{"policies/broken.cedar": "permit ("}),
+			args: []string{"--agent", "alias", "--response", "hi"}, decision: "deny", mode: "deny_all", stderr: "policies/broken.cedar:1:9"},
+		{name: "unknown agent", project: repo, args: []string{"--agent", "nobody", "--response", "hi"}, code: 1, stderr: "unknown_agent"},
+		{name: "refused definition", project: repo, args: []string{"--agent", "shell_helper", "--response", "hi"}, code: 1, stderr: "refused_definition"},
+		{name: "missing response file", project: repo, args: []string{"--agent", "reviewer", "--response-file", "/nonexistent/answer.txt"}, code: 1, stderr: "not_found"},
+		{name: "no agent", project: repo, args: []string{"--response", "hi"}, code: 2, stderr: "--agent is required"},
+		{name: "no response", project: repo, args: []string{"--agent", "reviewer"}, code: 2, stderr: "exactly one of"},
+		{name: "both responses", project: repo, args: []string{"--agent", "reviewer", "--response", "a", "--response-file", "b"}, code: 2, stderr: "exactly one of"},
+	}
+	keyFile := filepath.Join(t.TempDir(), "answer.txt")
+	if err := os.WriteFile(keyFile, []byte(key), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := []string{"policy", "eval", "--json", "--project", tt.project(t)}
+			for _, a := range tt.args {
+				if a == "KEY" {
+					a = keyFile
+				}
+				args = append(args, a)
+			}
+			code, out, errOut := runCLI(t, "", args...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d\nstdout %s\nstderr %s", code, tt.code, out, errOut)
+			}
+			if !strings.Contains(errOut, tt.stderr) {
+				t.Fatalf("stderr lacks %q:\n%s", tt.stderr, errOut)
+			}
+			if tt.code != 0 {
+				if out != "" {
+					t.Fatalf("stdout on failure: %s", out)
+				}
+				return
+			}
+			var got policyEvalOutput
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			if got.Decision != tt.decision || got.Mode != tt.mode || !slices.Equal(got.Policies, tt.policies) || len(got.Errors) != tt.errors || got.RunID != "dry-run" || got.Reason == "" {
+				t.Fatalf("output %+v", got)
+			}
+		})
+	}
+}
+
+func TestPolicyEvalText(t *testing.T) {
+	code, out, _ := runCLI(t, "", "policy", "eval", "--project", "../..", "--agent", "reviewer", "--response", "-----BEGIN PRIVATE KEY-----")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"decision: deny\n", "agent: reviewer (agents/reviewer.symbi)\n", "mode: cedar\n", "policies: no-private-keys\n", "errors: (none)\n", "reason: denied by forbid no-private-keys\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
 	}
 }
