@@ -1,0 +1,223 @@
+package journal
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// vectorKey returns the public key of the vectors.
+func vectorKey() ed25519.PublicKey {
+	seed, _ := hex.DecodeString(vectorSeed)
+	return ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey)
+}
+
+func readVector(t testing.TB, name string) []byte {
+	t.Helper()
+	return mustRead(t, filepath.Join(vectorDir, name))
+}
+
+// TestMangleEveryByte changes every byte of complete vectors; no change may leave the
+// journal valid and complete. Under -race or -short only one change per byte of one vector
+// is tried (the signature checks are slow there); otherwise three per byte of both.
+func TestMangleEveryByte(t *testing.T) {
+	pub := vectorKey()
+	masks := []byte{0x01, 0x20, 0x80}
+	names := []string{"allowed.jsonl", "denied.jsonl"}
+	if testing.Short() || raceEnabled {
+		masks, names = masks[:1], names[:1]
+	}
+	for _, name := range names {
+		orig := readVector(t, name)
+		if r := verifyBytes(orig, pub, VerifyOptions{}); r.ExitCode() != 0 {
+			t.Fatalf("%s: original not complete: %s", name, reportJSON(r))
+		}
+		buf := bytes.Clone(orig)
+		for i := range buf {
+			for _, m := range masks {
+				buf[i] ^= m
+				if r := verifyBytes(buf, pub, VerifyOptions{}); r.ExitCode() == 0 {
+					t.Errorf("%s: byte %d ^ %#x still valid and complete", name, i, m)
+				}
+				buf[i] ^= m
+			}
+		}
+	}
+}
+
+// TestTruncation cuts the complete run at every line boundary: valid but incomplete alone,
+// invalid against the original receipt.
+func TestTruncation(t *testing.T) {
+	pub := vectorKey()
+	data := readVector(t, "allowed.jsonl")
+	lines := splitLines(data)
+	full := verifyBytes(data, pub, VerifyOptions{})
+	receipt := VerifyOptions{Head: full.Head, Records: full.Records}
+	cut := 0
+	for k := 0; k < len(lines); k++ {
+		prefix := data[:cut]
+		if r := verifyBytes(prefix, pub, VerifyOptions{}); r.ExitCode() != 2 || r.Records != k {
+			t.Errorf("%d lines: exit %d, records %d; want 2, %d", k, r.ExitCode(), r.Records, k)
+		}
+		if r := verifyBytes(prefix, pub, receipt); r.ExitCode() != 1 {
+			t.Errorf("%d lines with the receipt: exit %d, want 1", k, r.ExitCode())
+		}
+		// Any cut inside the next line is a torn tail: still incomplete, never trusted.
+		torn := data[:cut+len(lines[k])/2]
+		if r := verifyBytes(torn, pub, VerifyOptions{}); r.ExitCode() != 2 || r.TailBytes != len(lines[k])/2 {
+			t.Errorf("%d lines + torn: exit %d, tail %d", k, r.ExitCode(), r.TailBytes)
+		}
+		cut += len(lines[k])
+	}
+	if r := verifyBytes(data, pub, receipt); r.ExitCode() != 0 {
+		t.Errorf("full run with its receipt: %s", reportJSON(r))
+	}
+}
+
+// signLine signs an arbitrary payload with the vector key into a journal line.
+func signLine(payload string) []byte {
+	seed, _ := hex.DecodeString(vectorSeed)
+	sig := ed25519.Sign(ed25519.NewKeyFromSeed(seed), signedMessage([]byte(payload)))
+	return []byte(linePrefix + payload + sigPrefix + base64.StdEncoding.EncodeToString(sig) + lineSuffix)
+}
+
+func TestVerifyRejects(t *testing.T) {
+	pub := vectorKey()
+	allowed := readVector(t, "allowed.jsonl")
+	denied := readVector(t, "denied.jsonl")
+	al, dl := splitLines(allowed), splitLines(denied)
+	head := lineHash(al[4])
+	afterTerminated := signLine(`{"v":1,"run_id":"` + allowedRun + `","seq":5,"prev":"` + head + `","time":"2026-01-02T03:04:06.000Z","agent_id":"` + agentID("greeter") + `","type":"note","data":{}}`)
+	p0 := `"prev":"` + ZeroHash + `","time":"2026-01-02T03:04:05.000Z","agent_id":"a","type":"started","data":`
+	otherKey := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{1}, 32)).Public().(ed25519.PublicKey)
+	tests := []struct {
+		name string
+		data []byte
+		pub  ed25519.PublicKey
+		opts VerifyOptions
+		want int
+		text string
+	}{
+		{"reorder", joinLines(al[0], al[1], al[3], al[2], al[4]), pub, VerifyOptions{}, 1, "seq is"},
+		{"duplicate", joinLines(al[0], al[1], al[1], al[2], al[3], al[4]), pub, VerifyOptions{}, 1, "seq is"},
+		{"duplicate last", joinLines(al[0], al[1], al[2], al[3], al[4], al[4]), pub, VerifyOptions{}, 1, "after the terminated"},
+		{"splice", joinLines(al[0], al[1], dl[2], al[3], al[4]), pub, VerifyOptions{}, 1, "chain is broken"},
+		{"other run's tail", joinLines(al[0], al[1], al[2], dl[3], dl[4]), pub, VerifyOptions{}, 1, "run_id"},
+		{"wrong run id", allowed, pub, VerifyOptions{RunID: deniedRun}, 1, "not the expected"},
+		{"wrong key", allowed, otherKey, VerifyOptions{}, 1, "signature does not verify"},
+		{"record after terminated", append(bytes.Clone(allowed), afterTerminated...), pub, VerifyOptions{}, 1, "after the terminated"},
+		{"wrong receipt head", allowed, pub, VerifyOptions{Head: lineHash(al[3]), Records: 5}, 1, "receipt does not match"},
+		{"unknown version", signLine(`{"v":2,"run_id":"r","seq":0,` + p0 + `{}}`), pub, VerifyOptions{}, 1, "unknown version"},
+		{"float", signLine(`{"v":1,"run_id":"r","seq":0,` + p0 + `{"x":1.5}}`), pub, VerifyOptions{}, 1, "floating-point"},
+		{"exponent", signLine(`{"v":1,"run_id":"r","seq":0,` + p0 + `{"x":1e3}}`), pub, VerifyOptions{}, 1, "floating-point"},
+		{"duplicate member", signLine(`{"v":1,"run_id":"r","run_id":"s","seq":0,` + p0 + `{}}`), pub, VerifyOptions{}, 1, "duplicate member"},
+		{"unknown member", signLine(`{"v":1,"run_id":"r","seq":0,"extra":1,` + p0 + `{}}`), pub, VerifyOptions{}, 1, "unknown member"},
+		{"missing member", signLine(`{"v":1,"run_id":"r","seq":0,"prev":"` + ZeroHash + `","agent_id":"a","type":"started","data":{}}`), pub, VerifyOptions{}, 1, "lacks member"},
+		{"string seq", signLine(`{"v":1,"run_id":"r","seq":"0",` + p0 + `{}}`), pub, VerifyOptions{}, 1, "seq is"},
+		{"local time", signLine(`{"v":1,"run_id":"r","seq":0,"prev":"` + ZeroHash + `","time":"2026-01-02T03:04:05+01:00","agent_id":"a","type":"started","data":{}}`), pub, VerifyOptions{}, 1, "RFC 3339 UTC"},
+		{"first not started", signLine(`{"v":1,"run_id":"r","seq":0,"prev":"` + ZeroHash + `","time":"2026-01-02T03:04:05Z","agent_id":"a","type":"terminated","data":{"reason":"x","released":false}}`), pub, VerifyOptions{}, 1, "want started"},
+		{"non-canonical base64", bytes.Replace(allowed, []byte("==\"}\n"), []byte("=\"}\n"), 1), pub, VerifyOptions{}, 1, "line is not"},
+		{"spaces in line", bytes.Replace(allowed, []byte(`{"payload":`), []byte(`{"payload": `), 1), pub, VerifyOptions{}, 1, "signature does not verify"},
+		{"crlf", bytes.ReplaceAll(allowed, []byte("\n"), []byte("\r\n")), pub, VerifyOptions{}, 1, "line is not"},
+		{"unknown type accepted", joinLines(signLine(`{"v":1,"run_id":"r","seq":0,`+p0+`{}}`), signLine(`{"v":1,"run_id":"r","seq":1,"prev":"`+lineHash(signLine(`{"v":1,"run_id":"r","seq":0,`+p0+`{}}`))+`","time":"2026-01-02T03:04:05Z","agent_id":"a","type":"future_kind","data":{"n":1}}`)), pub, VerifyOptions{}, 2, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := verifyBytes(tt.data, tt.pub, tt.opts)
+			if r.ExitCode() != tt.want || !strings.Contains(reportJSON(r), tt.text) {
+				t.Errorf("exit %d, want %d with %q; report %s", r.ExitCode(), tt.want, tt.text, reportJSON(r))
+			}
+		})
+	}
+}
+
+func TestVerifyFiles(t *testing.T) {
+	pub := vectorKey()
+	dir := t.TempDir()
+	src, _ := filepath.Abs(filepath.Join(vectorDir, "allowed.jsonl"))
+	link := filepath.Join(dir, "link.jsonl")
+	if err := os.Symlink(src, link); err != nil {
+		t.Fatal(err)
+	}
+	if r := Verify(link, pub, VerifyOptions{}); r.ExitCode() != 1 || !strings.Contains(reportJSON(r), "symlink") {
+		t.Errorf("symlinked journal: %s", reportJSON(r))
+	}
+	if r := Verify(dir, pub, VerifyOptions{}); r.ExitCode() != 1 || !strings.Contains(reportJSON(r), "not a regular file") {
+		t.Errorf("directory: %s", reportJSON(r))
+	}
+	if r := Verify(filepath.Join(dir, "absent.jsonl"), pub, VerifyOptions{}); r.ExitCode() != 1 {
+		t.Errorf("absent: %s", reportJSON(r))
+	}
+	big := filepath.Join(dir, "big.jsonl")
+	if err := os.WriteFile(big, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(big, MaxFileBytes+1); err != nil {
+		t.Fatal(err)
+	}
+	if r := Verify(big, pub, VerifyOptions{}); r.ExitCode() != 1 || !strings.Contains(reportJSON(r), "journal limit") {
+		t.Errorf("oversized: %s", reportJSON(r))
+	}
+	reports, err := VerifyDir(vectorDir, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := map[string]int{}
+	for _, r := range reports {
+		codes[filepath.Base(r.Path)] = r.ExitCode()
+	}
+	want := map[string]int{"allowed.jsonl": 0, "denied.jsonl": 0, "crashed.jsonl": 2, "torn.jsonl": 2, "truncated.jsonl": 2,
+		"tampered-payload.jsonl": 1, "tampered-signature.jsonl": 1, "swapped.jsonl": 1, "spliced.jsonl": 1, "deleted.jsonl": 1}
+	if len(codes) != len(want) {
+		t.Errorf("VerifyDir saw %v", codes)
+	}
+	for name, c := range want {
+		if codes[name] != c {
+			t.Errorf("VerifyDir %s: exit %d, want %d", name, codes[name], c)
+		}
+	}
+}
+
+// FuzzVerify feeds arbitrary journals to the verifier: it must not panic, and nothing but
+// the genuine complete vectors may verify as valid and complete.
+func FuzzVerify(f *testing.F) {
+	pub := vectorKey()
+	var genuine [][]byte
+	for _, name := range []string{"allowed.jsonl", "denied.jsonl", "crashed.jsonl", "torn.jsonl", "swapped.jsonl", "spliced.jsonl", "tampered-payload.jsonl"} {
+		b, err := os.ReadFile(filepath.Join(vectorDir, name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+		if name == "allowed.jsonl" || name == "denied.jsonl" {
+			genuine = append(genuine, b)
+		}
+	}
+	f.Add([]byte(""))
+	f.Add([]byte("{\"payload\":{},\"signature\":\"\"}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := verifyBytes(data, pub, VerifyOptions{})
+		switch r.ExitCode() {
+		case 0:
+			for _, g := range genuine {
+				if bytes.Equal(g, data) {
+					return
+				}
+			}
+			t.Fatalf("a journal that is not a genuine vector verified complete: %q", data)
+		case 1:
+			if len(r.Problems) == 0 {
+				t.Fatal("invalid without a problem")
+			}
+		case 2:
+			if len(r.Problems) != 0 {
+				t.Fatal("incomplete with problems")
+			}
+		}
+	})
+}
