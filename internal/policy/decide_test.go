@@ -4,6 +4,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
@@ -294,5 +295,26 @@ func TestSchemaMatchesModel(t *testing.T) {
 	bad := loadDir(t, makeProject(t, map[string]string{"policies/a.cedar": `@id("bad") permit (principal is Agent, action == Action::"respond", resource is Response) when { principal.owner == "x" };`}, nil))
 	if err := v.Policy("bad", (*xast.Policy)(bad.compiled[0].AST())); err == nil {
 		t.Error("a policy using principal.owner validated")
+	}
+}
+
+func TestDecideConcurrent(t *testing.T) {
+	s := Load(repoRoot(t))
+	var wg sync.WaitGroup
+	results := make([]Decision, 16)
+	for i := range results {
+		wg.Go(func() {
+			text := "plain"
+			if i%2 == 1 {
+				text = "-----BEGIN PRIVATE KEY-----"
+			}
+			results[i] = s.Decide(request("a", text))
+		})
+	}
+	wg.Wait()
+	for i, d := range results {
+		if d.Allow != (i%2 == 0) {
+			t.Fatalf("decision %d: %+v", i, d)
+		}
 	}
 }
