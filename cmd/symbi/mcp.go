@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"symbi/internal/inference"
+	"symbi/internal/invoke"
+	"symbi/internal/mcpserver"
+	"symbi/internal/policy"
+	"symbi/internal/project"
+	"symbi/internal/schemapin"
+)
+
+// shutdownGrace bounds how long symbi mcp waits, after its input closed or a signal, for
+// runs in flight to write their terminated records.
+const shutdownGrace = 15 * time.Second
+
+func init() {
+	c := &command{name: "mcp", summary: "serve the project's agents over MCP on stdin/stdout (governed invoke_agent)"}
+	c.run = func(e *env, args []string) int {
+		fs := newFlags(e, c)
+		dir := fs.String("project", ".", "project directory to serve")
+		level := fs.String("log-level", "info", "stderr log level: debug, info, warn or error")
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		var lv slog.Level
+		if err := lv.UnmarshalText([]byte(*level)); err != nil {
+			fmt.Fprintf(e.stderr, "symbi mcp: --log-level %q: want debug, info, warn or error\n", *level)
+			return 2
+		}
+		log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lv}))
+		if err := serveMCP(e, *dir, log); err != nil {
+			log.Error("symbi mcp stopped", "err", err)
+			return 1
+		}
+		return 0
+	}
+	register(c)
+}
+
+// serveMCP serves dir until stdin closes or SIGTERM, SIGINT or SIGHUP arrives, then lets
+// the runs in flight finish their journals.
+func serveMCP(e *env, dir string, log *slog.Logger) error {
+	p, err := project.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	reg, err := p.LoadRegistry(log)
+	if err != nil {
+		return err
+	}
+	pol := policy.Load(p.Root())
+	if pol.Mode == policy.ModeDenyAll {
+		log.Warn("policy set is deny_all: every response will be denied until it is fixed", "reason", pol.Reason)
+	}
+	prov, provErr := inference.FromEnv(e.getenv)
+	if provErr != nil {
+		log.Warn("no usable inference provider; invoke_agent will answer no_provider", "detail", provErr)
+		prov = nil
+	}
+	hashesOnly, err := journalTextChoice(e.getenv("SYMBI_JOURNAL_TEXT"))
+	if err != nil {
+		return err
+	}
+	runner := invoke.New(invoke.Config{
+		Project: p, Registry: reg, Policies: pol, Provider: prov, ProviderErr: provErr,
+		KeyFile: e.getenv("SYMBI_AUDIT_KEY_FILE"), HashesOnly: hashesOnly, Log: log,
+	})
+	server := mcpserver.New(mcpserver.Config{
+		Project: p, Registry: reg, Runner: runner, Schemas: schemapin.NewVerifier(e.getenv), Log: log,
+	})
+	attrs := []any{"project", p.Path(), "agents", len(reg.Entries()), "policy_mode", pol.Mode, "policy_digest", pol.Digest}
+	if prov != nil {
+		attrs = append(attrs, "provider", prov.Name(), "model", prov.Model())
+	}
+	log.Info("serving", attrs...)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer stop()
+	runErr := server.Run(ctx, mcpserver.NewStdioTransport(e.stdin, e.stdout))
+	stop()
+	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := runner.Shutdown(shCtx); err != nil {
+		log.Error("runs still in flight at exit", "err", err)
+	}
+	if runErr != nil && !errors.Is(runErr, context.Canceled) && ctx.Err() == nil {
+		return runErr
+	}
+	return nil
+}
+
+// journalTextChoice reads SYMBI_JOURNAL_TEXT: "full" (default) journals the clear text of
+// prompts and responses beside their hashes; "hashes" keeps only hashes and lengths.
+func journalTextChoice(v string) (hashesOnly bool, err error) {
+	switch v {
+	case "", "full":
+		return false, nil
+	case "hashes":
+		return true, nil
+	}
+	return false, fmt.Errorf("SYMBI_JOURNAL_TEXT=%q: want full or hashes", v)
+}

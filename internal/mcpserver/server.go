@@ -1,0 +1,213 @@
+// Package mcpserver exposes a project over the Model Context Protocol: the six tools of
+// docs/mcp-tools.md and the file:///AGENTS.md resource. It translates between MCP and the
+// packages that decide — invoke, project, dsl, schemapin — and decides nothing itself.
+//
+// Every tool failure is a tool result with isError set, whose text is "<code>: <message>"
+// (codes in docs/errors.md) and whose structuredContent is {"error": {"code", "message"}}
+// plus, for invoke_agent failures recorded in a journal, the run's "audit" reference.
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sync/atomic"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"symbi/internal/buildinfo"
+	"symbi/internal/errcode"
+	"symbi/internal/invoke"
+	"symbi/internal/project"
+	"symbi/internal/schemapin"
+)
+
+// Config is what the server serves.
+type Config struct {
+	Project  *project.Project
+	Registry *project.Registry
+	Runner   *invoke.Runner
+	Schemas  *schemapin.Verifier
+	Log      *slog.Logger
+}
+
+// AgentsMDURI is the URI of the AGENTS.md resource.
+const AgentsMDURI = "file:///AGENTS.md"
+
+// New returns an MCP server with the tools and, when AGENTS.md is readable through the
+// confined reader, the AGENTS.md resource.
+func New(cfg Config) *mcp.Server {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "symbi", Version: buildinfo.Version}, &mcp.ServerOptions{
+		Logger:       cfg.Log,
+		Instructions: "Governed agent invocation: invoke_agent asks one of this project's registered agents for a policy-checked text answer and returns it with a signed journal receipt. list_agents shows what can be invoked.",
+	})
+	h := &handlers{cfg: cfg}
+	addTool(s, &mcp.Tool{Name: "invoke_agent", Description: invokeDescription}, h.invokeAgent)
+	addTool(s, &mcp.Tool{Name: "list_agents", Description: "List the project's registered agent files (snapshot taken at server start): name (stem), file, declared agents, description, capabilities, and whether each is invocable — with the refusal reason when not. Sorted by name."}, h.listAgents)
+	addTool(s, &mcp.Tool{Name: "parse_dsl", Description: "Parse an agent definition — a project file (relative path, .symbi or .dsl, read through the confined reader) or inline content, at most 1 MiB — and return its views and admission verdicts. Syntax errors are results (valid=false, errors with line and column), not tool errors."}, h.parseDSL)
+	addTool(s, &mcp.Tool{Name: "get_agent_dsl", Description: "Return the raw source of a registered agent file, by its stem (the file name without .symbi/.dsl)."}, h.getAgentDSL)
+	addTool(s, &mcp.Tool{Name: "get_agents_md", Description: "Return the project's whole AGENTS.md (at most 64 KiB). Missing: not_found (create it with `symbi agents-md generate`)."}, h.getAgentsMD)
+	addTool(s, &mcp.Tool{Name: "verify_schema", Description: "Verify a SchemaPin-signed tool schema: ECDSA P-256 over SHA-256 of the canonical schema JSON. Key inline (public_key_pem, offline) or from an HTTPS URL (public_key_url; private, loopback and metadata hosts refused). An invalid signature is a result with verified=false, not a tool error."}, h.verifySchema)
+	if _, err := cfg.Project.AgentsMD(); err == nil {
+		s.AddResource(&mcp.Resource{URI: AgentsMDURI, Name: "AGENTS.md", Title: "Project guidance (AGENTS.md)", MIMEType: "text/markdown"}, h.readAgentsMD)
+	} else {
+		cfg.Log.Info("AGENTS.md resource not listed", "reason", err)
+	}
+	return s
+}
+
+const invokeDescription = "Ask one of the project's registered agents for one policy-checked text answer. " +
+	"Only canonical conversational definitions are invoked. Every step is written to an Ed25519-signed, hash-chained journal " +
+	"before the answer is released, and the exact text must pass the project's Cedar `respond` policy. " +
+	"Returns the text, and in structuredContent the agent, its agent_id and the audit reference " +
+	"(run_id, journal path, public_key, and the receipt: records, head) for `symbi audit verify`. " +
+	"prompt and system_prompt: at most 64 KiB each; system_prompt is passed as labelled caller input, never as the system message."
+
+// toolError is the structured form of a tool failure.
+type toolError struct {
+	Code    string `json:"code" jsonschema:"stable error code (docs/errors.md)"`
+	Message string `json:"message" jsonschema:"what failed and which rule refused"`
+}
+
+// errorOutput is the structuredContent of a failed call.
+type errorOutput struct {
+	Error toolError     `json:"error"`
+	Audit *invoke.Audit `json:"audit,omitempty"`
+}
+
+// handler is a tool's logic: it returns the text content ("" for the JSON of out) and
+// the structured output, or an error carrying its code.
+type handler[In, Out any] func(ctx context.Context, req *mcp.CallToolRequest, in In) (text string, out Out, err error)
+
+// addTool registers t with schemas derived from In and Out and strict argument decoding,
+// so that every failure — bad arguments included — is a coded tool error.
+func addTool[In, Out any](s *mcp.Server, t *mcp.Tool, h handler[In, Out]) {
+	in, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic(fmt.Sprintf("mcpserver: input schema of %s: %v", t.Name, err))
+	}
+	t.InputSchema = in
+	t.OutputSchema = outputSchema[Out](t.Name)
+	s.AddTool(t, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args In
+		if err := decodeArgs(req.Params.Arguments, &args); err != nil {
+			return errorResult(errcode.Errorf(errcode.InvalidRequest, "arguments of %s: %v", t.Name, err)), nil
+		}
+		text, out, err := h(ctx, req, args)
+		if err != nil {
+			return errorResult(err), nil
+		}
+		raw, err := json.Marshal(out)
+		if err != nil {
+			return errorResult(errcode.Errorf(errcode.Internal, "encoding result: %v", err)), nil
+		}
+		if text == "" {
+			text = string(raw)
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: json.RawMessage(raw)}, nil
+	})
+}
+
+// outputSchema is Out's schema with an "error" property beside its own: a result holds
+// either Out's required properties or "error".
+func outputSchema[Out any](tool string) *jsonschema.Schema {
+	out, err := jsonschema.For[Out](nil)
+	if err != nil {
+		panic(fmt.Sprintf("mcpserver: output schema of %s: %v", tool, err))
+	}
+	errSchema, err := jsonschema.For[errorOutput](nil)
+	if err != nil {
+		panic(err)
+	}
+	if out.Properties == nil {
+		out.Properties = map[string]*jsonschema.Schema{}
+	}
+	out.Properties["error"] = errSchema.Properties["error"]
+	if _, ok := out.Properties["audit"]; !ok {
+		out.Properties["audit"] = errSchema.Properties["audit"]
+	}
+	success := &jsonschema.Schema{Required: out.Required}
+	out.Required = nil
+	out.AnyOf = []*jsonschema.Schema{success, {Required: []string{"error"}}}
+	return out
+}
+
+// decodeArgs decodes tool arguments strictly: one JSON object, no unknown fields.
+func decodeArgs(raw json.RawMessage, v any) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		raw = json.RawMessage("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return fmt.Errorf("%s must be a %s", te.Field, jsonType(te.Type))
+		}
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the arguments object")
+	}
+	return nil
+}
+
+func jsonType(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Int, reflect.Int64, reflect.Float64:
+		return "number"
+	case reflect.Slice:
+		return "array"
+	}
+	return "object"
+}
+
+// errorResult turns err into an isError result: "<code>: <message>" and the structured
+// error, with the audit reference when the run had one.
+func errorResult(err error) *mcp.CallToolResult {
+	out := errorOutput{Error: toolError{Code: string(errcode.Of(err)), Message: err.Error()}}
+	var ie *invoke.Error
+	if errors.As(err, &ie) {
+		out.Audit = ie.Audit
+	}
+	raw, _ := json.Marshal(out)
+	return &mcp.CallToolResult{
+		IsError:           true,
+		Content:           []mcp.Content{&mcp.TextContent{Text: errcode.Text(err)}},
+		StructuredContent: json.RawMessage(raw),
+	}
+}
+
+// progressReporter sends progress notifications for the stages of a run when the client
+// asked for them, and stops once the call has returned.
+func progressReporter(ctx context.Context, req *mcp.CallToolRequest) (report func(invoke.Stage), stop func()) {
+	token := req.Params.GetProgressToken()
+	if token == nil || req.Session == nil {
+		return nil, func() {}
+	}
+	var done atomic.Bool
+	var n atomic.Int64
+	total := float64(len(invoke.Stages))
+	report = func(st invoke.Stage) {
+		if done.Load() {
+			return
+		}
+		p := n.Add(1)
+		_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+			ProgressToken: token, Progress: float64(p), Total: total, Message: string(st),
+		})
+	}
+	return report, func() { done.Store(true) }
+}

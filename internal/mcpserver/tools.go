@@ -1,0 +1,144 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"path"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"symbi/internal/dsl"
+	"symbi/internal/errcode"
+	"symbi/internal/invoke"
+	"symbi/internal/project"
+	"symbi/internal/schemapin"
+)
+
+type handlers struct{ cfg Config }
+
+type invokeInput struct {
+	Agent        string `json:"agent" jsonschema:"the agent's registry name: its file name without .symbi/.dsl"`
+	Prompt       string `json:"prompt" jsonschema:"the question or task for the agent (at most 64 KiB)"`
+	SystemPrompt string `json:"system_prompt,omitempty" jsonschema:"optional caller instructions, passed as labelled caller input (at most 64 KiB)"`
+}
+
+type invokeOutput struct {
+	Agent   string        `json:"agent,omitempty" jsonschema:"the declared agent name"`
+	AgentID string        `json:"agent_id,omitempty" jsonschema:"UUIDv5 (URL namespace) of symbi://response/<declared name>"`
+	Audit   *invoke.Audit `json:"audit,omitempty" jsonschema:"the run's journal: run_id, absolute path, Ed25519 public key (hex), and the receipt (records, head)"`
+}
+
+func (h *handlers) invokeAgent(ctx context.Context, req *mcp.CallToolRequest, in invokeInput) (string, invokeOutput, error) {
+	if in.Agent == "" {
+		return "", invokeOutput{}, errcode.Errorf(errcode.InvalidRequest, "agent is required")
+	}
+	if in.Prompt == "" {
+		return "", invokeOutput{}, errcode.Errorf(errcode.InvalidRequest, "prompt is required")
+	}
+	report, stop := progressReporter(ctx, req)
+	defer stop()
+	res, err := h.cfg.Runner.Invoke(ctx, invoke.Request{Agent: in.Agent, Prompt: in.Prompt, SystemPrompt: in.SystemPrompt}, report)
+	if err != nil {
+		return "", invokeOutput{}, err
+	}
+	return res.Text, invokeOutput{Agent: res.Agent, AgentID: res.AgentID, Audit: res.Audit}, nil
+}
+
+type listInput struct{}
+
+type listOutput struct {
+	Agents []project.Entry `json:"agents" jsonschema:"registered agent files, sorted by name"`
+}
+
+func (h *handlers) listAgents(ctx context.Context, req *mcp.CallToolRequest, _ listInput) (string, listOutput, error) {
+	entries := h.cfg.Registry.Entries()
+	if entries == nil {
+		entries = []project.Entry{}
+	}
+	return "", listOutput{Agents: entries}, nil
+}
+
+type parseInput struct {
+	File    string `json:"file,omitempty" jsonschema:"a project file, relative path, .symbi or .dsl"`
+	Content string `json:"content,omitempty" jsonschema:"inline definition source (at most 1 MiB)"`
+}
+
+func (h *handlers) parseDSL(ctx context.Context, req *mcp.CallToolRequest, in parseInput) (string, *dsl.Result, error) {
+	switch {
+	case in.File != "" && in.Content != "":
+		return "", nil, errcode.Errorf(errcode.InvalidRequest, "give file or content, not both")
+	case in.File != "":
+		if ext := path.Ext(in.File); ext != ".symbi" && ext != ".dsl" {
+			return "", nil, errcode.Errorf(errcode.InvalidRequest, "file %q: only .symbi and .dsl files can be parsed", in.File)
+		}
+		src, err := h.cfg.Project.Read(in.File, dsl.MaxSourceBytes)
+		if err != nil {
+			return "", nil, err
+		}
+		return "", dsl.Analyze(in.File, src), nil
+	case in.Content != "":
+		if len(in.Content) > dsl.MaxSourceBytes {
+			return "", nil, errcode.Errorf(errcode.LimitExceeded, "content is %d bytes; the limit is %d (1 MiB)", len(in.Content), dsl.MaxSourceBytes)
+		}
+		return "", dsl.Analyze("inline", []byte(in.Content)), nil
+	}
+	return "", nil, errcode.Errorf(errcode.InvalidRequest, "give file or content")
+}
+
+type agentInput struct {
+	Agent string `json:"agent" jsonschema:"the agent's registry name: its file name without .symbi/.dsl"`
+}
+
+type agentDSLOutput struct {
+	Agent  string `json:"agent" jsonschema:"the registry name"`
+	File   string `json:"file" jsonschema:"the definition file, relative to the project"`
+	Source string `json:"source" jsonschema:"the raw source"`
+}
+
+func (h *handlers) getAgentDSL(ctx context.Context, req *mcp.CallToolRequest, in agentInput) (string, agentDSLOutput, error) {
+	if in.Agent == "" {
+		return "", agentDSLOutput{}, errcode.Errorf(errcode.InvalidRequest, "agent is required")
+	}
+	a, err := h.cfg.Registry.Resolve(in.Agent)
+	if err != nil && !errors.Is(err, errcode.RefusedDefinition) {
+		return "", agentDSLOutput{}, err
+	}
+	if a == nil {
+		return "", agentDSLOutput{}, err
+	}
+	return string(a.Source), agentDSLOutput{Agent: a.Entry.Name, File: a.Entry.File, Source: string(a.Source)}, nil
+}
+
+type noInput struct{}
+
+type agentsMDOutput struct {
+	Path    string `json:"path" jsonschema:"AGENTS.md"`
+	Content string `json:"content" jsonschema:"the whole file"`
+}
+
+func (h *handlers) getAgentsMD(ctx context.Context, req *mcp.CallToolRequest, _ noInput) (string, agentsMDOutput, error) {
+	md, err := h.cfg.Project.AgentsMD()
+	if err != nil {
+		return "", agentsMDOutput{}, err
+	}
+	return string(md), agentsMDOutput{Path: "AGENTS.md", Content: string(md)}, nil
+}
+
+func (h *handlers) verifySchema(ctx context.Context, req *mcp.CallToolRequest, in schemapin.Request) (string, *schemapin.Result, error) {
+	res, err := h.cfg.Schemas.Verify(ctx, in)
+	if err != nil {
+		return "", nil, err
+	}
+	return "", res, nil
+}
+
+func (h *handlers) readAgentsMD(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	if req.Params.URI != AgentsMDURI {
+		return nil, mcp.ResourceNotFoundError(req.Params.URI)
+	}
+	md, err := h.cfg.Project.AgentsMD()
+	if err != nil {
+		return nil, mcp.ResourceNotFoundError(req.Params.URI)
+	}
+	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: AgentsMDURI, MIMEType: "text/markdown", Text: string(md)}}}, nil
+}

@@ -1,0 +1,132 @@
+package mcpserver
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// MaxMessageBytes bounds one inbound JSON-RPC line. parse_dsl content (1 MiB) and
+// verify_schema schemas (1 MiB) fit with room for JSON escaping.
+const MaxMessageBytes = 16 << 20
+
+// JSON-RPC error codes used for lines the server cannot take.
+const (
+	codeParseError     = -32700
+	codeInvalidRequest = -32600
+)
+
+// NewStdioTransport returns the transport symbi mcp serves on: newline-delimited JSON-RPC
+// read from in and written to out. Unlike the SDK's stdio transport, a line that is not
+// one well-formed JSON-RPC message — malformed JSON, a non-message, a batch, or more than
+// MaxMessageBytes — is answered with a JSON-RPC error (id null when it cannot be read) and
+// skipped; the session goes on.
+func NewStdioTransport(in io.Reader, out io.Writer) mcp.Transport {
+	pr, pw := io.Pipe()
+	w := &lockedWriter{w: out}
+	go screen(in, pw, w)
+	return &mcp.IOTransport{Reader: pr, Writer: w, MaxLineLength: MaxMessageBytes + 1}
+}
+
+// lockedWriter serializes whole-line writes of the SDK and of screen.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) Close() error { return nil }
+
+// screen copies acceptable lines from in to pw and answers the others on out.
+func screen(in io.Reader, pw *io.PipeWriter, out io.Writer) {
+	r := bufio.NewReaderSize(in, 64<<10)
+	for {
+		line, tooLong, err := readLine(r, MaxMessageBytes)
+		if tooLong {
+			reject(out, nil, codeInvalidRequest, fmt.Sprintf("message exceeds %d bytes (16 MiB); skipped", MaxMessageBytes))
+		} else if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
+			if id, code, msg := check(trimmed); code != 0 {
+				reject(out, id, code, msg)
+			} else if _, werr := pw.Write(append(trimmed, '\n')); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			pw.CloseWithError(err)
+			return
+		}
+	}
+}
+
+// readLine reads one line without its newline. A line longer than limit is consumed and
+// reported as tooLong. err is io.EOF (or a read error) after the last line.
+func readLine(r *bufio.Reader, limit int) (line []byte, tooLong bool, err error) {
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if !tooLong {
+			if len(line)+len(chunk) > limit+1 {
+				tooLong, line = true, nil
+			} else {
+				line = append(line, chunk...)
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		return bytes.TrimSuffix(line, []byte("\n")), tooLong, err
+	}
+}
+
+// check reports why a line is not one JSON-RPC message: a code and message, with the
+// line's id when it has a usable one.
+func check(line []byte) (id any, code int, msg string) {
+	if !json.Valid(line) {
+		return nil, codeParseError, "parse error: the line is not valid JSON"
+	}
+	if line[0] == '[' {
+		return nil, codeInvalidRequest, "JSON-RPC batches are not supported"
+	}
+	var probe struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if json.Unmarshal(line, &probe) == nil && len(probe.ID) > 0 {
+		var v any
+		if json.Unmarshal(probe.ID, &v) == nil {
+			switch v.(type) {
+			case string, float64:
+				id = v
+			}
+		}
+	}
+	if _, err := jsonrpc.DecodeMessage(line); err != nil {
+		return id, codeInvalidRequest, "invalid request: " + err.Error()
+	}
+	return nil, 0, ""
+}
+
+// reject writes a JSON-RPC error response.
+func reject(out io.Writer, id any, code int, msg string) {
+	resp := struct {
+		JSONRPC string `json:"jsonrpc"`
+		ID      any    `json:"id"`
+		Error   struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}{JSONRPC: "2.0", ID: id}
+	resp.Error.Code, resp.Error.Message = code, msg
+	b, _ := json.Marshal(resp)
+	out.Write(append(b, '\n'))
+}
