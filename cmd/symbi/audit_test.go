@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const auditVectors = "../../testdata/journal"
+
+type auditExpected struct {
+	PublicKey string `json:"public_key"`
+	Vectors   []struct {
+		File    string `json:"file"`
+		RunID   string `json:"run_id"`
+		Head    string `json:"head"`
+		Records int    `json:"records"`
+		Exit    int    `json:"exit"`
+	} `json:"vectors"`
+}
+
+func loadAuditExpected(t *testing.T) auditExpected {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(auditVectors, "expected.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exp auditExpected
+	if err := json.Unmarshal(b, &exp); err != nil {
+		t.Fatal(err)
+	}
+	return exp
+}
+
+// TestAuditVerifyVectors runs symbi audit verify on every published vector and checks the
+// documented exit code, in human and JSON form.
+func TestAuditVerifyVectors(t *testing.T) {
+	exp := loadAuditExpected(t)
+	for _, v := range exp.Vectors {
+		args := []string{"audit", "verify", filepath.Join(auditVectors, v.File), "--public-key", exp.PublicKey}
+		if v.RunID != "" {
+			args = append(args, "--run-id", v.RunID)
+		}
+		if v.Head != "" {
+			args = append(args, "--head", v.Head, "--records", itoa(v.Records))
+		}
+		code, out, errOut := runCLI(t, "", args...)
+		if code != v.Exit {
+			t.Errorf("%v: exit %d, want %d\n%s%s", args[2:], code, v.Exit, out, errOut)
+		}
+		want := map[int]string{0: "valid and complete", 1: "INVALID", 2: "INCOMPLETE"}[v.Exit]
+		if !strings.Contains(out, want) {
+			t.Errorf("%s: output %q lacks %q", v.File, out, want)
+		}
+		code, out, _ = runCLI(t, "", append(args, "--json")...)
+		var r struct {
+			Status   string `json:"status"`
+			Problems []struct {
+				Line int `json:"line"`
+			} `json:"problems"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil || code != v.Exit || (v.Exit == 1) != (len(r.Problems) > 0) {
+			t.Errorf("%s --json: exit %d, %v, %q", v.File, code, err, out)
+		}
+	}
+}
+
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+func TestAuditVerifyDirAndUsage(t *testing.T) {
+	exp := loadAuditExpected(t)
+	code, out, _ := runCLI(t, "", "audit", "verify", "--public-key", exp.PublicKey, auditVectors)
+	if code != 1 || strings.Count(out, "INVALID") != 5 || strings.Count(out, "valid and complete") != 2 {
+		t.Errorf("directory: exit %d\n%s", code, out)
+	}
+	good := t.TempDir()
+	for _, f := range []string{"allowed.jsonl", "crashed.jsonl"} {
+		b, _ := os.ReadFile(filepath.Join(auditVectors, f))
+		os.WriteFile(filepath.Join(good, f), b, 0o600)
+	}
+	if code, out, _ := runCLI(t, "", "audit", "verify", good, "--public-key", exp.PublicKey, "--json"); code != 2 || !strings.HasPrefix(out, "[") {
+		t.Errorf("directory with a crashed run: exit %d\n%s", code, out)
+	}
+	allowed := filepath.Join(auditVectors, "allowed.jsonl")
+	for _, args := range [][]string{
+		{allowed},
+		{allowed, "--public-key", "zz"},
+		{allowed, "--public-key", strings.ToUpper(exp.PublicKey)},
+		{allowed, "--public-key", exp.PublicKey, "--head", "ab"},
+		{auditVectors, "--public-key", exp.PublicKey, "--run-id", "x"},
+		{"--public-key", exp.PublicKey},
+		{allowed, "--no-such-flag"},
+	} {
+		if code, _, _ := runCLI(t, "", append([]string{"audit", "verify"}, args...)...); code != 1 {
+			t.Errorf("%v: exit %d, want 1", args, code)
+		}
+	}
+}
+
+func TestAuditShow(t *testing.T) {
+	code, out, _ := runCLI(t, "", "audit", "show", filepath.Join(auditVectors, "torn.jsonl"))
+	for _, want := range []string{"not verified", "started", "agent=greeter", "prompt=<31 bytes>", "inference_finished", "http_status=200", "policy_evaluated", "decision=allow", "torn tail of"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show output lacks %q:\n%s", want, out)
+		}
+	}
+	if code != 0 {
+		t.Errorf("exit %d", code)
+	}
+	if code, _, _ := runCLI(t, "", "audit", "show", filepath.Join(t.TempDir(), "absent.jsonl")); code != 1 {
+		t.Errorf("absent journal: exit %d", code)
+	}
+}
+
+func TestAuditKey(t *testing.T) {
+	project := t.TempDir()
+	if code, _, errOut := runCLI(t, "", "audit", "key", "--project", project); code != 1 || !strings.Contains(errOut, "audit_unavailable") {
+		t.Errorf("no key, no --create: exit %d, %q", code, errOut)
+	}
+	code, created, _ := runCLI(t, "", "audit", "key", "--project", project, "--create")
+	if code != 0 || len(strings.TrimSpace(created)) != 64 {
+		t.Fatalf("--create: exit %d, %q", code, created)
+	}
+	if code, again, _ := runCLI(t, "", "audit", "key", "--project", project); code != 0 || again != created {
+		t.Errorf("second call: exit %d, %q, want %q", code, again, created)
+	}
+	keyFile := filepath.Join(t.TempDir(), "k")
+	var out, errb bytes.Buffer
+	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string {
+		if k == "SYMBI_AUDIT_KEY_FILE" {
+			return keyFile
+		}
+		return ""
+	}}
+	if code := run(e, []string{"audit", "key", "--project", project, "--create"}); code != 0 || out.String() == created {
+		t.Fatalf("override: exit %d, %q %q", code, out.String(), errb.String())
+	}
+	if st, err := os.Stat(keyFile); err != nil || st.Size() != 32 {
+		t.Errorf("override key file: %v", err)
+	}
+}
