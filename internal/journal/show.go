@@ -96,8 +96,12 @@ func flatten(prefix string, m map[string]any, parts *[]string) {
 	}
 }
 
-// short quotes s when it holds spaces or quotes and cuts it at 80 bytes.
+// short abbreviates a SHA-256 hex digest to 12 digits, quotes s when it holds spaces or
+// quotes, and cuts it at 80 bytes.
 func short(s string) string {
+	if len(s) == 64 && strings.Trim(s, "0123456789abcdef") == "" {
+		return s[:12] + "..."
+	}
 	if len(s) > 80 {
 		s = s[:77] + "..."
 	}

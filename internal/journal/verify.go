@@ -208,16 +208,15 @@ func checkLine(line []byte, pub ed25519.PublicKey, msg *[]byte) (*entry, error) 
 		return nil, errors.New(`line is not {"payload":<object>,"signature":"<88 base64 characters>"}`)
 	}
 	p := line[len(linePrefix) : end-sigB64Len-len(sigPrefix)]
-	var sig [ed25519.SignatureSize]byte
-	n, err := base64.StdEncoding.Strict().Decode(sig[:], sigText)
-	if err != nil || n != ed25519.SignatureSize {
-		return nil, errors.New("signature is not canonical padded base64 of 64 bytes")
+	sig, err := decodeSig(sigText)
+	if err != nil {
+		return nil, err
 	}
 	if len(pub) != ed25519.PublicKeySize {
 		return nil, errors.New("signature not checked: bad public key")
 	}
 	*msg = append(append((*msg)[:0], SignatureContext...), p...)
-	if !ed25519.Verify(pub, *msg, sig[:]) {
+	if !ed25519.Verify(pub, *msg, sig) {
 		return nil, errors.New("signature does not verify with the public key")
 	}
 	// From here the payload is authentic; the checks below reject what the format forbids.
@@ -262,6 +261,16 @@ func checkLine(line []byte, pub ed25519.PublicKey, msg *[]byte) (*entry, error) 
 		e.reason, e.released = *t.Reason, *t.Released
 	}
 	return e, nil
+}
+
+// decodeSig decodes a canonical padded base64 signature of 64 bytes.
+func decodeSig(text []byte) ([]byte, error) {
+	sig := make([]byte, ed25519.SignatureSize+2)
+	n, err := base64.StdEncoding.Strict().Decode(sig, text)
+	if err != nil || n != ed25519.SignatureSize {
+		return nil, errors.New("signature is not canonical padded base64 of 64 bytes")
+	}
+	return sig[:n], nil
 }
 
 func contains(list []string, s string) bool {
