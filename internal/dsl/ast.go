@@ -167,8 +167,8 @@ type Channel struct {
 type ChannelItem struct {
 	Pos                lexer.Position
 	EndPos             lexer.Position
-	Policy             *Policy           `parser:"@@"`
-	DataClassification []*Classification `parser:"| \"data_classification\" \"{\" (@@ \",\"?)* \"}\""`
+	Policy             *Policy           `parser:"(?= \"policy\" Ident) @@"`
+	DataClassification []*Classification `parser:"| (?= \"data_classification\" \"{\") \"data_classification\" \"{\" (@@ \",\"?)* \"}\""`
 	Setting            *Setting          `parser:"| @@ \",\"?"`
 }
 
@@ -201,7 +201,7 @@ type Webhook struct {
 type NestedItem struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Block  string      `parser:"(  @(\"search\" | \"filter\") \"{\""`
+	Block  string      `parser:"( (?= (\"search\" | \"filter\") \"{\") @(\"search\" | \"filter\") \"{\""`
 	Pairs  []*BarePair `parser:"@@* \"}\""`
 	Pair   *BarePair   `parser:"| @@ )"`
 }
@@ -267,7 +267,7 @@ type Stmt struct {
 	Match  *Match      `parser:"| \"match\" @@"`
 	Try    *TryStmt    `parser:"| \"try\" @@"`
 	Return *ReturnStmt `parser:"| \"return\" @@"`
-	Expr   *ExprStmt   `parser:"| @@"`
+	Expr   *ExprStmt   `parser:"| (?! \"let\" | \"if\" | \"for\" | \"match\" | \"try\" | \"return\") @@"`
 }
 
 // LetStmt is a let binding.
@@ -284,7 +284,7 @@ type IfStmt struct {
 	EndPos  lexer.Position
 	Cond    *Cond     `parser:"@@"`
 	Then    *Block    `parser:"@@"`
-	ElseIfs []*ElseIf `parser:"@@*"`
+	ElseIfs []*ElseIf `parser:"( (?= \"else\" \"if\") @@ )*"`
 	Else    *Block    `parser:"( \"else\" @@ )?"`
 }
 
@@ -336,8 +336,8 @@ type Arm struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
 	Pattern *Value `parser:"@@ \"=>\""`
-	Block   *Block `parser:"( @@"`
-	Expr    *Expr  `parser:"| @@ ) \",\"?"`
+	Expr    *Expr  `parser:"( (?! \"{\" (?! (Ident | String) \":\")) @@"`
+	Block   *Block `parser:"| @@ ) \",\"?"`
 }
 
 // TryStmt is a try block with catch clauses.
@@ -401,14 +401,14 @@ type Suffix struct {
 	Pos   lexer.Position
 	Field string `parser:"\".\" @Ident"`
 	Call  bool   `parser:"| ( @\"(\""`
-	Args  []*Arg `parser:"( @@ ( \",\" @@ )* \",\"? )? \")\" )"`
+	Args  []*Arg `parser:"( @@ ( (?= \",\" (?! \")\")) \",\" @@ )* \",\"? )? \")\" )"`
 	Index *Expr  `parser:"| \"[\" @@ \"]\""`
 }
 
 // Arg is a call argument, possibly named (name = expr or name: expr).
 type Arg struct {
 	Pos   lexer.Position
-	Name  string `parser:"( @Ident (\"=\" | \":\") )?"`
+	Name  string `parser:"( (?= Ident (\"=\" | \":\")) @Ident (\"=\" | \":\") )?"`
 	Value *Expr  `parser:"@@"`
 }
 
@@ -419,7 +419,7 @@ type Primary struct {
 	If       *IfExpr  `parser:"\"if\" @@"`
 	Name     *string  `parser:"| ( @Ident"`
 	Lambda   *Expr    `parser:"( \"=>\" @@"`
-	Typed    []*Field `parser:"| \"{\" (@@ \",\"?)+ \"}\" )? )"`
+	Typed    []*Field `parser:"| (?= \"{\" (Ident | String) \":\") \"{\" (@@ \",\"?)+ \"}\" )? )"`
 	String   *string  `parser:"| @String"`
 	Duration *string  `parser:"| @Duration"`
 	Number   *string  `parser:"| @Number"`
@@ -435,7 +435,7 @@ type IfExpr struct {
 	EndPos  lexer.Position
 	Cond    *Expr         `parser:"@@"`
 	Then    *Block        `parser:"@@"`
-	ElseIfs []*ElseIfExpr `parser:"@@*"`
+	ElseIfs []*ElseIfExpr `parser:"( (?= \"else\" \"if\") @@ )*"`
 	Else    *Block        `parser:"\"else\" @@"`
 }
 
@@ -449,7 +449,7 @@ type ElseIfExpr struct {
 type Array struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Elems  []*Expr `parser:"\"[\" ( @@ ( \",\" @@ )* \",\"? )? \"]\""`
+	Elems  []*Expr `parser:"\"[\" ( @@ ( (?= \",\" (?! \"]\")) \",\" @@ )* \",\"? )? \"]\""`
 }
 
 // Record is a record literal.

@@ -73,7 +73,7 @@ func Errors(err error) []*Error {
 
 var parser = participle.MustBuild[File](
 	participle.Lexer(definition{}),
-	participle.UseLookahead(4),
+	participle.UseLookahead(0),
 )
 
 // Parse parses a whole source. The error, if any, is an ErrorList wrapped with an
@@ -132,8 +132,14 @@ func syntaxError(src []byte, err error) *Error {
 		} else {
 			msg = fmt.Sprintf("unexpected %s", describe(uerr.Unexpected))
 		}
-		if uerr.Expect != "" {
-			msg += ", expected " + uerr.Expect
+		expect := uerr.Message()
+		if i := strings.Index(expect, "(expected "); i >= 0 && strings.HasSuffix(expect, ")") {
+			expect = expect[i+len("(expected ") : len(expect)-1]
+		} else {
+			expect = ""
+		}
+		if x := firstExpected(expect); x != "" {
+			msg += ", expected " + x
 		}
 	}
 	// Columns count characters, positions from the lexer already do.
@@ -141,6 +147,46 @@ func syntaxError(src []byte, err error) *Error {
 		p.Line, p.Column = position(src, p.Offset)
 	}
 	return &Error{Line: p.Line, Column: p.Column, Offset: p.Offset, Msg: msg, Err: ErrSyntax}
+}
+
+// firstExpected names the first term of participle's expectation, e.g. `"=" (Array |
+// Value)` gives `"="` and `<ident> ...` gives "an identifier".
+func firstExpected(expect string) string {
+	expect = strings.TrimLeft(expect, "(")
+	if expect == "" {
+		return ""
+	}
+	if expect[0] == '"' {
+		if end := strings.IndexByte(expect[1:], '"'); end >= 0 {
+			return expect[:end+2]
+		}
+		return ""
+	}
+	term := expect
+	if i := strings.IndexAny(term, " )|*?+"); i >= 0 {
+		term = term[:i]
+	}
+	switch term {
+	case "<ident>":
+		return "an identifier"
+	case "<string>":
+		return "a string"
+	case "Expr", "Unary", "Primary":
+		return "an expression"
+	case "Array":
+		return "an array"
+	case "Literal":
+		return "a value, array or record"
+	case "Value":
+		return "a value"
+	case "Block":
+		return "a block"
+	case "Type":
+		return "a type"
+	case "":
+		return ""
+	}
+	return strings.ToLower(term[:1]) + term[1:]
 }
 
 // describe names a token for an error message.
