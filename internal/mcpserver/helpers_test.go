@@ -82,7 +82,7 @@ func writeFile(t *testing.T, path, content string) {
 
 // serveOpts are the knobs of serve.
 type serveOpts struct {
-	env     map[string]string  // the environment the provider and verifier read
+	env     map[string]string   // the environment the provider and verifier read
 	schemas *schemapin.Verifier // nil: schemapin.NewVerifier(env)
 }
 
