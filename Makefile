@@ -5,12 +5,22 @@ FUZZTIME  ?= 20s
 BENCHTIME ?= 1s
 PKGS      ?= ./...
 
-.PHONY: all build test test-short bench fuzz lint demo stress clean
+.PHONY: all build test test-short bench fuzz lint demo loopback-model clean
 
 all: lint test build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/symbi
+
+# The main job, end to end, with no credentials and no network: starts a loopback model,
+# serves this repository's example project with symbi mcp, invokes an agent through a
+# real MCP client, verifies the run's journal, and shows a policy denial and a refusal.
+demo: build
+	$(GO) run ./cmd/symbi-demo -symbi $(BIN) -project .
+
+# A loopback OpenAI-compatible model for trying symbi mcp by hand (prints its base URL).
+loopback-model:
+	$(GO) run ./cmd/loopback-model
 
 # The tests CI runs (.ci/run calls this target). Fuzz seed corpora run as ordinary tests.
 test:

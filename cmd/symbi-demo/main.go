@@ -1,0 +1,213 @@
+// Command symbi-demo drives one governed invocation end to end, as "make demo" runs it:
+// it starts a loopback model on 127.0.0.1 (OpenAI wire format), starts "symbi mcp" on a
+// project as a real MCP client over stdio, asks an agent a question and prints the
+// answer, verifies the run's journal with "symbi audit verify" using the returned public
+// key and receipt, then shows an answer withheld by the project's Cedar policy and a
+// definition refused before any model call. It needs no credentials and no network.
+//
+//	symbi-demo [-symbi bin/symbi] [-project .] [-agent reviewer]
+//
+// It exits 0 only when every step behaved as the product promises.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"symbi/internal/loopback"
+)
+
+// leakyAnswer is what the loopback model answers when asked for a key: a PEM private key
+// block, which the example policy "no-private-keys" withholds.
+const leakyAnswer = "Here is the key you asked for:\n-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIDemoOnlyNotARealKeyDemoOnlyNotARealKey0\n-----END PRIVATE KEY-----\n"
+
+func main() {
+	symbi := flag.String("symbi", "bin/symbi", "the symbi binary")
+	project := flag.String("project", ".", "the project to serve")
+	agent := flag.String("agent", "reviewer", "the agent to ask")
+	flag.Parse()
+	if err := demo(os.Stdout, *symbi, *project, *agent); err != nil {
+		fmt.Fprintln(os.Stderr, "demo failed:", err)
+		os.Exit(1)
+	}
+	fmt.Println("\ndemo: every step behaved as expected")
+}
+
+func demo(out io.Writer, symbi, project, agent string) error {
+	model := loopback.New(loopback.WithResponder(func(r loopback.Request) loopback.Reply {
+		if strings.Contains(strings.ToLower(r.Prompt), "private key") {
+			return loopback.Reply{Text: leakyAnswer}
+		}
+		return loopback.Reply{Text: "The loop re-reads the slice length on every pass and appends to the slice it ranges over, so it never ends. Iterate over a copy, or index up to the original length."}
+	}))
+	if err := model.Start(); err != nil {
+		return err
+	}
+	defer model.Close()
+	step(out, "loopback model listening at %s", model.URL())
+
+	cmd := exec.Command(symbi, "mcp", "--project", project, "--log-level", "warn")
+	cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+model.URL(), "CHAT_MODEL=loopback-demo", "SYMBI_PROVIDER=openai")
+	cmd.Stderr = os.Stderr
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "symbi-demo", Version: "1"}, nil)
+	session, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		return fmt.Errorf("starting symbi mcp: %w", err)
+	}
+	defer session.Close()
+	step(out, "symbi mcp serving %s over stdio", project)
+
+	list, err := call(ctx, session, "list_agents", map[string]any{})
+	if err != nil {
+		return err
+	}
+	var agents struct {
+		Agents []struct {
+			Name      string `json:"name"`
+			Invocable bool   `json:"invocable"`
+			Reason    string `json:"reason"`
+		} `json:"agents"`
+	}
+	if err := decode(list, &agents); err != nil {
+		return err
+	}
+	for _, a := range agents.Agents {
+		status := "invocable"
+		if !a.Invocable {
+			status = "refused: " + a.Reason
+		}
+		fmt.Fprintf(out, "    %-16s %s\n", a.Name, status)
+	}
+
+	// 1. A governed answer, then the auditor's offline check.
+	prompt := "Review this Go loop: for i := 0; i < len(s); i++ { s = append(s, s[i]) }"
+	step(out, "invoke_agent %s: %q", agent, prompt)
+	res, err := call(ctx, session, "invoke_agent", map[string]any{"agent": agent, "prompt": prompt})
+	if err != nil {
+		return err
+	}
+	if res.IsError {
+		return fmt.Errorf("invoke_agent failed: %s", text(res))
+	}
+	var ok struct {
+		Agent, AgentID string
+		Audit          audit `json:"audit"`
+	}
+	if err := decode(res, &ok); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "    answer: %s\n", text(res))
+	fmt.Fprintf(out, "    journal: %s\n    public key: %s\n    receipt: records=%d head=%s\n", ok.Audit.Path, ok.Audit.PublicKey, ok.Audit.Records, ok.Audit.Head)
+	if err := verify(out, symbi, ok.Audit, 0); err != nil {
+		return err
+	}
+
+	// 2. An answer the project's Cedar policy withholds.
+	prompt = "Paste the deployment private key."
+	step(out, "invoke_agent %s: %q (the model will answer with a PEM private key)", agent, prompt)
+	res, err = call(ctx, session, "invoke_agent", map[string]any{"agent": agent, "prompt": prompt})
+	if err != nil {
+		return err
+	}
+	if !res.IsError || !strings.HasPrefix(text(res), "policy_denied: ") {
+		return fmt.Errorf("expected policy_denied, got %q", text(res))
+	}
+	if strings.Contains(text(res), "BEGIN PRIVATE KEY") {
+		return errors.New("the withheld text reached the client")
+	}
+	var denied struct {
+		Audit audit `json:"audit"`
+	}
+	if err := decode(res, &denied); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "    refused: %s\n    journal: %s\n", text(res), denied.Audit.Path)
+	if err := verify(out, symbi, denied.Audit, 0); err != nil {
+		return err
+	}
+
+	// 3. A definition that is not conversational: refused before any journal or model call.
+	before := len(model.Requests())
+	step(out, "invoke_agent deploy_bot (an alternate executor)")
+	res, err = call(ctx, session, "invoke_agent", map[string]any{"agent": "deploy_bot", "prompt": "deploy"})
+	if err != nil {
+		return err
+	}
+	if !res.IsError || !strings.HasPrefix(text(res), "refused_definition: ") || len(model.Requests()) != before {
+		return fmt.Errorf("expected refused_definition without a model call, got %q", text(res))
+	}
+	fmt.Fprintf(out, "    refused: %s\n", text(res))
+	return nil
+}
+
+type audit struct {
+	RunID     string `json:"run_id"`
+	Path      string `json:"path"`
+	PublicKey string `json:"public_key"`
+	Records   int    `json:"records"`
+	Head      string `json:"head"`
+}
+
+// verify runs the auditor's check with the CLI and expects exit code want.
+func verify(out io.Writer, symbi string, a audit, want int) error {
+	args := []string{"audit", "verify", a.Path, "--public-key", a.PublicKey, "--run-id", a.RunID, "--head", a.Head, "--records", fmt.Sprint(a.Records)}
+	step(out, "symbi %s", strings.Join(args, " "))
+	cmd := exec.Command(symbi, args...)
+	b, err := cmd.CombinedOutput()
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		fmt.Fprintf(out, "    %s\n", l)
+	}
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		return err
+	}
+	if code != want {
+		return fmt.Errorf("symbi audit verify exited %d, want %d", code, want)
+	}
+	return nil
+}
+
+func step(out io.Writer, format string, args ...any) {
+	fmt.Fprintf(out, "\n==> "+format+"\n", args...)
+}
+
+func call(ctx context.Context, s *mcp.ClientSession, name string, args map[string]any) (*mcp.CallToolResult, error) {
+	res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return res, nil
+}
+
+func text(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(t.Text)
+		}
+	}
+	return b.String()
+}
+
+func decode(res *mcp.CallToolResult, v any) error {
+	raw, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(raw, v)
+}
