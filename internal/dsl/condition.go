@@ -38,7 +38,7 @@ func (f *File) condition(e *Expr) *refusal {
 	if n := f.tokenCount(e); n > MaxConditionTokens {
 		return refuse("rule 6", e.Pos, "condition has %d tokens, more than %d", n, MaxConditionTokens)
 	}
-	return f.condExpr(e, 1)
+	return f.condExpr(e, 0)
 }
 
 // tokenCount returns the number of tokens of a node.
@@ -117,7 +117,16 @@ func (f *File) condUnary(u *Unary, depth int) *refusal {
 	}
 	p := u.Primary
 	if len(u.Suffix) > 0 {
-		return refuse("rule 6", u.Suffix[0].Pos, "unsupported expression %s in policy condition (only invocation.… and context.… paths)", f.clipUnary(u))
+		at := p.Pos
+		if p.Name != nil && (*p.Name == "invocation" || *p.Name == "context") {
+			for _, s := range u.Suffix {
+				if s.Field == "" {
+					at = s.Pos
+					break
+				}
+			}
+		}
+		return refuse("rule 6", at, "unsupported expression %s in policy condition (only invocation.… and context.… paths)", f.clipUnary(u))
 	}
 	switch {
 	case p.String != nil, p.Number != nil:

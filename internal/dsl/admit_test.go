@@ -1,0 +1,200 @@
+package dsl_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"symbi/internal/dsl"
+)
+
+const minimalReader = `metadata { description = "reader", executor = "orga" } agent reader() { capabilities =
+["read"] with sandbox = "docker", timeout = 3.seconds {} }`
+
+func TestAdmission(t *testing.T) {
+	many := strings.Repeat("allow: true\n", dsl.MaxPolicyRules+1)
+	deep := strings.Repeat("(", dsl.MaxConditionDepth) + "true" + strings.Repeat(")", dsl.MaxConditionDepth)
+	long := strings.TrimSuffix(strings.Repeat("true || ", 129), " || ")
+	tests := []struct {
+		name   string
+		stem   string
+		src    string
+		rule   string // "" when admitted
+		reason string // exact reason when admitted is false
+	}{
+		// Admitted.
+		{"minimal declared", "declared", `agent declared {}`, "", ""},
+		{"minimal reader", "reader", minimalReader, "", ""},
+		{"filename alias", "other_name", `agent declared {}`, "", ""},
+		{"stem selects among several", "b", "agent a { capabilities = [1] }\nagent b {}", "", ""},
+		{"sandbox case-insensitive identifier", "a", `agent a { with sandbox = GVisor {} }`, "", ""},
+		{"every sandbox", "a", `agent a { with sandbox = "tier1" {} with timeout = 86400 {} }`, "", ""},
+		{"policies admitted", "a", "metadata { version = \"1\", author = \"x\" }\npolicy top { allow: [\"read\"] if principal == \"p\" && (context.n >= 3 || !invocation.flag) deny: false if context.tag in [\"a\", 1, true] }\nagent a { policy own { deny: \"x\" if not context.ok != false } }", "", ""},
+		{"depth at the bound", "a", "agent a { policy p { allow: true if " + deep + " } }", "", ""},
+
+		// Refused: selection.
+		{"no agent", "x", `policy p { allow: true }`, "selection", `selection at 1:1: the file declares no agent`},
+		{"several, none named", "c", "agent a {}\nagent b {}", "selection", `selection at 1:1: the file declares 2 agents (a, b) and none is named "c"`},
+		{"several, duplicate", "a", "agent a {}\nagent b {}\nagent a {}", "selection", `selection at 3:1: agent "a" is declared more than once`},
+
+		// Refused: rule 1.
+		{"syntax error", "a", "agent a {\n  capabilities = \n}", "rule 1", `rule 1 at 3:1: unexpected "}", expected an array`},
+		{"nesting", "a", "agent a { with x = " + strings.Repeat("[", 300) + " {} }", "rule 1", `rule 1 at 1:275: brackets nested deeper than 256 levels`},
+
+		// Refused: rule 2.
+		{"schedule", "a", "agent a {}\nschedule s { cron = \"* * * * *\" }", "rule 2", `rule 2 at 2:1: top-level schedule "s" requires an executable route`},
+		{"channel", "a", "agent a {}\nchannel c { platform = \"slack\" }", "rule 2", `rule 2 at 2:1: top-level channel "c" requires an executable route`},
+		{"memory", "a", "memory m { store \"x\" }\nagent a {}", "rule 2", `rule 2 at 1:1: top-level memory "m" requires an executable route`},
+		{"webhook", "a", "agent a {}\nwebhook w { path \"/x\" }", "rule 2", `rule 2 at 2:1: top-level webhook "w" requires an executable route`},
+		{"type", "a", "type T = String\nagent a {}", "rule 2", `rule 2 at 1:1: top-level type "T" requires an executable route`},
+		{"function", "a", "agent a {}\nfunction f() {}", "rule 2", `rule 2 at 2:1: top-level function "f" requires an executable route`},
+		{"two metadata blocks", "a", "metadata {}\nmetadata {}\nagent a {}", "rule 2", `rule 2 at 2:1: more than one metadata block`},
+
+		// Refused: rule 3.
+		{"metadata key", "a", "metadata { tags = \"x\" }\nagent a {}", "rule 3", `rule 3 at 1:12: metadata key "tags" is not allowed (only description, version, author, executor)`},
+		{"metadata not a string", "a", "metadata { version = 2 }\nagent a {}", "rule 3", `rule 3 at 1:22: metadata version must be a string literal`},
+		{"metadata array", "a", "metadata { author = [\"x\"] }\nagent a {}", "rule 3", `rule 3 at 1:21: metadata author must be a string literal`},
+		{"metadata repeated", "a", "metadata { version = \"1\", version = \"2\" }\nagent a {}", "rule 3", `rule 3 at 1:27: metadata key "version" is repeated`},
+		{"alternate executor", "a", "metadata { executor = \"python\" }\nagent a {}", "rule 3", `rule 3 at 1:23: executor "python" is an alternate executor; only "orga" is supported`},
+
+		// Refused: rule 4.
+		{"parameters", "a", "agent a(x: String) {}", "rule 4", `rule 4 at 1:9: agent "a" declares parameters`},
+		{"return type", "a", "agent a -> String {}", "rule 4", `rule 4 at 1:12: agent "a" declares a return type`},
+		{"agent function", "a", "agent a {\n  function f() {}\n}", "rule 4", `rule 4 at 2:3: agent "a" defines function "f"`},
+		{"capabilities twice", "a", "agent a { capabilities = [] capabilities = [] }", "rule 4", `rule 4 at 1:29: capabilities declared more than once`},
+		{"capability not a string", "a", "agent a { capabilities = [\"a\", read] }", "rule 4", `rule 4 at 1:32: capability read is not a string literal`},
+
+		// Refused: rule 5.
+		{"with setting", "a", "agent a { with memory = \"1Gi\" {} }", "rule 5", `rule 5 at 1:16: with setting "memory" is not allowed (only sandbox and timeout)`},
+		{"with body", "a", "agent a { with timeout = 5s {\n  run();\n} }", "rule 5", `rule 5 at 2:3: with block body must be empty`},
+		{"sandbox unknown", "a", "agent a { with sandbox = \"chroot\" {} }", "rule 5", `rule 5 at 1:16: sandbox "chroot" is not one of docker|tier1, gvisor|tier2, firecracker|tier3, e2b`},
+		{"sandbox repeated", "a", "agent a { with sandbox = \"docker\" {} with sandbox = \"docker\" {} }", "rule 5", `rule 5 at 1:43: sandbox is set more than once (first at 1:16)`},
+		{"timeout repeated", "a", "agent a { with timeout = 5s, timeout = 6s {} }", "rule 5", `rule 5 at 1:30: timeout is set more than once (first at 1:16)`},
+		{"timeout too long", "a", "agent a { with timeout = 1w {} }", "rule 5", `rule 5 at 1:16: timeout 1w is outside 1s .. 1 day`},
+		{"timeout zero", "a", "agent a { with timeout = 0 {} }", "rule 5", `rule 5 at 1:16: timeout 0 is outside 1s .. 1 day`},
+		{"timeout fractional", "a", "agent a { with timeout = 1.5 {} }", "rule 5", `rule 5 at 1:16: timeout 1.5 is not a duration or integer seconds`},
+		{"timeout string", "a", "agent a { with timeout = \"5s\" {} }", "rule 5", `rule 5 at 1:16: timeout "5s" is not a duration or integer seconds`},
+
+		// Refused: rule 6.
+		{"require rule", "a", "agent a { policy p {\n  require: { approval: true }\n} }", "rule 6", `rule 6 at 2:3: unsupported policy: "require" rule in policy "p" (only allow and deny)`},
+		{"audit rule at top level", "a", "policy p { audit: true }\nagent a {}", "rule 6", `rule 6 at 1:12: unsupported policy: "audit" rule in policy "p" (only allow and deny)`},
+		{"selector record", "a", "agent a { policy p { allow: { x: 1 } } }", "rule 6", `rule 6 at 1:29: rule selector { x: 1 } is not true, false, a string or a non-empty array of strings`},
+		{"selector empty array", "a", "agent a { policy p { allow: [] } }", "rule 6", `rule 6 at 1:29: rule selector [] is not true, false, a string or a non-empty array of strings`},
+		{"selector element", "a", "agent a { policy p { allow: [\"a\", 1] } }", "rule 6", `rule 6 at 1:35: rule selector element 1 is not a string`},
+		{"condition call", "a", "agent a { policy p { allow: true if context.list.contains(\"x\") } }", "rule 6", `rule 6 at 1:58: unsupported expression context.list.contains("x") in policy condition (only invocation.… and context.… paths)`},
+		{"condition arithmetic", "a", "agent a { policy p { allow: true if context.n + 1 > 2 } }", "rule 6", `rule 6 at 1:47: unsupported operator "+" in policy condition`},
+		{"condition float", "a", "agent a { policy p { allow: true if context.n < 2.5 } }", "rule 6", `rule 6 at 1:49: comparison "<" needs integer operands, not 2.5`},
+		{"condition string comparison", "a", "agent a { policy p { deny: true if \"a\" >= context.s } }", "rule 6", `rule 6 at 1:36: comparison ">=" needs integer operands, not "a"`},
+		{"condition unknown name", "a", "agent a { policy p { allow: true if user.admin } }", "rule 6", `rule 6 at 1:37: unsupported expression user.admin in policy condition (only invocation.… and context.… paths)`},
+		{"condition bare name", "a", "agent a { policy p { allow: true if admin } }", "rule 6", `rule 6 at 1:37: unsupported name "admin" in policy condition (only principal, invocation.… and context.… paths)`},
+		{"condition negation", "a", "agent a { policy p { allow: true if -context.n == 1 } }", "rule 6", `rule 6 at 1:37: unsupported operator "-" in policy condition`},
+		{"condition lambda", "a", "agent a { policy p { allow: true if x => x } }", "rule 6", `rule 6 at 1:37: unsupported expression x => x in policy condition`},
+		{"condition too deep", "a", "agent a { policy p { allow: true if (" + deep + ") } }", "rule 6", `rule 6 at 1:62: condition nested deeper than 24 levels`},
+		{"condition too long", "a", "agent a { policy p { allow: true if " + long + " } }", "rule 6", `rule 6 at 1:37: condition has 257 tokens, more than 256`},
+		{"duplicate policy", "a", "policy p { allow: true }\nagent a { policy p { deny: true } }", "rule 6", `rule 6 at 2:11: policy "p" is declared more than once (first at 1:1)`},
+		{"too many rules", "a", "agent a { policy p {\n" + many + "} }", "rule 6", fmt.Sprintf(`rule 6 at %d:1: more than 128 policy rules in scope`, dsl.MaxPolicyRules+2)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := dsl.AdmitSource(tt.name, tt.stem, []byte(tt.src))
+			if tt.rule == "" {
+				if !a.Admitted || a.Rule != "" || a.Reason != "" || a.Line != 0 {
+					t.Fatalf("refused: %s", a.Reason)
+				}
+				return
+			}
+			if a.Admitted {
+				t.Fatalf("admitted, want refusal by %s", tt.rule)
+			}
+			if a.Rule != tt.rule || a.Reason != tt.reason {
+				t.Errorf("rule %q reason %q\nwant %q reason %q", a.Rule, a.Reason, tt.rule, tt.reason)
+			}
+			if want := fmt.Sprintf("%s at %d:%d: ", a.Rule, a.Line, a.Column); !strings.HasPrefix(a.Reason, want) {
+				t.Errorf("reason %q does not start with its position %q", a.Reason, want)
+			}
+			if a.Timeout != 0 || a.Sandbox != "" || a.Policies != nil || a.PolicyDigest != "" {
+				t.Errorf("refusal carries run settings: %+v", a)
+			}
+		})
+	}
+}
+
+func TestAdmissionDetails(t *testing.T) {
+	a := dsl.AdmitSource("reader.symbi", "reader", []byte(minimalReader))
+	if !a.Admitted || a.Agent != "reader" || a.Description != "reader" || a.Sandbox != "docker" || a.Timeout != 3*time.Second {
+		t.Fatalf("admission %+v", a)
+	}
+	if strings.Join(a.Capabilities, ",") != "read" {
+		t.Errorf("capabilities %q", a.Capabilities)
+	}
+	wantDecl := "agent reader() { capabilities =\n[\"read\"] with sandbox = \"docker\", timeout = 3.seconds {} }"
+	if string(a.Declaration) != wantDecl {
+		t.Errorf("declaration %q, want %q", a.Declaration, wantDecl)
+	}
+	if a.Policies != nil && len(a.Policies) != 0 {
+		t.Errorf("policies %q", a.Policies)
+	}
+	if want := hex.EncodeToString(sha256.New().Sum(nil)); a.PolicyDigest != want {
+		t.Errorf("empty policy digest %s, want %s", a.PolicyDigest, want)
+	}
+
+	src := "policy top { allow: true } // note\n" +
+		"agent a { capabilities = [\"x\"] policy own {\n  deny: \"x\" if context.n > 3\n} with timeout = 1d {} }  # trailing\n" +
+		"agent b {}\n"
+	a = dsl.AdmitSource("two.symbi", "a", []byte(src))
+	if !a.Admitted {
+		t.Fatalf("refused: %s", a.Reason)
+	}
+	if strings.Join(a.Policies, ",") != "top,own" {
+		t.Errorf("policies %q", a.Policies)
+	}
+	h := sha256.New()
+	h.Write([]byte("policy top { allow: true }\n"))
+	h.Write([]byte("policy own {\n  deny: \"x\" if context.n > 3\n}\n"))
+	if want := hex.EncodeToString(h.Sum(nil)); a.PolicyDigest != want {
+		t.Errorf("digest %s, want %s", a.PolicyDigest, want)
+	}
+	if a.Timeout != 24*time.Hour {
+		t.Errorf("timeout %v", a.Timeout)
+	}
+	if !strings.HasPrefix(string(a.Declaration), "agent a {") || !strings.HasSuffix(string(a.Declaration), "{} }") {
+		t.Errorf("declaration %q", a.Declaration)
+	}
+
+	// Description and capabilities are reported even when the definition is refused.
+	a = dsl.AdmitSource("x", "x", []byte("metadata { description = \"d\\n\" }\nagent x(p: int) { capabilities = [\"c\"] }"))
+	if a.Admitted || a.Description != "d\n" || strings.Join(a.Capabilities, ",") != "c" || a.Agent != "x" {
+		t.Errorf("refused admission %+v", a)
+	}
+}
+
+func ExampleAdmitSource() {
+	a := dsl.AdmitSource("agents/reader.symbi", "reader", []byte(`agent reader {
+  capabilities = ["read"]
+  with sandbox = "docker", timeout = 30s {}
+}`))
+	fmt.Println(a.Admitted, a.Agent, a.Capabilities, a.Sandbox, a.Timeout)
+
+	a = dsl.AdmitSource("agents/writer.symbi", "writer", []byte(`agent writer {
+  with timeout = 2d {}
+}`))
+	fmt.Println(a.Admitted, a.Reason)
+	// Output:
+	// true reader [read] docker 30s
+	// false rule 5 at 2:8: timeout 2d is outside 1s .. 1 day
+}
+
+func ExampleParseDuration() {
+	for _, s := range []string{"30.seconds", "5m", "2d", "90"} {
+		d, _ := dsl.ParseDuration(s)
+		fmt.Println(s, d)
+	}
+	// Output:
+	// 30.seconds 30s
+	// 5m 5m0s
+	// 2d 48h0m0s
+	// 90 1m30s
+}
