@@ -6,9 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -64,7 +67,11 @@ func (p *Project) LoadRegistry(log *slog.Logger) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{}
+	type file struct {
+		rel, name string
+		src       []byte
+	}
+	var files []file
 	var retained int64
 	for i, name := range names {
 		rel := agentsDir + "/" + name
@@ -79,8 +86,23 @@ func (p *Project) LoadRegistry(log *slog.Logger) (*Registry, error) {
 			break
 		}
 		retained += int64(len(src))
-		r.agents = append(r.agents, newAgent(rel, name, src))
+		files = append(files, file{rel, name, src})
 	}
+	// Parsing and admission dominate start-up; spread them over the cores.
+	r := &Registry{agents: make([]*Agent, len(files))}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(files)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(files); i = int(next.Add(1) - 1) {
+				f := files[i]
+				r.agents[i] = newAgent(f.rel, f.name, f.src)
+			}
+		}()
+	}
+	wg.Wait()
 	r.markAmbiguous()
 	sort.SliceStable(r.agents, func(i, j int) bool {
 		a, b := r.agents[i].Entry, r.agents[j].Entry

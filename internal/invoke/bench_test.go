@@ -1,0 +1,163 @@
+package invoke
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"symbi/internal/inference"
+	"symbi/internal/loopback"
+	"symbi/internal/policy"
+	"symbi/internal/project"
+)
+
+// benchRunners returns a governed and an ungoverned Runner over the same project and the
+// same zero-latency loopback model.
+func benchRunners(b *testing.B) (gov, ungov *Runner, dir string) {
+	b.Helper()
+	dir = b.TempDir()
+	files := map[string]string{
+		"agents/helper.symbi":    "metadata { description = \"answers\" }\nagent helper { capabilities = [\"answer\"] }\n",
+		"policies/respond.cedar": "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n@id(\"no-keys\") forbid (principal, action == Action::\"respond\", resource) when { context.response like \"*PRIVATE KEY*\" };\n",
+	}
+	for rel, content := range files {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	model := loopback.New(loopback.WithReply(loopback.Reply{Text: "ok"}))
+	if err := model.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(model.Close)
+	prov, err := inference.NewOpenAI(model.URL(), "", "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := project.Open(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Close() })
+	reg, err := p.LoadRegistry(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov}
+	gov, ungov = New(cfg), New(cfg)
+	ungov.ungov = true
+	return gov, ungov, dir
+}
+
+// fsyncFloor does the durable writes a run cannot avoid, with raw system calls: create the
+// run's file, fsync it and its directory, then three appends each followed by fsync.
+func fsyncFloor(dir string, i int) error {
+	// The files are kept, as journals are, so both directories grow alike.
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("floor-%d", i)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	line := make([]byte, 600)
+	for _, step := range []func() error{f.Sync, d.Sync} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	for range 3 {
+		if _, err := f.Write(line); err != nil {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// batch runs c concurrent calls of fn and returns each call's latency.
+func batch(b *testing.B, c int, fn func(i int) error) []time.Duration {
+	lat := make([]time.Duration, c)
+	var wg sync.WaitGroup
+	for i := range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			if err := fn(i); err != nil {
+				b.Error(err)
+			}
+			lat[i] = time.Since(t0)
+		}()
+	}
+	wg.Wait()
+	return lat
+}
+
+// BenchmarkInvoke measures invoke_agent's governed run against the same run with journal
+// and policy switched off, side by side in one run, at concurrency 1, 8 and 64, together
+// with the raw cost of the fsyncs a governed run cannot avoid. It reports per-invocation
+// wall time (batch time / concurrency) for each, the p50 latencies, and
+// ratio = governed / (ungoverned + fsync floor).
+func BenchmarkInvoke(b *testing.B) {
+	for _, c := range []int{1, 8, 64} {
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
+			gov, ungov, dir := benchRunners(b)
+			floorDir := b.TempDir()
+			req := Request{Agent: "helper", Prompt: "hello"}
+			call := func(r *Runner) func(int) error {
+				return func(int) error {
+					_, err := r.Invoke(context.Background(), req, nil)
+					return err
+				}
+			}
+			var tg, tu, tf time.Duration
+			var lg, lu []time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				lg = append(lg, batch(b, c, call(gov))...)
+				t1 := time.Now()
+				lu = append(lu, batch(b, c, call(ungov))...)
+				t2 := time.Now()
+				batch(b, c, func(j int) error { return fsyncFloor(floorDir, i*c+j) })
+				tg, tu, tf = tg+t1.Sub(t0), tu+t2.Sub(t1), tf+time.Since(t2)
+			}
+			b.StopTimer()
+			n := float64(b.N * c)
+			per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / n }
+			b.ReportMetric(per(tg), "governed-ns/inv")
+			b.ReportMetric(per(tu), "ungoverned-ns/inv")
+			b.ReportMetric(per(tf), "fsync-floor-ns/inv")
+			b.ReportMetric(per(tg)/(per(tu)+per(tf)), "ratio")
+			b.ReportMetric(float64(p50(lg).Microseconds()), "governed-p50-us")
+			b.ReportMetric(float64(p50(lu).Microseconds()), "ungoverned-p50-us")
+			b.ReportMetric(n/tg.Seconds(), "governed-inv/s")
+			b.ReportMetric(0, "ns/op")
+			os.RemoveAll(filepath.Join(dir, ".symbiont"))
+		})
+	}
+}
+
+func p50(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
