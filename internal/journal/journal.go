@@ -37,6 +37,13 @@
 // with a duplicated member name. A line is at most MaxRecordBytes bytes and a file at most
 // MaxFileBytes bytes. Strings are written without HTML escaping.
 //
+// The data member of each record type is the JSON form of the Go struct of the same name
+// (Started, InferenceRequested, InferenceFinished, PolicyEvaluated, Terminated); durations
+// are integer milliseconds. By default the caller journals the clear text of the prompt,
+// the caller instructions and the response (the prompt, instructions and text members)
+// next to their digests; leaving them empty omits them. docs/journal-format.md documents
+// every member.
+//
 // # Verification
 //
 // Verify opens the file without following symlinks, requires a regular file of at most
