@@ -152,6 +152,19 @@ func syntaxError(src []byte, err error) *Error {
 // firstExpected names the first term of participle's expectation, e.g. `"=" (Array |
 // Value)` gives `"="` and `<ident> ...` gives "an identifier".
 func firstExpected(expect string) string {
+	if alts := strings.Split(strings.TrimSuffix(strings.TrimPrefix(expect, "("), ")"), " | "); len(alts) > 1 {
+		names := make([]string, 0, len(alts))
+		for _, a := range alts {
+			if strings.ContainsAny(a, " ()") {
+				names = nil
+				break
+			}
+			names = append(names, firstExpected(a))
+		}
+		if len(names) > 1 {
+			return strings.Join(names, " or ")
+		}
+	}
 	expect = strings.TrimLeft(expect, "(")
 	if expect == "" {
 		return ""
