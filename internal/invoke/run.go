@@ -134,7 +134,13 @@ func (r *Runner) run(ctx context.Context, p *prepared, progress func(Stage)) (*R
 			finished.Text = resp.Text
 		}
 	}
-	if err := w.Append(finished); err != nil {
+	err = w.Append(finished)
+	if errors.Is(err, journal.ErrRecordTooLarge) && finished.Text != "" {
+		// The clear text would take the record past 1 MiB: keep its hash and length only.
+		finished.Text = ""
+		err = w.Append(finished)
+	}
+	if err != nil {
 		return journalFailed(err)
 	}
 	if err := w.Sync(); err != nil {

@@ -2,7 +2,6 @@ package mcpserver
 
 import (
 	"context"
-	"errors"
 	"path"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -100,9 +99,6 @@ func (h *handlers) getAgentDSL(ctx context.Context, req *mcp.CallToolRequest, in
 		return "", agentDSLOutput{}, errcode.Errorf(errcode.InvalidRequest, "agent is required")
 	}
 	a, err := h.cfg.Registry.Resolve(in.Agent)
-	if err != nil && !errors.Is(err, errcode.RefusedDefinition) {
-		return "", agentDSLOutput{}, err
-	}
 	if a == nil {
 		return "", agentDSLOutput{}, err
 	}

@@ -208,7 +208,8 @@ func (r *Registry) Entries() []Entry {
 
 // Resolve finds the registration of stem. No file → errcode.UnknownAgent; a stem
 // present as both x.symbi and x.dsl → errcode.UnknownAgent ("ambiguous"); a file whose
-// selection or admission refuses → errcode.RefusedDefinition with the reason.
+// selection or admission refuses → errcode.RefusedDefinition with the reason, and the
+// agent itself (its source is still of use to authoring tools; it must not be invoked).
 func (r *Registry) Resolve(stem string) (*Agent, error) {
 	var found []*Agent
 	for _, a := range r.agents {
@@ -229,7 +230,8 @@ func (r *Registry) Resolve(stem string) (*Agent, error) {
 	}
 	a := found[0]
 	if !a.Entry.Invocable {
-		return nil, errcode.Errorf(errcode.RefusedDefinition, "%s: %s", a.Entry.File, a.Entry.Reason)
+		// The agent comes back with the refusal so authoring tools can still show it.
+		return a, errcode.Errorf(errcode.RefusedDefinition, "%s: %s", a.Entry.File, a.Entry.Reason)
 	}
 	return a, nil
 }
