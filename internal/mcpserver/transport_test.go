@@ -1,0 +1,196 @@
+package mcpserver_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"symbi/internal/invoke"
+	"symbi/internal/mcpserver"
+	"symbi/internal/policy"
+	"symbi/internal/project"
+	"symbi/internal/schemapin"
+)
+
+// wire is a raw JSON-RPC connection to a server running on mcpserver.NewStdioTransport
+// over pipes: the test writes lines to the server's stdin and reads its stdout.
+type wire struct {
+	in    *io.PipeWriter
+	lines chan string
+	done  chan error // the server's Run result
+}
+
+func startWire(t *testing.T, dir string) *wire {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	p, err := project.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	reg, err := p.LoadRegistry(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner := invoke.New(invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Log: log})
+	srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runner: runner, Schemas: schemapin.NewVerifier(func(string) string { return "" }), Log: log})
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	w := &wire{in: inW, lines: make(chan string, 16), done: make(chan error, 1)}
+	go func() {
+		w.done <- srv.Run(context.Background(), mcpserver.NewStdioTransport(inR, outW))
+		outW.Close()
+	}()
+	go func() {
+		r := bufio.NewReaderSize(outR, 1<<20)
+		for {
+			line, err := r.ReadString('\n')
+			if line != "" {
+				w.lines <- line
+			}
+			if err != nil {
+				close(w.lines)
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		inW.Close()
+		select {
+		case <-w.done:
+		case <-time.After(10 * time.Second):
+			t.Error("server did not stop after its input closed")
+		}
+		for range w.lines {
+		}
+	})
+	return w
+}
+
+func (w *wire) send(t *testing.T, line string) {
+	t.Helper()
+	if _, err := io.WriteString(w.in, line+"\n"); err != nil {
+		t.Fatalf("writing to the server: %v", err)
+	}
+}
+
+// response is one JSON-RPC response line.
+type response struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  json.RawMessage `json:"result"`
+	Error   *struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// next reads the next line of stdout, which must be one JSON-RPC 2.0 message.
+func (w *wire) next(t *testing.T) response {
+	t.Helper()
+	select {
+	case line, ok := <-w.lines:
+		if !ok {
+			t.Fatal("stdout closed")
+		}
+		if !strings.HasSuffix(line, "\n") {
+			t.Fatalf("stdout line without newline: %.200q", line)
+		}
+		var r response
+		dec := json.NewDecoder(strings.NewReader(line))
+		if err := dec.Decode(&r); err != nil || dec.More() || r.JSONRPC != "2.0" {
+			t.Fatalf("stdout carries a line that is not one JSON-RPC 2.0 message: %.200q (%v)", line, err)
+		}
+		return r
+	case <-time.After(20 * time.Second):
+		t.Fatal("no answer within 20 s")
+	}
+	panic("unreachable")
+}
+
+func (w *wire) initialize(t *testing.T) {
+	t.Helper()
+	w.send(t, `{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"wire-test","version":"1"}}}`)
+	if r := w.next(t); r.Error != nil || string(r.ID) != `"init"` || len(r.Result) == 0 {
+		t.Fatalf("initialize: %+v", r)
+	}
+	w.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+}
+
+// listAgents calls list_agents with id and requires its result: the session still serves.
+func (w *wire) listAgents(t *testing.T, id int) {
+	t.Helper()
+	w.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"list_agents","arguments":{}}}`, id))
+	r := w.next(t)
+	if r.Error != nil || string(r.ID) != fmt.Sprint(id) || !strings.Contains(string(r.Result), `"name":"helper"`) {
+		t.Fatalf("list_agents after a rejected line: id %s error %+v result %.200s", r.ID, r.Error, r.Result)
+	}
+}
+
+// TestTransportScreening sends lines that are not one JSON-RPC message and requires a
+// JSON-RPC error for each, with the session serving the next request.
+func TestTransportScreening(t *testing.T) {
+	w := startWire(t, testProject(t, nil))
+	w.initialize(t)
+	// A line of exactly MaxMessageBytes: valid JSON-RPC, so it reaches parse_dsl, whose
+	// own 1 MiB limit answers.
+	const prefix = `{"jsonrpc":"2.0","id":"big","method":"tools/call","params":{"name":"parse_dsl","arguments":{"content":"`
+	const suffix = `"}}}`
+	atLimit := prefix + strings.Repeat("#", mcpserver.MaxMessageBytes-len(prefix)-len(suffix)) + suffix
+	overLimit := prefix + strings.Repeat("#", mcpserver.MaxMessageBytes+1-len(prefix)-len(suffix)) + suffix
+	tests := []struct {
+		name string
+		line string
+		id   string // the id of the error response
+		code int
+		msg  string
+	}{
+		{"malformed JSON", `{"jsonrpc":"2.0","id":1,"method":`, "null", -32700, "not valid JSON"},
+		{"not JSON at all", `hello`, "null", -32700, "not valid JSON"},
+		{"empty object", `{}`, "null", -32600, "invalid request"},
+		{"batch", `[{"jsonrpc":"2.0","id":2,"method":"tools/list"}]`, "null", -32600, "batches are not supported"},
+		{"empty batch", `[]`, "null", -32600, "batches are not supported"},
+		{"scalar", `42`, "null", -32600, "invalid request"},
+		{"method not a string, string id", `{"jsonrpc":"2.0","id":"abc","method":5}`, `"abc"`, -32600, "invalid request"},
+		{"no version tag, number id", `{"id":3,"method":"tools/list"}`, "3", -32600, "invalid request"},
+		{"over the limit", overLimit, "null", -32600, "exceeds 16777216 bytes"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w.send(t, tt.line)
+			r := w.next(t)
+			if r.Error == nil || r.Error.Code != tt.code || string(r.ID) != tt.id || !strings.Contains(r.Error.Message, tt.msg) {
+				t.Fatalf("got id %s error %+v result %.200s; want id %s code %d message containing %q", r.ID, r.Error, r.Result, tt.id, tt.code, tt.msg)
+			}
+			w.listAgents(t, 100+i)
+		})
+	}
+	t.Run("blank lines are skipped", func(t *testing.T) {
+		w.send(t, "")
+		w.send(t, "   \t")
+		w.listAgents(t, 200)
+	})
+	t.Run("at the limit", func(t *testing.T) {
+		w.send(t, atLimit)
+		r := w.next(t)
+		if r.Error != nil || string(r.ID) != `"big"` {
+			t.Fatalf("a line of exactly %d bytes was refused: id %s error %+v", mcpserver.MaxMessageBytes, r.ID, r.Error)
+		}
+		var res struct {
+			IsError bool `json:"isError"`
+			Content []struct {
+				Text string `json:"text"`
+			} `json:"content"`
+		}
+		if err := json.Unmarshal(r.Result, &res); err != nil || !res.IsError || len(res.Content) != 1 || !strings.HasPrefix(res.Content[0].Text, "limit_exceeded: ") {
+			t.Fatalf("result %.300s (%v); want the parse_dsl limit_exceeded tool error", r.Result, err)
+		}
+		w.listAgents(t, 201)
+	})
+}
