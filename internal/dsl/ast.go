@@ -267,7 +267,7 @@ type Stmt struct {
 	Match  *Match      `parser:"| \"match\" @@"`
 	Try    *TryStmt    `parser:"| \"try\" @@"`
 	Return *ReturnStmt `parser:"| \"return\" @@"`
-	Expr   *ExprStmt   `parser:"| (?! \"let\" | \"if\" | \"for\" | \"match\" | \"try\" | \"return\") @@"`
+	Expr   *ExprStmt   `parser:"| @@"`
 }
 
 // LetStmt is a let binding.
@@ -383,7 +383,7 @@ type Expr struct {
 	Pos      lexer.Position
 	EndPos   lexer.Position
 	Left     *Unary   `parser:"@@"`
-	Ops      []string `parser:"( @(\"||\" | \"&&\" | \"==\" | \"!=\" | \"in\" | \"<=\" | \">=\" | \"<\" | \">\" | \"+\" | \"-\" | \"*\" | \"/\" | \"%\")"`
+	Ops      []string `parser:"( @(BinOp | \"in\")"`
 	Operands []*Unary `parser:"@@ )*"`
 }
 
@@ -393,7 +393,7 @@ type Unary struct {
 	EndPos  lexer.Position
 	Ops     []string  `parser:"@(\"!\" | \"not\" | \"-\")*"`
 	Primary *Primary  `parser:"@@"`
-	Suffix  []*Suffix `parser:"( (?= \".\" | \"(\" | \"[\") @@ )*"`
+	Suffix  []*Suffix `parser:"@@*"`
 }
 
 // Suffix is a field access, a call or an index.

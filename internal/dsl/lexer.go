@@ -17,6 +17,7 @@ const (
 	tokDuration
 	tokVault
 	tokPunct
+	tokBinOp // binary operators: || && == != <= >= < > + - * / %
 )
 
 // Nesting limits enforced while lexing, so that the recursive parser never recurses
@@ -40,6 +41,7 @@ var symbols = map[string]lexer.TokenType{
 	"Duration": tokDuration,
 	"VaultURL": tokVault,
 	"Punct":    tokPunct,
+	"BinOp":    tokBinOp,
 }
 
 func (definition) Symbols() map[string]lexer.TokenType { return symbols }
@@ -337,7 +339,12 @@ func (s *scanner) punct(c byte) error {
 		for _, op := range twoCharOps {
 			if two[0] == op[0] && two[1] == op[1] {
 				s.advance(2)
-				s.emit(tokPunct, p)
+				typ := tokPunct
+				switch op {
+				case "||", "&&", "==", "!=", "<=", ">=":
+					typ = tokBinOp
+				}
+				s.emit(typ, p)
 				if op == "=>" {
 					return s.deepen(p)
 				}
@@ -388,9 +395,13 @@ func (s *scanner) punct(c byte) error {
 		return nil
 	case '<':
 		s.advance(1)
-		s.emit(tokPunct, p)
+		s.emit(tokBinOp, p)
 		return s.deepen(p)
-	case ':', '=', '.', '>', '+', '-', '*', '/', '%', '!':
+	case '>', '+', '-', '*', '/', '%':
+		s.advance(1)
+		s.emit(tokBinOp, p)
+		return nil
+	case ':', '=', '.', '!':
 		s.advance(1)
 		s.emit(tokPunct, p)
 		return nil
