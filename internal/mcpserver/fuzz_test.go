@@ -1,0 +1,100 @@
+package mcpserver_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"symbi/internal/mcpserver"
+)
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// FuzzStdioTransport feeds arbitrary input to the transport and requires that every
+// non-blank line is either passed on as exactly one JSON-RPC message or answered with
+// exactly one JSON-RPC error, and that the output holds nothing but those errors.
+func FuzzStdioTransport(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":1,"result":{}}`,
+		`{"jsonrpc":"2.0","id":"x","error":{"code":-1,"message":"m"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":`,
+		`{}`,
+		`[{"jsonrpc":"2.0","id":2,"method":"tools/list"}]`,
+		`42`,
+		`"str"`,
+		`null`,
+		`{"jsonrpc":"2.0","id":"abc","method":5}`,
+		`{"id":3,"method":"tools/list"}`,
+		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\"}\r\n\n  \n{}",
+		"\xff\xfe",
+		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\"} {\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"b\"}",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		var want int
+		for _, line := range strings.Split(data, "\n") {
+			if len(bytes.TrimSpace([]byte(line))) > 0 {
+				want++
+			}
+		}
+		out := &lockedBuffer{}
+		conn, err := mcpserver.NewStdioTransport(strings.NewReader(data+"\n"), out).Connect(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var passed int
+		for {
+			_, err := conn.Read(ctx)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("a line passed the screen but the connection failed on it: %v\ninput %q", err, data)
+			}
+			passed++
+		}
+		var rejected int
+		for _, line := range strings.SplitAfter(out.String(), "\n") {
+			if line == "" {
+				continue
+			}
+			var r response
+			dec := json.NewDecoder(strings.NewReader(line))
+			if err := dec.Decode(&r); err != nil || dec.More() || r.JSONRPC != "2.0" || r.Error == nil || !strings.HasSuffix(line, "\n") {
+				t.Fatalf("output line %q is not one JSON-RPC error (%v)", line, err)
+			}
+			rejected++
+		}
+		if passed+rejected != want {
+			t.Fatalf("%d non-blank lines, %d passed and %d rejected\ninput %q\noutput %q", want, passed, rejected, data, out.String())
+		}
+	})
+}
