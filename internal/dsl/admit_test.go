@@ -94,6 +94,7 @@ func TestAdmission(t *testing.T) {
 		{"condition lambda", "a", "agent a { policy p { allow: true if x => x } }", "rule 6", `rule 6 at 1:37: unsupported expression x => x in policy condition`},
 		{"condition too deep", "a", "agent a { policy p { allow: true if (" + deep + ") } }", "rule 6", `rule 6 at 1:62: condition nested deeper than 24 levels`},
 		{"condition too long", "a", "agent a { policy p { allow: true if " + long + " } }", "rule 6", `rule 6 at 1:37: condition has 257 tokens, more than 256`},
+		{"selector too long", "a", "agent a { policy p { allow: [" + strings.Repeat("\"s\", ", 128) + "] } }", "rule 6", `rule 6 at 1:29: rule selector has 258 tokens, more than 256`},
 		{"duplicate policy", "a", "policy p { allow: true }\nagent a { policy p { deny: true } }", "rule 6", `rule 6 at 2:11: policy "p" is declared more than once (first at 1:1)`},
 		{"too many rules", "a", "agent a { policy p {\n" + many + "} }", "rule 6", fmt.Sprintf(`rule 6 at %d:1: more than 128 policy rules in scope`, dsl.MaxPolicyRules+2)},
 	}

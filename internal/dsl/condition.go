@@ -7,6 +7,9 @@ import (
 
 // selector checks a rule selector: true, false, a string, or a non-empty array of strings.
 func (f *File) selector(e *Expr) *refusal {
+	if n := f.tokenCount(e); n > MaxConditionTokens {
+		return refuse("rule 6", e.Pos, "rule selector has %d tokens, more than %d", n, MaxConditionTokens)
+	}
 	bad := refuse("rule 6", e.Pos, "rule selector %s is not true, false, a string or a non-empty array of strings", f.clip(e))
 	if len(e.Ops) > 0 || len(e.Left.Ops) > 0 || len(e.Left.Suffix) > 0 {
 		return bad
@@ -41,7 +44,7 @@ func (f *File) condition(e *Expr) *refusal {
 	return f.condExpr(e, 0)
 }
 
-// tokenCount returns the number of tokens of a node.
+// tokenCount returns the number of tokens of an expression.
 func (f *File) tokenCount(e *Expr) int {
 	return sort.SearchInts(f.offs, e.EndPos.Offset) - sort.SearchInts(f.offs, e.Pos.Offset)
 }

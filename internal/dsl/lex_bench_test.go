@@ -20,7 +20,7 @@ func BenchmarkLex(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if len(src) >= 2500 {
+		if len(src) >= 3000 {
 			corpus = append(corpus, src)
 			total += len(src)
 		}
