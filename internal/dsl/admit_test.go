@@ -199,3 +199,18 @@ func ExampleParseDuration() {
 	// 2d 48h0m0s
 	// 90 1m30s
 }
+
+func ExampleAnalyze() {
+	r := dsl.Analyze("inline", []byte(`metadata { description = "helper" }
+agent helper(topic: String) { capabilities = ["answer"] }`))
+	a := r.Agents[0]
+	fmt.Println(r.Valid, r.Metadata["description"], a.Name, a.Params[0].Type, a.Capabilities)
+	fmt.Println(a.Admitted, a.Refusal)
+
+	r = dsl.Analyze("inline", []byte("agent {}"))
+	fmt.Println(r.Valid, r.Errors[0].Line, r.Errors[0].Column, r.Errors[0].Message)
+	// Output:
+	// true helper helper String [answer]
+	// false rule 4 at 2:14: agent "helper" declares parameters
+	// false 1 7 unexpected "{", expected an identifier
+}

@@ -44,6 +44,7 @@ var symbols = map[string]lexer.TokenType{
 	"BinOp":    tokBinOp,
 }
 
+// Symbols returns the token types of the lexer.
 func (definition) Symbols() map[string]lexer.TokenType { return symbols }
 
 // Lex reads all of r and lexes it.
@@ -70,6 +71,7 @@ type replay struct {
 	i    int
 }
 
+// Next returns the next token; after the end it keeps returning EOF.
 func (r *replay) Next() (lexer.Token, error) {
 	t := r.toks[r.i]
 	if r.i < len(r.toks)-1 {

@@ -33,6 +33,7 @@ type Error struct {
 	Err          error // ErrTooLarge, ErrEncoding, ErrNesting or ErrSyntax
 }
 
+// Error formats the error as "line:column: message".
 func (e *Error) Error() string { return fmt.Sprintf("%d:%d: %s", e.Line, e.Column, e.Msg) }
 
 // Unwrap returns the sentinel the error wraps.
@@ -41,6 +42,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // ErrorList is the list of errors of one source, in source order.
 type ErrorList []*Error
 
+// Error formats the errors one per line.
 func (l ErrorList) Error() string {
 	s := make([]string, len(l))
 	for i, e := range l {
