@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strings"
 	"sync/atomic"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -50,12 +51,15 @@ func New(cfg Config) *mcp.Server {
 		Instructions: "Governed agent invocation: invoke_agent asks one of this project's registered agents for a policy-checked text answer and returns it with a signed journal receipt. list_agents shows what can be invoked.",
 	})
 	h := &handlers{cfg: cfg}
-	addTool(s, &mcp.Tool{Name: "invoke_agent", Description: invokeDescription}, h.invokeAgent)
-	addTool(s, &mcp.Tool{Name: "list_agents", Description: "List the project's registered agent files (snapshot taken at server start): name (stem), file, declared agents, description, capabilities, and whether each is invocable — with the refusal reason when not. Sorted by name."}, h.listAgents)
-	addTool(s, &mcp.Tool{Name: "parse_dsl", Description: "Parse an agent definition — a project file (relative path, .symbi or .dsl, read through the confined reader) or inline content, at most 1 MiB — and return its views and admission verdicts. Syntax errors are results (valid=false, errors with line and column), not tool errors."}, h.parseDSL)
-	addTool(s, &mcp.Tool{Name: "get_agent_dsl", Description: "Return the raw source of a registered agent file, by its stem (the file name without .symbi/.dsl)."}, h.getAgentDSL)
-	addTool(s, &mcp.Tool{Name: "get_agents_md", Description: "Return the project's whole AGENTS.md (at most 64 KiB). Missing: not_found (create it with `symbi agents-md generate`)."}, h.getAgentsMD)
-	addTool(s, &mcp.Tool{Name: "verify_schema", Description: "Verify a SchemaPin-signed tool schema: ECDSA P-256 over SHA-256 of the canonical schema JSON. Key inline (public_key_pem, offline) or from an HTTPS URL (public_key_url; private, loopback and metadata hosts refused). An invalid signature is a result with verified=false, not a tool error."}, h.verifySchema)
+	no := false
+	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}
+	addTool(s, &mcp.Tool{Name: "invoke_agent", Title: "Invoke an agent (governed)", Description: invokeDescription,
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &no}}, h.invokeAgent)
+	addTool(s, &mcp.Tool{Name: "list_agents", Title: "List agents", Annotations: readOnly, Description: "List the project's registered agent files (snapshot taken at server start): name (stem), file, declared agents, description, capabilities, and whether each is invocable — with the refusal reason when not. Sorted by name."}, h.listAgents)
+	addTool(s, &mcp.Tool{Name: "parse_dsl", Title: "Parse an agent definition", Annotations: readOnly, Description: "Parse an agent definition — a project file (relative path, .symbi or .dsl, read through the confined reader) or inline content, at most 1 MiB — and return its views and admission verdicts. Syntax errors are results (valid=false, errors with line and column), not tool errors."}, h.parseDSL)
+	addTool(s, &mcp.Tool{Name: "get_agent_dsl", Title: "Get an agent definition", Annotations: readOnly, Description: "Return the raw source of a registered agent file, by its stem (the file name without .symbi/.dsl)."}, h.getAgentDSL)
+	addTool(s, &mcp.Tool{Name: "get_agents_md", Title: "Get AGENTS.md", Annotations: readOnly, Description: "Return the project's whole AGENTS.md (at most 64 KiB). Missing: not_found (create it with `symbi agents-md generate`)."}, h.getAgentsMD)
+	addTool(s, &mcp.Tool{Name: "verify_schema", Title: "Verify a SchemaPin tool schema", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}, Description: "Verify a SchemaPin-signed tool schema: ECDSA P-256 over SHA-256 of the canonical schema JSON. Key inline (public_key_pem, offline) or from an HTTPS URL (public_key_url; private, loopback and metadata hosts refused). An invalid signature is a result with verified=false, not a tool error."}, h.verifySchema)
 	if _, err := cfg.Project.AgentsMD(); err == nil {
 		s.AddResource(&mcp.Resource{URI: AgentsMDURI, Name: "AGENTS.md", Title: "Project guidance (AGENTS.md)", MIMEType: "text/markdown"}, h.readAgentsMD)
 	} else {
@@ -140,13 +144,45 @@ func outputSchema[Out any](tool string) *jsonschema.Schema {
 	return out
 }
 
-// decodeArgs decodes tool arguments strictly: one JSON object, no unknown fields.
+// decodeArgs decodes tool arguments strictly into v, a pointer to a struct: one JSON
+// object whose member names each match a json tag of the struct exactly and appear at
+// most once (encoding/json alone would fold case and let a repeated member win), with
+// values of the declared types.
 func decodeArgs(raw json.RawMessage, v any) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		raw = json.RawMessage("{}")
 	}
+	known := map[string]bool{}
+	t := reflect.TypeOf(v).Elem()
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			known[name] = true
+		}
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return errors.New("arguments must be a JSON object")
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		name := tok.(string)
+		switch {
+		case !known[name]:
+			return fmt.Errorf("unknown argument %q", name)
+		case seen[name]:
+			return fmt.Errorf("argument %q given twice", name)
+		}
+		seen[name] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return err
+		}
+	}
+	dec = json.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {

@@ -340,20 +340,20 @@ func TestStrictArguments(t *testing.T) {
 		args string
 		msg  []string
 	}{
-		{"list_agents", `{"verbose":true}`, []string{"arguments of list_agents", `unknown field "verbose"`}},
-		{"get_agents_md", `{"path":"AGENTS.md"}`, []string{"arguments of get_agents_md", `unknown field "path"`}},
+		{"list_agents", `{"verbose":true}`, []string{"arguments of list_agents", `unknown argument "verbose"`}},
+		{"get_agents_md", `{"path":"AGENTS.md"}`, []string{"arguments of get_agents_md", `unknown argument "path"`}},
 		{"parse_dsl", `{"content":5}`, []string{"arguments of parse_dsl", "content must be a string"}},
 		{"parse_dsl", `{"file":["agents/helper.symbi"]}`, []string{"file must be a string"}},
-		{"parse_dsl", `{"path":"agents/helper.symbi"}`, []string{`unknown field "path"`}},
+		{"parse_dsl", `{"path":"agents/helper.symbi"}`, []string{`unknown argument "path"`}},
 		{"get_agent_dsl", `{}`, []string{"agent is required"}},
 		{"get_agent_dsl", `{"agent":null}`, []string{"agent is required"}},
 		{"get_agent_dsl", `{"agent":true}`, []string{"agent must be a string"}},
 		{"invoke_agent", `{"agent":"helper"}`, []string{"prompt is required"}},
 		{"invoke_agent", `{"prompt":"hi"}`, []string{"agent is required"}},
 		{"invoke_agent", `{"agent":"helper","prompt":{"text":"hi"}}`, []string{"prompt must be a string"}},
-		{"invoke_agent", `{"agent":"helper","prompt":"hi","temperature":0.2}`, []string{`unknown field "temperature"`}},
+		{"invoke_agent", `{"agent":"helper","prompt":"hi","temperature":0.2}`, []string{`unknown argument "temperature"`}},
 		{"verify_schema", `{"schema":{"type":"object"},"public_key_pem":"x"}`, []string{"schema must be a string"}},
-		{"verify_schema", `{"schema":"{}","public_key":"x"}`, []string{`unknown field "public_key"`}},
+		{"verify_schema", `{"schema":"{}","public_key":"x"}`, []string{`unknown argument "public_key"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.tool+" "+tt.args, func(t *testing.T) {

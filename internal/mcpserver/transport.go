@@ -110,8 +110,18 @@ func check(line []byte) (id any, code int, msg string) {
 			}
 		}
 	}
-	if _, err := jsonrpc.DecodeMessage(line); err != nil {
+	decoded, err := jsonrpc.DecodeMessage(line)
+	if err != nil {
 		return id, codeInvalidRequest, "invalid request: " + err.Error()
+	}
+	if _, ok := decoded.(*jsonrpc.Response); ok {
+		var members map[string]json.RawMessage
+		json.Unmarshal(line, &members)
+		_, hasResult := members["result"]
+		_, hasError := members["error"]
+		if hasResult == hasError {
+			return id, codeInvalidRequest, "invalid request: a response needs exactly one of result and error"
+		}
 	}
 	return nil, 0, ""
 }
