@@ -292,3 +292,29 @@ func TestAgentNames(t *testing.T) {
 		t.Errorf("AgentNames = %s", got)
 	}
 }
+
+// TestParseConcurrent parses the corpus from several goroutines at once (run with -race).
+func TestParseConcurrent(t *testing.T) {
+	paths := corpusFiles(t, "valid")
+	done := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for _, p := range paths {
+				src, err := os.ReadFile(p)
+				if err == nil {
+					_, err = dsl.Parse(p, src)
+				}
+				if err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
