@@ -13,13 +13,17 @@
 //
 // Ambiguities are resolved as follows. A "{" in expression position opens a record; a
 // "{" after if/for/match heads, else, try, catch, function heads, with settings and
-// "=>" of a match arm opens a block (a match arm tries a block first, then an
-// expression). An identifier followed by "{" is a typed literal only when the brace
+// "=>" of a match arm opens a block, unless it is followed by a field ("name:" or
+// "\"name\":"), which makes it a record. An identifier followed by "{" is a typed literal only when the brace
 // is followed by a field ("name:" or "\"name\":"), so "if ready { … }" is a condition
 // and a block. "if" at the start of a statement is a statement (else optional); elsewhere
 // it is an expression and needs an else. Keywords are reserved only where the grammar
 // uses them. An expression statement ends with ";" unless it is the last statement of
 // its block. A memory or webhook value may also be a vault URL.
+//
+// The grammar is LL(1): every choice is made on the next token or on an explicit
+// lookahead guard, and the parser never backtracks over consumed tokens, so each error
+// is reported where the input stops matching.
 //
 // Limits: a source over MaxSourceBytes, a source that is not UTF-8, brackets nested
 // deeper than MaxBracketDepth, or right-nested "=>"/"<" chains deeper than MaxChainDepth
