@@ -35,7 +35,7 @@ import (
 const (
 	MaxPromptBytes  = 64 << 10          // prompt and system_prompt, each
 	MaxDeadline     = 120 * time.Second // tightened by the agent's `with timeout`
-	terminateBudget = 5 * time.Second   // how long a cancelled run may take to finish its journal
+	terminateBudget = 2 * time.Second   // how long a cancelled call waits for its run's journal to end
 )
 
 // Stage names a point of a run reported to Progress.
@@ -175,8 +175,16 @@ func (r *Runner) Invoke(ctx context.Context, req Request, progress func(Stage)) 
 	case o := <-done:
 		return o.res, o.err
 	case <-ctx.Done():
-		// The run goes on: it sees runCtx cancelled and writes terminated itself.
-		return nil, &Error{Err: errcode.Errorf(errcode.Cancelled, "the caller cancelled the request; the run records it as cancelled")}
+		// The run goes on: it sees runCtx cancelled and writes terminated itself. Wait a
+		// little for it, so the answer can carry the audit reference of what it recorded.
+		t := time.NewTimer(terminateBudget)
+		defer t.Stop()
+		select {
+		case o := <-done:
+			return o.res, o.err
+		case <-t.C:
+			return nil, &Error{Err: errcode.Errorf(errcode.Cancelled, "the caller cancelled the request; the run records it as cancelled")}
+		}
 	}
 }
 
