@@ -310,7 +310,7 @@ func (h *harnessRun) startProc(bin, dir string, env []string, o procOptions) (*p
 		inW.Close()
 		return nil, err
 	}
-	cmd := exec.Command(bin, "mcp", "--project", dir)
+	cmd := exec.Command(bin, "mcp", "--project", dir, "--log-level", "warn")
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout = inR, outW
 	p := &proc{cmd: cmd, stdin: inW, stdout: outR, stderr: &syncBuffer{}, done: make(chan struct{})}
