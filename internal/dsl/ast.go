@@ -5,6 +5,11 @@ import "github.com/alecthomas/participle/v2/lexer"
 // The AST. Every node records the position of its first token (Pos) and of the token
 // that follows it (EndPos). String, number, duration and vault tokens keep their exact
 // source text; Unquote decodes strings.
+//
+// The items down to blocks, expressions, arrays and records are parsed by the
+// participle grammar in the struct tags. Block, Expr, Array and Record implement
+// participle.Parseable: they and the nodes below them are parsed by hand (syntax.go)
+// following the productions given in their doc comments.
 
 // File is a parsed source.
 type File struct {
@@ -251,218 +256,268 @@ type Value struct {
 }
 
 // Block is a braced statement list; its last statement may be an expression without ";".
+//
+//	Block = "{" Stmt* "}" .
 type Block struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Stmts  []*Stmt `parser:"\"{\" ( (?! \"}\") @@ )* \"}\""`
+	Stmts  []*Stmt
 }
 
 // Stmt is a statement; exactly one field is set.
+//
+//	Stmt = "let" LetStmt | "if" IfStmt | "for" ForStmt | "match" Match | "try" TryStmt
+//	     | "return" ReturnStmt | ExprStmt .
 type Stmt struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Let    *LetStmt    `parser:"\"let\" @@"`
-	If     *IfStmt     `parser:"| \"if\" @@"`
-	For    *ForStmt    `parser:"| \"for\" @@"`
-	Match  *Match      `parser:"| \"match\" @@"`
-	Try    *TryStmt    `parser:"| \"try\" @@"`
-	Return *ReturnStmt `parser:"| \"return\" @@"`
-	Expr   *ExprStmt   `parser:"| @@"`
+	Let    *LetStmt
+	If     *IfStmt
+	For    *ForStmt
+	Match  *Match
+	Try    *TryStmt
+	Return *ReturnStmt
+	Expr   *ExprStmt
 }
 
 // LetStmt is a let binding.
+//
+//	LetStmt = Ident "=" Expr ";" .
 type LetStmt struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Name   string `parser:"@Ident \"=\""`
-	Value  *Expr  `parser:"@@ \";\""`
+	Name   string
+	Value  *Expr
 }
 
 // IfStmt is an if statement with optional else-if branches and else block.
+//
+//	IfStmt = Cond Block ElseIf* ( "else" Block )? .
 type IfStmt struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Cond    *Cond     `parser:"@@"`
-	Then    *Block    `parser:"@@"`
-	ElseIfs []*ElseIf `parser:"( (?= \"else\" \"if\") @@ )*"`
-	Else    *Block    `parser:"( \"else\" @@ )?"`
+	Cond    *Cond
+	Then    *Block
+	ElseIfs []*ElseIf
+	Else    *Block
 }
 
 // ElseIf is an else-if branch of an if statement.
+//
+//	ElseIf = "else" "if" Cond Block .
 type ElseIf struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Cond   *Cond  `parser:"\"else\" \"if\" @@"`
-	Then   *Block `parser:"@@"`
+	Cond   *Cond
+	Then   *Block
 }
 
 // Cond is the condition of an if statement: an expression or a let pattern.
+//
+//	Cond = "let" Pattern "=" Expr | Expr .
 type Cond struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Pattern *Pattern `parser:"( \"let\" @@ \"=\""`
-	Value   *Expr    `parser:"@@ )"`
-	Expr    *Expr    `parser:"| @@"`
+	Pattern *Pattern
+	Value   *Expr
+	Expr    *Expr
 }
 
 // Pattern is a destructuring pattern of "if let".
+//
+//	Pattern = Ident ( "(" ( Pattern ","? )* ")" )? .
 type Pattern struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Name    string     `parser:"@Ident"`
-	HasArgs bool       `parser:"( @\"(\""`
-	Args    []*Pattern `parser:"(@@ \",\"?)* \")\" )?"`
+	Name    string
+	HasArgs bool
+	Args    []*Pattern
 }
 
 // ForStmt is a for loop.
+//
+//	ForStmt = Ident "in" Expr Block .
 type ForStmt struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Var    string `parser:"@Ident \"in\""`
-	Iter   *Expr  `parser:"@@"`
-	Body   *Block `parser:"@@"`
+	Var    string
+	Iter   *Expr
+	Body   *Block
 }
 
 // Match is a match statement.
+//
+//	Match = Expr "{" Arm* "}" .
 type Match struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Subject *Expr  `parser:"@@ \"{\""`
-	Arms    []*Arm `parser:"@@* \"}\""`
+	Subject *Expr
+	Arms    []*Arm
 }
 
-// Arm is one arm of a match.
+// Arm is one arm of a match; a "{" that is not followed by a field opens a block.
+//
+//	Arm = Value "=>" ( Expr | Block ) ","? .
 type Arm struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Pattern *Value `parser:"@@ \"=>\""`
-	Expr    *Expr  `parser:"( (?! \"{\" (?! (Ident | String) \":\")) @@"`
-	Block   *Block `parser:"| @@ ) \",\"?"`
+	Pattern *Value
+	Expr    *Expr
+	Block   *Block
 }
 
 // TryStmt is a try block with catch clauses.
+//
+//	TryStmt = Block Catch* .
 type TryStmt struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Body    *Block   `parser:"@@"`
-	Catches []*Catch `parser:"@@*"`
+	Body    *Block
+	Catches []*Catch
 }
 
 // Catch is a catch clause: catch (name) or catch (Type name).
+//
+//	Catch = "catch" "(" Ident Ident? ")" Block .
 type Catch struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	First  string `parser:"\"catch\" \"(\" @Ident"`
-	Second string `parser:"@Ident? \")\""`
-	Body   *Block `parser:"@@"`
+	First  string
+	Second string
+	Body   *Block
 }
 
 // ReturnStmt is a return statement.
+//
+//	ReturnStmt = Expr? ";" .
 type ReturnStmt struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Value  *Expr `parser:"@@? \";\""`
+	Value  *Expr
 }
 
 // ExprStmt is an expression or an assignment, ended by ";" unless it is the last
 // statement of its block (checked after parsing).
+//
+//	ExprStmt = Expr ( ( "=" | "+=" | "-=" | "*=" | "/=" | "%=" ) Expr )? ";"? .
 type ExprStmt struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Target *Expr  `parser:"@@"`
-	Op     string `parser:"( @(\"=\" | \"+=\" | \"-=\" | \"*=\" | \"/=\" | \"%=\")"`
-	Value  *Expr  `parser:"@@ )?"`
-	Semi   bool   `parser:"@\";\"?"`
+	Target *Expr
+	Op     string
+	Value  *Expr
+	Semi   bool
 }
 
 // Expr is a sequence of operands and binary operators; the grammar does not apply
 // precedence (low to high: || && == != in < > <= >= + - * / %), which no view or
 // admission rule needs. Ops[i] stands between operand i and operand i+1, where operand
 // 0 is Left and operand i+1 is Operands[i].
+//
+//	Expr = Unary ( ( BinOp | "in" ) Unary )* .
 type Expr struct {
 	Pos      lexer.Position
 	EndPos   lexer.Position
-	Left     *Unary   `parser:"@@"`
-	Ops      []string `parser:"( @(BinOp | \"in\")"`
-	Operands []*Unary `parser:"@@ )*"`
+	Left     *Unary
+	Ops      []string
+	Operands []*Unary
 }
 
 // Unary is an operand with prefix operators and postfix suffixes.
+//
+//	Unary = ( "!" | "not" | "-" )* Primary Suffix* .
 type Unary struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Ops     []string  `parser:"@(\"!\" | \"not\" | \"-\")*"`
-	Primary *Primary  `parser:"@@"`
-	Suffix  []*Suffix `parser:"@@*"`
+	Ops     []string
+	Primary *Primary
+	Suffix  []*Suffix
 }
 
 // Suffix is a field access, a call or an index.
+//
+//	Suffix = "." Ident | "(" ( Arg ( "," Arg )* ","? )? ")" | "[" Expr "]" .
 type Suffix struct {
 	Pos   lexer.Position
-	Field string `parser:"\".\" @Ident"`
-	Call  bool   `parser:"| ( @\"(\""`
-	Args  []*Arg `parser:"( @@ ( (?= \",\" (?! \")\")) \",\" @@ )* \",\"? )? \")\" )"`
-	Index *Expr  `parser:"| \"[\" @@ \"]\""`
+	Field string
+	Call  bool
+	Args  []*Arg
+	Index *Expr
 }
 
 // Arg is a call argument, possibly named (name = expr or name: expr).
+//
+//	Arg = ( Ident ( "=" | ":" ) )? Expr .
 type Arg struct {
 	Pos   lexer.Position
-	Name  string `parser:"( (?= Ident (\"=\" | \":\")) @Ident (\"=\" | \":\") )?"`
-	Value *Expr  `parser:"@@"`
+	Name  string
+	Value *Expr
 }
 
-// Primary is an operand.
+// Primary is an operand. A name followed by "{" and a field is a typed literal.
+//
+//	Primary = "if" IfExpr | Ident ( "=>" Expr | "{" ( Field ","? )+ "}" )? | String
+//	        | Duration | Number | VaultURL | Array | Record | "(" Expr ")" .
 type Primary struct {
 	Pos      lexer.Position
 	EndPos   lexer.Position
-	If       *IfExpr  `parser:"\"if\" @@"`
-	Name     *string  `parser:"| ( @Ident"`
-	Lambda   *Expr    `parser:"( \"=>\" @@"`
-	Typed    []*Field `parser:"| (?= \"{\" (Ident | String) \":\") \"{\" (@@ \",\"?)+ \"}\" )? )"`
-	String   *string  `parser:"| @String"`
-	Duration *string  `parser:"| @Duration"`
-	Number   *string  `parser:"| @Number"`
-	Vault    *string  `parser:"| @VaultURL"`
-	Array    *Array   `parser:"| (?= \"[\") @@"`
-	Record   *Record  `parser:"| (?= \"{\") @@"`
-	Paren    *Expr    `parser:"| \"(\" @@ \")\""`
+	If       *IfExpr
+	Name     *string
+	Lambda   *Expr
+	Typed    []*Field
+	String   *string
+	Duration *string
+	Number   *string
+	Vault    *string
+	Array    *Array
+	Record   *Record
+	Paren    *Expr
 }
 
 // IfExpr is an if expression; it always has an else block.
+//
+//	IfExpr = Expr Block ElseIfExpr* "else" Block .
 type IfExpr struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Cond    *Expr         `parser:"@@"`
-	Then    *Block        `parser:"@@"`
-	ElseIfs []*ElseIfExpr `parser:"( (?= \"else\" \"if\") @@ )*"`
-	Else    *Block        `parser:"\"else\" @@"`
+	Cond    *Expr
+	Then    *Block
+	ElseIfs []*ElseIfExpr
+	Else    *Block
 }
 
 // ElseIfExpr is an else-if branch of an if expression.
+//
+//	ElseIfExpr = "else" "if" Expr Block .
 type ElseIfExpr struct {
-	Cond *Expr  `parser:"\"else\" \"if\" @@"`
-	Then *Block `parser:"@@"`
+	Cond *Expr
+	Then *Block
 }
 
 // Array is an array literal.
+//
+//	Array = "[" ( Expr ( "," Expr )* ","? )? "]" .
 type Array struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Elems  []*Expr `parser:"\"[\" ( @@ ( (?= \",\" (?! \"]\")) \",\" @@ )* \",\"? )? \"]\""`
+	Elems  []*Expr
 }
 
 // Record is a record literal.
+//
+//	Record = "{" ( Field ","? )* "}" .
 type Record struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Fields []*Field `parser:"\"{\" (@@ \",\"?)* \"}\""`
+	Fields []*Field
 }
 
 // Field is a key: value entry of a record or typed literal.
+//
+//	Field = ( Ident | String ) ":" Expr .
 type Field struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Key    string `parser:"@(Ident | String) \":\""`
-	Value  *Expr  `parser:"@@"`
+	Key    string
+	Value  *Expr
 }

@@ -121,6 +121,10 @@ func invalid(e *Error) error { return errcode.Wrap(errcode.InvalidRequest, Error
 
 // syntaxError converts a participle error into an *Error with a clear message.
 func syntaxError(src []byte, err error) *Error {
+	var own *Error
+	if errors.As(err, &own) {
+		return own
+	}
 	var perr participle.Error
 	if !errors.As(err, &perr) {
 		return &Error{Line: 1, Column: 1, Msg: err.Error(), Err: ErrSyntax}

@@ -1,0 +1,703 @@
+package dsl
+
+import (
+	"github.com/alecthomas/participle/v2"
+	"github.com/alecthomas/participle/v2/lexer"
+)
+
+// Statements and expressions are parsed by hand: Block, Expr, Array and Record
+// implement participle.Parseable, so the participle grammar of the items delegates to
+// them, and they build every node below them directly from the token stream. They
+// follow the productions documented on each node type, decide every choice on the next
+// token or on the same lookahead as the grammar, and report errors in the grammar's
+// words: "unexpected X, expected Y" at the first token that does not fit.
+
+// tokAt returns the token n places after the next one.
+func tokAt(lex *lexer.PeekingLexer, n int) *lexer.Token {
+	cp := lex.MakeCheckpoint()
+	for range n {
+		lex.Next()
+	}
+	t := lex.Peek()
+	lex.LoadCheckpoint(cp)
+	return t
+}
+
+// unexpected reports the next token as unexpected; expect, when not empty, names what
+// the grammar wanted there.
+func unexpected(lex *lexer.PeekingLexer, expect string) error {
+	t := lex.Peek()
+	msg := "unexpected end of input"
+	if !t.EOF() {
+		msg = "unexpected " + describe(*t)
+	}
+	if expect != "" {
+		msg += ", expected " + expect
+	}
+	return &Error{Line: t.Pos.Line, Column: t.Pos.Column, Offset: t.Pos.Offset, Msg: msg, Err: ErrSyntax}
+}
+
+// want consumes the punctuation or keyword v, or reports the next token.
+func want(lex *lexer.PeekingLexer, v string) error {
+	if lex.Peek().Value != v {
+		return unexpected(lex, `"`+v+`"`)
+	}
+	lex.Next()
+	return nil
+}
+
+// ident consumes an identifier and returns its text.
+func ident(lex *lexer.PeekingLexer, expect string) (string, error) {
+	t := lex.Peek()
+	if t.Type != tokIdent {
+		return "", unexpected(lex, expect)
+	}
+	lex.Next()
+	return t.Value, nil
+}
+
+// skip consumes v if it is the next token.
+func skip(lex *lexer.PeekingLexer, v string) bool {
+	if lex.Peek().Value == v {
+		lex.Next()
+		return true
+	}
+	return false
+}
+
+// startsExpr reports whether t can begin an expression (and so a statement).
+func startsExpr(t *lexer.Token) bool {
+	switch t.Type {
+	case tokIdent, tokString, tokNumber, tokDuration, tokVault:
+		return true
+	}
+	switch t.Value {
+	case "[", "{", "(", "!", "-":
+		return true
+	}
+	return false
+}
+
+// isKey reports whether t can be the key of a record field.
+func isKey(t *lexer.Token) bool { return t.Type == tokIdent || t.Type == tokString }
+
+// fieldFollows reports whether the next token is "{" followed by a field (a key and
+// ":"), which makes it a record rather than a block.
+func fieldFollows(lex *lexer.PeekingLexer) bool {
+	if lex.Peek().Value != "{" {
+		return false
+	}
+	cp := lex.MakeCheckpoint()
+	lex.Next()
+	ok := isKey(lex.Next()) && lex.Peek().Value == ":"
+	lex.LoadCheckpoint(cp)
+	return ok
+}
+
+// Parse implements participle.Parseable for a block.
+func (b *Block) Parse(lex *lexer.PeekingLexer) error {
+	if lex.Peek().Value != "{" {
+		return participle.NextMatch
+	}
+	return b.parse(lex)
+}
+
+// parse reads "{" Stmt* "}".
+func (b *Block) parse(lex *lexer.PeekingLexer) error {
+	b.Pos = lex.Next().Pos
+	for t := lex.Peek(); t.Value != "}" && startsExpr(t); t = lex.Peek() {
+		s, err := parseStmt(lex)
+		if err != nil {
+			return err
+		}
+		b.Stmts = append(b.Stmts, s)
+	}
+	if err := want(lex, "}"); err != nil {
+		return err
+	}
+	b.EndPos = lex.Peek().Pos
+	return nil
+}
+
+// block reads a required block.
+func block(lex *lexer.PeekingLexer) (*Block, error) {
+	if lex.Peek().Value != "{" {
+		return nil, unexpected(lex, "a block")
+	}
+	b := &Block{}
+	return b, b.parse(lex)
+}
+
+// parseStmt reads a statement: let, if, for, match, try, return or an expression.
+func parseStmt(lex *lexer.PeekingLexer) (*Stmt, error) {
+	t := lex.Peek()
+	s := &Stmt{Pos: t.Pos}
+	var err error
+	switch t.Value {
+	case "let":
+		lex.Next()
+		s.Let, err = parseLet(lex)
+	case "if":
+		lex.Next()
+		s.If, err = parseIfStmt(lex)
+	case "for":
+		lex.Next()
+		s.For, err = parseFor(lex)
+	case "match":
+		lex.Next()
+		s.Match, err = parseMatch(lex)
+	case "try":
+		lex.Next()
+		s.Try, err = parseTry(lex)
+	case "return":
+		lex.Next()
+		s.Return, err = parseReturn(lex)
+	default:
+		s.Expr, err = parseExprStmt(lex)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.EndPos = lex.Peek().Pos
+	return s, nil
+}
+
+// parseLet reads Ident "=" Expr ";" after "let".
+func parseLet(lex *lexer.PeekingLexer) (*LetStmt, error) {
+	l := &LetStmt{Pos: lex.Peek().Pos}
+	var err error
+	if l.Name, err = ident(lex, "an identifier"); err != nil {
+		return nil, err
+	}
+	if err = want(lex, "="); err != nil {
+		return nil, err
+	}
+	if l.Value, err = parseExpr(lex); err != nil {
+		return nil, err
+	}
+	if err = want(lex, ";"); err != nil {
+		return nil, err
+	}
+	l.EndPos = lex.Peek().Pos
+	return l, nil
+}
+
+// parseIfStmt reads Cond Block ("else" "if" Cond Block)* ("else" Block)? after "if".
+func parseIfStmt(lex *lexer.PeekingLexer) (*IfStmt, error) {
+	s := &IfStmt{Pos: lex.Peek().Pos}
+	var err error
+	if s.Cond, err = parseCond(lex); err != nil {
+		return nil, err
+	}
+	if s.Then, err = block(lex); err != nil {
+		return nil, err
+	}
+	for lex.Peek().Value == "else" && tokAt(lex, 1).Value == "if" {
+		e := &ElseIf{Pos: lex.Next().Pos}
+		lex.Next()
+		if e.Cond, err = parseCond(lex); err != nil {
+			return nil, err
+		}
+		if e.Then, err = block(lex); err != nil {
+			return nil, err
+		}
+		e.EndPos = lex.Peek().Pos
+		s.ElseIfs = append(s.ElseIfs, e)
+	}
+	if skip(lex, "else") {
+		if s.Else, err = block(lex); err != nil {
+			return nil, err
+		}
+	}
+	s.EndPos = lex.Peek().Pos
+	return s, nil
+}
+
+// parseCond reads "let" Pattern "=" Expr, or Expr.
+func parseCond(lex *lexer.PeekingLexer) (*Cond, error) {
+	c := &Cond{Pos: lex.Peek().Pos}
+	var err error
+	if skip(lex, "let") {
+		if c.Pattern, err = parsePattern(lex); err != nil {
+			return nil, err
+		}
+		if err = want(lex, "="); err != nil {
+			return nil, err
+		}
+		if c.Value, err = parseExpr(lex); err != nil {
+			return nil, err
+		}
+	} else if c.Expr, err = parseExpr(lex); err != nil {
+		return nil, err
+	}
+	c.EndPos = lex.Peek().Pos
+	return c, nil
+}
+
+// parsePattern reads Ident ("(" (Pattern ","?)* ")")?.
+func parsePattern(lex *lexer.PeekingLexer) (*Pattern, error) {
+	p := &Pattern{Pos: lex.Peek().Pos}
+	var err error
+	if p.Name, err = ident(lex, "pattern"); err != nil {
+		return nil, err
+	}
+	if skip(lex, "(") {
+		p.HasArgs = true
+		for lex.Peek().Type == tokIdent {
+			a, err := parsePattern(lex)
+			if err != nil {
+				return nil, err
+			}
+			p.Args = append(p.Args, a)
+			skip(lex, ",")
+		}
+		if err = want(lex, ")"); err != nil {
+			return nil, err
+		}
+	}
+	p.EndPos = lex.Peek().Pos
+	return p, nil
+}
+
+// parseFor reads Ident "in" Expr Block after "for".
+func parseFor(lex *lexer.PeekingLexer) (*ForStmt, error) {
+	f := &ForStmt{Pos: lex.Peek().Pos}
+	var err error
+	if f.Var, err = ident(lex, "an identifier"); err != nil {
+		return nil, err
+	}
+	if err = want(lex, "in"); err != nil {
+		return nil, err
+	}
+	if f.Iter, err = parseExpr(lex); err != nil {
+		return nil, err
+	}
+	if f.Body, err = block(lex); err != nil {
+		return nil, err
+	}
+	f.EndPos = lex.Peek().Pos
+	return f, nil
+}
+
+// parseMatch reads Expr "{" Arm* "}" after "match".
+func parseMatch(lex *lexer.PeekingLexer) (*Match, error) {
+	m := &Match{Pos: lex.Peek().Pos}
+	var err error
+	if m.Subject, err = parseExpr(lex); err != nil {
+		return nil, err
+	}
+	if err = want(lex, "{"); err != nil {
+		return nil, err
+	}
+	for isValue(lex.Peek()) {
+		a, err := parseArm(lex)
+		if err != nil {
+			return nil, err
+		}
+		m.Arms = append(m.Arms, a)
+	}
+	if err = want(lex, "}"); err != nil {
+		return nil, err
+	}
+	m.EndPos = lex.Peek().Pos
+	return m, nil
+}
+
+// parseArm reads Value "=>" (Expr | Block) ","?; a "{" not followed by a field opens
+// the block.
+func parseArm(lex *lexer.PeekingLexer) (*Arm, error) {
+	a := &Arm{Pos: lex.Peek().Pos, Pattern: parseValue(lex)}
+	var err error
+	if err = want(lex, "=>"); err != nil {
+		return nil, err
+	}
+	if lex.Peek().Value == "{" && !fieldFollows(lex) {
+		a.Block = &Block{}
+		err = a.Block.parse(lex)
+	} else {
+		a.Expr, err = parseExpr(lex)
+	}
+	if err != nil {
+		return nil, err
+	}
+	skip(lex, ",")
+	a.EndPos = lex.Peek().Pos
+	return a, nil
+}
+
+// isValue reports whether t is a value token: a string, duration, number, vault URL or
+// identifier.
+func isValue(t *lexer.Token) bool {
+	switch t.Type {
+	case tokString, tokDuration, tokNumber, tokVault, tokIdent:
+		return true
+	}
+	return false
+}
+
+// parseValue reads a value token; the caller has checked isValue.
+func parseValue(lex *lexer.PeekingLexer) *Value {
+	t := lex.Next()
+	v := &Value{Pos: t.Pos}
+	s := t.Value
+	switch t.Type {
+	case tokString:
+		v.String = &s
+	case tokDuration:
+		v.Duration = &s
+	case tokNumber:
+		v.Number = &s
+	case tokVault:
+		v.Vault = &s
+	default:
+		v.Ident = &s
+	}
+	v.EndPos = lex.Peek().Pos
+	return v
+}
+
+// parseTry reads Block Catch* after "try".
+func parseTry(lex *lexer.PeekingLexer) (*TryStmt, error) {
+	s := &TryStmt{Pos: lex.Peek().Pos}
+	var err error
+	if s.Body, err = block(lex); err != nil {
+		return nil, err
+	}
+	for lex.Peek().Value == "catch" {
+		c, err := parseCatch(lex)
+		if err != nil {
+			return nil, err
+		}
+		s.Catches = append(s.Catches, c)
+	}
+	s.EndPos = lex.Peek().Pos
+	return s, nil
+}
+
+// parseCatch reads "catch" "(" Ident Ident? ")" Block.
+func parseCatch(lex *lexer.PeekingLexer) (*Catch, error) {
+	c := &Catch{Pos: lex.Next().Pos}
+	var err error
+	if err = want(lex, "("); err != nil {
+		return nil, err
+	}
+	if c.First, err = ident(lex, "an identifier"); err != nil {
+		return nil, err
+	}
+	if t := lex.Peek(); t.Type == tokIdent {
+		c.Second = lex.Next().Value
+	}
+	if err = want(lex, ")"); err != nil {
+		return nil, err
+	}
+	if c.Body, err = block(lex); err != nil {
+		return nil, err
+	}
+	c.EndPos = lex.Peek().Pos
+	return c, nil
+}
+
+// parseReturn reads Expr? ";" after "return".
+func parseReturn(lex *lexer.PeekingLexer) (*ReturnStmt, error) {
+	r := &ReturnStmt{Pos: lex.Peek().Pos}
+	var err error
+	if startsExpr(lex.Peek()) {
+		if r.Value, err = parseExpr(lex); err != nil {
+			return nil, err
+		}
+	}
+	if err = want(lex, ";"); err != nil {
+		return nil, err
+	}
+	r.EndPos = lex.Peek().Pos
+	return r, nil
+}
+
+// parseExprStmt reads Expr (AssignOp Expr)? ";"?.
+func parseExprStmt(lex *lexer.PeekingLexer) (*ExprStmt, error) {
+	s := &ExprStmt{Pos: lex.Peek().Pos}
+	var err error
+	if s.Target, err = parseExpr(lex); err != nil {
+		return nil, err
+	}
+	switch op := lex.Peek().Value; op {
+	case "=", "+=", "-=", "*=", "/=", "%=":
+		lex.Next()
+		s.Op = op
+		if s.Value, err = parseExpr(lex); err != nil {
+			return nil, err
+		}
+	}
+	s.Semi = skip(lex, ";")
+	s.EndPos = lex.Peek().Pos
+	return s, nil
+}
+
+// Parse implements participle.Parseable for an expression.
+func (e *Expr) Parse(lex *lexer.PeekingLexer) error { return e.parse(lex) }
+
+// parse reads Unary ((BinOp | "in") Unary)*.
+func (e *Expr) parse(lex *lexer.PeekingLexer) error {
+	e.Pos = lex.Peek().Pos
+	var err error
+	if e.Left, err = parseUnary(lex); err != nil {
+		return err
+	}
+	for t := lex.Peek(); t.Type == tokBinOp || t.Value == "in"; t = lex.Peek() {
+		lex.Next()
+		e.Ops = append(e.Ops, t.Value)
+		u, err := parseUnary(lex)
+		if err != nil {
+			return err
+		}
+		e.Operands = append(e.Operands, u)
+	}
+	e.EndPos = lex.Peek().Pos
+	return nil
+}
+
+func parseExpr(lex *lexer.PeekingLexer) (*Expr, error) {
+	e := &Expr{}
+	return e, e.parse(lex)
+}
+
+// parseUnary reads ("!" | "not" | "-")* Primary Suffix*.
+func parseUnary(lex *lexer.PeekingLexer) (*Unary, error) {
+	u := &Unary{Pos: lex.Peek().Pos}
+	for t := lex.Peek(); t.Value == "!" || t.Value == "not" || t.Value == "-"; t = lex.Peek() {
+		lex.Next()
+		u.Ops = append(u.Ops, t.Value)
+	}
+	var err error
+	if u.Primary, err = parsePrimary(lex); err != nil {
+		return nil, err
+	}
+	for {
+		t := lex.Peek()
+		var s *Suffix
+		switch t.Value {
+		case ".":
+			lex.Next()
+			s = &Suffix{Pos: t.Pos}
+			if s.Field, err = ident(lex, "an identifier"); err != nil {
+				return nil, err
+			}
+		case "(":
+			lex.Next()
+			s = &Suffix{Pos: t.Pos, Call: true}
+			if s.Args, err = parseArgs(lex); err != nil {
+				return nil, err
+			}
+		case "[":
+			lex.Next()
+			s = &Suffix{Pos: t.Pos}
+			if s.Index, err = parseExpr(lex); err != nil {
+				return nil, err
+			}
+			if err = want(lex, "]"); err != nil {
+				return nil, err
+			}
+		}
+		if s == nil {
+			break
+		}
+		u.Suffix = append(u.Suffix, s)
+	}
+	u.EndPos = lex.Peek().Pos
+	return u, nil
+}
+
+// parseArgs reads (Arg ("," Arg)* ","?)? ")" after "(".
+func parseArgs(lex *lexer.PeekingLexer) ([]*Arg, error) {
+	var args []*Arg
+	if startsExpr(lex.Peek()) {
+		for {
+			a := &Arg{Pos: lex.Peek().Pos}
+			if lex.Peek().Type == tokIdent {
+				if sep := tokAt(lex, 1).Value; sep == "=" || sep == ":" {
+					a.Name = lex.Next().Value
+					lex.Next()
+				}
+			}
+			var err error
+			if a.Value, err = parseExpr(lex); err != nil {
+				return nil, err
+			}
+			args = append(args, a)
+			if lex.Peek().Value != "," || tokAt(lex, 1).Value == ")" {
+				break
+			}
+			lex.Next()
+		}
+		skip(lex, ",")
+	}
+	return args, want(lex, ")")
+}
+
+// parsePrimary reads an operand: an if expression, a name (possibly a lambda parameter
+// or a typed literal), a string, duration, number or vault URL, an array, a record, or
+// a parenthesised expression.
+func parsePrimary(lex *lexer.PeekingLexer) (*Primary, error) {
+	t := lex.Peek()
+	p := &Primary{Pos: t.Pos}
+	var err error
+	switch {
+	case t.Value == "if":
+		lex.Next()
+		p.If, err = parseIfExpr(lex)
+	case t.Type == tokIdent:
+		lex.Next()
+		name := t.Value
+		p.Name = &name
+		if skip(lex, "=>") {
+			p.Lambda, err = parseExpr(lex)
+		} else if fieldFollows(lex) {
+			lex.Next()
+			for isKey(lex.Peek()) {
+				f, ferr := parseField(lex)
+				if ferr != nil {
+					return nil, ferr
+				}
+				p.Typed = append(p.Typed, f)
+				skip(lex, ",")
+			}
+			err = want(lex, "}")
+		}
+	case t.Type == tokString, t.Type == tokDuration, t.Type == tokNumber, t.Type == tokVault:
+		lex.Next()
+		s := t.Value
+		switch t.Type {
+		case tokString:
+			p.String = &s
+		case tokDuration:
+			p.Duration = &s
+		case tokNumber:
+			p.Number = &s
+		default:
+			p.Vault = &s
+		}
+	case t.Value == "[":
+		p.Array = &Array{}
+		err = p.Array.parse(lex)
+	case t.Value == "{":
+		p.Record = &Record{}
+		err = p.Record.parse(lex)
+	case t.Value == "(":
+		lex.Next()
+		if p.Paren, err = parseExpr(lex); err == nil {
+			err = want(lex, ")")
+		}
+	default:
+		return nil, unexpected(lex, "")
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.EndPos = lex.Peek().Pos
+	return p, nil
+}
+
+// parseIfExpr reads Expr Block ("else" "if" Expr Block)* "else" Block after "if".
+func parseIfExpr(lex *lexer.PeekingLexer) (*IfExpr, error) {
+	x := &IfExpr{Pos: lex.Peek().Pos}
+	var err error
+	if x.Cond, err = parseExpr(lex); err != nil {
+		return nil, err
+	}
+	if x.Then, err = block(lex); err != nil {
+		return nil, err
+	}
+	for lex.Peek().Value == "else" && tokAt(lex, 1).Value == "if" {
+		lex.Next()
+		lex.Next()
+		e := &ElseIfExpr{}
+		if e.Cond, err = parseExpr(lex); err != nil {
+			return nil, err
+		}
+		if e.Then, err = block(lex); err != nil {
+			return nil, err
+		}
+		x.ElseIfs = append(x.ElseIfs, e)
+	}
+	if err = want(lex, "else"); err != nil {
+		return nil, err
+	}
+	if x.Else, err = block(lex); err != nil {
+		return nil, err
+	}
+	x.EndPos = lex.Peek().Pos
+	return x, nil
+}
+
+// Parse implements participle.Parseable for an array literal.
+func (a *Array) Parse(lex *lexer.PeekingLexer) error {
+	if lex.Peek().Value != "[" {
+		return participle.NextMatch
+	}
+	return a.parse(lex)
+}
+
+// parse reads "[" (Expr ("," Expr)* ","?)? "]".
+func (a *Array) parse(lex *lexer.PeekingLexer) error {
+	a.Pos = lex.Next().Pos
+	if startsExpr(lex.Peek()) {
+		for {
+			e, err := parseExpr(lex)
+			if err != nil {
+				return err
+			}
+			a.Elems = append(a.Elems, e)
+			if lex.Peek().Value != "," || tokAt(lex, 1).Value == "]" {
+				break
+			}
+			lex.Next()
+		}
+		skip(lex, ",")
+	}
+	if err := want(lex, "]"); err != nil {
+		return err
+	}
+	a.EndPos = lex.Peek().Pos
+	return nil
+}
+
+// Parse implements participle.Parseable for a record literal.
+func (r *Record) Parse(lex *lexer.PeekingLexer) error {
+	if lex.Peek().Value != "{" {
+		return participle.NextMatch
+	}
+	return r.parse(lex)
+}
+
+// parse reads "{" (Field ","?)* "}".
+func (r *Record) parse(lex *lexer.PeekingLexer) error {
+	r.Pos = lex.Next().Pos
+	for isKey(lex.Peek()) {
+		f, err := parseField(lex)
+		if err != nil {
+			return err
+		}
+		r.Fields = append(r.Fields, f)
+		skip(lex, ",")
+	}
+	if err := want(lex, "}"); err != nil {
+		return err
+	}
+	r.EndPos = lex.Peek().Pos
+	return nil
+}
+
+// parseField reads (Ident | String) ":" Expr.
+func parseField(lex *lexer.PeekingLexer) (*Field, error) {
+	t := lex.Next()
+	f := &Field{Pos: t.Pos, Key: t.Value}
+	var err error
+	if err = want(lex, ":"); err != nil {
+		return nil, err
+	}
+	if f.Value, err = parseExpr(lex); err != nil {
+		return nil, err
+	}
+	f.EndPos = lex.Peek().Pos
+	return f, nil
+}
