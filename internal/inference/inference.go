@@ -142,8 +142,9 @@ func (c *Call) Do(ctx context.Context) (*Response, error) {
 		if !errors.As(err, &e) {
 			e = &Error{Kind: KindMalformed, Err: err}
 		}
+		// No excerpt: a 2xx body may hold model text that has not passed the policy gate.
+		// The caller has the exact bytes (resp.Body) to journal.
 		e.Status = hr.StatusCode
-		e.Excerpt = excerpt(resp.Body)
 		return resp, fail(e)
 	}
 	parsed.Status, parsed.Body = resp.Status, resp.Body

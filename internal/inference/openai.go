@@ -109,7 +109,7 @@ func parseOpenAI(body []byte) (*Response, error) {
 	content := bytes.TrimSpace(ch.Message.Content)
 	if len(content) == 0 || string(content) == "null" {
 		if ch.Message.Refusal != nil {
-			return nil, &Error{Kind: KindNoContent, Err: fmt.Errorf("model refused: %q", bounded(*ch.Message.Refusal, ExcerptBytes))}
+			return nil, &Error{Kind: KindNoContent, Err: errors.New("the model refused (its refusal text is model output and is not released)")}
 		}
 		return nil, &Error{Kind: KindNoContent, Err: fmt.Errorf("message content is null (finish reason %q)", resp.FinishReason)}
 	}

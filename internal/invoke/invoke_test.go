@@ -283,3 +283,24 @@ func TestProviderErrors(t *testing.T) {
 		})
 	}
 }
+
+// A 2xx answer the provider package cannot use never reaches the caller, not even quoted
+// in the error: it is model text that has not passed the policy gate.
+func TestUnusableAnswerNotQuoted(t *testing.T) {
+	const secret = "TOP SECRET ANSWER"
+	bodies := []string{
+		`{"choices":[{"message":{"content":"` + secret + `"}}],"usage":{"prompt_tokens":-1,"completion_tokens":1}}`,
+		`{"choices":[{"message":{"content":null,"refusal":"` + secret + `"}}]}`,
+		`{"choices":[{"message":{"content":["` + secret + `"]}}]}`,
+	}
+	for _, body := range bodies {
+		f := newFixture(t, nil, nil, loopback.WithReply(loopback.Reply{Body: []byte(body)}))
+		_, err := f.runner.Invoke(context.Background(), Request{Agent: "helper", Prompt: "hi"}, nil)
+		if !errors.Is(err, errcode.InferenceFailed) {
+			t.Fatalf("body %s: err %v, want inference_failed", body, err)
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("body %s: error quotes the model text: %v", body, err)
+		}
+	}
+}
