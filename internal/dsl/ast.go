@@ -6,10 +6,10 @@ import "github.com/alecthomas/participle/v2/lexer"
 // that follows it (EndPos). String, number, duration and vault tokens keep their exact
 // source text; Unquote decodes strings.
 //
-// The items down to blocks, expressions, arrays and records are parsed by the
-// participle grammar in the struct tags. Block, Expr, Array and Record implement
-// participle.Parseable: they and the nodes below them are parsed by hand (syntax.go)
-// following the productions given in their doc comments.
+// The items are parsed by the participle grammar in the struct tags. Block, Expr,
+// Array, Record, Literal, Value and Type implement participle.Parseable: they and the
+// nodes below them are parsed by hand (syntax.go) following the productions given in
+// their doc comments.
 
 // File is a parsed source.
 type File struct {
@@ -53,12 +53,14 @@ type MetaEntry struct {
 }
 
 // Literal is a value, an array or a record.
+//
+//	Literal = Array | Record | Value .
 type Literal struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Array  *Array  `parser:"@@"`
-	Record *Record `parser:"| @@"`
-	Value  *Value  `parser:"| @@"`
+	Array  *Array
+	Record *Record
+	Value  *Value
 }
 
 // Agent is an agent definition.
@@ -125,11 +127,13 @@ type Param struct {
 }
 
 // Type is a type reference, possibly generic.
+//
+//	Type = Ident ( "<" Type ( "," Type )* ">" )? .
 type Type struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Name   string  `parser:"@Ident"`
-	Args   []*Type `parser:"( \"<\" @@ ( \",\" @@ )* \">\" )?"`
+	Name   string
+	Args   []*Type
 }
 
 // TypeDef is a type definition: a record of fields or an alias.
@@ -245,14 +249,16 @@ type WithSetting struct {
 }
 
 // Value is a literal value, a vault URL or an identifier.
+//
+//	Value = String | Duration | Number | VaultURL | Ident .
 type Value struct {
 	Pos      lexer.Position
 	EndPos   lexer.Position
-	String   *string `parser:"@String"`
-	Duration *string `parser:"| @Duration"`
-	Number   *string `parser:"| @Number"`
-	Vault    *string `parser:"| @VaultURL"`
-	Ident    *string `parser:"| @Ident"`
+	String   *string
+	Duration *string
+	Number   *string
+	Vault    *string
+	Ident    *string
 }
 
 // Block is a braced statement list; its last statement may be an expression without ";".

@@ -28,7 +28,7 @@ func BenchmarkLex(b *testing.B) {
 	b.SetBytes(int64(total))
 	for b.Loop() {
 		for _, src := range corpus {
-			if _, err := lex("bench", src); err != nil {
+			if _, _, err := lex("bench", src); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -47,46 +47,25 @@ var symbols = map[string]lexer.TokenType{
 // Symbols returns the token types of the lexer.
 func (definition) Symbols() map[string]lexer.TokenType { return symbols }
 
-// Lex reads all of r and lexes it.
+// Lex reads all of r and returns a lexer over it.
 func (definition) Lex(filename string, r io.Reader) (lexer.Lexer, error) {
 	src, err := io.ReadAll(io.LimitReader(r, MaxSourceBytes+1))
 	if err != nil {
 		return nil, err
 	}
-	return definition{}.LexBytes(filename, src)
+	return newScanner(filename, src), nil
 }
 
-// LexBytes lexes src.
-func (definition) LexBytes(filename string, src []byte) (lexer.Lexer, error) {
-	toks, err := lex(filename, src)
-	if err != nil {
-		return nil, err
-	}
-	return &replay{toks: toks}, nil
-}
-
-// replay hands out pre-lexed tokens.
-type replay struct {
-	toks []lexer.Token
-	i    int
-}
-
-// Next returns the next token; after the end it keeps returning EOF.
-func (r *replay) Next() (lexer.Token, error) {
-	t := r.toks[r.i]
-	if r.i < len(r.toks)-1 {
-		r.i++
-	}
-	return t, nil
-}
-
-// scanner is the hand-written lexer state.
+// scanner is the hand-written lexer; it hands out one token per call to Next.
 type scanner struct {
 	src       []byte
+	text      string // src as a string; token values are substrings of it
 	file      string
 	off       int
 	line, col int
-	toks      []lexer.Token
+	tok       lexer.Token // the token emitted by the current call to Next
+	emitted   bool
+	n         int // tokens emitted so far
 	// nesting bookkeeping
 	open   []byte // open brackets
 	chains []int  // saved chain counts of enclosing levels
@@ -106,13 +85,28 @@ func isVaultChar(c byte) bool {
 	return isIdentChar(c) || c == '-' || c == '/' || c == '.'
 }
 
-// lex turns src into tokens, ending with an EOF token. src must be valid UTF-8.
-func lex(file string, src []byte) ([]lexer.Token, error) {
-	s := &scanner{src: src, file: file, line: 1, col: 1, toks: make([]lexer.Token, 0, len(src)/4+1)}
-	if err := s.run(); err != nil {
-		return nil, err
+func newScanner(file string, src []byte) *scanner {
+	return &scanner{src: src, text: string(src), file: file, line: 1, col: 1}
+}
+
+// lex turns src into a token stream ending with an EOF token and returns it with the
+// number of tokens. src must be valid UTF-8.
+func lex(file string, src []byte) (*lexer.PeekingLexer, int, error) {
+	s := newScanner(file, src)
+	peek, err := lexer.Upgrade(s)
+	if err != nil {
+		return nil, 0, err
 	}
-	return s.toks, nil
+	return peek, s.n, nil
+}
+
+// Next returns the next token; the error, if any, is an *Error.
+func (s *scanner) Next() (lexer.Token, error) {
+	s.emitted = false
+	if err := s.run(); err != nil {
+		return lexer.Token{}, err
+	}
+	return s.tok, nil
 }
 
 func (s *scanner) pos() lexer.Position {
@@ -130,14 +124,18 @@ func (s *scanner) advance(n int) {
 }
 
 func (s *scanner) emit(typ lexer.TokenType, p lexer.Position) {
-	s.toks = append(s.toks, lexer.Token{Type: typ, Value: string(s.src[p.Offset:s.off]), Pos: p})
+	s.tok = lexer.Token{Type: typ, Value: s.text[p.Offset:s.off], Pos: p}
+	s.emitted = true
+	s.n++
 }
 
 var twoCharOps = [...]string{"=>", "->", "==", "!=", "<=", ">=", "&&", "||", "+=", "-=", "*=", "/=", "%="}
 
+// run scans up to the next token and emits it; at the end of the source it checks that
+// every bracket is closed and emits EOF.
 func (s *scanner) run() error {
 	src := s.src
-	for s.off < len(src) {
+	for s.off < len(src) && !s.emitted {
 		c := src[s.off]
 		switch {
 		case c == '\n':
@@ -181,11 +179,14 @@ func (s *scanner) run() error {
 			}
 		}
 	}
+	if s.emitted {
+		return nil
+	}
 	if len(s.open) > 0 {
 		p := s.pos()
 		return s.errorf(p, ErrSyntax, "unexpected end of input: %d unclosed bracket(s)", len(s.open))
 	}
-	s.toks = append(s.toks, lexer.Token{Type: lexer.EOF, Pos: s.pos()})
+	s.emit(lexer.EOF, s.pos())
 	return nil
 }
 

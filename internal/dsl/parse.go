@@ -93,24 +93,20 @@ func Parse(name string, src []byte) (*File, error) {
 		return nil, invalid(&Error{Line: line, Column: col, Offset: off,
 			Msg: fmt.Sprintf("invalid UTF-8 byte 0x%02x", src[off]), Err: ErrEncoding})
 	}
-	toks, err := lex(name, src)
+	peek, n, err := lex(name, src)
 	if err != nil {
 		return nil, invalid(err.(*Error))
-	}
-	f := &File{src: src, offs: make([]int, len(toks)), ends: make([]int, len(toks))}
-	for i, t := range toks {
-		f.offs[i] = t.Pos.Offset
-		f.ends[i] = t.Pos.Offset + len(t.Value)
-	}
-	peek, err := lexer.Upgrade(&replay{toks: toks})
-	if err != nil {
-		return nil, invalid(&Error{Line: 1, Column: 1, Msg: err.Error(), Err: ErrSyntax})
 	}
 	parsed, err := parser.ParseFromLexer(peek)
 	if err != nil {
 		return nil, invalid(syntaxError(src, err))
 	}
-	parsed.src, parsed.offs, parsed.ends = f.src, f.offs, f.ends
+	toks := peek.Range(0, lexer.RawCursor(n))
+	parsed.src, parsed.offs, parsed.ends = src, make([]int, n), make([]int, n)
+	for i, t := range toks {
+		parsed.offs[i] = t.Pos.Offset
+		parsed.ends[i] = t.Pos.Offset + len(t.Value)
+	}
 	if errs := check(parsed); len(errs) > 0 {
 		return nil, errcode.Wrap(errcode.InvalidRequest, errs)
 	}

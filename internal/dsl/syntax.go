@@ -5,9 +5,10 @@ import (
 	"github.com/alecthomas/participle/v2/lexer"
 )
 
-// Statements and expressions are parsed by hand: Block, Expr, Array and Record
-// implement participle.Parseable, so the participle grammar of the items delegates to
-// them, and they build every node below them directly from the token stream. They
+// Statements, expressions and values are parsed by hand: Block, Expr, Array, Record,
+// Literal, Value and Type implement participle.Parseable, so the participle grammar of
+// the items delegates to them, and they build every node below them directly from the
+// token stream. They
 // follow the productions documented on each node type, decide every choice on the next
 // token or on the same lookahead as the grammar, and report errors in the grammar's
 // words: "unexpected X, expected Y" at the first token that does not fit.
@@ -306,7 +307,8 @@ func parseMatch(lex *lexer.PeekingLexer) (*Match, error) {
 // parseArm reads Value "=>" (Expr | Block) ","?; a "{" not followed by a field opens
 // the block.
 func parseArm(lex *lexer.PeekingLexer) (*Arm, error) {
-	a := &Arm{Pos: lex.Peek().Pos, Pattern: parseValue(lex)}
+	a := &Arm{Pos: lex.Peek().Pos, Pattern: &Value{}}
+	a.Pattern.parse(lex)
 	var err error
 	if err = want(lex, "=>"); err != nil {
 		return nil, err
@@ -335,10 +337,19 @@ func isValue(t *lexer.Token) bool {
 	return false
 }
 
-// parseValue reads a value token; the caller has checked isValue.
-func parseValue(lex *lexer.PeekingLexer) *Value {
+// Parse implements participle.Parseable for a value.
+func (v *Value) Parse(lex *lexer.PeekingLexer) error {
+	if !isValue(lex.Peek()) {
+		return participle.NextMatch
+	}
+	v.parse(lex)
+	return nil
+}
+
+// parse reads a value token; the caller has checked isValue.
+func (v *Value) parse(lex *lexer.PeekingLexer) {
 	t := lex.Next()
-	v := &Value{Pos: t.Pos}
+	v.Pos = t.Pos
 	s := t.Value
 	switch t.Type {
 	case tokString:
@@ -353,7 +364,62 @@ func parseValue(lex *lexer.PeekingLexer) *Value {
 		v.Ident = &s
 	}
 	v.EndPos = lex.Peek().Pos
-	return v
+}
+
+// Parse implements participle.Parseable for a literal: an array, a record or a value.
+func (l *Literal) Parse(lex *lexer.PeekingLexer) error {
+	t := lex.Peek()
+	l.Pos = t.Pos
+	var err error
+	switch {
+	case t.Value == "[":
+		l.Array = &Array{}
+		err = l.Array.parse(lex)
+	case t.Value == "{":
+		l.Record = &Record{}
+		err = l.Record.parse(lex)
+	case isValue(t):
+		l.Value = &Value{}
+		l.Value.parse(lex)
+	default:
+		return participle.NextMatch
+	}
+	l.EndPos = lex.Peek().Pos
+	return err
+}
+
+// Parse implements participle.Parseable for a type reference.
+func (ty *Type) Parse(lex *lexer.PeekingLexer) error {
+	if lex.Peek().Type != tokIdent {
+		return participle.NextMatch
+	}
+	return ty.parse(lex)
+}
+
+// parse reads Ident ("<" Type ("," Type)* ">")?.
+func (ty *Type) parse(lex *lexer.PeekingLexer) error {
+	t := lex.Next()
+	ty.Pos, ty.Name = t.Pos, t.Value
+	if skip(lex, "<") {
+		for {
+			if lex.Peek().Type != tokIdent {
+				return unexpected(lex, "a type")
+			}
+			a := &Type{}
+			if err := a.parse(lex); err != nil {
+				return err
+			}
+			ty.Args = append(ty.Args, a)
+			if !skip(lex, ",") {
+				break
+			}
+		}
+		if err := want(lex, ">"); err != nil {
+			return err
+		}
+	}
+	ty.EndPos = lex.Peek().Pos
+	return nil
 }
 
 // parseTry reads Block Catch* after "try".
