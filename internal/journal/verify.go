@@ -251,14 +251,15 @@ func checkLine(line []byte, pub ed25519.PublicKey, msg *[]byte) (*entry, error) 
 		return nil, errors.New(`payload member "data" is not an object`)
 	}
 	if e.typ == TypeTerminated {
-		var t struct {
-			Reason   *string `json:"reason"`
-			Released *bool   `json:"released"`
-		}
-		if err := json.Unmarshal(e.data, &t); err != nil || t.Reason == nil || t.Released == nil {
+		// Exact member names: struct decoding would fold case, and "Released" must not
+		// stand in for "released".
+		var d map[string]json.RawMessage
+		err := json.Unmarshal(e.data, &d)
+		reason, released := d["reason"], d["released"]
+		if err != nil || len(reason) == 0 || reason[0] != '"' || json.Unmarshal(reason, &e.reason) != nil ||
+			json.Unmarshal(released, &e.released) != nil || (string(released) != "true" && string(released) != "false") {
 			return nil, errors.New("terminated record lacks a string reason and a boolean released")
 		}
-		e.reason, e.released = *t.Reason, *t.Released
 	}
 	return e, nil
 }

@@ -221,3 +221,34 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// A member name that differs from "released" only by case is not "released": a signed
+// terminated record whose data reads {"released":false,"Released":true} is not released.
+func TestVerifyExactMemberNames(t *testing.T) {
+	_, root := newProject(t)
+	s := openStore(t, root)
+	w, err := s.Create("agent", "run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append(Started{Agent: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append(caseFolded{Reason: "policy_denied", Released2: true}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	rep := Verify(w.Path(), s.PublicKey(), VerifyOptions{})
+	if rep.Released || rep.ExitCode() != 0 || rep.TerminalReason != "policy_denied" {
+		t.Fatalf("report %+v: want complete, policy_denied, not released", rep)
+	}
+}
+
+// caseFolded is a terminated record with an extra, case-folded "Released" member.
+type caseFolded struct {
+	Reason    string `json:"reason"`
+	Released  bool   `json:"released"`
+	Released2 bool   `json:"Released"`
+}
+
+func (caseFolded) Type() string { return TypeTerminated }
