@@ -21,8 +21,12 @@ var ErrRefusedAddress = errors.New("refused address")
 
 // Addresses refused even with SYMBI_SCHEMAPIN_ALLOW_PRIVATE=1.
 var metadataAddrs = []netip.Addr{
-	netip.MustParseAddr("169.254.169.254"),
-	netip.MustParseAddr("fd00:ec2::254"),
+	netip.MustParseAddr("169.254.169.254"), // AWS, GCP, Azure, OpenStack instance metadata
+	netip.MustParseAddr("fd00:ec2::254"),   // AWS instance metadata over IPv6
+	netip.MustParseAddr("fd00:ec2::23"),    // AWS DNS over IPv6
+	netip.MustParseAddr("169.254.170.2"),   // AWS ECS task credentials
+	netip.MustParseAddr("168.63.129.16"),   // Azure WireServer (a public address)
+	netip.MustParseAddr("100.100.100.200"), // Alibaba Cloud metadata
 }
 
 // Private ranges, refused unless SYMBI_SCHEMAPIN_ALLOW_PRIVATE=1 (loopback, link-local,
@@ -39,6 +43,8 @@ var privatePrefixes = []struct {
 	{netip.MustParsePrefix("64:ff9b::/96"), "NAT64"},
 	{netip.MustParsePrefix("64:ff9b:1::/48"), "NAT64"},
 	{netip.MustParsePrefix("fec0::/10"), "site-local"},
+	{netip.MustParsePrefix("::/96"), "IPv4-compatible IPv6"},
+	{netip.MustParsePrefix("2002::/16"), "6to4"},
 }
 
 // checkAddr reports why addr may not be connected to, or nil.
