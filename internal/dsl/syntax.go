@@ -499,45 +499,61 @@ func parseExprStmt(lex *lexer.PeekingLexer) (*ExprStmt, error) {
 	return s, nil
 }
 
-// Parse implements participle.Parseable for an expression.
-func (e *Expr) Parse(lex *lexer.PeekingLexer) error { return e.parse(lex) }
+// operand is the storage of one operand: a Unary, its Primary and the text a field
+// of the Primary points to, allocated together.
+type operand struct {
+	u    Unary
+	p    Primary
+	text string
+}
 
-// parse reads Unary ((BinOp | "in") Unary)*.
-func (e *Expr) parse(lex *lexer.PeekingLexer) error {
+// exprStorage is an expression allocated together with its first operand.
+type exprStorage struct {
+	e    Expr
+	left operand
+}
+
+// Parse implements participle.Parseable for an expression.
+func (e *Expr) Parse(lex *lexer.PeekingLexer) error { return e.parse(lex, new(operand)) }
+
+// parse reads Unary ((BinOp | "in") Unary)*, the first operand into left.
+func (e *Expr) parse(lex *lexer.PeekingLexer, left *operand) error {
 	e.Pos = lex.Peek().Pos
-	var err error
-	if e.Left, err = parseUnary(lex); err != nil {
+	if err := left.parse(lex); err != nil {
 		return err
 	}
+	e.Left = &left.u
 	for t := lex.Peek(); t.Type == tokBinOp || t.Value == "in"; t = lex.Peek() {
 		lex.Next()
 		e.Ops = append(e.Ops, t.Value)
-		u, err := parseUnary(lex)
-		if err != nil {
+		o := new(operand)
+		if err := o.parse(lex); err != nil {
 			return err
 		}
-		e.Operands = append(e.Operands, u)
+		e.Operands = append(e.Operands, &o.u)
 	}
 	e.EndPos = lex.Peek().Pos
 	return nil
 }
 
 func parseExpr(lex *lexer.PeekingLexer) (*Expr, error) {
-	e := &Expr{}
-	return e, e.parse(lex)
+	s := new(exprStorage)
+	return &s.e, s.e.parse(lex, &s.left)
 }
 
-// parseUnary reads ("!" | "not" | "-")* Primary Suffix*.
-func parseUnary(lex *lexer.PeekingLexer) (*Unary, error) {
-	u := &Unary{Pos: lex.Peek().Pos}
+// parse reads ("!" | "not" | "-")* Primary Suffix* into o.u.
+func (o *operand) parse(lex *lexer.PeekingLexer) error {
+	u := &o.u
+	u.Pos = lex.Peek().Pos
 	for t := lex.Peek(); t.Value == "!" || t.Value == "not" || t.Value == "-"; t = lex.Peek() {
 		lex.Next()
 		u.Ops = append(u.Ops, t.Value)
 	}
-	var err error
-	if u.Primary, err = parsePrimary(lex); err != nil {
-		return nil, err
+	if err := o.parsePrimary(lex); err != nil {
+		return err
 	}
+	u.Primary = &o.p
+	var err error
 	for {
 		t := lex.Peek()
 		var s *Suffix
@@ -546,22 +562,22 @@ func parseUnary(lex *lexer.PeekingLexer) (*Unary, error) {
 			lex.Next()
 			s = &Suffix{Pos: t.Pos}
 			if s.Field, err = ident(lex, "an identifier"); err != nil {
-				return nil, err
+				return err
 			}
 		case "(":
 			lex.Next()
 			s = &Suffix{Pos: t.Pos, Call: true}
 			if s.Args, err = parseArgs(lex); err != nil {
-				return nil, err
+				return err
 			}
 		case "[":
 			lex.Next()
 			s = &Suffix{Pos: t.Pos}
 			if s.Index, err = parseExpr(lex); err != nil {
-				return nil, err
+				return err
 			}
 			if err = want(lex, "]"); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if s == nil {
@@ -570,7 +586,7 @@ func parseUnary(lex *lexer.PeekingLexer) (*Unary, error) {
 		u.Suffix = append(u.Suffix, s)
 	}
 	u.EndPos = lex.Peek().Pos
-	return u, nil
+	return nil
 }
 
 // parseArgs reads (Arg ("," Arg)* ","?)? ")" after "(".
@@ -603,9 +619,10 @@ func parseArgs(lex *lexer.PeekingLexer) ([]*Arg, error) {
 // parsePrimary reads an operand: an if expression, a name (possibly a lambda parameter
 // or a typed literal), a string, duration, number or vault URL, an array, a record, or
 // a parenthesised expression.
-func parsePrimary(lex *lexer.PeekingLexer) (*Primary, error) {
+func (o *operand) parsePrimary(lex *lexer.PeekingLexer) error {
 	t := lex.Peek()
-	p := &Primary{Pos: t.Pos}
+	p := &o.p
+	p.Pos = t.Pos
 	var err error
 	switch {
 	case t.Value == "if":
@@ -613,8 +630,8 @@ func parsePrimary(lex *lexer.PeekingLexer) (*Primary, error) {
 		p.If, err = parseIfExpr(lex)
 	case t.Type == tokIdent:
 		lex.Next()
-		name := t.Value
-		p.Name = &name
+		o.text = t.Value
+		p.Name = &o.text
 		if skip(lex, "=>") {
 			p.Lambda, err = parseExpr(lex)
 		} else if fieldFollows(lex) {
@@ -622,7 +639,7 @@ func parsePrimary(lex *lexer.PeekingLexer) (*Primary, error) {
 			for isKey(lex.Peek()) {
 				f, ferr := parseField(lex)
 				if ferr != nil {
-					return nil, ferr
+					return ferr
 				}
 				p.Typed = append(p.Typed, f)
 				skip(lex, ",")
@@ -631,16 +648,16 @@ func parsePrimary(lex *lexer.PeekingLexer) (*Primary, error) {
 		}
 	case t.Type == tokString, t.Type == tokDuration, t.Type == tokNumber, t.Type == tokVault:
 		lex.Next()
-		s := t.Value
+		o.text = t.Value
 		switch t.Type {
 		case tokString:
-			p.String = &s
+			p.String = &o.text
 		case tokDuration:
-			p.Duration = &s
+			p.Duration = &o.text
 		case tokNumber:
-			p.Number = &s
+			p.Number = &o.text
 		default:
-			p.Vault = &s
+			p.Vault = &o.text
 		}
 	case t.Value == "[":
 		p.Array = &Array{}
@@ -654,13 +671,13 @@ func parsePrimary(lex *lexer.PeekingLexer) (*Primary, error) {
 			err = want(lex, ")")
 		}
 	default:
-		return nil, unexpected(lex, "")
+		return unexpected(lex, "")
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	p.EndPos = lex.Peek().Pos
-	return p, nil
+	return nil
 }
 
 // parseIfExpr reads Expr Block ("else" "if" Expr Block)* "else" Block after "if".
