@@ -85,6 +85,13 @@ func serveMCP(e *env, dir string, log *slog.Logger) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer stop()
+	// A signal cancels the runs in flight at once: the SDK's Run waits for active calls,
+	// and each call waits for its run, which ends (with terminated written) once cancelled.
+	context.AfterFunc(ctx, func() {
+		shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		runner.Shutdown(shCtx)
+	})
 	runErr := server.Run(ctx, mcpserver.NewStdioTransport(e.stdin, e.stdout))
 	stop()
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -766,4 +767,43 @@ func toolText(m map[string]any) string {
 	first, _ := c[0].(map[string]any)
 	s, _ := first["text"].(string)
 	return s
+}
+
+// TestE2EShutdownSignal: SIGTERM while a call waits on a hanging model cancels the run,
+// which writes terminated (reason cancelled) before the process exits.
+func TestE2EShutdownSignal(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			dir := newE2EProject(t)
+			arrived := make(chan struct{}, 1)
+			model := startModel(t, loopback.WithReply(loopback.Reply{Fault: loopback.FaultHang}))
+			model.OnRequest(func(loopback.Request) { arrived <- struct{}{} })
+			s := startSymbi(t, dir, modelEnv(model), nil)
+			go s.session.CallTool(context.Background(), &mcp.CallToolParams{Name: "invoke_agent", Arguments: map[string]any{"agent": "helper", "prompt": "hang"}})
+			select {
+			case <-arrived:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the model never received the request")
+			}
+			if err := s.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- s.session.Wait() }() // ends when the server closes stdout
+			select {
+			case <-exited:
+			case <-time.After(20 * time.Second):
+				t.Fatal("symbi mcp did not exit after the signal")
+			}
+			files := journals(t, dir)
+			if len(files) != 1 {
+				t.Fatalf("%d journals", len(files))
+			}
+			recs := records(t, files[0])
+			last := recs[len(recs)-1]
+			if last["type"] != "terminated" || last["data"].(map[string]any)["reason"] != "cancelled" {
+				t.Fatalf("journal ends with %v", last)
+			}
+		})
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -152,6 +153,9 @@ func (w *Writer) Append(r Record) error {
 	if st.Size() != w.size {
 		return w.fail(fmt.Errorf("file is %d bytes, the writer wrote %d: someone else wrote to it", st.Size(), w.size))
 	}
+	if err := checkLinked(st); err != nil {
+		return w.fail(err)
+	}
 	n, err := w.f.Write(line)
 	if err == nil && n != len(line) {
 		err = fmt.Errorf("short write: %d of %d bytes", n, len(line))
@@ -163,6 +167,18 @@ func (w *Writer) Append(r Record) error {
 	w.seq++
 	w.prev = lineHash(line)
 	w.terminated = r.Type() == TypeTerminated
+	return nil
+}
+
+// checkLinked refuses a journal file that is no longer exactly one name in the file
+// system: records written to a removed file could never be read by an auditor.
+func checkLinked(st fs.FileInfo) error {
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink != 1 {
+		if sys.Nlink == 0 {
+			return errors.New("the journal file was removed")
+		}
+		return fmt.Errorf("the journal file has %d links, want 1", sys.Nlink)
+	}
 	return nil
 }
 
@@ -208,6 +224,14 @@ func (w *Writer) Sync() error {
 	}
 	if err := w.f.Sync(); err != nil {
 		return w.fail(fmt.Errorf("fsync: %w", err))
+	}
+	// What was made durable must still be reachable.
+	st, err := w.f.Stat()
+	if err != nil {
+		return w.fail(fmt.Errorf("stat: %w", err))
+	}
+	if err := checkLinked(st); err != nil {
+		return w.fail(err)
 	}
 	return nil
 }

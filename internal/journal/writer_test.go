@@ -234,3 +234,37 @@ func TestFailStopRealFsizeLimit(t *testing.T) {
 		t.Fatalf("child result %+v", res)
 	}
 }
+
+// A journal file removed (or linked elsewhere) behind the writer stops it: records written
+// to an unreachable file would prove nothing.
+func TestFailStopUnlinked(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		act  func(path string) error
+	}{
+		{"removed", os.Remove},
+		{"hard-linked", func(path string) error { return os.Link(path, path+".copy") }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, root := newProject(t)
+			s := openStore(t, root)
+			w, err := s.Create("agent", "run")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if err := w.Append(Started{Agent: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := tt.act(w.Path()); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Sync(); !errors.Is(err, errcode.AuditUnavailable) {
+				t.Fatalf("Sync after %s: %v, want audit_unavailable", tt.name, err)
+			}
+			if err := w.Append(Terminated{Reason: "completed", Released: true}); !errors.Is(err, ErrStopped) {
+				t.Fatalf("Append after %s: %v, want ErrStopped", tt.name, err)
+			}
+		})
+	}
+}
