@@ -5,7 +5,7 @@ FUZZTIME  ?= 20s
 BENCHTIME ?= 1s
 PKGS      ?= ./...
 
-.PHONY: all build test test-short bench fuzz lint demo loopback-model clean
+.PHONY: all build test test-short bench fuzz lint demo stress loopback-model clean
 
 all: lint test build
 
@@ -17,6 +17,11 @@ build:
 # real MCP client, verifies the run's journal, and shows a policy denial and a refusal.
 demo: build
 	$(GO) run ./cmd/symbi-demo -symbi $(BIN) -project .
+
+# The reliability harnesses at full size (crash, storage, hostile model and client, load,
+# shutdown); see docs/reliability.md. "make test" runs them at short size.
+stress: build
+	$(GO) run ./cmd/symbi-stress -symbi $(BIN)
 
 # A loopback OpenAI-compatible model for trying symbi mcp by hand (prints its base URL).
 loopback-model:
