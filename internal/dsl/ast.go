@@ -15,7 +15,7 @@ import "github.com/alecthomas/participle/v2/lexer"
 type File struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Items  []*Item `parser:"@@*"`
+	Items  []*Item `parser:"( (?! EOF) @@ )*"`
 
 	src  []byte
 	ends []int // end offsets of tokens, indexed like starts
@@ -71,7 +71,7 @@ type Agent struct {
 	HasParams bool         `parser:"( @\"(\""`
 	Params    []*Param     `parser:"(@@ \",\"?)* \")\" )?"`
 	Returns   *Type        `parser:"( \"->\" @@ )?"`
-	Body      []*AgentItem `parser:"\"{\" @@* \"}\""`
+	Body      []*AgentItem `parser:"\"{\" ( (?! \"}\") @@ )* \"}\""`
 }
 
 // AgentItem is one item of an agent body; exactly one field is set.
