@@ -7,9 +7,9 @@ import "github.com/alecthomas/participle/v2/lexer"
 // source text; Unquote decodes strings.
 //
 // The items are parsed by the participle grammar in the struct tags. Block, Expr,
-// Array, Record, Literal, Value and Type implement participle.Parseable: they and the
-// nodes below them are parsed by hand (syntax.go) following the productions given in
-// their doc comments.
+// Array, Record, Literal, Value, Type, MetaEntry and WithSetting implement
+// participle.Parseable: they and the nodes below them are parsed by hand (syntax.go)
+// following the productions given in their doc comments.
 
 // File is a parsed source.
 type File struct {
@@ -45,11 +45,13 @@ type Metadata struct {
 }
 
 // MetaEntry is one key of a metadata block.
+//
+//	MetaEntry = Ident ( "=" | ":" ) Literal ","? .
 type MetaEntry struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Key    string   `parser:"@Ident (\"=\" | \":\")"`
-	Value  *Literal `parser:"@@ \",\"?"`
+	Key    string
+	Value  *Literal
 }
 
 // Literal is a value, an array or a record.
@@ -240,12 +242,14 @@ type WithBlock struct {
 }
 
 // WithSetting is one setting of a with block.
+//
+//	WithSetting = Ident "=" ( Array | Value ) .
 type WithSetting struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Key    string `parser:"@Ident \"=\""`
-	Array  *Array `parser:"( @@"`
-	Value  *Value `parser:"| @@ )"`
+	Key    string
+	Array  *Array
+	Value  *Value
 }
 
 // Value is a literal value, a vault URL or an identifier.

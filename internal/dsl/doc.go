@@ -25,8 +25,8 @@
 // lookahead guard, and the parser never backtracks over consumed tokens, so each error
 // is reported where the input stops matching. The items are a participle grammar (the
 // struct tags of the AST); blocks, statements, expressions, arrays, records, literals,
-// values and types are parsed by hand, as participle.Parseable nodes, following the
-// productions given in their doc comments.
+// values, types, metadata entries and with settings are parsed by hand, as
+// participle.Parseable nodes, following the productions given in their doc comments.
 //
 // Limits: a source over MaxSourceBytes, a source that is not UTF-8, brackets nested
 // deeper than MaxBracketDepth, or right-nested "=>"/"<" chains deeper than MaxChainDepth

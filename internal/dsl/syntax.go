@@ -6,12 +6,12 @@ import (
 )
 
 // Statements, expressions and values are parsed by hand: Block, Expr, Array, Record,
-// Literal, Value and Type implement participle.Parseable, so the participle grammar of
-// the items delegates to them, and they build every node below them directly from the
-// token stream. They
-// follow the productions documented on each node type, decide every choice on the next
-// token or on the same lookahead as the grammar, and report errors in the grammar's
-// words: "unexpected X, expected Y" at the first token that does not fit.
+// Literal, Value, Type, MetaEntry and WithSetting implement participle.Parseable, so the
+// participle grammar of the items delegates to them, and they build every node below
+// them directly from the token stream. They follow the productions documented on each
+// node type, decide every choice on the next token or on the same lookahead as the
+// grammar, and report errors in the grammar's words: "unexpected X, expected Y" at the
+// first token that does not fit.
 
 // tokAt returns the token n places after the next one.
 func tokAt(lex *lexer.PeekingLexer, n int) *lexer.Token {
@@ -386,6 +386,57 @@ func (l *Literal) Parse(lex *lexer.PeekingLexer) error {
 	}
 	l.EndPos = lex.Peek().Pos
 	return err
+}
+
+// Parse implements participle.Parseable for a metadata entry.
+func (m *MetaEntry) Parse(lex *lexer.PeekingLexer) error {
+	t := lex.Peek()
+	if t.Type != tokIdent {
+		return participle.NextMatch
+	}
+	lex.Next()
+	m.Pos, m.Key = t.Pos, t.Value
+	if v := lex.Peek().Value; v != "=" && v != ":" {
+		return unexpected(lex, `"="`)
+	}
+	lex.Next()
+	m.Value = &Literal{}
+	if err := m.Value.Parse(lex); err != nil {
+		if err == participle.NextMatch {
+			return unexpected(lex, "a value, array or record")
+		}
+		return err
+	}
+	skip(lex, ",")
+	m.EndPos = lex.Peek().Pos
+	return nil
+}
+
+// Parse implements participle.Parseable for a setting of a with block.
+func (w *WithSetting) Parse(lex *lexer.PeekingLexer) error {
+	t := lex.Peek()
+	if t.Type != tokIdent {
+		return participle.NextMatch
+	}
+	lex.Next()
+	w.Pos, w.Key = t.Pos, t.Value
+	if err := want(lex, "="); err != nil {
+		return err
+	}
+	switch t := lex.Peek(); {
+	case t.Value == "[":
+		w.Array = &Array{}
+		if err := w.Array.parse(lex); err != nil {
+			return err
+		}
+	case isValue(t):
+		w.Value = &Value{}
+		w.Value.parse(lex)
+	default:
+		return unexpected(lex, "an array or a value")
+	}
+	w.EndPos = lex.Peek().Pos
+	return nil
 }
 
 // Parse implements participle.Parseable for a type reference.
