@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// BenchmarkLex measures the hand-written lexer alone over the same files as
-// BenchmarkParse, to separate lexing from grammar matching.
+// BenchmarkLex measures the hand-written lexer, up to the token stream the parser reads,
+// over the same files as BenchmarkParse, to separate lexing from parsing.
 func BenchmarkLex(b *testing.B) {
 	paths, err := filepath.Glob("../../testdata/dsl/valid/*.symbi")
 	if err != nil || len(paths) == 0 {
