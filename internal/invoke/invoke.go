@@ -169,6 +169,7 @@ func (r *Runner) Invoke(ctx context.Context, req Request, progress func(Stage)) 
 		defer cancel(nil)
 		defer stopAfter()
 		res, err := r.run(runCtx, p, progress)
+		r.logRun(p, res, err)
 		done <- outcome{res, err}
 	}()
 	select {
@@ -189,6 +190,22 @@ func (r *Runner) Invoke(ctx context.Context, req Request, progress func(Stage)) 
 }
 
 var errCallerGone = errors.New("the caller cancelled the request")
+
+// logRun reports a finished run on the server's log.
+func (r *Runner) logRun(p *prepared, res *Result, err error) {
+	if err == nil {
+		if res.Audit != nil { // nil only on the benchmark-only ungoverned path
+			r.cfg.Log.Info("run released", "agent", p.name, "run_id", res.Audit.RunID, "records", res.Audit.Records)
+		}
+		return
+	}
+	attrs := []any{"agent", p.name, "code", errcode.Of(err), "err", err}
+	var ie *Error
+	if errors.As(err, &ie) && ie.Audit != nil {
+		attrs = append(attrs, "run_id", ie.Audit.RunID, "journal", ie.Audit.Path)
+	}
+	r.cfg.Log.Warn("run withheld", attrs...)
+}
 
 // prepared is the outcome of preflight: everything a run needs before its journal exists.
 type prepared struct {
