@@ -1,6 +1,7 @@
 package dsl
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -35,6 +36,7 @@ type Admission struct {
 	Timeout      time.Duration // the with timeout (0 when absent)
 	Sandbox      string        // the with sandbox value as written ("" when absent)
 	Declaration  []byte        // exact source bytes of the selected agent definition
+	Definition   []byte        // what the model is sent as the agent's definition (admitted only; see definitionOf)
 	Policies     []string      // names of in-scope inline policies: top-level then the agent's
 	PolicyDigest string        // lowercase hex SHA-256 over the in-scope policies' source, in order
 }
@@ -55,7 +57,7 @@ func (a *Admission) apply(r *refusal) *Admission {
 	a.Rule = r.rule
 	a.Line, a.Column = r.pos.Line, r.pos.Column
 	a.Reason = fmt.Sprintf("%s at %d:%d: %s", r.rule, r.pos.Line, r.pos.Column, r.msg)
-	a.Timeout, a.Sandbox, a.Policies, a.PolicyDigest = 0, "", nil, ""
+	a.Timeout, a.Sandbox, a.Policies, a.PolicyDigest, a.Definition = 0, "", nil, "", nil
 	return a
 }
 
@@ -92,7 +94,22 @@ func Admit(f *File, stem string) *Admission {
 		}
 	}
 	a.Admitted = true
+	a.Definition = definitionOf(f, agent)
 	return a
+}
+
+// definitionOf returns the selected agent's definition as the model is to read it: the
+// metadata block, the top-level policies and the selected declaration, each as its exact
+// source bytes, in source order, separated by a blank line. The file's other agents —
+// never admitted themselves — are left out.
+func definitionOf(f *File, agent *Agent) []byte {
+	var parts [][]byte
+	for _, it := range f.Items {
+		if it.Metadata != nil || it.Policy != nil || (it.Agent != nil && it.Agent == agent) {
+			parts = append(parts, f.bytes(it.Pos, it.EndPos))
+		}
+	}
+	return bytes.Join(parts, []byte("\n\n"))
 }
 
 func selectAgent(f *File, stem string) (*Agent, *refusal) {

@@ -164,6 +164,16 @@ func TestAdmissionDetails(t *testing.T) {
 	if !strings.HasPrefix(string(a.Declaration), "agent a {") || !strings.HasSuffix(string(a.Declaration), "{} }") {
 		t.Errorf("declaration %q", a.Declaration)
 	}
+	// The definition the model reads: top-level policies and the selected agent, not b.
+	if want := "policy top { allow: true }\n\n" + string(a.Declaration); string(a.Definition) != want {
+		t.Errorf("definition %q, want %q", a.Definition, want)
+	}
+	if a = dsl.AdmitSource("two.symbi", "b", []byte(src)); !a.Admitted || string(a.Definition) != "policy top { allow: true }\n\nagent b {}" {
+		t.Errorf("definition of b %q (admitted %v)", a.Definition, a.Admitted)
+	}
+	if a = dsl.AdmitSource("reader.symbi", "reader", []byte(minimalReader)); !strings.HasPrefix(string(a.Definition), "metadata {") || !strings.HasSuffix(string(a.Definition), wantDecl) {
+		t.Errorf("definition with metadata %q", a.Definition)
+	}
 
 	// Description and capabilities are reported even when the definition is refused.
 	a = dsl.AdmitSource("x", "x", []byte("metadata { description = \"d\\n\" }\nagent x(p: int) { capabilities = [\"c\"] }"))

@@ -255,7 +255,7 @@ func (r *Runner) preflight(req Request) (*prepared, error) {
 	if md, err := r.cfg.Project.AgentsMD(); err == nil {
 		p.guidance = project.Guidance(md)
 	}
-	p.conv = conversation(adm.Agent, agent.Source, p.guidance, req.SystemPrompt, req.Prompt)
+	p.conv = conversation(adm.Agent, adm.Definition, p.guidance, req.SystemPrompt, req.Prompt)
 	p.call, err = r.cfg.Provider.Prepare(p.conv, p.maxTokens)
 	if err != nil {
 		return nil, err
@@ -263,13 +263,15 @@ func (r *Runner) preflight(req Request) (*prepared, error) {
 	return p, nil
 }
 
-// conversation lays out what the model is sent: the definition as the system message, the
+// conversation lays out what the model is sent: the definition (dsl.Admission.Definition:
+// metadata, top-level policies and the selected declaration — not the file's other
+// agents, which were never admitted) as the system message, the
 // caller's instructions (AGENTS.md guidance, then system_prompt) as one user message that
 // the inference package labels as caller input, then the prompt. system_prompt never
 // becomes a system message and cannot replace the definition.
-func conversation(name string, source []byte, guidance, systemPrompt, prompt string) inference.Conversation {
+func conversation(name string, definition []byte, guidance, systemPrompt, prompt string) inference.Conversation {
 	c := inference.Conversation{
-		System: fmt.Sprintf("You are the agent %q. Your definition, in the Symbiont agent DSL, follows. Answer as this agent, with text only.\n\n%s", name, source),
+		System: fmt.Sprintf("You are the agent %q. Your definition, in the Symbiont agent DSL, follows. Answer as this agent, with text only.\n\n%s", name, definition),
 		Prompt: prompt,
 	}
 	var parts []string

@@ -304,3 +304,31 @@ func TestUnusableAnswerNotQuoted(t *testing.T) {
 		}
 	}
 }
+
+// The model is sent the selected agent's definition — metadata, top-level policies and
+// its declaration — never the file's other agents, which were not admitted.
+func TestSystemMessageHoldsOnlyTheSelectedAgent(t *testing.T) {
+	files := map[string]string{
+		"agents/a.symbi": "metadata { description = \"two agents\" }\npolicy top { allow: true }\nagent a { capabilities = [\"answer\"] }\n" +
+			"agent b(cmd: String) -> String { function run(c: String) { let out = shell.exec(c); } }\n",
+	}
+	f := newFixture(t, files, nil)
+	if _, err := f.runner.Invoke(context.Background(), Request{Agent: "a", Prompt: "hi"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Messages []struct{ Role, Content string } `json:"messages"`
+	}
+	if err := json.Unmarshal(f.model.Requests()[0].Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	sys := body.Messages[0].Content
+	for _, want := range []string{`metadata { description = "two agents" }`, "policy top { allow: true }", `agent a { capabilities = ["answer"] }`} {
+		if !strings.Contains(sys, want) {
+			t.Errorf("system message lacks %q:\n%s", want, sys)
+		}
+	}
+	if strings.Contains(sys, "shell.exec") || strings.Contains(sys, "agent b") {
+		t.Errorf("system message carries the unadmitted sibling:\n%s", sys)
+	}
+}
