@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os/signal"
@@ -93,14 +92,15 @@ func serveMCP(e *env, dir string, log *slog.Logger) error {
 		runner.Shutdown(shCtx)
 	})
 	runErr := server.Run(ctx, mcpserver.NewStdioTransport(e.stdin, e.stdout))
+	signalled := ctx.Err() != nil
 	stop()
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := runner.Shutdown(shCtx); err != nil {
 		log.Error("runs still in flight at exit", "err", err)
 	}
-	if runErr != nil && !errors.Is(runErr, context.Canceled) && ctx.Err() == nil {
-		return runErr
+	if runErr != nil && !signalled {
+		return fmt.Errorf("MCP session: %w", runErr)
 	}
 	return nil
 }

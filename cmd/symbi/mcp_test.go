@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"crypto/ed25519"
 	"encoding/hex"
 	"encoding/json"
@@ -16,6 +17,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/google/uuid"
@@ -803,6 +805,29 @@ func TestE2EShutdownSignal(t *testing.T) {
 			last := recs[len(recs)-1]
 			if last["type"] != "terminated" || last["data"].(map[string]any)["reason"] != "cancelled" {
 				t.Fatalf("journal ends with %v", last)
+			}
+		})
+	}
+}
+
+// symbi mcp exits 0 when its input ends (the client went away), and 1 when reading it
+// fails.
+func TestMCPExitCodes(t *testing.T) {
+	dir := newE2EProject(t)
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n"
+	for _, tt := range []struct {
+		name  string
+		stdin io.Reader
+		code  int
+	}{
+		{"end of input", strings.NewReader(init), 0},
+		{"read error", io.MultiReader(strings.NewReader(init), iotest.ErrReader(errors.New("stdin: input/output error"))), 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			e := &env{stdin: tt.stdin, stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+			if code := run(e, []string{"mcp", "--project", dir}); code != tt.code {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, tt.code, errb.String())
 			}
 		})
 	}
