@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"symbi/internal/errcode"
@@ -71,12 +72,13 @@ type Config struct {
 
 // Runner executes governed runs. Its zero value is not usable; call New.
 type Runner struct {
-	cfg    Config
-	base   context.Context // the server's lifetime: cancelled by Shutdown
-	stop   context.CancelFunc
-	runs   sync.WaitGroup
-	ungov  bool // benchmark-only: no journal, no policy (see export_test.go)
-	closed sync.Once
+	cfg     Config
+	base    context.Context // the server's lifetime: cancelled by Shutdown
+	stop    context.CancelFunc
+	runs    sync.WaitGroup
+	ungov   bool       // benchmark-only: no journal, no policy (see export_test.go)
+	mu      sync.Mutex // guards closing and runs.Add against Shutdown's Wait
+	closing bool
 }
 
 // New returns a Runner for cfg.
@@ -91,7 +93,10 @@ func New(cfg Config) *Runner {
 // Shutdown cancels every run in flight and waits until each has written its terminated
 // record, or until ctx is done.
 func (r *Runner) Shutdown(ctx context.Context) error {
-	r.closed.Do(r.stop)
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
+	r.stop()
 	done := make(chan struct{})
 	go func() { r.runs.Wait(); close(done) }()
 	select {
@@ -115,8 +120,8 @@ type Audit struct {
 	RunID     string `json:"run_id"`
 	Path      string `json:"path"`
 	PublicKey string `json:"public_key"`
-	Records   int    `json:"records"`
-	Head      string `json:"head"`
+	Records   int    `json:"records,omitempty"` // absent only when a cancelled call returned before its run's journal ended
+	Head      string `json:"head,omitempty"`
 }
 
 // Result is a released answer.
@@ -151,11 +156,13 @@ func (r *Runner) Invoke(ctx context.Context, req Request, progress func(Stage)) 
 	}
 	progress(StageAdmitted)
 
-	select {
-	case <-r.base.Done():
+	r.mu.Lock()
+	if r.closing {
+		r.mu.Unlock()
 		return nil, &Error{Err: errcode.Errorf(errcode.Cancelled, "the server is shutting down")}
-	default:
 	}
+	r.runs.Add(1)
+	r.mu.Unlock()
 	runCtx, cancel := context.WithCancelCause(r.base)
 	stopAfter := context.AfterFunc(ctx, func() { cancel(errCallerGone) })
 	type outcome struct {
@@ -163,7 +170,6 @@ func (r *Runner) Invoke(ctx context.Context, req Request, progress func(Stage)) 
 		err error
 	}
 	done := make(chan outcome, 1)
-	r.runs.Add(1)
 	go func() {
 		defer r.runs.Done()
 		defer cancel(nil)
@@ -184,7 +190,8 @@ func (r *Runner) Invoke(ctx context.Context, req Request, progress func(Stage)) 
 		case o := <-done:
 			return o.res, o.err
 		case <-t.C:
-			return nil, &Error{Err: errcode.Errorf(errcode.Cancelled, "the caller cancelled the request; the run records it as cancelled")}
+			// The journal exists but has not ended yet: the reference has no receipt.
+			return nil, &Error{Audit: p.opened.Load(), Err: errcode.Errorf(errcode.Cancelled, "the caller cancelled the request; the run records it as cancelled")}
 		}
 	}
 }
@@ -209,6 +216,7 @@ func (r *Runner) logRun(p *prepared, res *Result, err error) {
 
 // prepared is the outcome of preflight: everything a run needs before its journal exists.
 type prepared struct {
+	opened    atomic.Pointer[Audit] // set once the run's journal exists: run_id, path, public_key
 	req       Request
 	agent     *project.Agent
 	name      string // declared name

@@ -44,6 +44,7 @@ func (r *Runner) run(ctx context.Context, p *prepared, progress func(Stage)) (*R
 	}
 	defer w.Close()
 	pub := hex.EncodeToString(store.PublicKey())
+	p.opened.Store(&Audit{RunID: runID, Path: w.Path(), PublicKey: pub})
 	audit := func() *Audit {
 		rc := w.Receipt()
 		return &Audit{RunID: runID, Path: w.Path(), PublicKey: pub, Records: rc.Records, Head: rc.Head}
