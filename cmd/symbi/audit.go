@@ -133,7 +133,7 @@ func init() {
 	k := &command{name: "audit key", summary: "print the project's journal public key (hex); SYMBI_AUDIT_KEY_FILE overrides the key file"}
 	k.run = func(e *env, args []string) int {
 		fs := newFlags(e, k)
-		project := fs.String("project", ".", "the project directory")
+		project := fs.String("project", ".", "project directory")
 		create := fs.Bool("create", false, "create .symbiont/governed and the key when absent")
 		pos, code, ok := parseInterspersed(fs, args)
 		if !ok {

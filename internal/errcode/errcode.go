@@ -41,6 +41,7 @@ type Error struct {
 	Err  error
 }
 
+// Error returns the message, without the code.
 func (e *Error) Error() string { return e.Err.Error() }
 
 // Unwrap returns the underlying error.

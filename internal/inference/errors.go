@@ -27,6 +27,7 @@ const (
 	KindRequestTooLarge Kind = "request_too_large" // the request body would pass MaxRequestBytes; nothing was sent
 )
 
+// Error returns the kind's name.
 func (k Kind) Error() string { return string(k) }
 
 // Error describes a failed call. Functions of this package return it wrapped in an
@@ -52,6 +53,7 @@ func (e *Error) Code() errcode.Code {
 	return errcode.InferenceFailed
 }
 
+// Error describes the failure: its kind, status, cause and, for a non-2xx answer, an excerpt.
 func (e *Error) Error() string {
 	var b strings.Builder
 	switch e.Kind {

@@ -76,7 +76,7 @@ type Runner struct {
 	base    context.Context // the server's lifetime: cancelled by Shutdown
 	stop    context.CancelFunc
 	runs    sync.WaitGroup
-	ungov   bool       // benchmark-only: no journal, no policy (see export_test.go)
+	ungov   bool       // benchmark-only (bench_test.go): no journal, no policy
 	mu      sync.Mutex // guards closing and runs.Add against Shutdown's Wait
 	closing bool
 }
@@ -138,6 +138,7 @@ type Error struct {
 	Audit *Audit
 }
 
+// Error returns the coded error's message.
 func (e *Error) Error() string { return e.Err.Error() }
 
 // Unwrap returns the coded error.
