@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -30,10 +29,7 @@ func init() {
 			return 1
 		}
 		if *asJSON {
-			enc := json.NewEncoder(e.stdout)
-			enc.SetIndent("", "  ")
-			if err := enc.Encode(entries); err != nil {
-				fmt.Fprintf(e.stderr, "symbi agents list: %v\n", err)
+			if !printJSON(e, "agents list", entries) {
 				return 1
 			}
 			return 0

@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/ed25519"
 	"encoding/hex"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -76,7 +75,7 @@ func init() {
 				return usageErr("no *.jsonl journals in %s", pos[0])
 			}
 			if *asJSON {
-				writeJSON(e.stdout, reports)
+				printJSON(e, "audit verify", reports)
 			}
 			worst := 0
 			for _, r := range reports {
@@ -91,7 +90,7 @@ func init() {
 		}
 		r := journal.Verify(pos[0], pub, opts)
 		if *asJSON {
-			writeJSON(e.stdout, r)
+			printJSON(e, "audit verify", r)
 		} else {
 			printReport(e.stdout, r)
 		}
@@ -102,6 +101,7 @@ func init() {
 	s := &command{name: "audit show", args: "JOURNAL", summary: "print a run journal as a readable timeline (does not verify it)"}
 	s.run = func(e *env, args []string) int {
 		fs := newFlags(e, s)
+		asJSON := fs.Bool("json", false, "print the entries as JSON")
 		pos, code, ok := parseInterspersed(fs, args)
 		if !ok {
 			return code
@@ -114,6 +114,18 @@ func init() {
 		if err != nil {
 			fmt.Fprintf(e.stderr, "symbi audit show: %v\n", err)
 			return 1
+		}
+		if *asJSON {
+			if entries == nil {
+				entries = []journal.Entry{}
+			}
+			printJSON(e, "audit show", struct {
+				Path      string          `json:"path"`
+				Verified  bool            `json:"verified"`
+				Entries   []journal.Entry `json:"entries"`
+				TailBytes int             `json:"tail_bytes"`
+			}{pos[0], false, entries, tail})
+			return 0
 		}
 		fmt.Fprintf(e.stdout, "%s (not verified; use symbi audit verify)\n", pos[0])
 		for _, en := range entries {
@@ -161,11 +173,6 @@ func init() {
 	register(k)
 }
 
-func writeJSON(w io.Writer, v any) {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
-}
 
 // printReport writes a human-readable verification report.
 func printReport(w io.Writer, r *journal.Report) {

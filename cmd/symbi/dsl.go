@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +12,7 @@ func init() {
 	check := &command{name: "dsl check", args: "FILE...", summary: "check agent definitions; print file:line:col: message for each error"}
 	check.run = func(e *env, args []string) int {
 		fs := newFlags(e, check)
+		asJSON := fs.Bool("json", false, "print the errors as a JSON array of {file, line, column, message}")
 		if code, ok := parseFlags(fs, args); !ok {
 			return code
 		}
@@ -20,20 +20,37 @@ func init() {
 			fs.Usage()
 			return 2
 		}
+		type diagnostic struct {
+			File    string `json:"file"`
+			Line    int    `json:"line"`
+			Column  int    `json:"column"`
+			Message string `json:"message"`
+		}
+		diags := []diagnostic{}
 		failed := false
 		for _, name := range fs.Args() {
 			src, err := readSource(e, name)
 			if err != nil {
-				fmt.Fprintf(e.stderr, "%s: %v\n", name, err)
+				if *asJSON {
+					diags = append(diags, diagnostic{File: name, Message: err.Error()})
+				} else {
+					fmt.Fprintf(e.stderr, "%s: %v\n", name, err)
+				}
 				failed = true
 				continue
 			}
 			if _, err := dsl.Parse(name, src); err != nil {
 				for _, pe := range dsl.Errors(err) {
-					fmt.Fprintf(e.stdout, "%s:%d:%d: %s\n", name, pe.Line, pe.Column, pe.Msg)
+					diags = append(diags, diagnostic{name, pe.Line, pe.Column, pe.Msg})
+					if !*asJSON {
+						fmt.Fprintf(e.stdout, "%s:%d:%d: %s\n", name, pe.Line, pe.Column, pe.Msg)
+					}
 				}
 				failed = true
 			}
+		}
+		if *asJSON && !printJSON(e, "dsl check", diags) {
+			return 1
 		}
 		if failed {
 			return 1
@@ -63,10 +80,7 @@ func init() {
 			source = "inline"
 		}
 		r := dsl.Analyze(source, src)
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
-			fmt.Fprintf(e.stderr, "symbi dsl parse: %v\n", err)
+		if !printJSON(e, "dsl parse", r) {
 			return 1
 		}
 		if !r.Valid {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -32,7 +31,7 @@ func init() {
 			return code
 		}
 		if *asJSON {
-			if !policyPrintJSON(e, c.name, policyCheckJSON(set)) {
+			if !printJSON(e, c.name, policyCheckJSON(set)) {
 				return 1
 			}
 		} else {
@@ -105,7 +104,7 @@ func init() {
 		req := policy.NewRequest(a, policyDryRunID, text)
 		out := policyEvalJSON(pol, req, pol.Decide(req))
 		if *asJSON {
-			if !policyPrintJSON(e, ev.name, out) {
+			if !printJSON(e, ev.name, out) {
 				return 1
 			}
 			return 0
@@ -254,14 +253,3 @@ func policyCheckJSON(set *policy.Set) policyCheckOutput {
 	return out
 }
 
-// policyPrintJSON prints v as indented JSON; it reports false if v cannot be
-// encoded.
-func policyPrintJSON(e *env, name string, v any) bool {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		fmt.Fprintf(e.stderr, "symbi %s: %v\n", name, err)
-		return false
-	}
-	fmt.Fprintf(e.stdout, "%s\n", b)
-	return true
-}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -61,10 +60,8 @@ func init() {
 			return fail(err)
 		}
 		if *asJSON {
-			enc := json.NewEncoder(e.stdout)
-			enc.SetIndent("", "  ")
-			if err := enc.Encode(res); err != nil {
-				return fail(err)
+			if !printJSON(e, "schema verify", res) {
+				return 1
 			}
 		} else {
 			status := "NOT VERIFIED"

@@ -12,12 +12,12 @@ import (
 // Entry is one line of a journal as read for display. It is not verified: use Verify to
 // decide whether to trust it.
 type Entry struct {
-	Line    int             // 1-based line number
-	Seq     string          // the seq member as written
-	Time    string          // the time member
-	Type    string          // the type member
-	Data    json.RawMessage // the data member
-	Problem string          // why the line could not be read ("" when it could)
+	Line    int             `json:"line"`              // 1-based line number
+	Seq     string          `json:"seq"`               // the seq member as written
+	Time    string          `json:"time"`              // the time member
+	Type    string          `json:"type"`              // the type member
+	Data    json.RawMessage `json:"data,omitempty"`    // the data member
+	Problem string          `json:"problem,omitempty"` // why the line could not be read ("" when it could)
 }
 
 // ReadEntries reads the lines of the journal at path (without following a symlink) for
