@@ -239,6 +239,9 @@ func (r *Runner) preflight(req Request) (*prepared, error) {
 	if req.Agent == "" {
 		return nil, errcode.Errorf(errcode.InvalidRequest, "agent is required")
 	}
+	if req.Prompt == "" {
+		return nil, errcode.Errorf(errcode.InvalidRequest, "prompt is required")
+	}
 	agent, err := r.cfg.Registry.Resolve(req.Agent)
 	if err != nil {
 		return nil, err

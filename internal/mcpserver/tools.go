@@ -28,12 +28,6 @@ type invokeOutput struct {
 }
 
 func (h *handlers) invokeAgent(ctx context.Context, req *mcp.CallToolRequest, in invokeInput) (string, invokeOutput, error) {
-	if in.Agent == "" {
-		return "", invokeOutput{}, errcode.Errorf(errcode.InvalidRequest, "agent is required")
-	}
-	if in.Prompt == "" {
-		return "", invokeOutput{}, errcode.Errorf(errcode.InvalidRequest, "prompt is required")
-	}
 	report, stop := progressReporter(ctx, req)
 	defer stop()
 	res, err := h.cfg.Runner.Invoke(ctx, invoke.Request{Agent: in.Agent, Prompt: in.Prompt, SystemPrompt: in.SystemPrompt}, report)
