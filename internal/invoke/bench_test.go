@@ -1,4 +1,4 @@
-package invoke
+package invoke_test
 
 import (
 	"context"
@@ -10,17 +10,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"symbi/internal/inference"
+	"symbi/internal/invoke"
 	"symbi/internal/loopback"
+	"symbi/internal/mcpserver"
 	"symbi/internal/policy"
 	"symbi/internal/project"
 )
 
-// benchRunners returns a governed and an ungoverned Runner over the same project and the
-// same zero-latency loopback model.
-func benchRunners(b *testing.B) (gov, ungov *Runner, dir string) {
+// benchSessions returns MCP client sessions to two servers over the same project and the
+// same zero-latency loopback model, connected through in-memory transports: one governed,
+// one whose runner takes the benchmark-only path without journal and policy.
+func benchSessions(b *testing.B) (gov, ungov *mcp.ClientSession) {
 	b.Helper()
-	dir = b.TempDir()
+	dir := b.TempDir()
 	files := map[string]string{
 		"agents/helper.symbi":    "metadata { description = \"answers\" }\nagent helper { capabilities = [\"answer\"] }\n",
 		"policies/respond.cedar": "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n@id(\"no-keys\") forbid (principal, action == Action::\"respond\", resource) when { context.response like \"*PRIVATE KEY*\" };\n",
@@ -52,10 +57,25 @@ func benchRunners(b *testing.B) (gov, ungov *Runner, dir string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov}
-	gov, ungov = New(cfg), New(cfg)
-	ungov.ungov = true
-	return gov, ungov, dir
+	cfg := invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov}
+	connect := func(r *invoke.Runner) *mcp.ClientSession {
+		srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runner: r})
+		st, ct := mcp.NewInMemoryTransports()
+		ctx := context.Background()
+		ss, err := srv.Connect(ctx, st, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx, ct, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cs.Close(); ss.Close(); r.Shutdown(ctx) })
+		return cs
+	}
+	ungovRunner := invoke.New(cfg)
+	invoke.SetUngoverned(ungovRunner)
+	return connect(invoke.New(cfg)), connect(ungovRunner)
 }
 
 // fsyncFloor does the durable writes a run cannot avoid, with raw system calls: create the
@@ -108,20 +128,24 @@ func batch(b *testing.B, c int, fn func(i int) error) []time.Duration {
 	return lat
 }
 
-// BenchmarkInvoke measures invoke_agent's governed run against the same run with journal
-// and policy switched off, side by side in one run, at concurrency 1, 8 and 64, together
-// with the raw cost of the fsyncs a governed run cannot avoid. It reports per-invocation
-// wall time (batch time / concurrency) for each, the p50 latencies, and the ratios
-// governed / (ungoverned + fsync floor), of the per-invocation times and of the p50s.
+// BenchmarkInvoke measures invoke_agent end to end through the MCP server — a client
+// calling the tool over an in-memory transport — governed, and through the same server
+// whose runner has journal and policy switched off, side by side in one run, at
+// concurrency 1, 8 and 64, together with the raw cost of the fsyncs a governed run cannot
+// avoid. It reports per-invocation wall time (batch time / concurrency) for each, the p50
+// latencies, and the ratios governed / (ungoverned + fsync floor), of the per-invocation
+// times and of the p50s.
 func BenchmarkInvoke(b *testing.B) {
 	for _, c := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
-			gov, ungov, dir := benchRunners(b)
+			gov, ungov := benchSessions(b)
 			floorDir := b.TempDir()
-			req := Request{Agent: "helper", Prompt: "hello"}
-			call := func(r *Runner) func(int) error {
+			call := func(cs *mcp.ClientSession) func(int) error {
 				return func(int) error {
-					_, err := r.Invoke(context.Background(), req, nil)
+					res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "invoke_agent", Arguments: map[string]any{"agent": "helper", "prompt": "hello"}})
+					if err == nil && res.IsError {
+						err = fmt.Errorf("invoke_agent: %v", res.Content)
+					}
 					return err
 				}
 			}
@@ -150,7 +174,6 @@ func BenchmarkInvoke(b *testing.B) {
 			b.ReportMetric(float64(p50(lg))/float64(p50(lu)+p50(lf)), "ratio-p50")
 			b.ReportMetric(n/tg.Seconds(), "governed-inv/s")
 			b.ReportMetric(0, "ns/op")
-			os.RemoveAll(filepath.Join(dir, ".symbiont"))
 		})
 	}
 }
