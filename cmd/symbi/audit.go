@@ -173,7 +173,6 @@ func init() {
 	register(k)
 }
 
-
 // printReport writes a human-readable verification report.
 func printReport(w io.Writer, r *journal.Report) {
 	switch r.Status {

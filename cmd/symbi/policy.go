@@ -252,4 +252,3 @@ func policyCheckJSON(set *policy.Set) policyCheckOutput {
 	}
 	return out
 }
-
