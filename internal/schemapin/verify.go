@@ -19,7 +19,11 @@
 //
 // Signature: ECDSA over the P-256 curve of the SHA-256 digest of the canonical bytes
 // (what "openssl dgst -sha256 -sign" makes), encoded in standard base64 with padding.
-// The decoded bytes may be an ASN.1 DER ECDSA-Sig-Value or the raw 64-byte
+// Also accepted, for interoperability: ECDSA-with-SHA-256 applied to that 32-byte digest
+// as the message — what SchemaPin's reference libraries make when they pass the schema
+// hash to a SHA-256 ECDSA signer, i.e. ECDSA over SHA-256(SHA-256(canonical)). Both bind
+// the key holder to the same canonical bytes; the result's message says which form
+// verified. The decoded bytes may be an ASN.1 DER ECDSA-Sig-Value or the raw 64-byte
 // concatenation r||s (32 bytes each, big-endian).
 //
 // Keys: a PEM "PUBLIC KEY" block (SubjectPublicKeyInfo) of an ECDSA P-256 key, given
@@ -168,6 +172,9 @@ func (v *Verifier) Verify(ctx context.Context, r Request) (*Result, error) {
 		} else if verifySignature(src.key.key, digest[:], raw) {
 			res.Verified = true
 			res.Message = "signature verified"
+		} else if hashed := sha256.Sum256(digest[:]); verifySignature(src.key.key, hashed[:], raw) {
+			res.Verified = true
+			res.Message = "signature verified (over the SHA-256 digest as the signed message, the SchemaPin reference form)"
 		} else {
 			res.Message = "signature does not match this schema and key"
 		}

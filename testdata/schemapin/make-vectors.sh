@@ -48,6 +48,12 @@ openssl dgst -sha256 -sign signer.key.pem -out schema.sig.der schema.canonical.j
 openssl dgst -sha256 -verify signer.pub.pem -signature schema.sig.der schema.canonical.json >/dev/null
 base64 -w0 schema.sig.der > schema.sig.b64
 rm schema.sig.der
+# The SchemaPin reference form: the 32-byte SHA-256 digest itself signed with ECDSA-SHA256.
+openssl dgst -sha256 -binary schema.canonical.json > schema.digest.bin
+openssl dgst -sha256 -sign signer.key.pem -out schema.sig2.der schema.digest.bin
+openssl dgst -sha256 -verify signer.pub.pem -signature schema.sig2.der schema.digest.bin >/dev/null
+base64 -w0 schema.sig2.der > schema.sig.digest.b64
+rm schema.sig2.der schema.digest.bin
 fingerprint() { echo "sha256:$(openssl pkey -pubin -in "$1" -outform DER | sha256sum | cut -d' ' -f1)"; }
 FINGERPRINT="$(fingerprint signer.pub.pem)"
 WRONG_FINGERPRINT="$(fingerprint wrong.pub.pem)"
@@ -130,6 +136,7 @@ cases = [
     case("valid", "schema.signed.json", verified=True),
     case("valid-separate-signature", "schema.json", verified=True, signature="schema.sig.b64"),
     case("valid-raw-r-s", "schema.json", verified=True, signature="schema.sig.raw.b64"),
+    case("valid-reference-form", "schema.json", verified=True, signature="schema.sig.digest.b64"),
     case("valid-key-document", "schema.signed.json", verified=True, key_url="keydoc.json"),
     case("reordered-and-reformatted", "schema.reordered.json", verified=True),
     case("one-character-changed", "schema.tampered.json"),
