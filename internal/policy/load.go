@@ -16,6 +16,8 @@ import (
 
 	cedar "github.com/cedar-policy/cedar-go"
 	"golang.org/x/sys/unix"
+
+	"symbi/internal/project"
 )
 
 // loader accumulates the state of one Load.
@@ -210,45 +212,30 @@ func (l *loader) read(dirFD int, name, file string) ([]byte, bool) {
 }
 
 // readContent returns the whole content of a regular, singly linked file of at
-// most MaxFileBytes, or records why it cannot and returns false.
+// most MaxFileBytes, read by the project's confined-read rules (project.ReadAt), or
+// records why it cannot and returns false.
 func (l *loader) readContent(dirFD int, name, file string) ([]byte, bool) {
-	fd, err := unix.Openat(dirFD, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
-	if err != nil {
-		if errors.Is(err, unix.ELOOP) {
-			l.fail(file, "is a symbolic link; policy files must be regular files")
-		} else {
-			l.fail(file, "cannot open: %v", err)
-		}
-		return nil, false
+	data, err := project.ReadAt(dirFD, name, file, MaxFileBytes)
+	if err == nil {
+		return data, true
 	}
-	f := os.NewFile(uintptr(fd), file)
-	defer f.Close()
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		l.fail(file, "cannot stat: %v", err)
-		return nil, false
-	}
+	statErr := unix.Fstatat(dirFD, name, &st, unix.AT_SYMLINK_NOFOLLOW)
 	switch {
-	case st.Mode&unix.S_IFMT == unix.S_IFDIR:
+	case errors.Is(err, project.ErrSymlink):
+		l.fail(file, "is a symbolic link; policy files must be regular files")
+	case errors.Is(err, project.ErrNotRegular) && statErr == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR:
 		l.fail(file, "is a directory; policy files must be regular files")
-		return nil, false
-	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+	case errors.Is(err, project.ErrNotRegular):
 		l.fail(file, "is not a regular file")
-		return nil, false
-	case st.Nlink > 1:
+	case errors.Is(err, project.ErrHardLink) && statErr == nil:
 		l.fail(file, "has %d hard links; policy files must have exactly one", st.Nlink)
-		return nil, false
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		l.fail(file, "cannot read: %v", err)
-		return nil, false
-	}
-	if len(data) > MaxFileBytes {
+	case errors.Is(err, project.ErrTooLarge):
 		l.fail(file, "limit exceeded: larger than %d bytes", MaxFileBytes)
-		return nil, false
+	default:
+		l.fail(file, "cannot open: %v", err)
 	}
-	return data, true
+	return nil, false
 }
 
 // firstInvalidUTF8 returns the 1-based line and column (in characters) of the

@@ -203,6 +203,36 @@ func (p *Project) Read(rel string, limit int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	data, err := readOpened(fd, rel, limit)
+	if err != nil {
+		return nil, err
+	}
+	if !utf8.Valid(data) {
+		return nil, refuse(rel, ErrNotUTF8, nil)
+	}
+	return data, nil
+}
+
+// ReadAt reads name, a single path component, in the directory dirfd the way the
+// confined reader reads a project file: never through a symlink, opened non-blocking, a
+// regular file with exactly one link, at most limit bytes. It does not check UTF-8. rel
+// names the file in errors, which wrap the rule that refused (ErrSymlink, ErrNotRegular,
+// ErrHardLink, ErrTooLarge, ErrNotExist or ErrUnreadable) with its errcode. It serves
+// readers of protected project files (the policy loader) that walk their own directories.
+func ReadAt(dirfd int, name, rel string, limit int64) ([]byte, error) {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+		return nil, refuse(rel, ErrBadPath, nil)
+	}
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, openErr(rel, err)
+	}
+	return readOpened(fd, rel, limit)
+}
+
+// readOpened checks the opened descriptor fd — a regular file with one link, at most
+// limit bytes — and reads it; it closes fd.
+func readOpened(fd int, rel string, limit int64) ([]byte, error) {
 	f := os.NewFile(uintptr(fd), rel)
 	defer f.Close()
 	var st unix.Stat_t
@@ -226,9 +256,6 @@ func (p *Project) Read(rel string, limit int64) ([]byte, error) {
 	}
 	if int64(len(data)) > limit {
 		return nil, refuse(rel, ErrTooLarge, fmt.Errorf("more than %d bytes", limit))
-	}
-	if !utf8.Valid(data) {
-		return nil, refuse(rel, ErrNotUTF8, nil)
 	}
 	return data, nil
 }
