@@ -153,7 +153,7 @@ func (w *Writer) Append(r Record) error {
 	if st.Size() != w.size {
 		return w.fail(fmt.Errorf("file is %d bytes, the writer wrote %d: someone else wrote to it", st.Size(), w.size))
 	}
-	if err := checkLinked(st); err != nil {
+	if err := w.checkReachable(st); err != nil {
 		return w.fail(err)
 	}
 	n, err := w.f.Write(line)
@@ -170,14 +170,22 @@ func (w *Writer) Append(r Record) error {
 	return nil
 }
 
-// checkLinked refuses a journal file that is no longer exactly one name in the file
-// system: records written to a removed file could never be read by an auditor.
-func checkLinked(st fs.FileInfo) error {
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink != 1 {
-		if sys.Nlink == 0 {
-			return errors.New("the journal file was removed")
-		}
+// checkReachable refuses a journal file that is no longer exactly one name in the file
+// system, or no longer the file at the writer's path (its directory was removed, renamed
+// or replaced): records written there could not be found by an auditor given the path.
+func (w *Writer) checkReachable(st fs.FileInfo) error {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	switch {
+	case !ok:
+		return nil // an injected file in tests: no identity to compare
+	case sys.Nlink == 0:
+		return errors.New("the journal file was removed")
+	case sys.Nlink != 1:
 		return fmt.Errorf("the journal file has %d links, want 1", sys.Nlink)
+	}
+	at, err := os.Lstat(w.path)
+	if err != nil || !os.SameFile(st, at) {
+		return fmt.Errorf("%s is no longer this run's journal file (its directory was moved or replaced)", w.path)
 	}
 	return nil
 }
@@ -230,7 +238,7 @@ func (w *Writer) Sync() error {
 	if err != nil {
 		return w.fail(fmt.Errorf("stat: %w", err))
 	}
-	if err := checkLinked(st); err != nil {
+	if err := w.checkReachable(st); err != nil {
 		return w.fail(err)
 	}
 	return nil

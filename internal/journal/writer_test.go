@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -244,6 +245,7 @@ func TestFailStopUnlinked(t *testing.T) {
 	}{
 		{"removed", os.Remove},
 		{"hard-linked", func(path string) error { return os.Link(path, path+".copy") }},
+		{"directory renamed", func(path string) error { return os.Rename(filepath.Dir(path), filepath.Dir(path)+".moved") }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, root := newProject(t)
