@@ -121,9 +121,16 @@ func addTool[In, Out any](s *mcp.Server, t *mcp.Tool, h handler[In, Out]) {
 }
 
 // outputSchema is Out's schema with an "error" property beside its own: a result holds
-// either Out's required properties or "error".
+// either Out's required properties or "error". MCP requires an output schema whose
+// top-level type is exactly "object", so a pointer result type is described by the type
+// it points to (jsonschema would make it ["null","object"]); a handler never returns a
+// nil result without an error.
 func outputSchema[Out any](tool string) *jsonschema.Schema {
-	out, err := jsonschema.For[Out](nil)
+	rt := reflect.TypeFor[Out]()
+	if rt.Kind() == reflect.Pointer {
+		rt = rt.Elem()
+	}
+	out, err := jsonschema.ForType(rt, nil)
 	if err != nil {
 		panic(fmt.Sprintf("mcpserver: output schema of %s: %v", tool, err))
 	}
