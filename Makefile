@@ -4,8 +4,10 @@ BIN       ?= bin/symbi
 FUZZTIME  ?= 20s
 BENCHTIME ?= 1s
 PKGS      ?= ./...
+NPM       ?= npm
+CONFORMANCE := testdata/conformance
 
-.PHONY: all build test test-short bench fuzz lint demo stress loopback-model clean
+.PHONY: all build test test-short bench fuzz lint demo stress loopback-model clean conformance-deps
 
 all: lint test build
 
@@ -28,9 +30,18 @@ loopback-model:
 	$(GO) run ./cmd/loopback-model
 
 # The tests CI runs (.ci/run calls this target). Fuzz seed corpora run as ordinary tests.
-test:
+# With npm on PATH it first installs the client conformance suite's pinned packages;
+# without node the suite is skipped with a message (and fails when CI=true).
+test: $(if $(shell command -v $(NPM) 2>/dev/null),conformance-deps)
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 $(PKGS)
+
+# The pinned npm packages of the client conformance suite (the TypeScript MCP SDK and the
+# MCP Inspector), reinstalled only when the lock file changes.
+conformance-deps: $(CONFORMANCE)/node_modules/.package-lock.json
+
+$(CONFORMANCE)/node_modules/.package-lock.json: $(CONFORMANCE)/package.json $(CONFORMANCE)/package-lock.json
+	cd $(CONFORMANCE) && $(NPM) ci --no-audit --no-fund --loglevel=error
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)

@@ -1,0 +1,428 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"symbi/internal/journal"
+	"symbi/internal/loopback"
+)
+
+// The client conformance suite: the clients people use — the TypeScript MCP SDK (under
+// Claude Desktop, Claude Code, Cursor, VS Code and the MCP Inspector) and the MCP
+// Inspector CLI, pinned in testdata/conformance/package-lock.json — and the go-sdk client,
+// against the real symbi binary over real stdio. Each new tool or resource adds its checks
+// here (testdata/conformance/sdk-client.mjs and the Inspector table below).
+
+// conformanceDir holds the pinned npm packages and the TypeScript SDK driver.
+var conformanceDir = filepath.Join("..", "..", "testdata", "conformance")
+
+// conformanceVersions are the protocol versions the TypeScript SDK client initializes at.
+var conformanceVersions = []string{"2025-03-26", "2025-06-18", "2025-11-25"}
+
+// nodeClients returns the path of node, or skips the test when node or the pinned
+// packages are missing — and fails it under CI=true, where the suite must never be
+// silently skipped.
+func nodeClients(t *testing.T) string {
+	t.Helper()
+	const howto = "install Node.js 20 or newer, then run `npm ci --prefix testdata/conformance` " +
+		"(make test does it when npm is on PATH) and `go test ./cmd/symbi -run Conformance`"
+	missing := func(what string) {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the client conformance suite cannot run: %s (CI=true: it is never skipped); %s", what, howto)
+		}
+		t.Skipf("client conformance suite skipped: %s; to run it, %s", what, howto)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		missing("node is not on PATH")
+	}
+	for _, pkg := range []string{"sdk", "inspector"} {
+		if _, err := os.Stat(filepath.Join(conformanceDir, "node_modules", "@modelcontextprotocol", pkg, "package.json")); err != nil {
+			missing("the pinned npm package @modelcontextprotocol/" + pkg + " is not installed")
+		}
+	}
+	return node
+}
+
+// conformanceModel answers "hang" by holding the request until the client goes away,
+// "leak" with text the test policy forbids, and anything else with "loopback answer: "
+// and the prompt.
+func conformanceModel(t *testing.T) *loopback.Server {
+	return startModel(t, loopback.WithResponder(func(r loopback.Request) loopback.Reply {
+		switch r.Prompt {
+		case "hang":
+			return loopback.Reply{Fault: loopback.FaultHang}
+		case "leak":
+			return loopback.Reply{Text: "FORBIDDEN -----BEGIN PRIVATE KEY-----"}
+		}
+		return loopback.Reply{Text: "loopback answer: " + r.Prompt}
+	}))
+}
+
+type checkResult struct {
+	Check  string `json:"check"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+// TestConformanceTypeScriptSDK runs testdata/conformance/sdk-client.mjs at each protocol
+// version: initialize, tools/list under the SDK's own validation, every tool with good
+// and bad arguments (structuredContent validated by the SDK against each outputSchema),
+// resources, progress, and cancellation through an AbortSignal — whose journal must then
+// end with terminated, reason cancelled. Every journal the run leaves must verify.
+func TestConformanceTypeScriptSDK(t *testing.T) {
+	node := nodeClients(t)
+	schemapinDir, err := filepath.Abs(schemaVectorDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, version := range conformanceVersions {
+		t.Run(version, func(t *testing.T) {
+			t.Parallel()
+			dir := newE2EProject(t)
+			model := conformanceModel(t)
+			cfg, _ := json.Marshal(map[string]any{
+				"symbi": symbiBin, "project": dir, "protocolVersion": version, "schemapin": schemapinDir,
+				"env": map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
+					"OPENAI_BASE_URL": model.URL(), "CHAT_MODEL": "loopback-test"},
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, node, "sdk-client.mjs", string(cfg))
+			cmd.Dir = conformanceDir
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("sdk-client.mjs: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
+			}
+			ran := map[string]bool{}
+			sc := bufio.NewScanner(bytes.NewReader(out))
+			for sc.Scan() {
+				var c checkResult
+				if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+					t.Fatalf("sdk-client.mjs printed %q: %v", sc.Text(), err)
+				}
+				ran[c.Check] = true
+				t.Run(c.Check, func(t *testing.T) {
+					if !c.OK {
+						t.Error(c.Detail)
+					} else if c.Detail != "" {
+						t.Log(c.Detail)
+					}
+				})
+			}
+			for _, want := range []string{"initialize", "tools/list", "invoke_agent/ok", "list_agents/ok", "parse_dsl/ok",
+				"get_agent_dsl/ok", "get_agents_md/ok", "verify_schema/ok", "resources/list", "resources/read",
+				"progress", "cancel", "still serving"} {
+				if !ran[want] {
+					t.Errorf("check %q did not run", want)
+				}
+			}
+			bad := 0
+			for c := range ran {
+				if strings.Contains(c, "/bad ") {
+					bad++
+				}
+			}
+			if bad < 6 {
+				t.Errorf("%d bad-argument checks ran; every tool has at least one", bad)
+			}
+			checkConformanceJournals(t, dir)
+		})
+	}
+}
+
+// checkConformanceJournals waits for the cancelled run's journal to finish and requires
+// every journal of dir to verify complete; the "hang" run must end with terminated,
+// reason cancelled.
+func checkConformanceJournals(t *testing.T, dir string) {
+	t.Helper()
+	key, err := os.ReadFile(filepath.Join(dir, ".symbiont", "governed", "audit-signing.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := ed25519.NewKeyFromSeed(key).Public().(ed25519.PublicKey)
+	var hang string
+	for _, f := range journals(t, dir) {
+		if recs := records(t, f); len(recs) > 0 && recs[0]["data"].(map[string]any)["prompt"] == "hang" {
+			hang = f
+		}
+	}
+	if hang == "" {
+		t.Fatal("no journal of the cancelled run")
+	}
+	// The run is owned by the server: it finishes after the call was cancelled, and the
+	// server finishes it before exiting when the client closes. Wait for the record.
+	deadline := time.Now().Add(2 * time.Minute)
+	recs := records(t, hang)
+	for recs[len(recs)-1]["type"] != "terminated" && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		recs = records(t, hang)
+	}
+	if got := types(recs); strings.Join(got, ",") != "started,inference_requested,inference_finished,terminated" {
+		t.Fatalf("cancelled run's records %v", got)
+	}
+	if r := recs[3]["data"].(map[string]any)["reason"]; r != "cancelled" {
+		t.Errorf("cancelled run's terminated reason %v, want cancelled", r)
+	}
+	for _, f := range journals(t, dir) {
+		if rep := journal.Verify(f, pub, journal.VerifyOptions{}); rep.ExitCode() != 0 {
+			t.Errorf("%s does not verify complete: %+v", filepath.Base(f), rep)
+		}
+	}
+}
+
+// inspector runs the MCP Inspector in --cli mode against symbi mcp on dir and returns its
+// exit code, stdout and stderr.
+func inspector(t *testing.T, node, dir string, model *loopback.Server, args ...string) (int, []byte, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	argv := []string{filepath.Join("node_modules", "@modelcontextprotocol", "inspector", "cli", "build", "cli.js"), "--cli",
+		"-e", "OPENAI_BASE_URL=" + model.URL(), "-e", "CHAT_MODEL=loopback-test",
+		symbiBin, "mcp", "--project", dir}
+	cmd := exec.CommandContext(ctx, node, append(argv, args...)...)
+	cmd.Dir = conformanceDir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("inspector: %v", err)
+		}
+		code = ee.ExitCode()
+	}
+	return code, out, stderr.String()
+}
+
+// TestConformanceInspectorCLI drives symbi with the MCP Inspector's CLI mode, as a person
+// trying a server would: list and call tools (good and bad arguments), list and read
+// resources.
+func TestConformanceInspectorCLI(t *testing.T) {
+	node := nodeClients(t)
+	dir := newE2EProject(t)
+	model := conformanceModel(t)
+	pem, err := os.ReadFile(filepath.Join(schemaVectorDir, "signer.pub.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema, err := os.ReadFile(filepath.Join(schemaVectorDir, "schema.signed.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The Inspector parses a --tool-arg value as JSON when it can, so a string that is
+	// JSON text is given as a JSON string literal.
+	schemaArg, _ := json.Marshal(string(schema))
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		check func(r inspectorResult) error
+	}{
+		{"tools/list", []string{"--method", "tools/list"}, func(r inspectorResult) error {
+			var names []string
+			for _, tool := range r.Tools {
+				names = append(names, tool.Name)
+			}
+			sort.Strings(names)
+			if got := strings.Join(names, ","); got != "get_agent_dsl,get_agents_md,invoke_agent,list_agents,parse_dsl,verify_schema" {
+				return fmt.Errorf("tools %s", got)
+			}
+			return nil
+		}},
+		{"invoke_agent", []string{"--method", "tools/call", "--tool-name", "invoke_agent", "--tool-arg", "agent=helper", "prompt=hello"}, func(r inspectorResult) error {
+			if r.IsError || len(r.Content) != 1 || r.Content[0].Text != "loopback answer: hello" {
+				return fmt.Errorf("result %+v", r)
+			}
+			if a, _ := r.StructuredContent["audit"].(map[string]any); a == nil || a["records"] != 5.0 {
+				return fmt.Errorf("audit %v", r.StructuredContent["audit"])
+			}
+			return nil
+		}},
+		{"invoke_agent denied", []string{"--method", "tools/call", "--tool-name", "invoke_agent", "--tool-arg", "agent=helper", "prompt=leak"}, toolError("policy_denied")},
+		{"invoke_agent unknown", []string{"--method", "tools/call", "--tool-name", "invoke_agent", "--tool-arg", "agent=nobody", "prompt=x"}, toolError("unknown_agent")},
+		{"invoke_agent non-string prompt", []string{"--method", "tools/call", "--tool-name", "invoke_agent", "--tool-arg", "agent=helper", "prompt=42"}, toolError("invalid_request")},
+		{"list_agents", []string{"--method", "tools/call", "--tool-name", "list_agents"}, func(r inspectorResult) error {
+			if agents, _ := r.StructuredContent["agents"].([]any); r.IsError || len(agents) == 0 {
+				return fmt.Errorf("result %+v", r)
+			}
+			return nil
+		}},
+		{"list_agents unknown argument", []string{"--method", "tools/call", "--tool-name", "list_agents", "--tool-arg", "x=1"}, toolError("invalid_request")},
+		{"parse_dsl", []string{"--method", "tools/call", "--tool-name", "parse_dsl", "--tool-arg", "file=agents/helper.symbi"}, func(r inspectorResult) error {
+			if r.IsError || r.StructuredContent["valid"] != true {
+				return fmt.Errorf("result %+v", r)
+			}
+			return nil
+		}},
+		{"parse_dsl no argument", []string{"--method", "tools/call", "--tool-name", "parse_dsl"}, toolError("invalid_request")},
+		{"get_agent_dsl", []string{"--method", "tools/call", "--tool-name", "get_agent_dsl", "--tool-arg", "agent=helper"}, func(r inspectorResult) error {
+			if r.IsError || r.StructuredContent["file"] != "agents/helper.symbi" {
+				return fmt.Errorf("result %+v", r)
+			}
+			return nil
+		}},
+		{"get_agent_dsl unknown", []string{"--method", "tools/call", "--tool-name", "get_agent_dsl", "--tool-arg", "agent=nobody"}, toolError("unknown_agent")},
+		{"get_agents_md", []string{"--method", "tools/call", "--tool-name", "get_agents_md"}, func(r inspectorResult) error {
+			if r.IsError || len(r.Content) != 1 || !strings.HasPrefix(r.Content[0].Text, "# Test project") {
+				return fmt.Errorf("result %+v", r)
+			}
+			return nil
+		}},
+		{"verify_schema", []string{"--method", "tools/call", "--tool-name", "verify_schema", "--tool-arg", "schema=" + string(schemaArg), "public_key_pem=" + string(pem)}, func(r inspectorResult) error {
+			if r.IsError || r.StructuredContent["verified"] != true {
+				return fmt.Errorf("result %+v", r)
+			}
+			return nil
+		}},
+		{"verify_schema no key", []string{"--method", "tools/call", "--tool-name", "verify_schema", "--tool-arg", "schema=" + string(schemaArg)}, toolError("invalid_request")},
+		{"resources/list", []string{"--method", "resources/list"}, func(r inspectorResult) error {
+			if len(r.Resources) != 1 || r.Resources[0].URI != "file:///AGENTS.md" {
+				return fmt.Errorf("resources %+v", r.Resources)
+			}
+			return nil
+		}},
+		{"resources/read", []string{"--method", "resources/read", "--uri", "file:///AGENTS.md"}, func(r inspectorResult) error {
+			if len(r.Contents) != 1 || r.Contents[0].MIMEType != "text/markdown" || !strings.HasPrefix(r.Contents[0].Text, "# Test project") {
+				return fmt.Errorf("contents %+v", r.Contents)
+			}
+			return nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, stderr := inspector(t, node, dir, model, tc.args...)
+			if code != 0 {
+				t.Fatalf("inspector exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+			}
+			var r inspectorResult
+			if err := json.Unmarshal(out, &r); err != nil {
+				t.Fatalf("inspector printed %q: %v", out, err)
+			}
+			if err := tc.check(r); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Run("resources/read unknown", func(t *testing.T) {
+		code, out, stderr := inspector(t, node, dir, model, "--method", "resources/read", "--uri", "file:///etc/passwd")
+		if code == 0 || !strings.Contains(stderr, "not found") {
+			t.Errorf("reading an unknown resource: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+		}
+	})
+}
+
+// toolError checks that the Inspector printed a tool error (isError, never a protocol
+// error) whose text and structured error carry code.
+func toolError(code string) func(r inspectorResult) error {
+	return func(r inspectorResult) error {
+		if !r.IsError || len(r.Content) != 1 || !strings.HasPrefix(r.Content[0].Text, code+": ") {
+			return fmt.Errorf("want a %s tool error, got %+v", code, r)
+		}
+		if e, _ := r.StructuredContent["error"].(map[string]any); e == nil || e["code"] != code {
+			return fmt.Errorf("structuredContent.error %v, want code %s", r.StructuredContent["error"], code)
+		}
+		return nil
+	}
+}
+
+// inspectorResult is what the Inspector CLI prints: a method's result as JSON.
+type inspectorResult struct {
+	Content []struct {
+		Type, Text string
+	} `json:"content"`
+	StructuredContent map[string]any `json:"structuredContent"`
+	IsError           bool           `json:"isError"`
+	Tools             []struct {
+		Name string `json:"name"`
+	} `json:"tools"`
+	Resources []struct {
+		URI string `json:"uri"`
+	} `json:"resources"`
+	Contents []struct {
+		URI, MIMEType, Text string
+	} `json:"contents"`
+}
+
+// TestConformanceGoSDK is the go-sdk client at its default protocol version (2026-07-28,
+// negotiated with server/discover): every tool's structuredContent — of good calls and of
+// tool errors — validates against the tool's advertised outputSchema, which the go-sdk
+// client itself does not check.
+func TestConformanceGoSDK(t *testing.T) {
+	dir := newE2EProject(t)
+	model := conformanceModel(t)
+	s := startSymbi(t, dir, modelEnv(model), nil)
+	if v := s.session.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+		t.Errorf("negotiated protocol version %s, want 2026-07-28", v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	list, err := s.session.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schemas := map[string]*jsonschema.Resolved{}
+	for _, tool := range list.Tools {
+		raw, _ := json.Marshal(tool.OutputSchema)
+		var sch jsonschema.Schema
+		if err := json.Unmarshal(raw, &sch); err != nil {
+			t.Fatalf("%s: outputSchema: %v", tool.Name, err)
+		}
+		if schemas[tool.Name], err = sch.Resolve(nil); err != nil {
+			t.Fatalf("%s: outputSchema does not resolve: %v", tool.Name, err)
+		}
+	}
+	pem, _ := os.ReadFile(filepath.Join(schemaVectorDir, "signer.pub.pem"))
+	schema, _ := os.ReadFile(filepath.Join(schemaVectorDir, "schema.signed.json"))
+	for _, tc := range []struct {
+		tool    string
+		args    map[string]any
+		isError bool
+	}{
+		{"invoke_agent", map[string]any{"agent": "helper", "prompt": "hello"}, false},
+		{"invoke_agent", map[string]any{"agent": "helper", "prompt": "leak"}, true},
+		{"invoke_agent", map[string]any{"agent": "nobody", "prompt": "x"}, true},
+		{"list_agents", map[string]any{}, false},
+		{"list_agents", map[string]any{"x": 1}, true},
+		{"parse_dsl", map[string]any{"content": "agent a {}"}, false},
+		{"parse_dsl", map[string]any{"content": "agent a {"}, false},
+		{"parse_dsl", map[string]any{}, true},
+		{"get_agent_dsl", map[string]any{"agent": "helper"}, false},
+		{"get_agent_dsl", map[string]any{"agent": "nobody"}, true},
+		{"get_agents_md", map[string]any{}, false},
+		{"verify_schema", map[string]any{"schema": string(schema), "public_key_pem": string(pem)}, false},
+		{"verify_schema", map[string]any{"schema": string(schema)}, true},
+	} {
+		res, err := s.session.CallTool(ctx, &mcp.CallToolParams{Name: tc.tool, Arguments: tc.args})
+		if err != nil {
+			t.Fatalf("%s %v: %v", tc.tool, tc.args, err)
+		}
+		if res.IsError != tc.isError {
+			t.Errorf("%s %v: isError %v, want %v: %s", tc.tool, tc.args, res.IsError, tc.isError, text(res))
+		}
+		raw, _ := json.Marshal(res.StructuredContent)
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			t.Fatal(err)
+		}
+		if err := schemas[tc.tool].Validate(v); err != nil {
+			t.Errorf("%s %v: structuredContent does not match the outputSchema: %v\n%s", tc.tool, tc.args, err, raw)
+		}
+	}
+}
