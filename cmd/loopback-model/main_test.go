@@ -34,7 +34,7 @@ func TestServe(t *testing.T) {
 		{"hello", "Hi there."},
 		{"other", "fallback"},
 	}
-	c := &http.Client{Timeout: 30 * time.Second}
+	c := &http.Client{Timeout: 5 * time.Minute} // only a hang reaches it
 	for _, tt := range tests {
 		body := `{"model":"demo","messages":[{"role":"user","content":"` + tt.prompt + `"}]}`
 		resp, err := c.Post(base+"/chat/completions", "application/json", strings.NewReader(body))

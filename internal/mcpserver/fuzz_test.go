@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"symbi/internal/mcpserver"
 )
@@ -68,7 +67,7 @@ func FuzzStdioTransport(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 		defer cancel()
 		var passed int
 		for {

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -123,7 +122,7 @@ func checkAudit(t *testing.T, dir string, a *invoke.Audit) {
 // TestAgentsMDResource checks the resource: listed and readable when AGENTS.md is, not
 // listed when it is missing, and an unknown URI is the SDK's resource-not-found error.
 func TestAgentsMDResource(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	t.Run("present", func(t *testing.T) {
 		cs := serve(t, testProject(t, nil), serveOpts{})

@@ -23,7 +23,7 @@ var update = flag.Bool("update", false, "rewrite testdata/tools.golden.json")
 // output schemas, annotations — with testdata/tools.golden.json.
 func TestToolSchemas(t *testing.T) {
 	cs := serve(t, testProject(t, nil), serveOpts{})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	res, err := cs.ListTools(ctx, nil)
 	if err != nil {

@@ -64,7 +64,7 @@ func startWire(t *testing.T, dir string) *wire {
 		inW.Close()
 		select {
 		case <-w.done:
-		case <-time.After(10 * time.Second):
+		case <-time.After(hangGuard):
 			t.Error("server did not stop after its input closed")
 		}
 		for range w.lines {
@@ -108,8 +108,8 @@ func (w *wire) next(t *testing.T) response {
 			t.Fatalf("stdout carries a line that is not one JSON-RPC 2.0 message: %.200q (%v)", line, err)
 		}
 		return r
-	case <-time.After(20 * time.Second):
-		t.Fatal("no answer within 20 s")
+	case <-time.After(hangGuard):
+		t.Fatalf("no answer within %v", hangGuard)
 	}
 	panic("unreachable")
 }
