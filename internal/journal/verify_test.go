@@ -7,7 +7,9 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -37,16 +39,24 @@ func TestMangleEveryByte(t *testing.T) {
 		if r := verifyBytes(orig, pub, VerifyOptions{}); r.ExitCode() != 0 {
 			t.Fatalf("%s: original not complete: %s", name, reportJSON(r))
 		}
-		buf := bytes.Clone(orig)
-		for i := range buf {
-			for _, m := range masks {
-				buf[i] ^= m
-				if r := verifyBytes(buf, pub, VerifyOptions{}); r.ExitCode() == 0 {
-					t.Errorf("%s: byte %d ^ %#x still valid and complete", name, i, m)
+		// Every byte, split among the cores: each worker mangles its own copy.
+		workers := runtime.GOMAXPROCS(0)
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				buf := bytes.Clone(orig)
+				for i := w; i < len(buf); i += workers {
+					for _, m := range masks {
+						buf[i] ^= m
+						if r := verifyBytes(buf, pub, VerifyOptions{}); r.ExitCode() == 0 {
+							t.Errorf("%s: byte %d ^ %#x still valid and complete", name, i, m)
+						}
+						buf[i] ^= m
+					}
 				}
-				buf[i] ^= m
-			}
+			})
 		}
+		wg.Wait()
 	}
 }
 
