@@ -18,7 +18,7 @@ import (
 // errcode.LimitExceeded, ErrNotExist errcode.NotFound, all others
 // errcode.ProtectedPath.
 var (
-	ErrBadPath    = errors.New(`refused by rule "well-formed path": empty path, empty component or NUL byte`)
+	ErrBadPath    = errors.New(`refused by rule "well-formed path": empty path, empty component, no name but "." or a NUL byte`)
 	ErrAbsolute   = errors.New(`refused by rule "relative paths only": the path is absolute`)
 	ErrParent     = errors.New(`refused by rule "no parent references": the path contains ".."`)
 	ErrHidden     = errors.New(`refused by rule "no hidden components": a component starts with "."`)
@@ -56,19 +56,28 @@ func checkPath(rel string) ([]string, error) {
 	if rel[0] == '/' {
 		return nil, refuse(rel, ErrAbsolute, nil)
 	}
-	parts := strings.Split(rel, "/")
-	for _, c := range parts {
+	all := strings.Split(rel, "/")
+	for _, c := range all {
 		if c == ".." {
 			return nil, refuse(rel, ErrParent, nil)
 		}
 	}
-	for _, c := range parts {
-		if c == "" {
+	// A lone "." is the current directory, not a hidden name: it is dropped lexically,
+	// so "./agents/a.symbi" reads agents/a.symbi.
+	parts := make([]string, 0, len(all))
+	for _, c := range all {
+		switch {
+		case c == "":
 			return nil, refuse(rel, ErrBadPath, nil)
-		}
-		if c[0] == '.' {
+		case c == ".":
+			continue
+		case c[0] == '.':
 			return nil, refuse(rel, ErrHidden, nil)
 		}
+		parts = append(parts, c)
+	}
+	if len(parts) == 0 {
+		return nil, refuse(rel, ErrBadPath, nil)
 	}
 	if parts[0] == "policies" {
 		return nil, refuse(rel, ErrPolicies, nil)

@@ -114,8 +114,13 @@ func TestReadRefusals(t *testing.T) {
 		{"agents/..", ErrParent, errcode.ProtectedPath},
 		{".symbiont/governed/key", ErrHidden, errcode.ProtectedPath},
 		{"agents/.x.symbi", ErrHidden, errcode.ProtectedPath},
-		{"./agents/a.symbi", ErrHidden, errcode.ProtectedPath},
-		{"agents/./a.symbi", ErrHidden, errcode.ProtectedPath},
+		{"agents/.", ErrNotRegular, errcode.ProtectedPath},
+		{".", ErrBadPath, errcode.ProtectedPath},
+		{"./.", ErrBadPath, errcode.ProtectedPath},
+		{"./..", ErrParent, errcode.ProtectedPath},
+		{"./.symbiont/governed/key", ErrHidden, errcode.ProtectedPath},
+		{"./policies/p.cedar", ErrPolicies, errcode.ProtectedPath},
+		{"./linkfile", ErrSymlink, errcode.ProtectedPath},
 		{"policies/p.cedar", ErrPolicies, errcode.ProtectedPath},
 		{"policies", ErrPolicies, errcode.ProtectedPath},
 		{"linkfile", ErrSymlink, errcode.ProtectedPath},
@@ -176,6 +181,9 @@ func TestReadAccepted(t *testing.T) {
 		{"agents/a.symbi", []byte("agent a {}\n")},
 		{"exact.txt", bytes.Repeat([]byte("é"), testLimit/2)}, // exactly the limit
 		{"docs/policies", []byte("not protected: only the first component is\n")},
+		{"./agents/a.symbi", []byte("agent a {}\n")}, // a lone "." is the current directory
+		{"agents/./a.symbi", []byte("agent a {}\n")},
+		{"././agents/a.symbi", []byte("agent a {}\n")},
 	}
 	readModes(t, func(t *testing.T, walk bool) {
 		p := openProject(t, root, walk)

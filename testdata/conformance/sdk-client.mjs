@@ -159,7 +159,7 @@ async function main() {
     const bad = await call(client, "parse_dsl", { content: "agent a {" });
     expectOK(bad);
     assert(bad.structuredContent.valid === false && bad.structuredContent.errors.length > 0, "a syntax error is not a result");
-    const file = await call(client, "parse_dsl", { file: "agents/helper.symbi" });
+    const file = await call(client, "parse_dsl", { file: "./agents/helper.symbi" }); // "./" is the current directory
     expectOK(file);
     assert(file.structuredContent.valid === true, `file: valid ${file.structuredContent.valid}`);
   });
