@@ -160,6 +160,12 @@ func TestTransportScreening(t *testing.T) {
 		{"method not a string, string id", `{"jsonrpc":"2.0","id":"abc","method":5}`, `"abc"`, -32600, "invalid request"},
 		{"no version tag, number id", `{"id":3,"method":"tools/list"}`, "3", -32600, "invalid request"},
 		{"over the limit", overLimit, "null", -32600, "exceeds 16777216 bytes"},
+		{"repeated tool name", `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"list_agents","name":"invoke_agent","arguments":{"agent":"helper","prompt":"x"}}}`,
+			"7", -32600, `member "name" appears twice in the object at $.params`},
+		{"repeated id", `{"jsonrpc":"2.0","id":8,"id":9,"method":"tools/list"}`, "null", -32600, `member "id" appears twice in the object at $`},
+		{"repeated method", `{"jsonrpc":"2.0","id":10,"method":"tools/list","method":"tools/call"}`, "10", -32600, `member "method" appears twice`},
+		{"repeated argument deep inside", `{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"verify_schema","arguments":{"schema":"{}"},"_meta":{"a":[{"k":1,"k":2}]}}}`,
+			"11", -32600, `member "k" appears twice in the object at $.params._meta.a[0]`},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,4 @@
+package mcpserver
+
+// DuplicateMember exposes duplicateMember to the external tests.
+var DuplicateMember = duplicateMember
