@@ -152,6 +152,11 @@ func (p *Project) UpdateAgentsMD(entries []Entry) (created bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	if !utf8.Valid(out) {
+		// Unreachable while entries are printable (the registry escapes file names); a
+		// file the confined reader would then refuse is never written.
+		return false, errcode.Errorf(errcode.Internal, "AGENTS.md would not be valid UTF-8; not written")
+	}
 	if len(out) > AgentsMDLimit {
 		return false, errcode.Errorf(errcode.LimitExceeded, "AGENTS.md would be %d bytes, limit %d", len(out), AgentsMDLimit)
 	}

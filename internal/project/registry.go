@@ -9,9 +9,12 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -72,9 +75,17 @@ func (p *Project) LoadRegistry(log *slog.Logger) (*Registry, error) {
 		src       []byte
 	}
 	var files []file
+	var refused []*Agent
 	var retained int64
 	for i, name := range names {
 		rel := agentsDir + "/" + name
+		if !printableName(name) {
+			// Never read, never invocable, and named only in escaped form, so that no
+			// listing, AGENTS.md or terminal receives the raw bytes.
+			refused = append(refused, unprintableAgent(name))
+			log.Warn("registry: refusing agent file", "file", refused[len(refused)-1].Entry.File, "reason", refused[len(refused)-1].Entry.Reason)
+			continue
+		}
 		src, err := p.Read(rel, AgentFileLimit)
 		if err != nil {
 			log.Warn("registry: skipping agent file", "file", rel, "err", errcode.Text(err))
@@ -103,6 +114,7 @@ func (p *Project) LoadRegistry(log *slog.Logger) (*Registry, error) {
 		}()
 	}
 	wg.Wait()
+	r.agents = append(r.agents, refused...)
 	r.markAmbiguous()
 	sort.SliceStable(r.agents, func(i, j int) bool {
 		a, b := r.agents[i].Entry, r.agents[j].Entry
@@ -148,6 +160,24 @@ func (p *Project) agentFileNames(log *slog.Logger) ([]string, error) {
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// printableName reports whether a directory entry's name is valid UTF-8 without control
+// characters: the only names the registry registers.
+func printableName(name string) bool {
+	return utf8.ValidString(name) && !strings.ContainsFunc(name, unicode.IsControl)
+}
+
+// unprintableAgent is the refused registration of a file whose name is not printable
+// UTF-8: its name and file are shown escaped (Go string-literal escapes, as in
+// "bad\xff"), its source is not read.
+func unprintableAgent(name string) *Agent {
+	esc := strings.Trim(strconv.Quote(name), `"`)
+	e := Entry{
+		Name: stem(esc), File: agentsDir + "/" + esc, Agents: []string{}, Capabilities: []string{},
+		Reason: `refused by rule "printable file name": the file name is not valid UTF-8 or holds control characters (shown escaped); rename the file`,
+	}
+	return &Agent{Entry: e}
 }
 
 // stem returns name without its .symbi or .dsl extension.
@@ -229,6 +259,10 @@ func (r *Registry) Resolve(stem string) (*Agent, error) {
 		return nil, errcode.Errorf(errcode.UnknownAgent, "%s", ambiguity(stem, files))
 	}
 	a := found[0]
+	if a.Admission == nil {
+		// Never read (its file name is not printable): nothing to show or invoke.
+		return nil, errcode.Errorf(errcode.RefusedDefinition, "%s: %s", a.Entry.File, a.Entry.Reason)
+	}
 	if !a.Entry.Invocable {
 		// The agent comes back with the refusal so authoring tools can still show it.
 		return a, errcode.Errorf(errcode.RefusedDefinition, "%s: %s", a.Entry.File, a.Entry.Reason)

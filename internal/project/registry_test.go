@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"symbi/internal/errcode"
 )
@@ -218,4 +220,53 @@ func TestRegistryAgentsDir(t *testing.T) {
 			t.Fatalf("symlinked agents/: error %v, want ErrSymlink", err)
 		}
 	})
+}
+
+// TestRegistryUnprintableNames: a file name that is not valid UTF-8, or holds a control
+// character, is refused at registry time with its own reason, shown escaped, never read
+// and never resolvable; AGENTS.md generated from the registry stays valid UTF-8.
+func TestRegistryUnprintableNames(t *testing.T) {
+	root := t.TempDir()
+	for _, name := range []string{"ok.symbi", "bad\xff.symbi", "tab\tname.symbi", "esc\x1b[31m.dsl"} {
+		writeFile(t, root, "agents/"+name, []byte("agent a {}\n"))
+	}
+	r, logs := loadRegistry(t, root)
+	got := map[string]Entry{}
+	for _, e := range r.Entries() {
+		if !utf8.ValidString(e.Name) || !utf8.ValidString(e.File) || strings.ContainsFunc(e.Name+e.File, unicode.IsControl) {
+			t.Errorf("entry %q (%q) carries unprintable bytes", e.Name, e.File)
+		}
+		got[e.Name] = e
+	}
+	for _, esc := range []string{`bad\xff`, `tab\tname`, `esc\x1b[31m`} {
+		e, ok := got[esc]
+		if !ok {
+			t.Errorf("no entry %q; entries %v", esc, names(r.Entries()))
+			continue
+		}
+		if e.Invocable || !strings.Contains(e.Reason, `rule "printable file name"`) {
+			t.Errorf("%s: invocable %v, reason %q", esc, e.Invocable, e.Reason)
+		}
+		a, err := r.Resolve(esc)
+		if a != nil || !errors.Is(err, errcode.RefusedDefinition) {
+			t.Errorf("Resolve(%q) = %v, %v; want no agent and refused_definition", esc, a, err)
+		}
+	}
+	if e := got["ok"]; !e.Invocable {
+		t.Errorf("ok.symbi is not invocable: %q", e.Reason)
+	}
+	if !strings.Contains(logs, "printable file name") {
+		t.Errorf("no warning logged: %s", logs)
+	}
+	md, err := GenerateAgentsMD(nil, r.Entries())
+	if err != nil || !utf8.Valid(md) || bytes.ContainsFunc(md, func(r rune) bool { return r != '\n' && unicode.IsControl(r) }) {
+		t.Errorf("generated AGENTS.md is not printable UTF-8 (%v):\n%q", err, md)
+	}
+	p := openProject(t, root, false)
+	if _, err := p.UpdateAgentsMD(r.Entries()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.AgentsMD(); err != nil {
+		t.Errorf("AGENTS.md written from the registry cannot be read back: %v", err)
+	}
 }
