@@ -158,6 +158,19 @@ func TestPolicyEval(t *testing.T) {
 		}
 	}
 	repo := func(*testing.T) string { return "../.." }
+	// misplaced moves the repository's secrets.cedar (the no-private-keys forbid) to to.
+	misplaced := func(to string) func(t *testing.T) string {
+		return func(t *testing.T) string {
+			dir := withAgent(nil)(t)
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, to)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(filepath.Join(dir, "policies/secrets.cedar"), filepath.Join(dir, to)); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}
+	}
 	key := "here it is:\n-----BEGIN PRIVATE KEY-----\nMIIEvQ\n"
 	tests := []struct {
 		name     string
@@ -179,6 +192,10 @@ func TestPolicyEval(t *testing.T) {
 			args: []string{"--agent", "alias", "--response", "hi"}, decision: "deny", mode: "cedar", policies: []string{"owner"}, errors: 1},
 		{name: "broken copy denies everything", project: withAgent(map[string]string{"policies/broken.cedar": "permit ("}),
 			args: []string{"--agent", "alias", "--response", "hi"}, decision: "deny", mode: "deny_all", stderr: "policies/broken.cedar:1:9"},
+		{name: "forbid moved into a subdirectory denies everything", project: misplaced("policies/secrets/secrets.cedar"),
+			args: []string{"--agent", "alias", "--response", key}, decision: "deny", mode: "deny_all", stderr: "policies/secrets: is a directory the loader does not read"},
+		{name: "forbid renamed in upper case denies everything", project: misplaced("policies/secrets.CEDAR"),
+			args: []string{"--agent", "alias", "--response", key}, decision: "deny", mode: "deny_all", stderr: "policies/secrets.CEDAR: looks like a policy file but is not loaded"},
 		{name: "unknown agent", project: repo, args: []string{"--agent", "nobody", "--response", "hi"}, code: 1, stderr: "unknown_agent"},
 		{name: "refused definition", project: repo, args: []string{"--agent", "shell_helper", "--response", "hi"}, code: 1, stderr: "refused_definition"},
 		{name: "missing response file", project: repo, args: []string{"--agent", "reviewer", "--response-file", "/nonexistent/answer.txt"}, code: 1, stderr: "not_found"},

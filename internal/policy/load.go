@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"regexp"
 	"slices"
@@ -152,16 +153,32 @@ func (l *loader) list(dir *os.File, rel string) (names []string, hasSurface, ok 
 		l.fail(rel, "limit exceeded: more than %d directory entries", MaxDirEntries)
 		return nil, false, false
 	}
+	slices.SortFunc(entries, func(a, b os.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	for _, e := range entries {
+		name := e.Name()
 		switch {
-		case strings.HasSuffix(e.Name(), ".cedar"):
-			names = append(names, e.Name())
-		case e.Name() == surfaceEntry:
+		case strings.HasSuffix(name, ".cedar"):
+			names = append(names, name)
+		case rel == Dir && name == surfaceEntry:
 			hasSurface = true
+		case strings.HasSuffix(strings.ToLower(name), ".cedar"):
+			// An operator who renamed or moved a forbid by mistake must not open the gate:
+			// what looks like a policy but would not be loaded stops the set.
+			l.fail(rel+"/"+name, "looks like a policy file but is not loaded: only names ending in \".cedar\" (lower case) are read; rename it, or move it out of %s", Dir)
+		case e.Type()&(fs.ModeDir|fs.ModeSymlink) != 0:
+			l.fail(rel+"/"+name, "is a %s the loader does not read: policies are read only from %s/*.cedar and %s/*.cedar; move its policies there, or it out of %s",
+				entryKind(e.Type()), Dir, SurfaceDir, Dir)
 		}
 	}
 	slices.Sort(names)
 	return names, hasSurface, true
+}
+
+func entryKind(t fs.FileMode) string {
+	if t&fs.ModeSymlink != 0 {
+		return "symbolic link"
+	}
+	return "directory"
 }
 
 // readFiles reads and parses each named file of dir, in order.

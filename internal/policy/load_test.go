@@ -105,6 +105,26 @@ func TestLoadModes(t *testing.T) {
 			must(t, os.Symlink("nowhere", filepath.Join(d, "policies/mcp-server")))
 		}, mode: ModeDenyAll, problem: "policies/mcp-server: is a symbolic link"},
 		{name: "mcp-server is a file", files: map[string]string{"policies/a.cedar": permitAll, "policies/mcp-server": forbidKeys}, mode: ModeDenyAll, problem: "policies/mcp-server: is not a directory"},
+		// Entries that look like policies but would not be loaded stop the set: a forbid
+		// moved or renamed by mistake must not open the gate.
+		{name: "policy moved into a subdirectory", files: map[string]string{"policies/respond.cedar": permitAll, "policies/secrets/secrets.cedar": forbidKeys},
+			mode: ModeDenyAll, problem: "policies/secrets: is a directory the loader does not read"},
+		{name: "policy renamed in upper case", files: map[string]string{"policies/respond.cedar": permitAll, "policies/secrets.CEDAR": forbidKeys},
+			mode: ModeDenyAll, problem: `policies/secrets.CEDAR: looks like a policy file but is not loaded: only names ending in ".cedar" (lower case)`},
+		{name: "policy renamed in mixed case", files: map[string]string{"policies/respond.cedar": permitAll, "policies/secrets.Cedar": forbidKeys},
+			mode: ModeDenyAll, problem: "policies/secrets.Cedar: looks like a policy file"},
+		{name: "surface policy in mixed case", files: map[string]string{"policies/respond.cedar": permitAll, "policies/mcp-server/size.CeDaR": forbidKeys},
+			mode: ModeDenyAll, problem: "policies/mcp-server/size.CeDaR: looks like a policy file"},
+		{name: "subdirectory of mcp-server", files: map[string]string{"policies/respond.cedar": permitAll, "policies/mcp-server/more/x.cedar": forbidKeys},
+			mode: ModeDenyAll, problem: "policies/mcp-server/more: is a directory the loader does not read"},
+		{name: "surface directory in another case", files: map[string]string{"policies/respond.cedar": permitAll, "policies/MCP-Server/x.cedar": forbidKeys},
+			mode: ModeDenyAll, problem: "policies/MCP-Server: is a directory the loader does not read"},
+		{name: "empty subdirectory", files: map[string]string{"policies/respond.cedar": permitAll}, setup: func(t testing.TB, d string) {
+			must(t, os.Mkdir(filepath.Join(d, "policies/old"), 0o755))
+		}, mode: ModeDenyAll, problem: "policies/old: is a directory the loader does not read"},
+		{name: "symlink to a directory", files: map[string]string{"policies/respond.cedar": permitAll, "elsewhere/x.cedar": forbidKeys}, setup: func(t testing.TB, d string) {
+			must(t, os.Symlink("../elsewhere", filepath.Join(d, "policies/more")))
+		}, mode: ModeDenyAll, problem: "policies/more: is a symbolic link the loader does not read"},
 		{name: "file over the size limit", files: map[string]string{"policies/a.cedar": permitAll + strings.Repeat("/", MaxFileBytes)}, mode: ModeDenyAll, problem: "limit exceeded: larger than 1048576 bytes"},
 		{name: "too many directory entries", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t testing.TB, d string) {
 			for i := range MaxDirEntries {
@@ -186,7 +206,6 @@ func TestLoadOrderAndIDs(t *testing.T) {
 		"policies/b.cedar":            "@id(\"b-rule\") permit (principal, action, resource);\n" + unnamedRule,
 		"policies/a.cedar":            unnamedRule,
 		"policies/mcp-server/0.cedar": forbidKeys,
-		"policies/z/ignored.cedar":    permitAll, // other subdirectories are not read
 	}, nil)
 	s := loadDir(t, dir)
 	if s.Mode != ModeCedar {
