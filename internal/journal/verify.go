@@ -18,6 +18,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"symbi/internal/strictjson"
 )
 
 // VerifyOptions are the caller's expectations. Zero values expect nothing.
@@ -223,7 +225,7 @@ func checkLine(line []byte, pub ed25519.PublicKey, msg *[]byte) (*entry, error) 
 	if p[0] != '{' || !utf8.Valid(p) || !json.Valid(p) {
 		return nil, errors.New("payload is not a UTF-8 JSON object")
 	}
-	if err := checkStrict(p); err != nil {
+	if err := strictjson.Check(p, strictjson.Options{IntegersOnly: true, Single: true}); err != nil {
 		return nil, fmt.Errorf("payload: %w", err)
 	}
 	var m map[string]json.RawMessage
@@ -316,74 +318,6 @@ func checkEnvelope(r *Report, n, seq int, e *entry, prev string, opts VerifyOpti
 	}
 	if opts.RunID != "" && e.runID != opts.RunID {
 		r.problem(n, "run_id %q is not the expected %q", e.runID, opts.RunID)
-	}
-}
-
-// checkStrict rejects floating-point numbers, duplicate member names, and anything after
-// the first JSON value. p must already be valid JSON.
-func checkStrict(p []byte) error {
-	type frame struct {
-		obj     bool
-		wantKey bool
-		keys    map[string]struct{}
-	}
-	dec := json.NewDecoder(bytes.NewReader(p))
-	dec.UseNumber()
-	var stack []*frame
-	done := false
-	valueDone := func() {
-		if len(stack) == 0 {
-			done = true
-		} else if top := stack[len(stack)-1]; top.obj {
-			top.wantKey = true
-		}
-	}
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if done {
-			return errors.New("data after the JSON object")
-		}
-		if len(stack) > 0 {
-			if top := stack[len(stack)-1]; top.obj && top.wantKey {
-				if d, ok := tok.(json.Delim); ok && d == '}' {
-					stack = stack[:len(stack)-1]
-					valueDone()
-					continue
-				}
-				k, _ := tok.(string)
-				if _, dup := top.keys[k]; dup {
-					return fmt.Errorf("duplicate member %q", k)
-				}
-				top.keys[k] = struct{}{}
-				top.wantKey = false
-				continue
-			}
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			switch t {
-			case '{':
-				stack = append(stack, &frame{obj: true, wantKey: true, keys: map[string]struct{}{}})
-			case '[':
-				stack = append(stack, &frame{})
-			default:
-				stack = stack[:len(stack)-1]
-				valueDone()
-			}
-		case json.Number:
-			if strings.ContainsAny(string(t), ".eE") {
-				return fmt.Errorf("floating-point number %s", t)
-			}
-			valueDone()
-		default:
-			valueDone()
-		}
 	}
 }
 

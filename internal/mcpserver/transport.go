@@ -7,11 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"symbi/internal/strictjson"
 )
 
 // MaxMessageBytes bounds one inbound JSON-RPC line. parse_dsl content (1 MiB) and
@@ -114,11 +115,12 @@ func check(line []byte) (id any, code int, msg string) {
 	// Go's decoder lets the last of two equal member names win, while another reader (a
 	// proxy in front, an auditor) may take the first: a message with a repeated name
 	// would mean different calls to each. Refuse it, wherever the repeat stands.
-	if name, path, dup := duplicateMember(line); dup {
-		if name == "id" && path == "$" {
+	var dup *strictjson.DuplicateError
+	if err := strictjson.Check(line, strictjson.Options{}); errors.As(err, &dup) {
+		if dup.Name == "id" && dup.Path == "$" {
 			id = nil // which id would be a guess
 		}
-		return id, codeInvalidRequest, fmt.Sprintf("invalid request: member %q appears twice in the object at %s", name, path)
+		return id, codeInvalidRequest, fmt.Sprintf("invalid request: member %q appears twice in the object at %s", dup.Name, dup.Path)
 	}
 	decoded, err := jsonrpc.DecodeMessage(line)
 	if err != nil {
@@ -134,75 +136,6 @@ func check(line []byte) (id any, code int, msg string) {
 		}
 	}
 	return nil, 0, ""
-}
-
-// duplicateMember reports the first member name that appears twice in one object of
-// the JSON text data (which must be valid), with the path of that object: "$", then a
-// ".name" or "[index]" step per level.
-func duplicateMember(data []byte) (name, path string, dup bool) {
-	type frame struct {
-		members map[string]bool // nil for an array
-		wantKey bool            // in an object: the next token is a member name
-		key     string          // in an object: the member whose value is being read
-		index   int             // in an array: the index of the next element
-		step    string          // how the enclosing value reaches this one
-	}
-	var stack []*frame
-	pathOf := func() string {
-		var b strings.Builder
-		b.WriteString("$")
-		for _, f := range stack {
-			b.WriteString(f.step)
-		}
-		return b.String()
-	}
-	// closed marks the value just read as complete in its enclosing object.
-	closed := func() {
-		if n := len(stack); n > 0 && stack[n-1].members != nil {
-			stack[n-1].wantKey = true
-		}
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", "", false // io.EOF after the value; data was checked valid
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if tok == json.Delim('}') || tok == json.Delim(']') {
-			stack = stack[:len(stack)-1]
-			closed()
-			continue
-		}
-		if top != nil && top.wantKey {
-			k := tok.(string)
-			if top.members[k] {
-				return k, pathOf(), true
-			}
-			top.members[k], top.wantKey, top.key = true, false, k
-			continue
-		}
-		step := ""
-		switch {
-		case top != nil && top.members != nil:
-			step = "." + top.key
-		case top != nil:
-			step = fmt.Sprintf("[%d]", top.index)
-			top.index++
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, &frame{members: map[string]bool{}, wantKey: true, step: step})
-		case json.Delim('['):
-			stack = append(stack, &frame{step: step})
-		default:
-			closed()
-		}
-	}
 }
 
 // reject writes a JSON-RPC error response.

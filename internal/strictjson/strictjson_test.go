@@ -1,17 +1,18 @@
-package mcpserver_test
+package strictjson_test
 
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 
-	"symbi/internal/mcpserver"
+	"symbi/internal/strictjson"
 )
 
-func TestDuplicateMember(t *testing.T) {
+func TestDuplicates(t *testing.T) {
 	tests := []struct {
-		json, name, path string // name "" means no duplicate
+		json, name, path string // path "" means no duplicate
 	}{
 		{`{"a":1,"b":2}`, "", ""},
 		{`{"a":1,"a":2}`, "a", "$"},
@@ -28,10 +29,40 @@ func TestDuplicateMember(t *testing.T) {
 		{`{"a":[],"b":{},"c":null,"a":0}`, "a", "$"},
 	}
 	for _, tt := range tests {
-		name, path, dup := mcpserver.DuplicateMember([]byte(tt.json))
-		wantDup := tt.name != "" || tt.path != ""
-		if dup != wantDup || name != tt.name || path != tt.path {
-			t.Errorf("%s: got %q at %q (dup %v), want %q at %q (dup %v)", tt.json, name, path, dup, tt.name, tt.path, wantDup)
+		err := strictjson.Check([]byte(tt.json), strictjson.Options{})
+		var de *strictjson.DuplicateError
+		if tt.path == "" {
+			if err != nil {
+				t.Errorf("%s: %v, want no problem", tt.json, err)
+			}
+			continue
+		}
+		if !errors.As(err, &de) || de.Name != tt.name || de.Path != tt.path {
+			t.Errorf("%s: %v, want duplicate %q at %s", tt.json, err, tt.name, tt.path)
+		}
+	}
+}
+
+func TestOptions(t *testing.T) {
+	tests := []struct {
+		json string
+		opts strictjson.Options
+		want error // nil: no problem
+	}{
+		{`{"x":1.5}`, strictjson.Options{IntegersOnly: true}, strictjson.ErrFloat},
+		{`{"x":[1e3]}`, strictjson.Options{IntegersOnly: true}, strictjson.ErrFloat},
+		{`{"x":-2E1}`, strictjson.Options{IntegersOnly: true}, strictjson.ErrFloat},
+		{`{"x":1.5}`, strictjson.Options{}, nil},
+		{`{"x":-12}`, strictjson.Options{IntegersOnly: true}, nil},
+		{`{"x":"1.5"}`, strictjson.Options{IntegersOnly: true}, nil},
+		{`{} {}`, strictjson.Options{Single: true}, strictjson.ErrTrailing},
+		{`1 2`, strictjson.Options{Single: true}, strictjson.ErrTrailing},
+		{`{} {}`, strictjson.Options{}, nil},
+	}
+	for _, tt := range tests {
+		err := strictjson.Check([]byte(tt.json), tt.opts)
+		if (tt.want == nil) != (err == nil) || (tt.want != nil && !errors.Is(err, tt.want)) {
+			t.Errorf("%s %+v: %v, want %v", tt.json, tt.opts, err, tt.want)
 		}
 	}
 }
@@ -66,9 +97,9 @@ func repeatedName(raw json.RawMessage) (string, bool) {
 	return "", false
 }
 
-// FuzzDuplicateMember: on valid JSON, the screen and the oracle agree on whether a name
-// is repeated and which.
-func FuzzDuplicateMember(f *testing.F) {
+// FuzzCheck: on valid JSON, Check and the oracle agree on whether a name is repeated and
+// which.
+func FuzzCheck(f *testing.F) {
 	for _, s := range []string{
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_agents","name":"invoke_agent"}}`,
 		`{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/list"}`,
@@ -76,6 +107,7 @@ func FuzzDuplicateMember(f *testing.F) {
 		`[[],{"p":{"q":[1,{"r":0,"r":1}]}}]`,
 		`{"\u0061":1,"a":2}`,
 		`{"a":{"b":{"c":{}}},"d":[[[]]]}`,
+		`{"x":1.5e3}`,
 	} {
 		f.Add(s)
 	}
@@ -83,10 +115,15 @@ func FuzzDuplicateMember(f *testing.F) {
 		if !json.Valid([]byte(data)) {
 			return
 		}
-		name, _, dup := mcpserver.DuplicateMember([]byte(data))
+		err := strictjson.Check([]byte(data), strictjson.Options{})
+		var de *strictjson.DuplicateError
+		dup := errors.As(err, &de)
+		if err != nil && !dup {
+			t.Fatalf("%q: valid JSON refused for another reason: %v", data, err)
+		}
 		want, wantDup := repeatedName(json.RawMessage(data))
-		if dup != wantDup || (dup && name != want) {
-			t.Fatalf("%q: screen says %q (dup %v), oracle %q (dup %v)", data, name, dup, want, wantDup)
+		if dup != wantDup || (dup && de.Name != want) {
+			t.Fatalf("%q: Check says %v, oracle %q (dup %v)", data, err, want, wantDup)
 		}
 	})
 }

@@ -1,4 +1,0 @@
-package mcpserver
-
-// DuplicateMember exposes duplicateMember to the external tests.
-var DuplicateMember = duplicateMember
