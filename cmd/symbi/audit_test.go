@@ -75,9 +75,20 @@ func itoa(n int) string {
 
 func TestAuditVerifyDirAndUsage(t *testing.T) {
 	exp := loadAuditExpected(t)
+	// Eight of the vectors are journals of one run: in a directory, each is flagged.
 	code, out, _ := runCLI(t, "", "audit", "verify", "--public-key", exp.PublicKey, auditVectors)
-	if code != 1 || strings.Count(out, "INVALID") != 5 || strings.Count(out, "valid and complete") != 2 {
+	if code != 1 || strings.Count(out, "INVALID") != 8 || strings.Count(out, "valid and complete") != 1 || !strings.Contains(out, "each run has exactly one journal") {
 		t.Errorf("directory: exit %d\n%s", code, out)
+	}
+	// A governed directory where one run's journal was copied over another's: the copy
+	// is caught by its name alone, and the directory by the repeated run.
+	governed := filepath.Join(auditVectors, "governed")
+	copied := filepath.Join(governed, "5ea0897b-c36e-5f04-bdd0-fc151f6172eb.1c8f9b63-7a2e-4d4b-8f3c-6e5d4c3b2a11.jsonl")
+	if code, out, _ := runCLI(t, "", "audit", "verify", copied, "--public-key", exp.PublicKey); code != 1 || !strings.Contains(out, "a journal must keep the name its writer gave it") {
+		t.Errorf("copied file: exit %d\n%s", code, out)
+	}
+	if code, out, _ := runCLI(t, "", "audit", "verify", governed, "--public-key", exp.PublicKey); code != 1 || strings.Count(out, "INVALID") != 2 || !strings.Contains(out, "also recorded in") {
+		t.Errorf("governed directory: exit %d\n%s", code, out)
 	}
 	good := t.TempDir()
 	for _, f := range []string{"allowed.jsonl", "crashed.jsonl"} {

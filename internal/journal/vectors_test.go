@@ -85,6 +85,11 @@ func buildVectors(t *testing.T) (map[string][]byte, expectedFile) {
 		"spliced.jsonl":            joinLines(al[0], al[1], dl[2], al[3], al[4]),
 		"deleted.jsonl":            joinLines(al[0], al[1], al[3], al[4]),
 		"truncated.jsonl":          joinLines(al[:3]...),
+		// A governed directory as the writer leaves it, after the allowed run's journal
+		// was copied over the denied run's file.
+		"governed/" + FileName(agentID("greeter"), allowedRun): allowed,
+		"governed/" + FileName(agentID("greeter"), deniedRun):  allowed,
+		"governed/" + FileName(agentID("auditor"), crashedRun): crashed,
 	}
 	rc := allowedW.Receipt()
 	exp := expectedFile{
@@ -105,6 +110,9 @@ func buildVectors(t *testing.T) (map[string][]byte, expectedFile) {
 			{File: "swapped.jsonl", Exit: 1, Description: "lines 2 and 3 swapped"},
 			{File: "spliced.jsonl", Exit: 1, Description: "line 3 replaced by line 3 of the denied run"},
 			{File: "deleted.jsonl", Exit: 1, Description: "line 3 deleted"},
+			{File: "governed/" + FileName(agentID("greeter"), allowedRun), Exit: 0, Description: "the allowed run under the name its writer gave it: <agent_id>.<run_id>.jsonl"},
+			{File: "governed/" + FileName(agentID("greeter"), deniedRun), Exit: 1, Description: "the allowed run copied over the denied run's file: the name does not match the records"},
+			{File: "governed/" + FileName(agentID("auditor"), crashedRun), Exit: 2, Description: "the crashed run under its own name"},
 		},
 	}
 	return files, exp
@@ -134,6 +142,9 @@ func TestVectors(t *testing.T) {
 	files["seed.hex"] = []byte(vectorSeed + "\n")
 	if *update {
 		for name, b := range files {
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(vectorDir, name)), 0o755); err != nil {
+				t.Fatal(err)
+			}
 			if err := os.WriteFile(filepath.Join(vectorDir, name), b, 0o644); err != nil {
 				t.Fatal(err)
 			}

@@ -93,7 +93,34 @@ func Verify(path string, pub ed25519.PublicKey, opts VerifyOptions) *Report {
 		return r
 	}
 	verifyData(r, data, pub, opts)
+	checkName(r, filepath.Base(path))
 	return r
+}
+
+// invalidate records a problem found after the line-by-line checks: the report becomes
+// invalid whatever the lines said.
+func (r *Report) invalidate(format string, args ...any) {
+	r.problem(0, format, args...)
+	r.Status, r.Complete = StatusInvalid, false
+}
+
+// FileName is the name the writer gives a run's journal.
+func FileName(agentID, runID string) string { return agentID + "." + runID + ".jsonl" }
+
+// checkName ties a journal file to its run: a name of the writer's form
+// <agent_id>.<run_id>.jsonl must name the agent and run of its own records, so a run's
+// file cannot be overwritten with another run's journal unnoticed. Other names (a copy
+// an auditor renamed) are not checked.
+func checkName(r *Report, base string) {
+	ids, ok := strings.CutSuffix(base, ".jsonl")
+	agent, run, two := strings.Cut(ids, ".")
+	if !ok || !two || !validID(agent) || !validID(run) || r.RunID == "" {
+		return
+	}
+	if agent != r.AgentID || run != r.RunID {
+		r.invalidate("the file name %s names agent %s and run %s, but its records are of agent %s and run %s: a journal must keep the name its writer gave it",
+			base, agent, run, r.AgentID, r.RunID)
+	}
 }
 
 // readJournal reads a regular file of at most MaxFileBytes without following a symlink.
@@ -352,5 +379,24 @@ func VerifyDir(dir string, pub ed25519.PublicKey) ([]*Report, error) {
 	}
 	close(jobs)
 	wg.Wait()
+	// Each run has exactly one journal: two files of one run mean one is a copy, perhaps
+	// put where another run's journal was.
+	files := map[string][]string{}
+	for _, r := range reports {
+		if r.RunID != "" {
+			files[r.RunID] = append(files[r.RunID], filepath.Base(r.Path))
+		}
+	}
+	for _, r := range reports {
+		if fs := files[r.RunID]; len(fs) > 1 {
+			var others []string
+			for _, f := range fs {
+				if f != filepath.Base(r.Path) {
+					others = append(others, f)
+				}
+			}
+			r.invalidate("run %s is also recorded in %s: each run has exactly one journal", r.RunID, strings.Join(others, ", "))
+		}
+	}
 	return reports, nil
 }

@@ -173,23 +173,42 @@ func TestVerifyFiles(t *testing.T) {
 	if r := Verify(big, pub, VerifyOptions{}); r.ExitCode() != 1 || !strings.Contains(reportJSON(r), "journal limit") {
 		t.Errorf("oversized: %s", reportJSON(r))
 	}
-	reports, err := VerifyDir(vectorDir, pub)
+	// Directory mode: eight of the files are of the allowed run, so each is flagged as
+	// one of several journals of one run; alone, allowed.jsonl verifies (TestVectors).
+	want := map[string]int{"allowed.jsonl": 1, "denied.jsonl": 0, "crashed.jsonl": 2, "torn.jsonl": 1, "truncated.jsonl": 1,
+		"tampered-payload.jsonl": 1, "tampered-signature.jsonl": 1, "swapped.jsonl": 1, "spliced.jsonl": 1, "deleted.jsonl": 1}
+	verifyDirCodes(t, vectorDir, pub, want, "also recorded in")
+	// The governed vector: the allowed run's journal was copied over the denied run's.
+	greeter, auditor := agentID("greeter"), agentID("auditor")
+	verifyDirCodes(t, filepath.Join(vectorDir, "governed"), pub, map[string]int{
+		FileName(greeter, allowedRun): 1, FileName(greeter, deniedRun): 1, FileName(auditor, crashedRun): 2,
+	}, "run "+allowedRun+" is also recorded in "+FileName(greeter, deniedRun))
+}
+
+// verifyDirCodes runs VerifyDir on dir and requires each file's exit code, and a problem
+// containing problem in some report.
+func verifyDirCodes(t *testing.T, dir string, pub ed25519.PublicKey, want map[string]int, problem string) {
+	t.Helper()
+	reports, err := VerifyDir(dir, pub)
 	if err != nil {
 		t.Fatal(err)
 	}
 	codes := map[string]int{}
+	found := false
 	for _, r := range reports {
 		codes[filepath.Base(r.Path)] = r.ExitCode()
+		found = found || strings.Contains(reportJSON(r), problem)
 	}
-	want := map[string]int{"allowed.jsonl": 0, "denied.jsonl": 0, "crashed.jsonl": 2, "torn.jsonl": 2, "truncated.jsonl": 2,
-		"tampered-payload.jsonl": 1, "tampered-signature.jsonl": 1, "swapped.jsonl": 1, "spliced.jsonl": 1, "deleted.jsonl": 1}
 	if len(codes) != len(want) {
-		t.Errorf("VerifyDir saw %v", codes)
+		t.Errorf("VerifyDir %s saw %v", dir, codes)
 	}
 	for name, c := range want {
 		if codes[name] != c {
 			t.Errorf("VerifyDir %s: exit %d, want %d", name, codes[name], c)
 		}
+	}
+	if !found {
+		t.Errorf("VerifyDir %s: no report says %q", dir, problem)
 	}
 }
 

@@ -66,7 +66,7 @@ func (s *Store) Create(agentID, runID string) (*Writer, error) {
 			return nil, errcode.Errorf(errcode.InvalidRequest, "journal: invalid id %q (letters, digits, '-' and '_' only)", id)
 		}
 	}
-	name := agentID + "." + runID + ".jsonl"
+	name := FileName(agentID, runID)
 	path := filepath.Join(s.path, name)
 	fd, err := unix.Openat(int(s.dir.Fd()), name, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
