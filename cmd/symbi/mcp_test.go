@@ -513,6 +513,32 @@ func TestE2EJournalFailureWithholdsText(t *testing.T) {
 	}
 }
 
+// TestE2ESymbiontSwappedMidRun moves .symbiont out of the project while the model works
+// and leaves a symlink to it in its place: the journal is then outside the project, so
+// the run must withhold its text, as the check at its start would have refused it.
+func TestE2ESymbiontSwappedMidRun(t *testing.T) {
+	dir := newE2EProject(t)
+	moved := filepath.Join(t.TempDir(), "elsewhere")
+	model := startModel(t, loopback.WithReply(loopback.Reply{Text: "secret answer"}))
+	model.OnRequest(func(loopback.Request) {
+		if err := os.Rename(filepath.Join(dir, ".symbiont"), moved); err != nil {
+			t.Error(err)
+		}
+		if err := os.Symlink(moved, filepath.Join(dir, ".symbiont")); err != nil {
+			t.Error(err)
+		}
+	})
+	s := startSymbi(t, dir, modelEnv(model), nil)
+	res := s.call(t, "invoke_agent", map[string]any{"agent": "helper", "prompt": "hi"})
+	raw, _ := json.Marshal(res)
+	if !res.IsError || !strings.HasPrefix(text(res), "audit_unavailable: ") || bytes.Contains(raw, []byte("secret answer")) {
+		t.Fatalf("result %s, want audit_unavailable without the text", raw)
+	}
+	if !strings.Contains(text(res), "without following links") {
+		t.Errorf("the error does not say why: %s", text(res))
+	}
+}
+
 func TestE2ECancellation(t *testing.T) {
 	dir := newE2EProject(t)
 	arrived := make(chan struct{}, 1)

@@ -32,6 +32,7 @@ type StoreOptions struct {
 // Store is a checked governed directory and the project's signing key.
 type Store struct {
 	dir  *os.File
+	root *os.File // the project directory, a duplicate of the caller's descriptor
 	path string
 	key  ed25519.PrivateKey
 }
@@ -61,17 +62,44 @@ func OpenStore(root *os.File, opts StoreOptions) (*Store, error) {
 		dir.Close()
 		return nil, err
 	}
-	s := &Store{dir: dir, path: path}
+	rootFD, err := unix.FcntlInt(root.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		dir.Close()
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "%w: duplicate the project descriptor: %w", ErrUnsafeDir, err)
+	}
+	s := &Store{dir: dir, root: os.NewFile(uintptr(rootFD), base), path: path}
 	if opts.KeyFile == "" {
 		s.key, err = loadKey(gfd, KeyFileName, filepath.Join(path, KeyFileName), opts.Create)
 	} else {
 		s.key, err = loadKeyFile(opts.KeyFile, opts.Create)
 	}
 	if err != nil {
-		dir.Close()
+		s.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// locate returns the identity of the file name in <root>/.symbiont/governed as it is now,
+// resolved from the project's pinned descriptor without following any symbolic link: a
+// .symbiont or governed moved away and replaced (by a symlink to where it went, say) no
+// longer leads to the run's file.
+func locate(root *os.File, name string) (*unix.Stat_t, error) {
+	sym, err := unix.Openat(int(root.Fd()), ".symbiont", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf(".symbiont: %w", err)
+	}
+	defer unix.Close(sym)
+	gov, err := unix.Openat(sym, "governed", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf(".symbiont/governed: %w", err)
+	}
+	defer unix.Close(gov)
+	var st unix.Stat_t
+	if err := unix.Fstatat(gov, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, fmt.Errorf(".symbiont/governed/%s: %w", name, err)
+	}
+	return &st, nil
 }
 
 // openDir opens name under dirfd as a directory without following a symlink, creating it
@@ -230,5 +258,10 @@ func (s *Store) PublicKey() ed25519.PublicKey { return s.key.Public().(ed25519.P
 // Dir returns the absolute path of the governed directory.
 func (s *Store) Dir() string { return s.path }
 
-// Close releases the governed directory descriptor. Writers already created stay usable.
-func (s *Store) Close() error { return s.dir.Close() }
+// Close releases the store's descriptors. Writers already created stay usable.
+func (s *Store) Close() error {
+	if s.root != nil {
+		s.root.Close()
+	}
+	return s.dir.Close()
+}

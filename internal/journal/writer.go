@@ -45,6 +45,8 @@ type file interface {
 type Writer struct {
 	mu         sync.Mutex
 	f          file
+	root       *os.File // the project directory; nil for an injected file in tests
+	name       string   // the file's name in <root>/.symbiont/governed
 	path       string
 	key        ed25519.PrivateKey
 	runID      string
@@ -81,7 +83,16 @@ func (s *Store) Create(agentID, runID string) (*Writer, error) {
 		f.Close()
 		return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: sync directory %s: %w", s.path, err)
 	}
-	return newWriter(f, path, s.key, agentID, runID), nil
+	w := newWriter(f, path, s.key, agentID, runID)
+	// The writer keeps its own descriptor of the project, to locate its file from there.
+	rootFD, err := unix.FcntlInt(s.root.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		f.Close()
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: duplicate the project descriptor: %w", err)
+	}
+	w.root = os.NewFile(uintptr(rootFD), s.root.Name())
+	w.name = name
+	return w, nil
 }
 
 func newWriter(f file, path string, key ed25519.PrivateKey, agentID, runID string) *Writer {
@@ -183,9 +194,19 @@ func (w *Writer) checkReachable(st fs.FileInfo) error {
 	case sys.Nlink != 1:
 		return fmt.Errorf("the journal file has %d links, want 1", sys.Nlink)
 	}
-	at, err := os.Lstat(w.path)
-	if err != nil || !os.SameFile(st, at) {
-		return fmt.Errorf("%s is no longer this run's journal file (its directory was moved or replaced)", w.path)
+	if at, err := os.Lstat(w.path); err != nil || !os.SameFile(st, at) {
+		return fmt.Errorf("%s is no longer this run's journal file (its directory or the project was moved or replaced)", w.path)
+	}
+	if w.root == nil {
+		return nil
+	}
+	at, err := locate(w.root, w.name)
+	if err != nil || at.Dev != sys.Dev || at.Ino != sys.Ino {
+		detail := "another file is there"
+		if err != nil {
+			detail = err.Error()
+		}
+		return fmt.Errorf("%s is no longer this run's journal file, found from the project without following links (.symbiont or governed was moved, replaced or made a symlink): %s", w.path, detail)
 	}
 	return nil
 }
@@ -265,4 +286,9 @@ func (w *Writer) Receipt() Receipt {
 func (w *Writer) Path() string { return w.path }
 
 // Close closes the journal file. It does not sync.
-func (w *Writer) Close() error { return w.f.Close() }
+func (w *Writer) Close() error {
+	if w.root != nil {
+		w.root.Close()
+	}
+	return w.f.Close()
+}

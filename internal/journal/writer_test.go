@@ -241,11 +241,19 @@ func TestFailStopRealFsizeLimit(t *testing.T) {
 func TestFailStopUnlinked(t *testing.T) {
 	for _, tt := range []struct {
 		name string
-		act  func(path string) error
+		act  func(t *testing.T, path string) error
 	}{
-		{"removed", os.Remove},
-		{"hard-linked", func(path string) error { return os.Link(path, path+".copy") }},
-		{"directory renamed", func(path string) error { return os.Rename(filepath.Dir(path), filepath.Dir(path)+".moved") }},
+		{"removed", func(_ *testing.T, path string) error { return os.Remove(path) }},
+		{"hard-linked", func(_ *testing.T, path string) error { return os.Link(path, path+".copy") }},
+		{"directory renamed", func(_ *testing.T, path string) error { return os.Rename(filepath.Dir(path), filepath.Dir(path)+".moved") }},
+		// The directories moved out of the project and symlinks left in their place: the
+		// absolute path still leads to the file, but not from the project without links.
+		{".symbiont swapped for a symlink", func(t *testing.T, path string) error {
+			return swapForSymlink(t, filepath.Dir(filepath.Dir(path)))
+		}},
+		{"governed swapped for a symlink", func(t *testing.T, path string) error {
+			return swapForSymlink(t, filepath.Dir(path))
+		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, root := newProject(t)
@@ -258,7 +266,7 @@ func TestFailStopUnlinked(t *testing.T) {
 			if err := w.Append(Started{Agent: "a"}); err != nil {
 				t.Fatal(err)
 			}
-			if err := tt.act(w.Path()); err != nil {
+			if err := tt.act(t, w.Path()); err != nil {
 				t.Fatal(err)
 			}
 			if err := w.Sync(); !errors.Is(err, errcode.AuditUnavailable) {
@@ -269,4 +277,14 @@ func TestFailStopUnlinked(t *testing.T) {
 			}
 		})
 	}
+}
+
+// swapForSymlink moves dir to a fresh place outside its parent and leaves a symlink to it
+// where it was.
+func swapForSymlink(t *testing.T, dir string) error {
+	dst := filepath.Join(t.TempDir(), filepath.Base(dir))
+	if err := os.Rename(dir, dst); err != nil {
+		return err
+	}
+	return os.Symlink(dst, dir)
 }
