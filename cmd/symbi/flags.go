@@ -4,6 +4,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
+	"strconv"
+	"strings"
 )
 
 // newFlags returns a FlagSet for a subcommand whose usage text names the command,
@@ -29,4 +32,38 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 		return 2, false
 	}
 	return 0, true
+}
+
+// byteSize is a flag value of bytes: a whole number with an optional IEC unit, as in
+// 64MiB, 1GiB, 512KiB or 1048576 (0 is allowed).
+type byteSize uint64
+
+var byteUnits = []struct {
+	suffix string
+	mult   uint64
+}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+
+func (b *byteSize) String() string {
+	for _, u := range byteUnits {
+		if v := uint64(*b); v != 0 && v%u.mult == 0 {
+			return strconv.FormatUint(v/u.mult, 10) + u.suffix
+		}
+	}
+	return "0"
+}
+
+func (b *byteSize) Set(s string) error {
+	num, mult := s, uint64(1)
+	for _, u := range byteUnits {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			num, mult = n, u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseUint(num, 10, 64)
+	if err != nil || v > math.MaxUint64/mult {
+		return fmt.Errorf("%q: want a whole number of bytes with an optional unit KiB, MiB, GiB or TiB (e.g. 64MiB)", s)
+	}
+	*b = byteSize(v * mult)
+	return nil
 }

@@ -26,8 +26,15 @@ func init() {
 		fs := newFlags(e, c)
 		dir := fs.String("project", ".", "project directory to serve")
 		level := fs.String("log-level", "info", "stderr log level: debug, info, warn or error")
+		maxRuns := fs.Int("max-runs", invoke.DefaultMaxRuns, "runs in flight at most; a call beyond it fails at once with busy")
+		minFree := byteSize(defaultMinFree)
+		fs.Var(&minFree, "min-free-space", "refuse new runs (audit_unavailable) while the journal file system has less free space than this (0: no floor)")
 		if code, ok := parseFlags(fs, args); !ok {
 			return code
+		}
+		if *maxRuns < 1 {
+			fmt.Fprintf(e.stderr, "symbi mcp: --max-runs %d: want 1 or more\n", *maxRuns)
+			return 2
 		}
 		var lv slog.Level
 		if err := lv.UnmarshalText([]byte(*level)); err != nil {
@@ -35,7 +42,7 @@ func init() {
 			return 2
 		}
 		log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lv}))
-		if err := serveMCP(e, *dir, log); err != nil {
+		if err := serveMCP(e, serveOptions{dir: *dir, maxRuns: *maxRuns, minFree: uint64(minFree)}, log); err != nil {
 			log.Error("symbi mcp stopped", "err", err)
 			return 1
 		}
@@ -44,10 +51,21 @@ func init() {
 	register(c)
 }
 
-// serveMCP serves dir until stdin closes or SIGTERM, SIGINT or SIGHUP arrives, then lets
-// the runs in flight finish their journals.
-func serveMCP(e *env, dir string, log *slog.Logger) error {
-	p, err := project.Open(dir)
+// defaultMinFree is the default free-space floor of the journal file system: room for
+// one journal at its largest (64 MiB).
+const defaultMinFree = 64 << 20
+
+// serveOptions are the flags of symbi mcp.
+type serveOptions struct {
+	dir     string
+	maxRuns int
+	minFree uint64
+}
+
+// serveMCP serves the project until stdin closes or SIGTERM, SIGINT or SIGHUP arrives,
+// then lets the runs in flight finish their journals.
+func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
+	p, err := project.Open(o.dir)
 	if err != nil {
 		return err
 	}
@@ -71,7 +89,7 @@ func serveMCP(e *env, dir string, log *slog.Logger) error {
 	}
 	runner := invoke.New(invoke.Config{
 		Project: p, Registry: reg, Policies: pol, Provider: prov, ProviderErr: provErr,
-		KeyFile: e.getenv("SYMBI_AUDIT_KEY_FILE"), HashesOnly: hashesOnly, Log: log,
+		KeyFile: e.getenv("SYMBI_AUDIT_KEY_FILE"), HashesOnly: hashesOnly, MinFreeBytes: o.minFree, MaxRuns: o.maxRuns, Log: log,
 	})
 	server := mcpserver.New(mcpserver.Config{
 		Project: p, Registry: reg, Runner: runner, Schemas: schemapin.NewVerifier(e.getenv), Log: log,

@@ -153,6 +153,12 @@ func startSymbi(t *testing.T, dir string, env []string, copts *mcp.ClientOptions
 	t.Helper()
 	cmd := exec.Command(symbiBin, "mcp", "--project", dir, "--log-level", "debug")
 	cmd.Env = env
+	return connectSymbi(t, cmd, copts, sopts...)
+}
+
+// connectSymbi starts cmd, a symbi mcp command line, and connects the go-sdk client.
+func connectSymbi(t *testing.T, cmd *exec.Cmd, copts *mcp.ClientOptions, sopts ...*mcp.ClientSessionOptions) *server {
+	t.Helper()
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "symbi-e2e", Version: "1"}, copts)
@@ -536,6 +542,59 @@ func TestE2ESymbiontSwappedMidRun(t *testing.T) {
 	}
 	if !strings.Contains(text(res), "without following links") {
 		t.Errorf("the error does not say why: %s", text(res))
+	}
+}
+
+// TestE2EFreeSpaceFloor: below the floor a run is refused before any journal file is
+// created, and the message names the floor.
+func TestE2EFreeSpaceFloor(t *testing.T) {
+	dir := newE2EProject(t)
+	model := startModel(t)
+	cmd := exec.Command(symbiBin, "mcp", "--project", dir, "--min-free-space", "1048576TiB") // an exbibyte: more than any disk here
+	cmd.Env = modelEnv(model)
+	s := connectSymbi(t, cmd, nil)
+	res := s.call(t, "invoke_agent", map[string]any{"agent": "helper", "prompt": "hi"})
+	if !res.IsError || !strings.HasPrefix(text(res), "audit_unavailable: ") || !strings.Contains(text(res), "below the floor of 1152921504606846976 bytes (--min-free-space)") {
+		t.Fatalf("result %q, want audit_unavailable naming the floor", text(res))
+	}
+	if out := structured(t, res); out.Audit != nil {
+		t.Errorf("a refused run carries an audit reference: %+v", out.Audit)
+	}
+	if files := journals(t, dir); len(files) != 0 {
+		t.Errorf("journal files were created: %v", files)
+	}
+	if n := len(model.Requests()); n != 0 {
+		t.Errorf("model received %d requests, want 0", n)
+	}
+	if res := s.call(t, "list_agents", nil); res.IsError {
+		t.Fatalf("list_agents after refusal: %s", text(res))
+	}
+}
+
+// TestE2EFirstWriteFailureLeavesNoFile runs symbi with a file size limit that the key
+// file fits under but the run's first record does not: the run fails closed, and the
+// journal file that could not receive its first record is removed, not left as debris.
+func TestE2EFirstWriteFailureLeavesNoFile(t *testing.T) {
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skip("prlimit (util-linux) is not installed")
+	}
+	dir := newE2EProject(t)
+	model := startModel(t)
+	cmd := exec.Command(prlimit, "--fsize=1024", symbiBin, "mcp", "--project", dir)
+	cmd.Env = modelEnv(model)
+	s := connectSymbi(t, cmd, nil)
+	for i := range 3 {
+		res := s.call(t, "invoke_agent", map[string]any{"agent": "helper", "prompt": strings.Repeat("x", 2000)})
+		if !res.IsError || !strings.HasPrefix(text(res), "audit_unavailable: ") || !strings.Contains(text(res), "the empty journal was removed") {
+			t.Fatalf("attempt %d: result %q, want audit_unavailable", i, text(res))
+		}
+	}
+	if files := journals(t, dir); len(files) != 0 {
+		t.Errorf("debris left behind: %v", files)
+	}
+	if n := len(model.Requests()); n != 0 {
+		t.Errorf("model received %d requests, want 0", n)
 	}
 }
 

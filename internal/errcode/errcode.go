@@ -29,6 +29,7 @@ const (
 	PolicyDenied      Code = "policy_denied"
 	Cancelled         Code = "cancelled"
 	Timeout           Code = "timeout"
+	Busy              Code = "busy"
 	Internal          Code = "internal"
 )
 

@@ -67,8 +67,17 @@ type Config struct {
 	// HashesOnly leaves the clear text of prompt, instructions and response out of the
 	// journal (only their SHA-256 and lengths are kept).
 	HashesOnly bool
-	Log        *slog.Logger
+	// MinFreeBytes is the free-space floor of the journal file system: below it a run is
+	// refused (audit_unavailable) before its journal is created. 0 disables the check.
+	MinFreeBytes uint64
+	// MaxRuns bounds the runs in flight; a call beyond it fails at once with busy.
+	// 0 means DefaultMaxRuns.
+	MaxRuns int
+	Log     *slog.Logger
 }
+
+// DefaultMaxRuns is the default bound on runs in flight (symbi mcp --max-runs).
+const DefaultMaxRuns = 64
 
 // Runner executes governed runs. Its zero value is not usable; call New.
 type Runner struct {
@@ -77,14 +86,18 @@ type Runner struct {
 	stop    context.CancelFunc
 	runs    sync.WaitGroup
 	ungov   bool       // benchmark-only (bench_test.go): no journal, no policy
-	mu      sync.Mutex // guards closing and runs.Add against Shutdown's Wait
+	mu      sync.Mutex // guards closing, active and runs.Add against Shutdown's Wait
 	closing bool
+	active  int // runs in flight, at most cfg.MaxRuns
 }
 
 // New returns a Runner for cfg.
 func New(cfg Config) *Runner {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxRuns <= 0 {
+		cfg.MaxRuns = DefaultMaxRuns
 	}
 	base, stop := context.WithCancel(context.Background())
 	return &Runner{cfg: cfg, base: base, stop: stop}
@@ -151,19 +164,32 @@ func (r *Runner) Invoke(ctx context.Context, req Request, progress func(Stage)) 
 	if progress == nil {
 		progress = func(Stage) {}
 	}
+	// A slot first, before anything of the request is kept: a call beyond the limit costs
+	// nothing but its answer.
+	r.mu.Lock()
+	switch {
+	case r.closing:
+		r.mu.Unlock()
+		return nil, &Error{Err: errcode.Errorf(errcode.Cancelled, "the server is shutting down")}
+	case r.active >= r.cfg.MaxRuns:
+		r.mu.Unlock()
+		return nil, &Error{Err: errcode.Errorf(errcode.Busy, "%d runs are in flight, the server's limit (--max-runs %d); retry when one has ended", r.cfg.MaxRuns, r.cfg.MaxRuns)}
+	}
+	r.active++
+	r.runs.Add(1)
+	r.mu.Unlock()
+	release := func() {
+		r.mu.Lock()
+		r.active--
+		r.mu.Unlock()
+		r.runs.Done()
+	}
 	p, err := r.preflight(req)
 	if err != nil {
+		release()
 		return nil, &Error{Err: err}
 	}
 	progress(StageAdmitted)
-
-	r.mu.Lock()
-	if r.closing {
-		r.mu.Unlock()
-		return nil, &Error{Err: errcode.Errorf(errcode.Cancelled, "the server is shutting down")}
-	}
-	r.runs.Add(1)
-	r.mu.Unlock()
 	runCtx, cancel := context.WithCancelCause(r.base)
 	stopAfter := context.AfterFunc(ctx, func() { cancel(errCallerGone) })
 	type outcome struct {
@@ -172,7 +198,7 @@ func (r *Runner) Invoke(ctx context.Context, req Request, progress func(Stage)) 
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		defer r.runs.Done()
+		defer release()
 		defer cancel(nil)
 		defer stopAfter()
 		res, err := r.run(runCtx, p, progress)

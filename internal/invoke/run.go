@@ -37,6 +37,16 @@ func (r *Runner) run(ctx context.Context, p *prepared, progress func(Stage)) (*R
 		return nil, &Error{Err: errcode.Wrap(errcode.AuditUnavailable, err)}
 	}
 	defer store.Close()
+	if floor := r.cfg.MinFreeBytes; floor > 0 {
+		free, err := store.FreeBytes()
+		if err != nil {
+			return nil, &Error{Err: errcode.Errorf(errcode.AuditUnavailable, "cannot check the free space for journals (%v); no journal was created", err)}
+		}
+		if free < floor {
+			return nil, &Error{Err: errcode.Errorf(errcode.AuditUnavailable,
+				"%d bytes free on the file system of %s, below the floor of %d bytes (--min-free-space); no journal was created: free space, or lower the floor", free, store.Dir(), floor)}
+		}
+	}
 	runID := uuid.NewString()
 	w, err := store.Create(p.agentID, runID)
 	if err != nil {
@@ -60,6 +70,17 @@ func (r *Runner) run(ctx context.Context, p *prepared, progress func(Stage)) (*R
 	}
 	journalFailed := func(err error) (*Result, error) {
 		return fail(reasonAuditFailed, errcode.Errorf(errcode.AuditUnavailable, "journal write failed, nothing released: %v", err))
+	}
+	// firstFailed ends a run whose first records could not be made durable (a full disk,
+	// a file size limit): nothing was sent, and the file, debris, is removed.
+	firstFailed := func(err error) (*Result, error) {
+		if derr := w.Discard(); derr != nil {
+			r.cfg.Log.Warn("journal kept after its first write failed", "journal", w.Path(), "err", derr)
+			return journalFailed(err)
+		}
+		p.opened.Store(nil)
+		return nil, &Error{Err: errcode.Errorf(errcode.AuditUnavailable,
+			"journal write failed before the run's first record was durable; nothing was sent or released, and the empty journal was removed: %v", err)}
 	}
 	progress(StageJournalOpened)
 
@@ -93,7 +114,7 @@ func (r *Runner) run(ctx context.Context, p *prepared, progress func(Stage)) (*R
 	}
 	callID := uuid.NewString()
 	if err := w.Append(started); err != nil {
-		return journalFailed(err)
+		return firstFailed(err)
 	}
 	if err := w.Append(journal.InferenceRequested{
 		CallID:        callID,
@@ -102,10 +123,10 @@ func (r *Runner) run(ctx context.Context, p *prepared, progress func(Stage)) (*R
 		MaxTokens:     int64(p.maxTokens),
 		DeadlineMS:    ms(p.deadline),
 	}); err != nil {
-		return journalFailed(err)
+		return firstFailed(err)
 	}
 	if err := w.Sync(); err != nil {
-		return journalFailed(err)
+		return firstFailed(err)
 	}
 
 	// One journaled request, one call.

@@ -85,14 +85,9 @@ func OpenStore(root *os.File, opts StoreOptions) (*Store, error) {
 // .symbiont or governed moved away and replaced (by a symlink to where it went, say) no
 // longer leads to the run's file.
 func locate(root *os.File, name string) (*unix.Stat_t, error) {
-	sym, err := unix.Openat(int(root.Fd()), ".symbiont", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	gov, err := governedDir(root)
 	if err != nil {
-		return nil, fmt.Errorf(".symbiont: %w", err)
-	}
-	defer unix.Close(sym)
-	gov, err := unix.Openat(sym, "governed", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf(".symbiont/governed: %w", err)
+		return nil, err
 	}
 	defer unix.Close(gov)
 	var st unix.Stat_t
@@ -257,6 +252,30 @@ func (s *Store) PublicKey() ed25519.PublicKey { return s.key.Public().(ed25519.P
 
 // Dir returns the absolute path of the governed directory.
 func (s *Store) Dir() string { return s.path }
+
+// governedDir opens <root>/.symbiont/governed without following any symbolic link.
+func governedDir(root *os.File) (int, error) {
+	sym, err := unix.Openat(int(root.Fd()), ".symbiont", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf(".symbiont: %w", err)
+	}
+	defer unix.Close(sym)
+	gov, err := unix.Openat(sym, "governed", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf(".symbiont/governed: %w", err)
+	}
+	return gov, nil
+}
+
+// FreeBytes returns the space available to the server on the governed directory's file
+// system (what statfs reports as available to unprivileged users).
+func (s *Store) FreeBytes() (uint64, error) {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(s.dir.Fd()), &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", s.path, err)
+	}
+	return st.Bavail * uint64(st.Bsize), nil
+}
 
 // Close releases the store's descriptors. Writers already created stay usable.
 func (s *Store) Close() error {

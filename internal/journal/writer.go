@@ -53,6 +53,7 @@ type Writer struct {
 	agentID    string
 	now        func() time.Time
 	seq        int
+	durable    int // records made durable by the last successful Sync
 	size       int64
 	prev       string
 	terminated bool
@@ -262,7 +263,48 @@ func (w *Writer) Sync() error {
 	if err := w.checkReachable(st); err != nil {
 		return w.fail(err)
 	}
+	w.durable = w.seq
 	return nil
+}
+
+// ErrDurable is returned by Discard for a journal that already holds a durable record.
+var ErrDurable = errors.New("the journal holds a durable record and is kept")
+
+// Discard removes the journal file of a run that could not make its first record durable
+// (a full disk, a file size limit): such a file is debris, not evidence, and removing it
+// loses nothing. It stops the writer. Once any record has been made durable it removes
+// nothing and returns ErrDurable. The file is removed only if the project's
+// .symbiont/governed/<name>, found without following links, is still this writer's file.
+func (w *Writer) Discard() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.durable > 0 {
+		return ErrDurable
+	}
+	if w.failed == nil {
+		w.failed = errors.New("discarded before its first record was durable")
+	}
+	if w.root == nil {
+		return nil // an injected file in tests: nothing on disk to remove
+	}
+	st, err := w.f.Stat()
+	if err != nil {
+		return fmt.Errorf("journal: discard %s: %w", w.path, err)
+	}
+	sys, _ := st.Sys().(*syscall.Stat_t)
+	gov, err := governedDir(w.root)
+	if err != nil {
+		return fmt.Errorf("journal: discard %s: %w", w.path, err)
+	}
+	defer unix.Close(gov)
+	var at unix.Stat_t
+	if err := unix.Fstatat(gov, w.name, &at, unix.AT_SYMLINK_NOFOLLOW); err != nil || sys == nil || at.Dev != sys.Dev || at.Ino != sys.Ino {
+		return fmt.Errorf("journal: discard %s: the name no longer leads to this run's file; nothing removed", w.path)
+	}
+	if err := unix.Unlinkat(gov, w.name, 0); err != nil {
+		return fmt.Errorf("journal: discard %s: %w", w.path, err)
+	}
+	return unix.Fsync(gov)
 }
 
 // fail stops the writer; it is called with w.mu held.

@@ -288,3 +288,44 @@ func swapForSymlink(t *testing.T, dir string) error {
 	}
 	return os.Symlink(dst, dir)
 }
+
+// Discard removes a journal that holds no durable record, and keeps one that does.
+func TestDiscard(t *testing.T) {
+	_, root := newProject(t)
+	s := openStore(t, root)
+	w, err := s.Create("agent", "empty")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Append(Started{Agent: "a"}); err != nil { // written, never synced
+		t.Fatal(err)
+	}
+	if err := w.Discard(); err != nil {
+		t.Fatalf("Discard: %v", err)
+	}
+	if _, err := os.Lstat(w.Path()); !os.IsNotExist(err) {
+		t.Errorf("the discarded journal is still there: %v", err)
+	}
+	if err := w.Append(Terminated{Reason: "completed"}); !errors.Is(err, ErrStopped) {
+		t.Errorf("Append after Discard: %v, want ErrStopped", err)
+	}
+
+	kept, err := s.Create("agent", "durable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kept.Close()
+	if err := kept.Append(Started{Agent: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := kept.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := kept.Discard(); !errors.Is(err, ErrDurable) {
+		t.Errorf("Discard of a durable journal: %v, want ErrDurable", err)
+	}
+	if _, err := os.Lstat(kept.Path()); err != nil {
+		t.Errorf("the durable journal was removed: %v", err)
+	}
+}
