@@ -100,8 +100,19 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	}
 	log.Info("serving", attrs...)
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	// A client that stops reading must not kill the server mid-run: with SIGPIPE ignored a
+	// write to a closed stdout or stderr fails with EPIPE instead. A failed stderr write
+	// loses a log line; a failed stdout write means no one can be answered, so it ends the
+	// session like a signal does (below).
+	signal.Ignore(syscall.SIGPIPE)
+	sigCtx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer stop()
+	ctx, clientGone := context.WithCancelCause(sigCtx)
+	defer clientGone(nil)
+	stdout := mcpserver.WatchWrites(e.stdout, func(err error) {
+		log.Warn("the client stopped reading stdout; cancelling the runs in flight", "err", err)
+		clientGone(fmt.Errorf("writing to stdout: %w", err))
+	})
 	// A signal cancels the runs in flight at once: the SDK's Run waits for active calls,
 	// and each call waits for its run, which ends (with terminated written) once cancelled.
 	context.AfterFunc(ctx, func() {
@@ -109,8 +120,8 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 		defer cancel()
 		runner.Shutdown(shCtx)
 	})
-	runErr := server.Run(ctx, mcpserver.NewStdioTransport(e.stdin, e.stdout))
-	signalled := ctx.Err() != nil
+	runErr := server.Run(ctx, mcpserver.NewStdioTransport(e.stdin, stdout))
+	signalled := ctx.Err() != nil // a signal, or the client gone: both end the session cleanly
 	stop()
 	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()

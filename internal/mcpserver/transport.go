@@ -37,6 +37,28 @@ func NewStdioTransport(in io.Reader, out io.Writer) mcp.Transport {
 	return &mcp.IOTransport{Reader: pr, Writer: w, MaxLineLength: MaxMessageBytes + 1}
 }
 
+// WatchWrites returns a writer that passes every write to w and calls broken once, with
+// the error, when a write first fails — the client stopped reading (EPIPE) or the stream
+// is otherwise gone. The server cannot answer anyone any more, so its runs in flight are
+// to be cancelled (their journals still end) rather than held for no one.
+func WatchWrites(w io.Writer, broken func(error)) io.Writer {
+	return &watchedWriter{w: w, broken: broken}
+}
+
+type watchedWriter struct {
+	w      io.Writer
+	once   sync.Once
+	broken func(error)
+}
+
+func (w *watchedWriter) Write(p []byte) (int, error) {
+	n, err := w.w.Write(p)
+	if err != nil {
+		w.once.Do(func() { w.broken(err) })
+	}
+	return n, err
+}
+
 // lockedWriter serializes whole-line writes of the SDK and of screen.
 type lockedWriter struct {
 	mu sync.Mutex
