@@ -245,7 +245,9 @@ func TestFailStopUnlinked(t *testing.T) {
 	}{
 		{"removed", func(_ *testing.T, path string) error { return os.Remove(path) }},
 		{"hard-linked", func(_ *testing.T, path string) error { return os.Link(path, path+".copy") }},
-		{"directory renamed", func(_ *testing.T, path string) error { return os.Rename(filepath.Dir(path), filepath.Dir(path)+".moved") }},
+		{"directory renamed", func(_ *testing.T, path string) error {
+			return os.Rename(filepath.Dir(path), filepath.Dir(path)+".moved")
+		}},
 		// The directories moved out of the project and symlinks left in their place: the
 		// absolute path still leads to the file, but not from the project without links.
 		{".symbiont swapped for a symlink", func(t *testing.T, path string) error {
