@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"symbi/internal/mcpserver"
+	"symbi/internal/strictjson"
 )
 
 // lockedBuffer is a bytes.Buffer safe for concurrent use.
@@ -51,6 +52,9 @@ func FuzzStdioTransport(f *testing.F) {
 		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\"}\r\n\n  \n{}",
 		"\xff\xfe",
 		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\"} {\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"b\"}",
+		`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"list_agents","name":"invoke_agent"}}`,
+		`{"jsonrpc":"2.0","id":8,"id":9,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"a":[{"k":1,"k":2}]}}}`,
 	} {
 		f.Add(s)
 	}
@@ -91,6 +95,17 @@ func FuzzStdioTransport(f *testing.F) {
 				t.Fatalf("output line %q is not one JSON-RPC error (%v)", line, err)
 			}
 			rejected++
+		}
+		// No line with a repeated member name gets past the screen.
+		var repeats int
+		for _, line := range strings.Split(data, "\n") {
+			var dup *strictjson.DuplicateError
+			if b := bytes.TrimSpace([]byte(line)); json.Valid(b) && errors.As(strictjson.Check(b, strictjson.Options{}), &dup) {
+				repeats++
+			}
+		}
+		if passed > want-repeats {
+			t.Fatalf("%d lines passed, but %d of the %d lines repeat a member name\ninput %q", passed, repeats, want, data)
 		}
 		if passed+rejected != want {
 			t.Fatalf("%d non-blank lines, %d passed and %d rejected\ninput %q\noutput %q", want, passed, rejected, data, out.String())
