@@ -169,12 +169,11 @@ func checkConformanceJournals(t *testing.T, dir string) {
 	}
 	// The run is owned by the server: it finishes after the call was cancelled, and the
 	// server finishes it before exiting when the client closes. Wait for the record.
-	deadline := time.Now().Add(2 * time.Minute)
-	recs := records(t, hang)
-	for recs[len(recs)-1]["type"] != "terminated" && time.Now().Before(deadline) {
+	deadline := time.Now().Add(hangGuard)
+	for lastRecordType(t, hang) != "terminated" && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
-		recs = records(t, hang)
 	}
+	recs := records(t, hang)
 	if got := types(recs); strings.Join(got, ",") != "started,inference_requested,inference_finished,terminated" {
 		t.Fatalf("cancelled run's records %v", got)
 	}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ type rawSymbi struct {
 	stderrR   *os.File
 	responses chan map[string]any
 	stderr    *syncBuffer
+	holding   atomic.Bool // set: the reader stops reading stdout, keeping the pipe open
 }
 
 func startRaw(t *testing.T, dir string, env []string, args ...string) *rawSymbi {
@@ -61,6 +63,9 @@ func startRaw(t *testing.T, dir string, env []string, args ...string) *rawSymbi 
 			var m map[string]any
 			if json.Unmarshal(sc.Bytes(), &m) == nil && m["id"] != nil {
 				s.responses <- m
+			}
+			if s.holding.Load() {
+				select {} // a client that stopped reading but did not go away
 			}
 		}
 		close(s.responses)
@@ -280,4 +285,70 @@ func TestE2EVanishedClient(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestE2EBlockedClient: a client asks for progress, then stops reading stdout while it
+// keeps sending calls, so the server's writes block. The run must not stall on its
+// progress notifications — its journal completes — and SIGTERM must still end the server,
+// with every journal finished, although its writes to the client never complete.
+func TestE2EBlockedClient(t *testing.T) {
+	dir := newE2EProject(t)
+	// A large AGENTS.md: 200 answers to get_agents_md fill any pipe buffer many times.
+	writeFile(t, filepath.Join(dir, "AGENTS.md"), "# Test project\n\n"+strings.Repeat("guidance line\n", 2000))
+	answered := make(chan struct{})
+	model := startModel(t, loopback.WithResponder(func(loopback.Request) loopback.Reply {
+		<-answered // answer only once stdout is full
+		return loopback.Reply{Text: "late answer"}
+	}))
+	s := startRaw(t, dir, modelEnv(model))
+	s.holding.Store(true) // stdout is read no more after the next line, but stays open
+	s.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"invoke_agent","arguments":{"agent":"helper","prompt":"hi"},"_meta":{"progressToken":"p"}}}`)
+	for i := range 200 {
+		s.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"get_agents_md","arguments":{}}}`, 100+i))
+	}
+	close(answered)
+	// The run finishes its journal although its notifications cannot be written.
+	deadline := time.Now().Add(hangGuard)
+	for {
+		if files := journals(t, dir); len(files) == 1 && lastRecordType(t, files[0]) == "terminated" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the run's journal did not end: the run is stalled behind the blocked client")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.wait(t); !st.Exited() {
+		t.Fatalf("symbi did not exit cleanly: %v", st)
+	}
+	if reasons := terminatedReasons(t, dir, 1); reasons["completed"] != 1 {
+		t.Errorf("terminated reasons %v, want completed", reasons)
+	}
+}
+
+// lastRecordType is the type of the last complete line of a journal that may still be
+// being written ("" when it has none yet).
+func lastRecordType(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := strings.LastIndexByte(string(data), '\n')
+	if end < 0 {
+		return ""
+	}
+	lines := strings.Split(string(data[:end]), "\n")
+	var l struct {
+		Payload struct {
+			Type string `json:"type"`
+		} `json:"payload"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &l); err != nil {
+		t.Fatalf("journal line %q: %v", lines[len(lines)-1], err)
+	}
+	return l.Payload.Type
 }

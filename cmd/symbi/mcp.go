@@ -20,6 +20,10 @@ import (
 // runs in flight to write their terminated records.
 const shutdownGrace = 15 * time.Second
 
+// transportGrace bounds how long symbi mcp waits, once every run has finished, for the
+// MCP session to end when writes to the client are blocked (the client stopped reading).
+const transportGrace = 5 * time.Second
+
 func init() {
 	c := &command{name: "mcp", summary: "serve the project's agents over MCP on stdin/stdout (governed invoke_agent)"}
 	c.run = func(e *env, args []string) int {
@@ -113,25 +117,41 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 		log.Warn("the client stopped reading stdout; cancelling the runs in flight", "err", err)
 		clientGone(fmt.Errorf("writing to stdout: %w", err))
 	})
-	// A signal cancels the runs in flight at once: the SDK's Run waits for active calls,
-	// and each call waits for its run, which ends (with terminated written) once cancelled.
-	context.AfterFunc(ctx, func() {
-		shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-		defer cancel()
-		runner.Shutdown(shCtx)
-	})
-	runErr := server.Run(ctx, mcpserver.NewStdioTransport(e.stdin, stdout))
+	runDone := make(chan error, 1)
+	go func() { runDone <- server.Run(ctx, mcpserver.NewStdioTransport(e.stdin, stdout)) }()
+	var runErr error
+	select {
+	case runErr = <-runDone: // stdin closed: the client is done
+	case <-ctx.Done():
+		// A signal, or a client that stopped reading: cancel the runs in flight at once
+		// and wait, within the grace period, for each to write terminated. The SDK's Run
+		// then waits for the calls; a call blocked writing to a client that no longer
+		// reads would hold it forever, so it gets transportGrace and is then left behind:
+		// every journal is finished by then, and exiting loses no record.
+		shutdownRuns(runner, log)
+		select {
+		case runErr = <-runDone:
+		case <-time.After(transportGrace):
+			log.Warn("the MCP session did not end: writes to the client are blocked; exiting with every run finished", "waited", transportGrace)
+		}
+	}
 	signalled := ctx.Err() != nil // a signal, or the client gone: both end the session cleanly
 	stop()
-	shCtx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	defer cancel()
-	if err := runner.Shutdown(shCtx); err != nil {
-		log.Error("runs still in flight at exit", "err", err)
-	}
+	shutdownRuns(runner, log)
 	if runErr != nil && !signalled {
 		return fmt.Errorf("MCP session: %w", runErr)
 	}
 	return nil
+}
+
+// shutdownRuns cancels the runs in flight and waits, at most shutdownGrace, for each to
+// write its terminated record.
+func shutdownRuns(runner *invoke.Runner, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := runner.Shutdown(ctx); err != nil {
+		log.Error("runs still in flight at exit", "err", err)
+	}
 }
 
 // journalTextChoice reads SYMBI_JOURNAL_TEXT: "full" (default) journals the clear text of

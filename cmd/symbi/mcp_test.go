@@ -628,11 +628,9 @@ func TestE2ECancellation(t *testing.T) {
 	var recs []map[string]any
 	deadline := time.Now().Add(hangGuard)
 	for time.Now().Before(deadline) {
-		if files := journals(t, dir); len(files) == 1 {
+		if files := journals(t, dir); len(files) == 1 && lastRecordType(t, files[0]) == "terminated" {
 			recs = records(t, files[0])
-			if recs[len(recs)-1]["type"] == "terminated" {
-				break
-			}
+			break
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -16,7 +16,6 @@ import (
 	"log/slog"
 	"reflect"
 	"strings"
-	"sync/atomic"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -231,26 +230,4 @@ func errorResult(err error) *mcp.CallToolResult {
 		Content:           []mcp.Content{&mcp.TextContent{Text: errcode.Text(err)}},
 		StructuredContent: json.RawMessage(raw),
 	}
-}
-
-// progressReporter sends progress notifications for the stages of a run when the client
-// asked for them, and stops once the call has returned.
-func progressReporter(ctx context.Context, req *mcp.CallToolRequest) (report func(invoke.Stage), stop func()) {
-	token := req.Params.GetProgressToken()
-	if token == nil || req.Session == nil {
-		return nil, func() {}
-	}
-	var done atomic.Bool
-	var n atomic.Int64
-	total := float64(len(invoke.Stages))
-	report = func(st invoke.Stage) {
-		if done.Load() {
-			return
-		}
-		p := n.Add(1)
-		_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-			ProgressToken: token, Progress: float64(p), Total: total, Message: string(st),
-		})
-	}
-	return report, func() { done.Store(true) }
 }
