@@ -89,6 +89,11 @@ type Runner struct {
 	mu      sync.Mutex // guards closing, active and runs.Add against Shutdown's Wait
 	closing bool
 	active  int // runs in flight, at most cfg.MaxRuns
+	// terminateBudget is how long a cancelled call waits for its run's journal to end
+	// (terminateBudget by default; tests shorten it).
+	terminateBudget time.Duration
+	// hook, in tests only, is called at named points of a run ("inferred", "releasing").
+	hook func(point string)
 }
 
 // New returns a Runner for cfg.
@@ -100,7 +105,7 @@ func New(cfg Config) *Runner {
 		cfg.MaxRuns = DefaultMaxRuns
 	}
 	base, stop := context.WithCancel(context.Background())
-	return &Runner{cfg: cfg, base: base, stop: stop}
+	return &Runner{cfg: cfg, base: base, stop: stop, terminateBudget: terminateBudget}
 }
 
 // Shutdown cancels every run in flight and waits until each has written its terminated
@@ -211,17 +216,33 @@ func (r *Runner) Invoke(ctx context.Context, req Request, progress func(Stage)) 
 	case <-ctx.Done():
 		// The run goes on: it sees runCtx cancelled and writes terminated itself. Wait a
 		// little for it, so the answer can carry the audit reference of what it recorded.
-		t := time.NewTimer(terminateBudget)
+		t := time.NewTimer(r.terminateBudget)
 		defer t.Stop()
 		select {
 		case o := <-done:
 			return o.res, o.err
 		case <-t.C:
-			// The journal exists but has not ended yet: the reference has no receipt.
-			return nil, &Error{Audit: p.opened.Load(), Err: errcode.Errorf(errcode.Cancelled, "the caller cancelled the request; the run records it as cancelled")}
+			// Stop waiting only if the run has not committed to releasing: then it can no
+			// longer release, and its journal will say cancelled, as the caller is told.
+			if p.outcome.CompareAndSwap(outcomeOpen, outcomeAbandoned) {
+				// The journal exists but has not ended yet: the reference has no receipt.
+				return nil, &Error{Audit: p.opened.Load(), Err: errcode.Errorf(errcode.Cancelled, "the caller cancelled the request; the run records it as cancelled")}
+			}
+			// It is writing its release: report what its journal will record.
+			o := <-done
+			return o.res, o.err
 		}
 	}
 }
+
+// The outcomes a run and the call waiting for it agree on (prepared.outcome): whichever
+// moves it from outcomeOpen first decides, so the caller is never told cancelled for a run
+// whose journal records a release, nor handed text the journal says was not released.
+const (
+	outcomeOpen      int32 = iota
+	outcomeReleasing       // the run is writing its release
+	outcomeAbandoned       // the call stopped waiting and told its caller cancelled
+)
 
 var errCallerGone = errors.New("the caller cancelled the request")
 
@@ -244,6 +265,7 @@ func (r *Runner) logRun(p *prepared, res *Result, err error) {
 // prepared is the outcome of preflight: everything a run needs before its journal exists.
 type prepared struct {
 	opened    atomic.Pointer[Audit] // set once the run's journal exists: run_id, path, public_key
+	outcome   atomic.Int32          // outcomeOpen, outcomeReleasing or outcomeAbandoned
 	req       Request
 	agent     *project.Agent
 	name      string // declared name

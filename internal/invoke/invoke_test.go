@@ -336,3 +336,114 @@ func TestSystemMessageHoldsOnlyTheSelectedAgent(t *testing.T) {
 // hangGuard bounds a wait that only a hang reaches. It is never an expectation of speed:
 // under -race on a busy machine the work it guards may take far longer than on an idle one.
 const hangGuard = 5 * time.Minute
+
+// TestCallerAndJournalAgree holds a run after inference, or while it writes its release,
+// and cancels the caller, who stops waiting at once (no budget): what the caller is told
+// and what the journal's terminated says must agree — never "cancelled" for a run that
+// records a release, never text for a run that records none.
+func TestCallerAndJournalAgree(t *testing.T) {
+	for _, tt := range []struct {
+		point    string
+		code     errcode.Code // "" means the text is released
+		reason   string
+		released bool
+	}{
+		{point: "inferred", code: errcode.Cancelled, reason: "cancelled", released: false},
+		{point: "releasing", code: "", reason: "completed", released: true},
+	} {
+		t.Run(tt.point, func(t *testing.T) {
+			f := newFixture(t, nil, nil, loopback.WithReply(loopback.Reply{Text: "the answer"}))
+			f.runner.terminateBudget = 0
+			held, proceed := make(chan struct{}), make(chan struct{})
+			f.runner.hook = func(point string) {
+				if point == tt.point {
+					close(held)
+					<-proceed
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			type outcome struct {
+				res *Result
+				err error
+			}
+			out := make(chan outcome, 1)
+			go func() {
+				res, err := f.runner.Invoke(ctx, Request{Agent: "helper", Prompt: "q"}, nil)
+				out <- outcome{res, err}
+			}()
+			<-held
+			cancel()
+			if tt.code != "" {
+				// The caller is told at once; the run, let go afterwards, must agree.
+				o := <-out
+				if !errors.Is(o.err, tt.code) || o.res != nil {
+					t.Fatalf("caller got %+v, %v; want %s", o.res, o.err, tt.code)
+				}
+				close(proceed)
+			} else {
+				close(proceed)
+			}
+			if tt.code == "" {
+				o := <-out
+				if o.err != nil || o.res == nil || o.res.Text != "the answer" {
+					t.Fatalf("caller got %+v, %v; want the released text", o.res, o.err)
+				}
+			}
+			f.runner.Shutdown(context.Background()) // waits for the run to end its journal
+			files, _ := filepath.Glob(filepath.Join(f.dir, ".symbiont", "governed", "*.jsonl"))
+			if len(files) != 1 {
+				t.Fatalf("%d journals", len(files))
+			}
+			recs := payloads(t, files[0])
+			last := recs[len(recs)-1]
+			var term struct {
+				Reason   string `json:"reason"`
+				Released bool   `json:"released"`
+			}
+			if err := json.Unmarshal(last.Data, &term); err != nil || last.Type != "terminated" {
+				t.Fatalf("last record %s %s", last.Type, last.Data)
+			}
+			if term.Reason != tt.reason || term.Released != tt.released {
+				t.Errorf("journal says %s released=%v; the caller was told %v", term.Reason, term.Released, tt.code)
+			}
+		})
+	}
+}
+
+// TestEndRun: the end of a run is recorded even when its error text is huge (it is
+// truncated so the record fits), and a refused terminated append is reported, never
+// dropped.
+func TestEndRun(t *testing.T) {
+	dir := t.TempDir()
+	p, err := project.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	store, err := journal.OpenStore(p.Root(), journal.StoreOptions{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	w, err := store.Create("agent", "run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Append(journal.Started{Agent: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	huge := strings.Repeat("é", 1<<20) // 2 MiB of error text: past the record limit
+	if err := endRun(w, journal.Terminated{Reason: "inference_failed", Error: huge}); err != nil {
+		t.Fatalf("endRun with a huge error: %v", err)
+	}
+	recs := payloads(t, w.Path())
+	if last := recs[len(recs)-1]; last.Type != "terminated" || !bytes.Contains(last.Data, []byte("(truncated)")) || len(last.Data) > 2*maxTerminatedError {
+		t.Fatalf("last record %s (%d bytes)", last.Type, len(last.Data))
+	}
+	// A second terminated is refused (out of order) without stopping the writer: the
+	// refusal must come back.
+	if err := endRun(w, journal.Terminated{Reason: "completed", Released: true}); !errors.Is(err, journal.ErrOrder) {
+		t.Fatalf("endRun after terminated: %v, want ErrOrder", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -62,9 +63,9 @@ func (r *Runner) run(ctx context.Context, p *prepared, progress func(Stage)) (*R
 	// fail ends the run with err after the journal was opened: it writes terminated when
 	// the writer still can, and withholds any text.
 	fail := func(reason string, err error) (*Result, error) {
-		_ = w.Append(journal.Terminated{Reason: reason, Released: false, DurationMS: ms(time.Since(start)), Error: err.Error()})
-		if serr := w.Sync(); serr != nil && reason != reasonAuditFailed {
-			err = errcode.Errorf(errcode.AuditUnavailable, "%v; and the journal could not record it: %v", err, serr)
+		werr := endRun(w, journal.Terminated{Reason: reason, Released: false, DurationMS: ms(time.Since(start)), Error: err.Error()})
+		if werr != nil && reason != reasonAuditFailed {
+			err = errcode.Errorf(errcode.AuditUnavailable, "%v; and the journal could not record it: %v", err, werr)
 		}
 		return nil, &Error{Err: err, Audit: audit()}
 	}
@@ -168,12 +169,11 @@ func (r *Runner) run(ctx context.Context, p *prepared, progress func(Stage)) (*R
 	if err := w.Sync(); err != nil {
 		return journalFailed(err)
 	}
+	r.at("inferred")
 	progress(StageResponseReceived)
 	if callErr != nil {
-		if reason == reasonCancelled && errors.Is(context.Cause(ctx), errCallerGone) {
-			callErr = errcode.Errorf(errcode.Cancelled, "the caller cancelled the request during inference")
-		} else if reason == reasonCancelled {
-			callErr = errcode.Errorf(errcode.Cancelled, "the run was cancelled (server shutting down) during inference")
+		if reason == reasonCancelled {
+			callErr = cancelledError(ctx, "during inference")
 		}
 		return fail(reason, callErr)
 	}
@@ -197,13 +197,51 @@ func (r *Runner) run(ctx context.Context, p *prepared, progress func(Stage)) (*R
 	if !decision.Allow {
 		return fail(reasonPolicyDenied, errcode.Errorf(errcode.PolicyDenied, "%s", denial(decision)))
 	}
-	if err := w.Append(journal.Terminated{Reason: reasonCompleted, Released: true, DurationMS: ms(time.Since(start))}); err != nil {
-		return journalFailed(err)
+	// Release only to a caller still waiting: a cancelled run, or one whose caller has
+	// stopped waiting, records cancelled and releases nothing.
+	if ctx.Err() != nil {
+		return fail(reasonCancelled, cancelledError(ctx, "before the answer was released"))
 	}
-	if err := w.Sync(); err != nil {
+	if !p.outcome.CompareAndSwap(outcomeOpen, outcomeReleasing) {
+		return fail(reasonCancelled, errcode.Errorf(errcode.Cancelled, "the caller stopped waiting before the answer was released"))
+	}
+	r.at("releasing")
+	if err := endRun(w, journal.Terminated{Reason: reasonCompleted, Released: true, DurationMS: ms(time.Since(start))}); err != nil {
 		return journalFailed(err)
 	}
 	return &Result{Agent: p.name, AgentID: p.agentID, Text: resp.Text, Audit: audit()}, nil
+}
+
+// maxTerminatedError bounds the error text a terminated record carries, so that the
+// record always fits (a record is at most 1 MiB).
+const maxTerminatedError = 4 << 10
+
+// endRun appends the terminated record and makes the journal durable, returning the
+// first failure: a run whose end could not be recorded must say so, whichever step
+// failed (a refused append does not always stop the writer).
+func endRun(w *journal.Writer, t journal.Terminated) error {
+	if len(t.Error) > maxTerminatedError {
+		t.Error = strings.ToValidUTF8(t.Error[:maxTerminatedError], "") + " …(truncated)"
+	}
+	if err := w.Append(t); err != nil {
+		return err
+	}
+	return w.Sync()
+}
+
+// cancelledError says who cancelled the run (ctx's cause) and when.
+func cancelledError(ctx context.Context, when string) error {
+	if errors.Is(context.Cause(ctx), errCallerGone) {
+		return errcode.Errorf(errcode.Cancelled, "the caller cancelled the request %s", when)
+	}
+	return errcode.Errorf(errcode.Cancelled, "the run was cancelled (server shutting down) %s", when)
+}
+
+// at calls the test hook at a named point of a run.
+func (r *Runner) at(point string) {
+	if r.hook != nil {
+		r.hook(point)
+	}
 }
 
 // denial words a deny decision: the deciding policy ids and any evaluation errors.
