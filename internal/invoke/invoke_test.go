@@ -434,7 +434,7 @@ func TestEndRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	huge := strings.Repeat("é", 1<<20) // 2 MiB of error text: past the record limit
-	if err := endRun(w, journal.Terminated{Reason: "inference_failed", Error: huge}); err != nil {
+	if err := endRun(w, journal.Terminated{Reason: "audit_failed", Error: huge}); err != nil {
 		t.Fatalf("endRun with a huge error: %v", err)
 	}
 	recs := payloads(t, w.Path())

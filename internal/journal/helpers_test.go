@@ -163,3 +163,22 @@ func reportJSON(r *Report) string {
 	b, _ := json.Marshal(r)
 	return string(b)
 }
+
+// forge signs recs as one run's journal with key, chaining them as the writer does but
+// without its checks — the only way to make the impossible stories the verifier must
+// refuse.
+func forge(key ed25519.PrivateKey, agent, runID string, recs []Record) []byte {
+	w := newWriter(nil, "", key, agentID(agent), runID)
+	w.now = fixedClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	var out []byte
+	for _, r := range recs {
+		line, err := w.line(r)
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, line...)
+		w.seq++
+		w.prev = lineHash(line)
+	}
+	return out
+}

@@ -74,6 +74,22 @@ func buildVectors(t *testing.T) (map[string][]byte, expectedFile) {
 	}
 	tamperedSig := joinLines(al[0], sigLine, al[2], al[3], al[4])
 
+	// Impossible stories, signed with the vector key: each verifies line by line but
+	// tells a run that cannot have happened.
+	key := ed25519.NewKeyFromSeed(seed)
+	ar := allowedRunDef.records()
+	other := ar[3].(PolicyEvaluated)
+	other.TextSHA256 = sum("other text")
+	deny := ar[3].(PolicyEvaluated)
+	deny.Decision = "deny"
+	impossible := map[string][]Record{
+		"impossible/released-after-deny.jsonl":       {ar[0], ar[1], ar[2], deny, ar[4]},
+		"impossible/released-without-decision.jsonl": {ar[0], ar[1], ar[2], ar[4]},
+		"impossible/decision-before-answer.jsonl":    {ar[0], ar[1], ar[3], ar[2], ar[4]},
+		"impossible/decision-on-other-text.jsonl":    {ar[0], ar[1], ar[2], other, ar[4]},
+		"impossible/completed-not-released.jsonl":    {ar[0], ar[1], ar[2], ar[3], Terminated{Reason: "completed", DurationMS: 42}},
+		"impossible/two-requests.jsonl":              {ar[0], ar[1], ar[1], ar[2], ar[3], ar[4]},
+	}
 	files := map[string][]byte{
 		"allowed.jsonl":            allowed,
 		"denied.jsonl":             denied,
@@ -90,6 +106,9 @@ func buildVectors(t *testing.T) (map[string][]byte, expectedFile) {
 		"governed/" + FileName(agentID("greeter"), allowedRun): allowed,
 		"governed/" + FileName(agentID("greeter"), deniedRun):  allowed,
 		"governed/" + FileName(agentID("auditor"), crashedRun): crashed,
+	}
+	for name, recs := range impossible {
+		files[name] = forge(key, allowedRunDef.agent, allowedRun, recs)
 	}
 	rc := allowedW.Receipt()
 	exp := expectedFile{
@@ -110,6 +129,12 @@ func buildVectors(t *testing.T) (map[string][]byte, expectedFile) {
 			{File: "swapped.jsonl", Exit: 1, Description: "lines 2 and 3 swapped"},
 			{File: "spliced.jsonl", Exit: 1, Description: "line 3 replaced by line 3 of the denied run"},
 			{File: "deleted.jsonl", Exit: 1, Description: "line 3 deleted"},
+			{File: "impossible/released-after-deny.jsonl", Exit: 1, Description: "every line signed and chained, but terminated says released after the policy denied"},
+			{File: "impossible/released-without-decision.jsonl", Exit: 1, Description: "released with no policy_evaluated at all"},
+			{File: "impossible/decision-before-answer.jsonl", Exit: 1, Description: "policy_evaluated before inference_finished: a decision on text not yet received"},
+			{File: "impossible/decision-on-other-text.jsonl", Exit: 1, Description: "the policy judged text whose hash is not the received text's"},
+			{File: "impossible/completed-not-released.jsonl", Exit: 1, Description: "reason completed without a release"},
+			{File: "impossible/two-requests.jsonl", Exit: 1, Description: "two inference_requested records: one run makes one request"},
 			{File: "governed/" + FileName(agentID("greeter"), allowedRun), Exit: 0, Description: "the allowed run under the name its writer gave it: <agent_id>.<run_id>.jsonl"},
 			{File: "governed/" + FileName(agentID("greeter"), deniedRun), Exit: 1, Description: "the allowed run copied over the denied run's file: the name does not match the records"},
 			{File: "governed/" + FileName(agentID("auditor"), crashedRun), Exit: 2, Description: "the crashed run under its own name"},

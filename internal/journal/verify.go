@@ -161,6 +161,8 @@ func verifyData(r *Report, data []byte, pub ed25519.PublicKey, opts VerifyOption
 	}
 	prev := ZeroHash
 	terminated := false
+	var machine Machine
+	machineOK := true // after the first impossible step, the rest is not read
 	msg := make([]byte, 0, 4096)
 	for n := 1; len(data) > 0; n++ {
 		i := bytes.IndexByte(data, '\n')
@@ -180,9 +182,17 @@ func verifyData(r *Report, data []byte, pub ed25519.PublicKey, opts VerifyOption
 			r.problem(n, "%v", err)
 		} else {
 			checkEnvelope(r, n, seq, e, prev, opts)
+			if machineOK && !terminated {
+				if err := machine.Next(e.step); err != nil {
+					machineOK = false
+					if seq > 0 { // line 1 not being started is already reported
+						r.problem(n, "%v", err)
+					}
+				}
+			}
 			if e.typ == TypeTerminated {
 				terminated = true
-				r.TerminalReason, r.Released = e.reason, e.released
+				r.TerminalReason, r.Released = e.step.Reason, e.step.Released
 			}
 		}
 		prev = lineHash(line)
@@ -214,8 +224,7 @@ type entry struct {
 	agentID  string
 	typ      string
 	data     json.RawMessage
-	reason   string
-	released bool
+	step     Step // what the run's state machine reads of it
 }
 
 // envelopeMembers are the members P must have, and the only ones version 1 allows.
@@ -279,18 +288,63 @@ func checkLine(line []byte, pub ed25519.PublicKey, msg *[]byte) (*entry, error) 
 	if len(e.data) == 0 || e.data[0] != '{' {
 		return nil, errors.New(`payload member "data" is not an object`)
 	}
-	if e.typ == TypeTerminated {
-		// Exact member names: struct decoding would fold case, and "Released" must not
-		// stand in for "released".
-		var d map[string]json.RawMessage
-		err := json.Unmarshal(e.data, &d)
-		reason, released := d["reason"], d["released"]
-		if err != nil || len(reason) == 0 || reason[0] != '"' || json.Unmarshal(reason, &e.reason) != nil ||
-			json.Unmarshal(released, &e.released) != nil || (string(released) != "true" && string(released) != "false") {
-			return nil, errors.New("terminated record lacks a string reason and a boolean released")
+	step, err := decodeStep(e.typ, e.data)
+	if err != nil {
+		return nil, err
+	}
+	e.step = step
+	return e, nil
+}
+
+// stepMembers are the data members the state machine reads, per record type, each a
+// string except terminated's released, a boolean.
+var stepMembers = map[string][]string{
+	TypeInferenceRequested: {"call_id"},
+	TypeInferenceFinished:  {"call_id", "outcome", "text_sha256"},
+	TypePolicyEvaluated:    {"decision", "text_sha256"},
+	TypeTerminated:         {"reason", "released"},
+}
+
+// decodeStep reads what the state machine needs of a record's data. The members must be
+// there with their exact names (struct decoding would fold case: "Released" must not
+// stand in for "released") and types.
+func decodeStep(typ string, data json.RawMessage) (Step, error) {
+	s := Step{Type: typ}
+	names, ok := stepMembers[typ]
+	if !ok {
+		return s, nil
+	}
+	var d map[string]json.RawMessage
+	if err := json.Unmarshal(data, &d); err != nil {
+		return s, fmt.Errorf("%s data: %w", typ, err)
+	}
+	for _, name := range names {
+		raw := d[name]
+		if name == "released" {
+			if string(raw) != "true" && string(raw) != "false" {
+				return s, fmt.Errorf("%s record lacks a boolean %s", typ, name)
+			}
+			s.Released = string(raw) == "true"
+			continue
+		}
+		var v string
+		if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &v) != nil {
+			return s, fmt.Errorf("%s record lacks a string %s", typ, name)
+		}
+		switch name {
+		case "call_id":
+			s.CallID = v
+		case "outcome":
+			s.Outcome = v
+		case "text_sha256":
+			s.TextSHA256 = v
+		case "decision":
+			s.Decision = v
+		case "reason":
+			s.Reason = v
 		}
 	}
-	return e, nil
+	return s, nil
 }
 
 // decodeSig decodes a canonical padded base64 signature of 64 bytes.

@@ -53,7 +53,8 @@ type Writer struct {
 	agentID    string
 	now        func() time.Time
 	seq        int
-	durable    int // records made durable by the last successful Sync
+	durable    int     // records made durable by the last successful Sync
+	machine    Machine // the run's state after the records written
 	size       int64
 	prev       string
 	terminated bool
@@ -148,6 +149,11 @@ func (w *Writer) Append(r Record) error {
 	case w.seq > 0 && r.Type() == TypeStarted:
 		return errcode.Errorf(errcode.Internal, "%w: started at seq %d", ErrOrder, w.seq)
 	}
+	// The same machine the verifier runs: the writer cannot write an impossible run.
+	machine := w.machine
+	if err := machine.Next(stepOf(r)); err != nil {
+		return errcode.Errorf(errcode.Internal, "%w: %w", ErrOrder, err)
+	}
 	line, err := w.line(r)
 	if err != nil {
 		return err
@@ -176,6 +182,7 @@ func (w *Writer) Append(r Record) error {
 		return w.fail(fmt.Errorf("write %s record: %w", r.Type(), err))
 	}
 	w.size += int64(n)
+	w.machine = machine
 	w.seq++
 	w.prev = lineHash(line)
 	w.terminated = r.Type() == TypeTerminated

@@ -73,11 +73,11 @@ func TestWriterOrderAndLimits(t *testing.T) {
 		t.Errorf("second started: %v", err)
 	}
 	w.size = MaxFileBytes - 100 // pretend the file is nearly full
-	if err := w.Append(Terminated{Reason: "completed"}); !errors.Is(err, ErrFileTooLarge) {
+	if err := w.Append(Terminated{Reason: "cancelled"}); !errors.Is(err, ErrFileTooLarge) {
 		t.Errorf("file limit: %v", err)
 	}
 	w.size = int64(len(mustRead(t, w.Path())))
-	if err := w.Append(Terminated{Reason: "completed"}); err != nil {
+	if err := w.Append(Terminated{Reason: "cancelled"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Append(PolicyEvaluated{}); !errors.Is(err, ErrOrder) {

@@ -1,0 +1,146 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrImpossible is wrapped by every refusal of the run's state machine: the record would
+// tell a story no run can have (a release the policy never allowed, a decision on text
+// that was never received, ...).
+var ErrImpossible = errors.New("impossible run")
+
+// Step is what the run's state machine reads of one record: its type and the members its
+// rules speak of. Other members are not its business.
+type Step struct {
+	Type       string
+	CallID     string // inference_requested, inference_finished
+	Outcome    string // inference_finished: completed, error, timeout, cancelled
+	TextSHA256 string // inference_finished, policy_evaluated
+	Decision   string // policy_evaluated: allow, deny
+	Reason     string // terminated
+	Released   bool   // terminated
+}
+
+// Machine is the state machine of one run, shared by the writer (which refuses to write
+// an impossible record) and the verifier (which refuses to accept one). Feed it every
+// record in order with Next. Its zero value is a run before its first record. The rules,
+// documented in docs/journal-format.md ("The run's state machine"):
+//
+//   - started comes first, once;
+//   - inference_requested follows started, once, before any later stage; it names a call_id;
+//   - inference_finished follows inference_requested, once, for the same call_id, with an
+//     outcome of completed, error, timeout or cancelled;
+//   - policy_evaluated follows an inference_finished whose outcome is completed, once,
+//     with a decision of allow or deny, on the same text_sha256;
+//   - terminated ends the run: released true only with reason completed, after an allow;
+//     reason completed only when released; reason policy_denied only after a deny;
+//     reason inference_failed only after an outcome error, timeout only after an outcome
+//     timeout;
+//   - records of other types (a later version's) may stand anywhere after started and
+//     before terminated; the machine does not read them.
+//
+// A Machine is a small value: copy it to try a step without committing to it.
+type Machine struct {
+	started, requested, finished, decided, ended bool
+
+	callID     string
+	outcome    string
+	textSHA256 string
+	decision   string
+}
+
+// Next checks that s can follow the records fed so far and, if so, records it. A refusal
+// wraps ErrImpossible and leaves m unchanged.
+func (m *Machine) Next(s Step) error {
+	next := *m
+	if err := next.step(s); err != nil {
+		return fmt.Errorf("%w: %w", ErrImpossible, err)
+	}
+	*m = next
+	return nil
+}
+
+func (m *Machine) step(s Step) error {
+	switch {
+	case m.ended:
+		return fmt.Errorf("%s after terminated", s.Type)
+	case !m.started && s.Type != TypeStarted:
+		return fmt.Errorf("%s before started", s.Type)
+	}
+	switch s.Type {
+	case TypeStarted:
+		if m.started {
+			return errors.New("a second started")
+		}
+		m.started = true
+	case TypeInferenceRequested:
+		switch {
+		case m.requested:
+			return errors.New("a second inference_requested: one run makes one request")
+		case s.CallID == "":
+			return errors.New("inference_requested without a call_id")
+		}
+		m.requested, m.callID = true, s.CallID
+	case TypeInferenceFinished:
+		switch {
+		case !m.requested:
+			return errors.New("inference_finished without inference_requested")
+		case m.finished:
+			return errors.New("a second inference_finished")
+		case s.CallID != m.callID:
+			return fmt.Errorf("inference_finished for call %q, but the request was call %q", s.CallID, m.callID)
+		}
+		switch s.Outcome {
+		case "completed", "error", "timeout", "cancelled":
+		default:
+			return fmt.Errorf("inference_finished with outcome %q (want completed, error, timeout or cancelled)", s.Outcome)
+		}
+		m.finished, m.outcome, m.textSHA256 = true, s.Outcome, s.TextSHA256
+	case TypePolicyEvaluated:
+		switch {
+		case !m.finished || m.outcome != "completed":
+			return errors.New("policy_evaluated without a completed inference_finished: no text was received to judge")
+		case m.decided:
+			return errors.New("a second policy_evaluated")
+		case s.Decision != "allow" && s.Decision != "deny":
+			return fmt.Errorf("policy_evaluated with decision %q (want allow or deny)", s.Decision)
+		case s.TextSHA256 != m.textSHA256:
+			return fmt.Errorf("policy_evaluated judged text %s, but the text received was %s", s.TextSHA256, m.textSHA256)
+		}
+		m.decided, m.decision = true, s.Decision
+	case TypeTerminated:
+		switch {
+		case s.Released && m.decision != "allow":
+			return errors.New("terminated says released, but no policy_evaluated allowed the text")
+		case s.Released && s.Reason != "completed":
+			return fmt.Errorf("terminated says released with reason %q; a release is reason completed", s.Reason)
+		case s.Reason == "completed" && !s.Released:
+			return errors.New("terminated with reason completed but not released")
+		case s.Reason == "policy_denied" && m.decision != "deny":
+			return errors.New("terminated with reason policy_denied, but no policy_evaluated denied")
+		case s.Reason == "inference_failed" && m.outcome != "error":
+			return errors.New("terminated with reason inference_failed, but no inference_finished failed")
+		case s.Reason == "timeout" && m.outcome != "timeout":
+			return errors.New("terminated with reason timeout, but no inference_finished timed out")
+		}
+		m.ended = true
+	}
+	return nil
+}
+
+// stepOf is the step of a record the writer is given.
+func stepOf(r Record) Step {
+	s := Step{Type: r.Type()}
+	switch r := r.(type) {
+	case InferenceRequested:
+		s.CallID = r.CallID
+	case InferenceFinished:
+		s.CallID, s.Outcome, s.TextSHA256 = r.CallID, r.Outcome, r.TextSHA256
+	case PolicyEvaluated:
+		s.Decision, s.TextSHA256 = r.Decision, r.TextSHA256
+	case Terminated:
+		s.Reason, s.Released = r.Reason, r.Released
+	}
+	return s
+}

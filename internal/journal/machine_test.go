@@ -1,0 +1,108 @@
+package journal
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestMachine runs stories through the run's state machine: each possible one passes,
+// each impossible one is refused at the step that makes it impossible.
+func TestMachine(t *testing.T) {
+	var (
+		started   = Step{Type: TypeStarted}
+		requested = Step{Type: TypeInferenceRequested, CallID: "c1"}
+		finished  = Step{Type: TypeInferenceFinished, CallID: "c1", Outcome: "completed", TextSHA256: "t1"}
+		allowed   = Step{Type: TypePolicyEvaluated, Decision: "allow", TextSHA256: "t1"}
+		denied    = Step{Type: TypePolicyEvaluated, Decision: "deny", TextSHA256: "t1"}
+		released  = Step{Type: TypeTerminated, Reason: "completed", Released: true}
+		end       = func(reason string) Step { return Step{Type: TypeTerminated, Reason: reason} }
+		outcome   = func(o string) Step { return Step{Type: TypeInferenceFinished, CallID: "c1", Outcome: o} }
+		unknown   = Step{Type: "approval_requested"}
+	)
+	tests := []struct {
+		name  string
+		steps []Step
+		want  string // "" when possible; else a substring of the refusal of the last step
+	}{
+		{"released", []Step{started, requested, finished, allowed, released}, ""},
+		{"denied", []Step{started, requested, finished, denied, end("policy_denied")}, ""},
+		{"cancelled after an allow", []Step{started, requested, finished, allowed, end("cancelled")}, ""},
+		{"inference failed", []Step{started, requested, outcome("error"), end("inference_failed")}, ""},
+		{"timed out", []Step{started, requested, outcome("timeout"), end("timeout")}, ""},
+		{"cancelled during inference", []Step{started, requested, outcome("cancelled"), end("cancelled")}, ""},
+		{"journal failed early", []Step{started, end("audit_failed")}, ""},
+		{"crashed", []Step{started, requested}, ""},
+		{"a later version's record", []Step{started, unknown, requested, finished, unknown, allowed, released}, ""},
+
+		{"released after a deny", []Step{started, requested, finished, denied, released}, "no policy_evaluated allowed"},
+		{"released without a decision", []Step{started, requested, finished, released}, "no policy_evaluated allowed"},
+		{"released with another reason", []Step{started, requested, finished, allowed, {Type: TypeTerminated, Reason: "cancelled", Released: true}}, "a release is reason completed"},
+		{"completed, not released", []Step{started, requested, finished, allowed, end("completed")}, "completed but not released"},
+		{"policy_denied without a deny", []Step{started, requested, finished, allowed, end("policy_denied")}, "no policy_evaluated denied"},
+		{"inference_failed without a failure", []Step{started, requested, finished, end("inference_failed")}, "no inference_finished failed"},
+		{"timeout without a timeout", []Step{started, requested, outcome("error"), end("timeout")}, "no inference_finished timed out"},
+		{"judged before the text came", []Step{started, requested, allowed}, "without a completed inference_finished"},
+		{"judged a failed call", []Step{started, requested, outcome("error"), allowed}, "without a completed inference_finished"},
+		{"judged other text", []Step{started, requested, finished, {Type: TypePolicyEvaluated, Decision: "allow", TextSHA256: "t2"}}, "judged text t2"},
+		{"an unknown decision", []Step{started, requested, finished, {Type: TypePolicyEvaluated, Decision: "maybe", TextSHA256: "t1"}}, `decision "maybe"`},
+		{"two decisions", []Step{started, requested, finished, denied, allowed}, "a second policy_evaluated"},
+		{"two requests", []Step{started, requested, requested}, "one run makes one request"},
+		{"finished without a request", []Step{started, finished}, "without inference_requested"},
+		{"finished another call", []Step{started, requested, {Type: TypeInferenceFinished, CallID: "c2", Outcome: "completed"}}, `call "c2"`},
+		{"an unknown outcome", []Step{started, requested, outcome("great")}, `outcome "great"`},
+		{"request without a call id", []Step{started, {Type: TypeInferenceRequested}}, "without a call_id"},
+		{"nothing before started", []Step{requested}, "before started"},
+		{"two starts", []Step{started, started}, "a second started"},
+		{"after the end", []Step{started, end("cancelled"), unknown}, "after terminated"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var m Machine
+			for i, s := range tt.steps {
+				before := m
+				err := m.Next(s)
+				last := i == len(tt.steps)-1
+				switch {
+				case tt.want == "" || !last:
+					if err != nil {
+						t.Fatalf("step %d (%s): %v", i, s.Type, err)
+					}
+				case err == nil:
+					t.Fatalf("step %d (%s) accepted; want a refusal containing %q", i, s.Type, tt.want)
+				case !errors.Is(err, ErrImpossible) || !strings.Contains(err.Error(), tt.want):
+					t.Fatalf("step %d (%s): %v; want ErrImpossible containing %q", i, s.Type, err, tt.want)
+				case m != before:
+					t.Fatalf("a refused step changed the machine")
+				}
+			}
+		})
+	}
+}
+
+// TestWriterRefusesImpossibleRuns: the writer runs the same machine, so it cannot write a
+// release the policy never allowed; the refusal writes nothing and does not stop it.
+func TestWriterRefusesImpossibleRuns(t *testing.T) {
+	_, root := newProject(t)
+	s := openStore(t, root)
+	w, err := s.Create("agent", "run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	recs := run{agent: "a", prompt: "p", text: "t", allow: false}.records()
+	for _, r := range recs[:4] { // up to a deny
+		if err := w.Append(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Append(Terminated{Reason: "completed", Released: true}); !errors.Is(err, ErrImpossible) || !errors.Is(err, ErrOrder) {
+		t.Fatalf("a release after a deny: %v, want ErrImpossible", err)
+	}
+	if err := w.Append(recs[4]); err != nil {
+		t.Fatalf("the possible end after the refusal: %v", err)
+	}
+	if rep := Verify(w.Path(), s.PublicKey(), VerifyOptions{}); rep.ExitCode() != 0 {
+		t.Fatalf("report %s", reportJSON(rep))
+	}
+}
