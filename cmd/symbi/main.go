@@ -56,11 +56,11 @@ func run(e *env, args []string) int {
 	}
 	if len(args) >= 2 {
 		if c, ok := commands[args[0]+" "+args[1]]; ok {
-			return c.run(e, args[2:])
+			return runCommand(e, c, args[2:])
 		}
 	}
 	if c, ok := commands[args[0]]; ok {
-		return c.run(e, args[1:])
+		return runCommand(e, c, args[1:])
 	}
 	if hasGroup(args[0]) {
 		if len(args) >= 2 && isHelp(args[1]) {
@@ -74,6 +74,17 @@ func run(e *env, args []string) int {
 	fmt.Fprintf(e.stderr, "symbi: unknown command %q\n\n", args[0])
 	usage(e.stderr, "")
 	return 2
+}
+
+// runCommand runs c; every command but mcp, whose stdout carries the protocol, prints
+// through the terminal-safe streams.
+func runCommand(e *env, c *command, args []string) int {
+	if c.name == "mcp" {
+		return c.run(e, args)
+	}
+	safe, flush := e.forPeople()
+	defer flush()
+	return c.run(safe, args)
 }
 
 func isHelp(s string) bool { return s == "-h" || s == "-help" || s == "--help" || s == "help" }

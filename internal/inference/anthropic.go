@@ -70,6 +70,9 @@ func parseAnthropic(body []byte) (*Response, error) {
 	if r.StopReason != nil {
 		resp.FinishReason = *r.StopReason
 	}
+	if err := checkFields(resp); err != nil {
+		return nil, err
+	}
 	if r.Usage != nil {
 		resp.Usage = Usage{r.Usage.InputTokens, r.Usage.OutputTokens}
 	}

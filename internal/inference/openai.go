@@ -103,6 +103,9 @@ func parseOpenAI(body []byte) (*Response, error) {
 	if ch.FinishReason != nil {
 		resp.FinishReason = *ch.FinishReason
 	}
+	if err := checkFields(resp); err != nil {
+		return nil, err
+	}
 	if ch.Message == nil {
 		return nil, &Error{Kind: KindNoContent, Err: errors.New("first choice has no message")}
 	}
@@ -136,6 +139,28 @@ func unmarshalObject(body []byte, v any) error {
 func checkUsage(u Usage) error {
 	if u.InputTokens < 0 || u.OutputTokens < 0 {
 		return &Error{Kind: KindMalformed, Err: errors.New("negative token usage")}
+	}
+	return nil
+}
+
+// Bounds of the short fields a provider names in its answer. They go into journal
+// records and messages, so a provider cannot make a record too large (and blame the
+// journal for its own fault) through them.
+const (
+	MaxFinishReasonBytes = 64
+	MaxModelBytes        = 256
+)
+
+// checkFields bounds a parsed response's short provider-supplied fields: one over its
+// bound is a malformed answer (inference_failed), named with its size.
+func checkFields(r *Response) error {
+	for _, f := range []struct {
+		name, value string
+		limit       int
+	}{{"finish reason", r.FinishReason, MaxFinishReasonBytes}, {"model", r.Model, MaxModelBytes}} {
+		if len(f.value) > f.limit {
+			return &Error{Kind: KindMalformed, Err: fmt.Errorf("the %s is %d bytes, more than the %d-byte limit", f.name, len(f.value), f.limit)}
+		}
 	}
 	return nil
 }

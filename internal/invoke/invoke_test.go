@@ -261,6 +261,8 @@ func TestProviderErrors(t *testing.T) {
 		{"500", loopback.Reply{Status: 500, Text: "boom"}, errcode.InferenceFailed, "inference_failed"},
 		{"429", loopback.Reply{Status: 429, RetryAfter: "7", Text: "slow down"}, errcode.InferenceFailed, "inference_failed"},
 		{"malformed", loopback.Reply{Body: []byte("{not json")}, errcode.InferenceFailed, "inference_failed"},
+		// A provider's 2 MiB finish_reason is the provider's fault, not the journal's.
+		{"huge finish reason", loopback.Reply{Text: "hi", FinishReason: strings.Repeat("x", 2<<20)}, errcode.InferenceFailed, "inference_failed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
