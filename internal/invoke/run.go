@@ -184,7 +184,7 @@ func (r *Runner) run(ctx context.Context, p *prepared, progress func(Stage)) (*R
 		verdict = "allow"
 	}
 	if err := w.Append(journal.PolicyEvaluated{
-		Action:     "respond",
+		Action:     policy.ActionRespond,
 		Decision:   verdict,
 		PolicyIDs:  decision.Policies,
 		Errors:     decision.Errors,

@@ -15,9 +15,18 @@ const (
 	ResponseMode = "text_response"
 )
 
-// Request is one respond decision to make: who answered, in which run, with what
-// text.
+// The actions a decision can be about. Each has a default for a project without policy
+// files: only respond is permitted there (the built-in default); every other action is
+// denied unless a policy permits it, so a new action can never fail open.
+const ActionRespond = "respond"
+
+// permittedWithoutPolicies lists the actions the built-in default permits.
+var permittedWithoutPolicies = map[string]bool{ActionRespond: true}
+
+// Request is one decision to make: the action, who acts (the agent), in which run, and,
+// for respond, with what text.
 type Request struct {
+	Action            string   // the action's id: ActionRespond, ...
 	Agent             string   // declared agent name (the principal's id)
 	AgentID           string   // see AgentID
 	File              string   // the agent's file, relative to the project
@@ -44,6 +53,9 @@ func (s *Set) Decide(r Request) Decision {
 		if d, bad := invalid(r); bad {
 			return d
 		}
+		if !permittedWithoutPolicies[r.Action] {
+			return Decision{Reason: fmt.Sprintf("denied: no policy files, and the built-in default permits only respond, not %q", r.Action)}
+		}
 		return Decision{Allow: true, Reason: "allowed by the built-in default: no policy files, respond is permitted"}
 	case ModeCedar:
 		if d, bad := invalid(r); bad {
@@ -60,6 +72,8 @@ func (s *Set) Decide(r Request) Decision {
 // invalid denies a request that lacks the names the entity model needs.
 func invalid(r Request) (Decision, bool) {
 	switch {
+	case r.Action == "":
+		return Decision{Reason: "denied: request names no action"}, true
 	case r.Agent == "":
 		return Decision{Reason: "denied: request has no agent name"}, true
 	case r.RunID == "":
@@ -89,7 +103,7 @@ func cedarRequest(r Request) (cedar.Request, types.EntityMap) {
 	}
 	req := cedar.Request{
 		Principal: principal,
-		Action:    types.NewEntityUID("Action", "respond"),
+		Action:    types.NewEntityUID("Action", types.String(r.Action)),
 		Resource:  types.NewEntityUID("Response", types.String(r.RunID)),
 		Context: types.NewRecord(types.RecordMap{
 			"surface":            types.String(Surface),

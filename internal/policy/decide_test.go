@@ -15,6 +15,7 @@ import (
 // request returns a well-formed request for agent with the given response.
 func request(agent, response string, caps ...string) Request {
 	return Request{
+		Action:            ActionRespond,
 		Agent:             agent,
 		AgentID:           AgentID(agent),
 		File:              "agents/" + agent + ".symbi",
@@ -44,13 +45,13 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name:   "default mode still needs a run id",
-			req:    Request{Agent: "a", Response: "hi"},
+			req:    Request{Action: ActionRespond, Agent: "a", Response: "hi"},
 			reason: "no run id",
 		},
 		{
 			name:   "cedar mode needs an agent name",
 			files:  map[string]string{"policies/a.cedar": permitAll},
-			req:    Request{RunID: "r", Response: "hi"},
+			req:    Request{Action: ActionRespond, RunID: "r", Response: "hi"},
 			reason: "no agent name",
 		},
 		{
@@ -315,6 +316,44 @@ func TestDecideConcurrent(t *testing.T) {
 	for i, d := range results {
 		if d.Allow != (i%2 == 0) {
 			t.Fatalf("decision %d: %+v", i, d)
+		}
+	}
+}
+
+// TestDecideActions: only respond has a default permit. Every other action — and a
+// request naming none — is denied in every mode unless a policy permits it.
+func TestDecideActions(t *testing.T) {
+	permitRespond := `@id("respond") permit (principal, action == Action::"respond", resource);`
+	permitDelegate := permitRespond + "\n" + `@id("delegate") permit (principal, action == Action::"delegate", resource);`
+	modes := []struct {
+		name  string
+		files map[string]string
+		mode  Mode
+	}{
+		{"default", nil, ModeDefault},
+		{"cedar, respond permitted", map[string]string{"policies/a.cedar": permitRespond}, ModeCedar},
+		{"cedar, delegate permitted", map[string]string{"policies/a.cedar": permitDelegate}, ModeCedar},
+		{"deny_all", map[string]string{"policies/a.cedar": "permit ("}, ModeDenyAll},
+	}
+	for _, m := range modes {
+		s := loadDir(t, makeProject(t, m.files, nil))
+		if s.Mode != m.mode {
+			t.Fatalf("%s: mode %s", m.name, s.Mode)
+		}
+		for _, tt := range []struct {
+			action string
+			allow  bool
+		}{
+			{ActionRespond, m.mode != ModeDenyAll},
+			{"delegate", m.name == "cedar, delegate permitted"},
+			{"approve_run", false},
+			{"", false},
+		} {
+			r := request("a", "hi")
+			r.Action = tt.action
+			if d := s.Decide(r); d.Allow != tt.allow {
+				t.Errorf("%s: action %q: %+v, want allow=%v", m.name, tt.action, d, tt.allow)
+			}
 		}
 	}
 }

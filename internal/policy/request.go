@@ -8,6 +8,7 @@ import "symbi/internal/project"
 func NewRequest(a *project.Agent, runID, response string) Request {
 	adm := a.Admission
 	return Request{
+		Action:            ActionRespond,
 		Agent:             adm.Agent,
 		AgentID:           AgentID(adm.Agent),
 		File:              a.Entry.File,
