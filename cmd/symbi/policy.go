@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"symbi/internal/errcode"
+	"symbi/internal/invoke"
 	"symbi/internal/policy"
 	"symbi/internal/project"
 )
@@ -53,6 +54,7 @@ func init() {
 		fs := newFlags(e, ev)
 		dir := fs.String("project", ".", "project directory")
 		agent := fs.String("agent", "", "the agent, by its file stem (required)")
+		caller := fs.String("caller", invoke.CallerStdio, "the caller the decision is made for (context.caller)")
 		response := fs.String("response", "", "the answer text")
 		responseFile := fs.String("response-file", "", "read the answer text from this file")
 		asJSON := fs.Bool("json", false, "print a JSON object instead of text")
@@ -101,7 +103,7 @@ func init() {
 		if pol.Mode == policy.ModeDenyAll {
 			fmt.Fprintf(e.stderr, "symbi policy eval: policies unusable, every response is denied: %s\n", pol.Reason)
 		}
-		req := policy.NewRequest(a, policyDryRunID, text)
+		req := policy.NewRequest(a, policyDryRunID, text, policy.Surface, *caller)
 		out := policyEvalJSON(pol, req, pol.Decide(req))
 		if *asJSON {
 			if !printJSON(e, ev.name, out) {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"symbi/internal/digest"
 	"symbi/internal/errcode"
 	"symbi/internal/inference"
 	"symbi/internal/journal"
@@ -154,7 +155,7 @@ func TestConversationLayout(t *testing.T) {
 	if err := json.Unmarshal(recs[1].Data, &req); err != nil {
 		t.Fatal(err)
 	}
-	if req.RequestSHA256 != policy.SHA256Hex(reqs[0].Body) || req.RequestBytes != int64(len(reqs[0].Body)) {
+	if req.RequestSHA256 != digest.SHA256Hex(reqs[0].Body) || req.RequestBytes != int64(len(reqs[0].Body)) {
 		t.Errorf("inference_requested %+v does not describe the bytes sent", req)
 	}
 }
@@ -191,7 +192,7 @@ func TestOversizedAnswer(t *testing.T) {
 	if err := json.Unmarshal(payloads(t, res.Audit.Path)[2].Data, &fin); err != nil {
 		t.Fatal(err)
 	}
-	if fin.Text != "" || fin.TextBytes != int64(len(text)) || fin.TextSHA256 != policy.SHA256Hex([]byte(text)) {
+	if fin.Text != "" || fin.TextBytes != int64(len(text)) || fin.TextSHA256 != digest.SHA256Hex([]byte(text)) {
 		t.Errorf("inference_finished: text %d bytes, text_bytes %d", len(fin.Text), fin.TextBytes)
 	}
 	verifyComplete(t, res.Audit)
@@ -447,5 +448,28 @@ func TestEndRun(t *testing.T) {
 	// refusal must come back.
 	if err := endRun(w, journal.Terminated{Reason: "completed", Released: true}); !errors.Is(err, journal.ErrOrder) {
 		t.Fatalf("endRun after terminated: %v, want ErrOrder", err)
+	}
+}
+
+// TestCallerAndSurface: the caller and the surface reach the started record and the
+// policy context; a policy can decide on the caller.
+func TestCallerAndSurface(t *testing.T) {
+	f := newFixture(t, map[string]string{
+		"agents/helper.symbi": "agent helper { capabilities = [\"answer\"] }\n",
+		"policies/respond.cedar": "@id(\"respond\") permit (principal, action == Action::\"respond\", resource) when { context.surface == \"mcp-server\" };\n" +
+			"@id(\"not-mallory\") forbid (principal, action == Action::\"respond\", resource) when { context.caller == \"mallory\" };\n",
+	}, nil, loopback.WithReply(loopback.Reply{Text: "ok"}))
+	res, err := f.runner.Invoke(context.Background(), Request{Agent: "helper", Prompt: "q"}, nil)
+	if err != nil {
+		t.Fatalf("the default caller: %v", err)
+	}
+	var started journal.Started
+	json.Unmarshal(payloads(t, res.Audit.Path)[0].Data, &started)
+	if started.Caller != CallerStdio || started.Surface != "mcp-server" || started.Mode != "text_response" || started.Provider != "openai" {
+		t.Errorf("started: caller %q surface %q mode %q provider %q", started.Caller, started.Surface, started.Mode, started.Provider)
+	}
+	_, err = f.runner.Invoke(context.Background(), Request{Agent: "helper", Prompt: "q", Caller: "mallory"}, nil)
+	if !errors.Is(err, errcode.PolicyDenied) || !strings.Contains(err.Error(), "not-mallory") {
+		t.Fatalf("caller mallory: %v, want policy_denied by not-mallory", err)
 	}
 }

@@ -10,9 +10,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"symbi/internal/digest"
 	"symbi/internal/buildinfo"
 	"symbi/internal/errcode"
-	"symbi/internal/inference"
 	"symbi/internal/journal"
 	"symbi/internal/policy"
 )
@@ -27,8 +27,146 @@ const (
 	reasonAuditFailed     = "audit_failed"
 )
 
-// run is one governed run after preflight. It owns the journal writer until it returns.
-func (r *Runner) run(ctx context.Context, p *prepared, progress func(Stage)) (*Result, error) {
+// Run is one governed run. Runner.Start returns it once it holds a slot and has passed
+// preflight; it then goes on in its own goroutine, owned by the Runner — not by whoever
+// started it — and ends by writing its terminated record whatever becomes of its callers.
+type Run struct {
+	r      *Runner
+	p      *prepared
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed when the run has ended; res and err are then set
+	res    *Result
+	err    error
+}
+
+// Start begins a governed run of req and returns at once. progress, if not nil, is called
+// at each stage the run reaches; it must not block (the MCP layer queues it).
+func (r *Runner) Start(req Request, progress func(Stage)) (*Run, error) {
+	if progress == nil {
+		progress = func(Stage) {}
+	}
+	// A slot first, before anything of the request is kept: a call beyond the limit costs
+	// nothing but its answer.
+	r.mu.Lock()
+	switch {
+	case r.closing:
+		r.mu.Unlock()
+		return nil, &Error{Err: errcode.Errorf(errcode.Cancelled, "the server is shutting down")}
+	case r.active >= r.cfg.MaxRuns:
+		r.mu.Unlock()
+		return nil, &Error{Err: errcode.Errorf(errcode.Busy, "%d runs are in flight, the server's limit (--max-runs %d); retry when one has ended", r.cfg.MaxRuns, r.cfg.MaxRuns)}
+	}
+	r.active++
+	r.runs.Add(1)
+	r.mu.Unlock()
+	release := func() {
+		r.mu.Lock()
+		r.active--
+		r.mu.Unlock()
+		r.runs.Done()
+	}
+	if req.Surface == "" {
+		req.Surface = policy.Surface
+	}
+	if req.Caller == "" {
+		req.Caller = CallerStdio
+	}
+	p, err := r.preflight(req)
+	if err != nil {
+		release()
+		return nil, &Error{Err: err}
+	}
+	progress(StageAdmitted)
+	ctx, cancel := context.WithCancelCause(r.base)
+	run := &Run{r: r, p: p, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer release()
+		defer cancel(nil)
+		run.res, run.err = r.execute(ctx, p, progress)
+		r.logRun(p, run.res, run.err)
+		close(run.done)
+	}()
+	return run, nil
+}
+
+// Invoke runs req and waits for its outcome. When ctx ends first, the run is cancelled
+// (its caller is gone) and Invoke returns promptly with a cancelled error while the run
+// finishes its journal in the background.
+func (r *Runner) Invoke(ctx context.Context, req Request, progress func(Stage)) (*Result, error) {
+	run, err := r.Start(req, progress)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { run.Cancel(errCallerGone) })
+	defer stop()
+	return run.Wait(ctx)
+}
+
+// Cancel cancels the run with cause. Unless it has already committed to its outcome, the
+// run stops its work (the provider call) and ends with terminated, reason cancelled.
+func (run *Run) Cancel(cause error) { run.cancel(cause) }
+
+// Done is closed when the run has ended, its journal finished.
+func (run *Run) Done() <-chan struct{} { return run.done }
+
+// Wait returns the run's outcome. If ctx ends first, Wait gives the run a moment to end
+// its journal (so the answer can carry the receipt), then stops waiting — but only if the
+// run has not committed to releasing: what the caller is told and what the journal says
+// always agree.
+func (run *Run) Wait(ctx context.Context) (*Result, error) {
+	select {
+	case <-run.done:
+		return run.res, run.err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(run.r.terminateBudget)
+	defer t.Stop()
+	select {
+	case <-run.done:
+		return run.res, run.err
+	case <-t.C:
+	}
+	// Stop waiting only if the run has not committed to releasing: then it can no longer
+	// release, and its journal will say cancelled, as the caller is told.
+	if run.p.outcome.CompareAndSwap(outcomeOpen, outcomeAbandoned) {
+		// The journal exists but has not ended yet: the reference has no receipt.
+		return nil, &Error{Audit: run.p.opened.Load(), Err: errcode.Errorf(errcode.Cancelled, "the caller cancelled the request; the run records it as cancelled")}
+	}
+	// It is writing its release: report what its journal will record.
+	<-run.done
+	return run.res, run.err
+}
+
+// The outcomes a run and the call waiting for it agree on (prepared.outcome): whichever
+// moves it from outcomeOpen first decides, so the caller is never told cancelled for a run
+// whose journal records a release, nor handed text the journal says was not released.
+const (
+	outcomeOpen      int32 = iota
+	outcomeReleasing       // the run is writing its release
+	outcomeAbandoned       // the call stopped waiting and told its caller cancelled
+)
+
+var errCallerGone = errors.New("the caller cancelled the request")
+
+// logRun reports a finished run on the server's log.
+func (r *Runner) logRun(p *prepared, res *Result, err error) {
+	if err == nil {
+		if res.Audit != nil { // nil only on the benchmark-only ungoverned path
+			r.cfg.Log.Info("run released", "agent", p.name, "run_id", res.Audit.RunID, "records", res.Audit.Records)
+		}
+		return
+	}
+	attrs := []any{"agent", p.name, "code", errcode.Of(err), "err", err}
+	var ie *Error
+	if errors.As(err, &ie) && ie.Audit != nil {
+		attrs = append(attrs, "run_id", ie.Audit.RunID, "journal", ie.Audit.Path)
+	}
+	r.cfg.Log.Warn("run withheld", attrs...)
+}
+
+// execute is the governed ordering of one run after preflight (the package comment): it
+// owns the journal writer until it returns.
+func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage)) (*Result, error) {
 	start := time.Now()
 	if r.ungov {
 		return r.runUngoverned(ctx, p)
@@ -57,7 +195,7 @@ func (r *Runner) run(ctx context.Context, p *prepared, progress func(Stage)) (*R
 	pub := hex.EncodeToString(store.PublicKey())
 	p.opened.Store(&Audit{RunID: runID, Path: w.Path(), PublicKey: pub})
 	audit := func() *Audit {
-		rc := w.Receipt()
+		rc := w.Durable()
 		return &Audit{RunID: runID, Path: w.Path(), PublicKey: pub, Records: rc.Records, Head: rc.Head}
 	}
 	// fail ends the run with err after the journal was opened: it writes terminated when
@@ -69,19 +207,18 @@ func (r *Runner) run(ctx context.Context, p *prepared, progress func(Stage)) (*R
 		}
 		return nil, &Error{Err: err, Audit: audit()}
 	}
+	// journalFailed ends a run whose journal failed. If nothing of it was durable yet (a
+	// full disk, a file size limit at its first records) nothing was sent either, and the
+	// file, debris, is removed.
 	journalFailed := func(err error) (*Result, error) {
-		return fail(reasonAuditFailed, errcode.Errorf(errcode.AuditUnavailable, "journal write failed, nothing released: %v", err))
-	}
-	// firstFailed ends a run whose first records could not be made durable (a full disk,
-	// a file size limit): nothing was sent, and the file, debris, is removed.
-	firstFailed := func(err error) (*Result, error) {
-		if derr := w.Discard(); derr != nil {
+		if derr := w.Discard(); derr == nil {
+			p.opened.Store(nil)
+			return nil, &Error{Err: errcode.Errorf(errcode.AuditUnavailable,
+				"journal write failed before the run's first record was durable; nothing was sent or released, and the empty journal was removed: %v", err)}
+		} else if !errors.Is(derr, journal.ErrDurable) {
 			r.cfg.Log.Warn("journal kept after its first write failed", "journal", w.Path(), "err", derr)
-			return journalFailed(err)
 		}
-		p.opened.Store(nil)
-		return nil, &Error{Err: errcode.Errorf(errcode.AuditUnavailable,
-			"journal write failed before the run's first record was durable; nothing was sent or released, and the empty journal was removed: %v", err)}
+		return fail(reasonAuditFailed, errcode.Errorf(errcode.AuditUnavailable, "journal write failed, nothing released: %v", err))
 	}
 	progress(StageJournalOpened)
 
@@ -90,106 +227,50 @@ func (r *Runner) run(ctx context.Context, p *prepared, progress func(Stage)) (*R
 	started := journal.Started{
 		Agent:                p.name,
 		File:                 p.agent.Entry.File,
-		SourceSHA256:         policy.SHA256Hex(p.agent.Source),
-		DeclarationSHA256:    policy.SHA256Hex(adm.Declaration),
-		Mode:                 "text_response",
-		Surface:              "mcp-server",
+		SourceSHA256:         p.agent.SourceSHA256,
+		DeclarationSHA256:    p.agent.DeclarationSHA256,
+		Surface:              p.req.Surface,
+		Caller:               p.req.Caller,
 		ServerVersion:        buildinfo.Version,
-		MaxOutputTokens:      int64(p.maxTokens),
-		DeadlineMS:           ms(p.deadline),
-		Provider:             r.cfg.Provider.Name(),
-		Model:                r.cfg.Provider.Model(),
 		InlinePolicies:       adm.Policies,
 		InlinePoliciesSHA256: adm.PolicyDigest,
 		PolicyMode:           string(r.cfg.Policies.Mode),
 		PolicyDigest:         r.cfg.Policies.Digest,
 		PolicyReason:         r.cfg.Policies.Reason,
-		PromptSHA256:         policy.SHA256Hex([]byte(p.req.Prompt)),
+		PromptSHA256:         digest.SHA256Hex([]byte(p.req.Prompt)),
 		PromptBytes:          int64(len(p.req.Prompt)),
-		InstructionsSHA256:   policy.SHA256Hex(instr),
+		InstructionsSHA256:   digest.SHA256Hex(instr),
 		InstructionsBytes:    int64(len(instr)),
 	}
+	p.exec.Describe(&started)
 	if !r.cfg.HashesOnly {
 		started.Prompt = p.req.Prompt
 		started.Instructions = p.conv.Instructions
 	}
-	callID := uuid.NewString()
 	if err := w.Append(started); err != nil {
-		return firstFailed(err)
+		return journalFailed(err)
 	}
-	if err := w.Append(journal.InferenceRequested{
-		CallID:        callID,
-		RequestSHA256: policy.SHA256Hex(p.call.Body),
-		RequestBytes:  int64(len(p.call.Body)),
-		MaxTokens:     int64(p.maxTokens),
-		DeadlineMS:    ms(p.deadline),
-	}); err != nil {
-		return firstFailed(err)
-	}
-	if err := w.Sync(); err != nil {
-		return firstFailed(err)
-	}
-
-	// One journaled request, one call.
-	progress(StageRequestSent)
-	callCtx, cancelCall := context.WithTimeout(ctx, p.deadline)
-	resp, callErr := p.call.Do(callCtx)
-	cancelCall()
-	finished := journal.InferenceFinished{CallID: callID, Outcome: "completed"}
-	if resp != nil {
-		finished.HTTPStatus = int64(resp.Status)
-		finished.ResponseSHA256 = policy.SHA256Hex(resp.Body)
-		finished.ResponseBytes = int64(len(resp.Body))
-	} else {
-		finished.ResponseSHA256 = policy.SHA256Hex(nil)
-	}
-	reason := ""
-	if callErr != nil {
-		finished.Outcome, reason = outcomeOf(callErr)
-		finished.Error = callErr.Error()
-		finished.TextSHA256 = policy.SHA256Hex(nil)
-	} else {
-		finished.TextSHA256 = policy.SHA256Hex([]byte(resp.Text))
-		finished.TextBytes = int64(len(resp.Text))
-		finished.FinishReason = resp.FinishReason
-		finished.Usage = journal.Usage{InputTokens: int64(resp.Usage.InputTokens), OutputTokens: int64(resp.Usage.OutputTokens)}
-		if !r.cfg.HashesOnly {
-			finished.Text = resp.Text
-		}
-	}
-	err = w.Append(finished)
-	if errors.Is(err, journal.ErrRecordTooLarge) && finished.Text != "" {
-		// The clear text would take the record past 1 MiB: keep its hash and length only.
-		finished.Text = ""
-		err = w.Append(finished)
-	}
+	out, err := p.exec.Execute(ctx, w, progress)
 	if err != nil {
-		return journalFailed(err)
-	}
-	if err := w.Sync(); err != nil {
-		return journalFailed(err)
-	}
-	r.at("inferred")
-	progress(StageResponseReceived)
-	if callErr != nil {
-		if reason == reasonCancelled {
-			callErr = cancelledError(ctx, "during inference")
+		var ee *ExecError
+		if !errors.As(err, &ee) {
+			ee = &ExecError{reasonInferenceFailed, err}
 		}
-		return fail(reason, callErr)
+		if ee.Reason == reasonAuditFailed {
+			return journalFailed(ee.Err)
+		}
+		return fail(ee.Reason, ee.Err)
 	}
 
-	decision := r.cfg.Policies.Decide(policy.NewRequest(p.agent, runID, resp.Text))
-	verdict := "deny"
-	if decision.Allow {
-		verdict = "allow"
-	}
+	req := policy.NewRequest(p.agent, runID, out.Text, p.req.Surface, p.req.Caller)
+	decision := r.cfg.Policies.Decide(req)
 	if err := w.Append(journal.PolicyEvaluated{
-		Action:     policy.ActionRespond,
-		Decision:   verdict,
+		Action:     req.Action,
+		Decision:   decision.Verdict(),
 		PolicyIDs:  decision.Policies,
 		Errors:     decision.Errors,
-		TextSHA256: finished.TextSHA256,
-		TextBytes:  finished.TextBytes,
+		TextSHA256: out.TextSHA256,
+		TextBytes:  out.TextBytes,
 	}); err != nil {
 		return journalFailed(err)
 	}
@@ -209,7 +290,7 @@ func (r *Runner) run(ctx context.Context, p *prepared, progress func(Stage)) (*R
 	if err := endRun(w, journal.Terminated{Reason: reasonCompleted, Released: true, DurationMS: ms(time.Since(start))}); err != nil {
 		return journalFailed(err)
 	}
-	return &Result{Agent: p.name, AgentID: p.agentID, Text: resp.Text, Audit: audit()}, nil
+	return &Result{Agent: p.name, AgentID: p.agentID, Text: out.Text, Audit: audit()}, nil
 }
 
 // maxTerminatedError bounds the error text a terminated record carries, so that the
@@ -259,25 +340,14 @@ func denial(d policy.Decision) string {
 	return msg
 }
 
-// outcomeOf maps a provider error to the inference_finished outcome and terminated reason.
-func outcomeOf(err error) (outcome, reason string) {
-	switch {
-	case errors.Is(err, inference.KindTimeout):
-		return "timeout", reasonTimeout
-	case errors.Is(err, inference.KindCancelled):
-		return "cancelled", reasonCancelled
-	}
-	return "error", reasonInferenceFailed
-}
-
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
 // runUngoverned is the benchmark-only path: the same preflight and provider call, with no
 // journal and no policy. It is reachable only from this package's tests.
 func (r *Runner) runUngoverned(ctx context.Context, p *prepared) (*Result, error) {
-	callCtx, cancel := context.WithTimeout(ctx, p.deadline)
+	callCtx, cancel := context.WithTimeout(ctx, p.exec.deadline)
 	defer cancel()
-	resp, err := p.call.Do(callCtx)
+	resp, err := p.exec.call.Do(callCtx)
 	if err != nil {
 		return nil, &Error{Err: err}
 	}

@@ -97,6 +97,7 @@ type Started struct {
 	DeclarationSHA256    string   `json:"declaration_sha256"`     // hex SHA-256 of the selected declaration
 	Mode                 string   `json:"mode"`                   // "text_response"
 	Surface              string   `json:"surface"`                // "mcp-server"
+	Caller               string   `json:"caller,omitempty"`       // who asked for the run: "stdio"
 	ServerVersion        string   `json:"server_version"`         // symbi version
 	MaxOutputTokens      int64    `json:"max_output_tokens"`      // limit in force
 	DeadlineMS           int64    `json:"deadline_ms"`            // deadline in force, milliseconds

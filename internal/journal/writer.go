@@ -43,22 +43,23 @@ type file interface {
 // Writer appends the records of one run. Its methods are safe for concurrent use; appends
 // are serialized. After one failed write or sync it refuses every later Append and Sync.
 type Writer struct {
-	mu         sync.Mutex
-	f          file
-	root       *os.File // the project directory; nil for an injected file in tests
-	name       string   // the file's name in <root>/.symbiont/governed
-	path       string
-	key        ed25519.PrivateKey
-	runID      string
-	agentID    string
-	now        func() time.Time
-	seq        int
-	durable    int     // records made durable by the last successful Sync
-	machine    Machine // the run's state after the records written
-	size       int64
-	prev       string
-	terminated bool
-	failed     error
+	mu          sync.Mutex
+	f           file
+	root        *os.File // the project directory; nil for an injected file in tests
+	name        string   // the file's name in <root>/.symbiont/governed
+	path        string
+	key         ed25519.PrivateKey
+	runID       string
+	agentID     string
+	now         func() time.Time
+	seq         int
+	durable     int     // records made durable by the last successful Sync
+	durableHead string  // the hash of the last of them
+	machine     Machine // the run's state after the records written
+	size        int64
+	prev        string
+	terminated  bool
+	failed      error
 }
 
 // Create makes the run's journal <agentID>.<runID>.jsonl in the governed directory
@@ -270,7 +271,7 @@ func (w *Writer) Sync() error {
 	if err := w.checkReachable(st); err != nil {
 		return w.fail(err)
 	}
-	w.durable = w.seq
+	w.durable, w.durableHead = w.seq, w.prev
 	return nil
 }
 
@@ -322,6 +323,14 @@ func (w *Writer) fail(err error) error {
 
 func (w *Writer) stoppedErr() error {
 	return errcode.Errorf(errcode.AuditUnavailable, "journal %s: %w (first failure: %w)", w.path, ErrStopped, w.failed)
+}
+
+// Durable returns the receipt of what the last successful Sync made durable: the
+// number of lines and the hash of the last of them. It is what a caller may be handed.
+func (w *Writer) Durable() Receipt {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return Receipt{Records: w.durable, Head: w.durableHead}
 }
 
 // Receipt returns the number of lines written and the hash of the last one.

@@ -34,6 +34,19 @@ type Config struct {
 	Runner   *invoke.Runner
 	Schemas  *schemapin.Verifier
 	Log      *slog.Logger
+	// Caller names who calls this server, in each run's started record and policy context:
+	// "" is the one client of a stdio server (invoke.CallerStdio).
+	Caller string
+}
+
+// Surface is the surface runs asked for over MCP are recorded under.
+const Surface = "mcp-server"
+
+func (c Config) caller() string {
+	if c.Caller == "" {
+		return invoke.CallerStdio
+	}
+	return c.Caller
 }
 
 // AgentsMDURI is the URI of the AGENTS.md resource.

@@ -35,6 +35,8 @@ type Request struct {
 	DeclarationSHA256 string   // hex SHA-256 of the selected declaration
 	RunID             string   // the resource's id
 	Response          string   // the exact text
+	Surface           string   // the transport the run was asked for on: context.surface
+	Caller            string   // who asked for the run ("stdio" for the local client): context.caller
 }
 
 // Decision is the outcome of Decide.
@@ -43,6 +45,14 @@ type Decision struct {
 	Policies []string // deciding policy ids, in load order
 	Errors   []string // evaluation errors as "id: message" (any one denies)
 	Reason   string   // one-line human explanation
+}
+
+// Verdict is the decision's word in journals and reports: "allow" or "deny".
+func (d Decision) Verdict() string {
+	if d.Allow {
+		return "allow"
+	}
+	return "deny"
 }
 
 // Decide makes the respond decision for r. It fails closed: see the package
@@ -76,6 +86,8 @@ func invalid(r Request) (Decision, bool) {
 		return Decision{Reason: "denied: request names no action"}, true
 	case r.Agent == "":
 		return Decision{Reason: "denied: request has no agent name"}, true
+	case r.Surface == "" || r.Caller == "":
+		return Decision{Reason: "denied: request names no surface or no caller"}, true
 	case r.RunID == "":
 		return Decision{Reason: "denied: request has no run id"}, true
 	}
@@ -106,7 +118,8 @@ func cedarRequest(r Request) (cedar.Request, types.EntityMap) {
 		Action:    types.NewEntityUID("Action", types.String(r.Action)),
 		Resource:  types.NewEntityUID("Response", types.String(r.RunID)),
 		Context: types.NewRecord(types.RecordMap{
-			"surface":            types.String(Surface),
+			"surface":            types.String(r.Surface),
+			"caller":             types.String(r.Caller),
 			"mode":               types.String(ResponseMode),
 			"response":           types.String(r.Response),
 			"response_bytes":     types.Long(len(r.Response)),

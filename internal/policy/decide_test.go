@@ -10,6 +10,8 @@ import (
 	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
 	"github.com/cedar-policy/cedar-go/x/exp/schema"
 	"github.com/cedar-policy/cedar-go/x/exp/schema/validate"
+
+	"symbi/internal/digest"
 )
 
 // request returns a well-formed request for agent with the given response.
@@ -20,10 +22,12 @@ func request(agent, response string, caps ...string) Request {
 		AgentID:           AgentID(agent),
 		File:              "agents/" + agent + ".symbi",
 		Capabilities:      caps,
-		SourceSHA256:      SHA256Hex([]byte("source of " + agent)),
-		DeclarationSHA256: SHA256Hex([]byte("declaration of " + agent)),
+		SourceSHA256:      digest.SHA256Hex([]byte("source of " + agent)),
+		DeclarationSHA256: digest.SHA256Hex([]byte("declaration of " + agent)),
 		RunID:             "run-1",
 		Response:          response,
+		Surface:           Surface,
+		Caller:            "stdio",
 	}
 }
 
@@ -45,13 +49,13 @@ func TestDecide(t *testing.T) {
 		},
 		{
 			name:   "default mode still needs a run id",
-			req:    Request{Action: ActionRespond, Agent: "a", Response: "hi"},
+			req:    Request{Action: ActionRespond, Agent: "a", Response: "hi", Surface: Surface, Caller: "stdio"},
 			reason: "no run id",
 		},
 		{
 			name:   "cedar mode needs an agent name",
 			files:  map[string]string{"policies/a.cedar": permitAll},
-			req:    Request{Action: ActionRespond, RunID: "r", Response: "hi"},
+			req:    Request{Action: ActionRespond, RunID: "r", Response: "hi", Surface: Surface, Caller: "stdio"},
 			reason: "no agent name",
 		},
 		{
@@ -201,13 +205,13 @@ when {
   principal.agent_id == "` + AgentID("a") + `" &&
   principal.file == "agents/a.symbi" &&
   principal.capabilities == ["x"] &&
-  principal.source_sha256 == "` + SHA256Hex([]byte("source of a")) + `" &&
+  principal.source_sha256 == "` + digest.SHA256Hex([]byte("source of a")) + `" &&
   context.surface == "mcp-server" &&
   context.mode == "text_response" &&
   context.response == "héllo" &&
   context.response_bytes == 6 &&
   context.source_sha256 == principal.source_sha256 &&
-  context.declaration_sha256 == "` + SHA256Hex([]byte("declaration of a")) + `"
+  context.declaration_sha256 == "` + digest.SHA256Hex([]byte("declaration of a")) + `"
 };
 `
 

@@ -27,7 +27,7 @@ when { context.response like "*BEGIN PRIVATE KEY*" };
 	set := policy.Load(root)
 	fmt.Println(set.Mode, set.Files, set.PolicyIDs())
 
-	req := policy.Request{Action: policy.ActionRespond, Agent: "assistant", AgentID: policy.AgentID("assistant"), RunID: "run-1"}
+	req := policy.Request{Action: policy.ActionRespond, Surface: policy.Surface, Caller: "stdio", Agent: "assistant", AgentID: policy.AgentID("assistant"), RunID: "run-1"}
 	for _, text := range []string{"All tests pass.", "-----BEGIN PRIVATE KEY-----"} {
 		req.Response = text
 		d := set.Decide(req)

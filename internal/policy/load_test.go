@@ -155,7 +155,7 @@ func TestLoadModes(t *testing.T) {
 					t.Fatalf("position %v, want %v", got, tt.pos)
 				}
 			}
-			d := s.Decide(Request{Agent: "a", RunID: "r", Response: "hello"})
+			d := s.Decide(Request{Action: ActionRespond, Agent: "a", RunID: "r", Response: "hello", Surface: Surface, Caller: "stdio"})
 			if d.Allow || !strings.Contains(d.Reason, "deny_all") {
 				t.Fatalf("deny_all decided %+v", d)
 			}

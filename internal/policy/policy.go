@@ -74,7 +74,6 @@
 package policy
 
 import (
-	"crypto/sha256"
 	"fmt"
 
 	cedar "github.com/cedar-policy/cedar-go"
@@ -163,8 +162,3 @@ func AgentID(name string) string {
 	return uuid.NewSHA1(uuid.NameSpaceURL, []byte("symbi://response/"+name)).String()
 }
 
-// SHA256Hex returns the lowercase hex SHA-256 of b.
-func SHA256Hex(b []byte) string {
-	sum := sha256.Sum256(b)
-	return fmt.Sprintf("%x", sum[:])
-}

@@ -4,8 +4,9 @@ import "symbi/internal/project"
 
 // NewRequest builds the respond request for an answer of a resolved agent: the
 // principal is the selected declaration's name, the hashes are of the whole file
-// and of the declaration's exact bytes.
-func NewRequest(a *project.Agent, runID, response string) Request {
+// and of the declaration's exact bytes. surface and caller name the transport and who
+// asked for the run.
+func NewRequest(a *project.Agent, runID, response, surface, caller string) Request {
 	adm := a.Admission
 	return Request{
 		Action:            ActionRespond,
@@ -13,9 +14,11 @@ func NewRequest(a *project.Agent, runID, response string) Request {
 		AgentID:           AgentID(adm.Agent),
 		File:              a.Entry.File,
 		Capabilities:      adm.Capabilities,
-		SourceSHA256:      SHA256Hex(a.Source),
-		DeclarationSHA256: SHA256Hex(adm.Declaration),
+		SourceSHA256:      a.SourceSHA256,
+		DeclarationSHA256: a.DeclarationSHA256,
 		RunID:             runID,
 		Response:          response,
+		Surface:           surface,
+		Caller:            caller,
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"symbi/internal/digest"
 	"symbi/internal/project"
 )
 
@@ -30,17 +31,17 @@ agent helper {
 	if err != nil {
 		t.Fatalf("resolve: %v", err)
 	}
-	r := NewRequest(a, "run-9", "text")
-	if r.Agent != "helper" || r.AgentID != AgentID("helper") || r.File != "agents/alias.symbi" ||
+	r := NewRequest(a, "run-9", "text", "mcp-server", "stdio")
+	if r.Action != ActionRespond || r.Surface != "mcp-server" || r.Caller != "stdio" || r.Agent != "helper" || r.AgentID != AgentID("helper") || r.File != "agents/alias.symbi" ||
 		!slices.Equal(r.Capabilities, []string{"explain", "code_review"}) || r.RunID != "run-9" || r.Response != "text" {
 		t.Fatalf("request %+v", r)
 	}
 	raw, err := os.ReadFile(filepath.Join(dir, "agents/alias.symbi"))
 	must(t, err)
-	if r.SourceSHA256 != SHA256Hex(raw) {
+	if r.SourceSHA256 != digest.SHA256Hex(raw) {
 		t.Fatalf("source hash %s", r.SourceSHA256)
 	}
-	if r.DeclarationSHA256 != SHA256Hex(a.Admission.Declaration) || len(a.Admission.Declaration) == 0 || r.DeclarationSHA256 == r.SourceSHA256 {
+	if r.DeclarationSHA256 != digest.SHA256Hex(a.Admission.Declaration) || len(a.Admission.Declaration) == 0 || r.DeclarationSHA256 == r.SourceSHA256 {
 		t.Fatalf("declaration hash %s", r.DeclarationSHA256)
 	}
 }

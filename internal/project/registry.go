@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"symbi/internal/digest"
 	"symbi/internal/dsl"
 	"symbi/internal/errcode"
 )
@@ -52,6 +53,9 @@ type Agent struct {
 	Entry     Entry
 	Source    []byte
 	Admission *dsl.Admission
+	// Digests computed once, at registry time: of the whole file and of the selected
+	// declaration's exact bytes (lowercase hex SHA-256).
+	SourceSHA256, DeclarationSHA256 string
 }
 
 // Registry is the agent registry snapshot taken by LoadRegistry: the agent files of
@@ -204,7 +208,8 @@ func newAgent(rel, name string, src []byte) *Agent {
 		e.Capabilities = adm.Capabilities
 	}
 	e.Invocable, e.Reason = adm.Admitted, adm.Reason
-	return &Agent{Entry: e, Source: src, Admission: adm}
+	return &Agent{Entry: e, Source: src, Admission: adm,
+		SourceSHA256: digest.SHA256Hex(src), DeclarationSHA256: digest.SHA256Hex(adm.Declaration)}
 }
 
 // markAmbiguous refuses every stem present as more than one file (x.symbi and x.dsl).
