@@ -52,14 +52,25 @@ func init() {
 // registryEntries takes the registry snapshot of the project in dir, with warnings
 // on stderr.
 func registryEntries(e *env, dir string) ([]project.Entry, error) {
-	p, err := project.Open(dir)
+	p, reg, err := openRegistry(dir, slog.New(slog.NewTextHandler(e.stderr, nil)))
 	if err != nil {
 		return nil, err
 	}
 	defer p.Close()
-	reg, err := p.LoadRegistry(slog.New(slog.NewTextHandler(e.stderr, nil)))
-	if err != nil {
-		return nil, err
-	}
 	return reg.Entries(), nil
+}
+
+// openRegistry opens (pins) the project in dir and takes its registry snapshot, with
+// warnings on log. The caller closes the project.
+func openRegistry(dir string, log *slog.Logger) (*project.Project, *project.Registry, error) {
+	p, err := project.Open(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	reg, err := p.LoadRegistry(log)
+	if err != nil {
+		p.Close()
+		return nil, nil, err
+	}
+	return p, reg, nil
 }

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 
 	"symbi/internal/errcode"
-	"symbi/internal/project"
 )
 
 func init() {
@@ -24,15 +23,11 @@ func init() {
 			fmt.Fprintf(e.stderr, "symbi agents-md generate: %s\n", errcode.Text(err))
 			return 1
 		}
-		p, err := project.Open(*dir)
+		p, reg, err := openRegistry(*dir, slog.New(slog.NewTextHandler(e.stderr, nil)))
 		if err != nil {
 			return fail(err)
 		}
 		defer p.Close()
-		reg, err := p.LoadRegistry(slog.New(slog.NewTextHandler(e.stderr, nil)))
-		if err != nil {
-			return fail(err)
-		}
 		created, err := p.UpdateAgentsMD(reg.Entries())
 		if err != nil {
 			return fail(err)

@@ -31,146 +31,160 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, int, bool) {
 	}
 }
 
+var cmdAuditVerify = &command{name: "audit verify", args: "JOURNAL|DIR", summary: "verify a run journal (or every *.jsonl in a directory): exit 0 complete, 2 incomplete, 1 invalid"}
+var cmdAuditShow = &command{name: "audit show", args: "JOURNAL", summary: "print a run journal as a readable timeline (does not verify it)"}
+var cmdAuditKey = &command{name: "audit key", summary: "print the project's journal public key (hex); SYMBI_AUDIT_KEY_FILE overrides the key file"}
+
 func init() {
-	c := &command{name: "audit verify", args: "JOURNAL|DIR", summary: "verify a run journal (or every *.jsonl in a directory): exit 0 complete, 2 incomplete, 1 invalid"}
-	c.run = func(e *env, args []string) int {
-		fs := newFlags(e, c)
-		keyHex := fs.String("public-key", "", "the project's Ed25519 public key, 64 hex digits (required; see symbi audit key)")
-		runID := fs.String("run-id", "", "the run id every record must carry")
-		head := fs.String("head", "", "receipt: hex SHA-256 of the last line (with --records)")
-		records := fs.Int("records", 0, "receipt: number of records (with --head)")
-		asJSON := fs.Bool("json", false, "print a machine-readable report")
-		pos, code, ok := parseInterspersed(fs, args)
-		if !ok {
-			if code != 0 {
-				return 1 // a usage error is invalid, never "incomplete"
-			}
-			return 0
+	cmdAuditVerify.run = runAuditVerify
+	register(cmdAuditVerify)
+	cmdAuditShow.run = runAuditShow
+	register(cmdAuditShow)
+	cmdAuditKey.run = runAuditKey
+	register(cmdAuditKey)
+}
+
+// runAuditVerify runs symbi audit verify.
+func runAuditVerify(e *env, args []string) int {
+	fs := newFlags(e, cmdAuditVerify)
+	keyHex := fs.String("public-key", "", "the project's Ed25519 public key, 64 hex digits (required; see symbi audit key)")
+	runID := fs.String("run-id", "", "the run id every record must carry")
+	head := fs.String("head", "", "receipt: hex SHA-256 of the last line (with --records)")
+	records := fs.Int("records", 0, "receipt: number of records (with --head)")
+	asJSON := fs.Bool("json", false, "print a machine-readable report")
+	pos, code, ok := parseInterspersed(fs, args)
+	if !ok {
+		if code != 0 {
+			return 1 // a usage error is invalid, never "incomplete"
 		}
-		usageErr := func(format string, a ...any) int {
-			fmt.Fprintf(e.stderr, "symbi audit verify: "+format+"\n", a...)
-			return 1
+		return 0
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(e.stderr, "symbi audit verify: "+format+"\n", a...)
+		return 1
+	}
+	if len(pos) != 1 {
+		return usageErr("want exactly one JOURNAL or DIR")
+	}
+	pub, err := hex.DecodeString(*keyHex)
+	if err != nil || len(pub) != ed25519.PublicKeySize || strings.ToLower(*keyHex) != *keyHex {
+		return usageErr("--public-key must be %d lowercase hex digits", 2*ed25519.PublicKeySize)
+	}
+	if (*head == "") != (*records == 0) {
+		return usageErr("--head and --records go together (the receipt of the run)")
+	}
+	opts := journal.VerifyOptions{RunID: *runID, Head: *head, Records: *records}
+	var st unix.Stat_t
+	if unix.Lstat(pos[0], &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		if opts != (journal.VerifyOptions{}) {
+			return usageErr("--run-id, --head and --records apply to one journal, not a directory")
 		}
-		if len(pos) != 1 {
-			return usageErr("want exactly one JOURNAL or DIR")
+		reports, err := journal.VerifyDir(pos[0], pub)
+		if err != nil {
+			return usageErr("%v", err)
 		}
-		pub, err := hex.DecodeString(*keyHex)
-		if err != nil || len(pub) != ed25519.PublicKeySize || strings.ToLower(*keyHex) != *keyHex {
-			return usageErr("--public-key must be %d lowercase hex digits", 2*ed25519.PublicKeySize)
+		if len(reports) == 0 {
+			return usageErr("no *.jsonl journals in %s", pos[0])
 		}
-		if (*head == "") != (*records == 0) {
-			return usageErr("--head and --records go together (the receipt of the run)")
+		return printReports(e, reports, *asJSON)
+	}
+	r := journal.Verify(pos[0], pub, opts)
+	if *asJSON {
+		printJSON(e, "audit verify", r)
+	} else {
+		printReport(e.stdout, r)
+	}
+	return r.ExitCode()
+}
+
+// runAuditShow runs symbi audit show.
+func runAuditShow(e *env, args []string) int {
+	fs := newFlags(e, cmdAuditShow)
+	asJSON := fs.Bool("json", false, "print the entries as JSON")
+	pos, code, ok := parseInterspersed(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		fmt.Fprintln(e.stderr, "symbi audit show: want exactly one JOURNAL")
+		return 2
+	}
+	entries, tail, err := journal.ReadEntries(pos[0])
+	if err != nil {
+		fmt.Fprintf(e.stderr, "symbi audit show: %v\n", err)
+		return 1
+	}
+	if *asJSON {
+		if entries == nil {
+			entries = []journal.Entry{}
 		}
-		opts := journal.VerifyOptions{RunID: *runID, Head: *head, Records: *records}
-		var st unix.Stat_t
-		if unix.Lstat(pos[0], &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			if opts != (journal.VerifyOptions{}) {
-				return usageErr("--run-id, --head and --records apply to one journal, not a directory")
-			}
-			reports, err := journal.VerifyDir(pos[0], pub)
-			if err != nil {
-				return usageErr("%v", err)
-			}
-			if len(reports) == 0 {
-				return usageErr("no *.jsonl journals in %s", pos[0])
-			}
-			if *asJSON {
-				printJSON(e, "audit verify", reports)
-			}
-			worst := 0
-			for _, r := range reports {
-				if !*asJSON {
-					printReport(e.stdout, r)
-				}
-				if c := r.ExitCode(); c == 1 || (c == 2 && worst == 0) {
-					worst = c
-				}
-			}
-			return worst
+		printJSON(e, "audit show", struct {
+			Path      string          `json:"path"`
+			Verified  bool            `json:"verified"`
+			Entries   []journal.Entry `json:"entries"`
+			TailBytes int             `json:"tail_bytes"`
+		}{pos[0], false, entries, tail})
+		return 0
+	}
+	fmt.Fprintf(e.stdout, "%s (not verified; use symbi audit verify)\n", pos[0])
+	for _, en := range entries {
+		if en.Problem != "" {
+			fmt.Fprintf(e.stdout, "line %d: %s\n", en.Line, en.Problem)
+			continue
 		}
-		r := journal.Verify(pos[0], pub, opts)
-		if *asJSON {
-			printJSON(e, "audit verify", r)
-		} else {
+		fmt.Fprintf(e.stdout, "%-4s %-24s %-20s %s\n", en.Seq, en.Time, en.Type, en.Facts())
+	}
+	if tail > 0 {
+		fmt.Fprintf(e.stdout, "(torn tail of %d bytes, not shown)\n", tail)
+	}
+	return 0
+}
+
+// runAuditKey runs symbi audit key.
+func runAuditKey(e *env, args []string) int {
+	fs := newFlags(e, cmdAuditKey)
+	project := fs.String("project", ".", "project directory")
+	create := fs.Bool("create", false, "create .symbiont/governed and the key when absent")
+	pos, code, ok := parseInterspersed(fs, args)
+	if !ok {
+		return code
+	}
+	if len(pos) != 0 {
+		fmt.Fprintln(e.stderr, "symbi audit key: unexpected arguments")
+		return 2
+	}
+	root, err := os.OpenFile(*project, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "symbi audit key: %s\n", errcode.Text(errcode.Wrap(errcode.NotFound, err)))
+		return 1
+	}
+	defer root.Close()
+	st, err := journal.OpenStore(root, journal.StoreOptions{KeyFile: e.getenv("SYMBI_AUDIT_KEY_FILE"), Create: *create})
+	if err != nil {
+		fmt.Fprintf(e.stderr, "symbi audit key: %s\n", errcode.Text(err))
+		return 1
+	}
+	defer st.Close()
+	fmt.Fprintln(e.stdout, hex.EncodeToString(st.PublicKey()))
+	return 0
+}
+
+// printReports prints the reports of a directory and returns the worst exit code: 1 over
+// 2 over 0.
+func printReports(e *env, reports []*journal.Report, asJSON bool) int {
+	if asJSON {
+		printJSON(e, "audit verify", reports)
+	}
+	worst := 0
+	for _, r := range reports {
+		if !asJSON {
 			printReport(e.stdout, r)
 		}
-		return r.ExitCode()
+		if c := r.ExitCode(); c == 1 || (c == 2 && worst == 0) {
+			worst = c
+		}
 	}
-	register(c)
-
-	s := &command{name: "audit show", args: "JOURNAL", summary: "print a run journal as a readable timeline (does not verify it)"}
-	s.run = func(e *env, args []string) int {
-		fs := newFlags(e, s)
-		asJSON := fs.Bool("json", false, "print the entries as JSON")
-		pos, code, ok := parseInterspersed(fs, args)
-		if !ok {
-			return code
-		}
-		if len(pos) != 1 {
-			fmt.Fprintln(e.stderr, "symbi audit show: want exactly one JOURNAL")
-			return 2
-		}
-		entries, tail, err := journal.ReadEntries(pos[0])
-		if err != nil {
-			fmt.Fprintf(e.stderr, "symbi audit show: %v\n", err)
-			return 1
-		}
-		if *asJSON {
-			if entries == nil {
-				entries = []journal.Entry{}
-			}
-			printJSON(e, "audit show", struct {
-				Path      string          `json:"path"`
-				Verified  bool            `json:"verified"`
-				Entries   []journal.Entry `json:"entries"`
-				TailBytes int             `json:"tail_bytes"`
-			}{pos[0], false, entries, tail})
-			return 0
-		}
-		fmt.Fprintf(e.stdout, "%s (not verified; use symbi audit verify)\n", pos[0])
-		for _, en := range entries {
-			if en.Problem != "" {
-				fmt.Fprintf(e.stdout, "line %d: %s\n", en.Line, en.Problem)
-				continue
-			}
-			fmt.Fprintf(e.stdout, "%-4s %-24s %-20s %s\n", en.Seq, en.Time, en.Type, en.Facts())
-		}
-		if tail > 0 {
-			fmt.Fprintf(e.stdout, "(torn tail of %d bytes, not shown)\n", tail)
-		}
-		return 0
-	}
-	register(s)
-
-	k := &command{name: "audit key", summary: "print the project's journal public key (hex); SYMBI_AUDIT_KEY_FILE overrides the key file"}
-	k.run = func(e *env, args []string) int {
-		fs := newFlags(e, k)
-		project := fs.String("project", ".", "project directory")
-		create := fs.Bool("create", false, "create .symbiont/governed and the key when absent")
-		pos, code, ok := parseInterspersed(fs, args)
-		if !ok {
-			return code
-		}
-		if len(pos) != 0 {
-			fmt.Fprintln(e.stderr, "symbi audit key: unexpected arguments")
-			return 2
-		}
-		root, err := os.OpenFile(*project, os.O_RDONLY|unix.O_DIRECTORY, 0)
-		if err != nil {
-			fmt.Fprintf(e.stderr, "symbi audit key: %s\n", errcode.Text(errcode.Wrap(errcode.NotFound, err)))
-			return 1
-		}
-		defer root.Close()
-		st, err := journal.OpenStore(root, journal.StoreOptions{KeyFile: e.getenv("SYMBI_AUDIT_KEY_FILE"), Create: *create})
-		if err != nil {
-			fmt.Fprintf(e.stderr, "symbi audit key: %s\n", errcode.Text(err))
-			return 1
-		}
-		defer st.Close()
-		fmt.Fprintln(e.stdout, hex.EncodeToString(st.PublicKey()))
-		return 0
-	}
-	register(k)
+	return worst
 }
 
 // printReport writes a human-readable verification report.

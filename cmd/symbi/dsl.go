@@ -8,90 +8,96 @@ import (
 	"symbi/internal/dsl"
 )
 
-func init() {
-	check := &command{name: "dsl check", args: "FILE...", summary: "check agent definitions; print file:line:col: message for each error"}
-	check.run = func(e *env, args []string) int {
-		fs := newFlags(e, check)
-		asJSON := fs.Bool("json", false, "print the errors as a JSON array of {file, line, column, message}")
-		if code, ok := parseFlags(fs, args); !ok {
-			return code
-		}
-		if fs.NArg() == 0 {
-			fs.Usage()
-			return 2
-		}
-		type diagnostic struct {
-			File    string `json:"file"`
-			Line    int    `json:"line"`
-			Column  int    `json:"column"`
-			Message string `json:"message"`
-		}
-		diags := []diagnostic{}
-		failed := false
-		for _, name := range fs.Args() {
-			src, err := readSource(e, name)
-			if err != nil {
-				if *asJSON {
-					diags = append(diags, diagnostic{File: name, Message: err.Error()})
-				} else {
-					fmt.Fprintf(e.stderr, "%s: %v\n", name, err)
-				}
-				failed = true
-				continue
-			}
-			if _, err := dsl.Parse(name, src); err != nil {
-				for _, pe := range dsl.Errors(err) {
-					diags = append(diags, diagnostic{name, pe.Line, pe.Column, pe.Msg})
-					if !*asJSON {
-						fmt.Fprintf(e.stdout, "%s:%d:%d: %s\n", name, pe.Line, pe.Column, pe.Msg)
-					}
-				}
-				failed = true
-			}
-		}
-		if *asJSON && !printJSON(e, "dsl check", diags) {
-			return 1
-		}
-		if failed {
-			return 1
-		}
-		return 0
-	}
-	register(check)
+var cmdDslCheck = &command{name: "dsl check", args: "FILE...", summary: "check agent definitions; print file:line:col: message for each error"}
+var cmdDslParse = &command{name: "dsl parse", args: "FILE|-", summary: "print the JSON views of an agent definition (- reads standard input)"}
 
-	parse := &command{name: "dsl parse", args: "FILE|-", summary: "print the JSON views of an agent definition (- reads standard input)"}
-	parse.run = func(e *env, args []string) int {
-		fs := newFlags(e, parse)
-		if code, ok := parseFlags(fs, args); !ok {
-			return code
-		}
-		if fs.NArg() != 1 {
-			fs.Usage()
-			return 2
-		}
-		name := fs.Arg(0)
+func init() {
+	cmdDslCheck.run = runDSLCheck
+	register(cmdDslCheck)
+	cmdDslParse.run = runDSLParse
+	register(cmdDslParse)
+}
+
+// runDSLCheck runs symbi dsl check.
+func runDSLCheck(e *env, args []string) int {
+	fs := newFlags(e, cmdDslCheck)
+	asJSON := fs.Bool("json", false, "print the errors as a JSON array of {file, line, column, message}")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	type diagnostic struct {
+		File    string `json:"file"`
+		Line    int    `json:"line"`
+		Column  int    `json:"column"`
+		Message string `json:"message"`
+	}
+	diags := []diagnostic{}
+	failed := false
+	for _, name := range fs.Args() {
 		src, err := readSource(e, name)
 		if err != nil {
-			fmt.Fprintf(e.stderr, "%s: %v\n", name, err)
-			return 1
-		}
-		source := name
-		if name == "-" {
-			source = "inline"
-		}
-		r := dsl.Analyze(source, src)
-		if !printJSON(e, "dsl parse", r) {
-			return 1
-		}
-		if !r.Valid {
-			for _, pe := range r.Errors {
-				fmt.Fprintf(e.stderr, "%s:%d:%d: %s\n", source, pe.Line, pe.Column, pe.Message)
+			if *asJSON {
+				diags = append(diags, diagnostic{File: name, Message: err.Error()})
+			} else {
+				fmt.Fprintf(e.stderr, "%s: %v\n", name, err)
 			}
-			return 1
+			failed = true
+			continue
 		}
-		return 0
+		if _, err := dsl.Parse(name, src); err != nil {
+			for _, pe := range dsl.Errors(err) {
+				diags = append(diags, diagnostic{name, pe.Line, pe.Column, pe.Msg})
+				if !*asJSON {
+					fmt.Fprintf(e.stdout, "%s:%d:%d: %s\n", name, pe.Line, pe.Column, pe.Msg)
+				}
+			}
+			failed = true
+		}
 	}
-	register(parse)
+	if *asJSON && !printJSON(e, "dsl check", diags) {
+		return 1
+	}
+	if failed {
+		return 1
+	}
+	return 0
+}
+
+// runDSLParse runs symbi dsl parse.
+func runDSLParse(e *env, args []string) int {
+	fs := newFlags(e, cmdDslParse)
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	name := fs.Arg(0)
+	src, err := readSource(e, name)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	source := name
+	if name == "-" {
+		source = "inline"
+	}
+	r := dsl.Analyze(source, src)
+	if !printJSON(e, "dsl parse", r) {
+		return 1
+	}
+	if !r.Valid {
+		for _, pe := range r.Errors {
+			fmt.Fprintf(e.stderr, "%s:%d:%d: %s\n", source, pe.Line, pe.Column, pe.Message)
+		}
+		return 1
+	}
+	return 0
 }
 
 // readSource reads a definition from a file, or from standard input for "-", reading at

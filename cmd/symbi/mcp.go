@@ -12,7 +12,6 @@ import (
 	"symbi/internal/invoke"
 	"symbi/internal/mcpserver"
 	"symbi/internal/policy"
-	"symbi/internal/project"
 	"symbi/internal/schemapin"
 )
 
@@ -69,15 +68,11 @@ type serveOptions struct {
 // serveMCP serves the project until stdin closes or SIGTERM, SIGINT or SIGHUP arrives,
 // then lets the runs in flight finish their journals.
 func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
-	p, err := project.Open(o.dir)
+	p, reg, err := openRegistry(o.dir, log)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
-	reg, err := p.LoadRegistry(log)
-	if err != nil {
-		return err
-	}
 	pol := policy.Load(p.Root())
 	if pol.Mode == policy.ModeDenyAll {
 		log.Warn("policy set is deny_all: every response will be denied until it is fixed", "reason", pol.Reason)

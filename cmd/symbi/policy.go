@@ -14,113 +14,114 @@ import (
 	"symbi/internal/project"
 )
 
-func init() {
-	c := &command{name: "policy check", summary: "load the project's Cedar policies and list files and policy ids (exit 1 if unusable)"}
-	c.run = func(e *env, args []string) int {
-		fs := newFlags(e, c)
-		dir := fs.String("project", ".", "project directory")
-		asJSON := fs.Bool("json", false, "print a JSON object instead of text")
-		if code, ok := parseFlags(fs, args); !ok {
-			return code
-		}
-		if fs.NArg() != 0 {
-			fmt.Fprintf(e.stderr, "symbi policy check: unexpected arguments %q\n", fs.Args())
-			return 2
-		}
-		set, code := policyLoad(e, "policy check", *dir)
-		if set == nil {
-			return code
-		}
-		if *asJSON {
-			if !printJSON(e, c.name, policyCheckJSON(set)) {
-				return 1
-			}
-		} else {
-			policyPrintCheck(e, set)
-		}
-		if set.Mode == policy.ModeDenyAll {
-			for _, p := range set.Problems {
-				fmt.Fprintln(e.stderr, p.String())
-			}
-			fmt.Fprintf(e.stderr, "symbi policy check: deny_all: every response would be denied: %s\n", set.Reason)
-			return 1
-		}
-		return 0
-	}
-	register(c)
+var cmdPolicyCheck = &command{name: "policy check", summary: "load the project's Cedar policies and list files and policy ids (exit 1 if unusable)"}
+var cmdPolicyEval = &command{name: "policy eval", summary: "dry-run the respond decision for an agent's answer (exit 0 when decided, 1 when not)"}
 
-	ev := &command{name: "policy eval", summary: "dry-run the respond decision for an agent's answer (exit 0 when decided, 1 when not)"}
-	ev.run = func(e *env, args []string) int {
-		fs := newFlags(e, ev)
-		dir := fs.String("project", ".", "project directory")
-		agent := fs.String("agent", "", "the agent, by its file stem (required)")
-		caller := fs.String("caller", invoke.CallerStdio, "the caller the decision is made for (context.caller)")
-		response := fs.String("response", "", "the answer text")
-		responseFile := fs.String("response-file", "", "read the answer text from this file")
-		asJSON := fs.Bool("json", false, "print a JSON object instead of text")
-		if code, ok := parseFlags(fs, args); !ok {
-			return code
+func init() {
+	cmdPolicyCheck.run = runPolicyCheck
+	register(cmdPolicyCheck)
+	cmdPolicyEval.run = runPolicyEval
+	register(cmdPolicyEval)
+}
+
+// runPolicyCheck runs symbi policy check.
+func runPolicyCheck(e *env, args []string) int {
+	fs := newFlags(e, cmdPolicyCheck)
+	dir := fs.String("project", ".", "project directory")
+	asJSON := fs.Bool("json", false, "print a JSON object instead of text")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(e.stderr, "symbi policy check: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	set, code := policyLoad(e, "policy check", *dir)
+	if set == nil {
+		return code
+	}
+	if *asJSON {
+		if !printJSON(e, cmdPolicyCheck.name, policyCheckJSON(set)) {
+			return 1
 		}
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		switch {
-		case fs.NArg() != 0:
-			fmt.Fprintf(e.stderr, "symbi policy eval: unexpected arguments %q\n", fs.Args())
-			return 2
-		case *agent == "":
-			fmt.Fprintln(e.stderr, "symbi policy eval: --agent is required")
-			return 2
-		case set["response"] == set["response-file"]:
-			fmt.Fprintln(e.stderr, "symbi policy eval: give exactly one of --response and --response-file")
-			return 2
+	} else {
+		policyPrintCheck(e, set)
+	}
+	if set.Mode == policy.ModeDenyAll {
+		for _, p := range set.Problems {
+			fmt.Fprintln(e.stderr, p.String())
 		}
-		text := *response
-		if set["response-file"] {
-			b, err := policyReadResponse(*responseFile)
-			if err != nil {
-				fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
-				return 1
-			}
-			text = string(b)
-		}
-		p, err := project.Open(*dir)
+		fmt.Fprintf(e.stderr, "symbi policy check: deny_all: every response would be denied: %s\n", set.Reason)
+		return 1
+	}
+	return 0
+}
+
+// runPolicyEval runs symbi policy eval.
+func runPolicyEval(e *env, args []string) int {
+	fs := newFlags(e, cmdPolicyEval)
+	dir := fs.String("project", ".", "project directory")
+	agent := fs.String("agent", "", "the agent, by its file stem (required)")
+	caller := fs.String("caller", invoke.CallerStdio, "the caller the decision is made for (context.caller)")
+	response := fs.String("response", "", "the answer text")
+	responseFile := fs.String("response-file", "", "read the answer text from this file")
+	asJSON := fs.Bool("json", false, "print a JSON object instead of text")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case fs.NArg() != 0:
+		fmt.Fprintf(e.stderr, "symbi policy eval: unexpected arguments %q\n", fs.Args())
+		return 2
+	case *agent == "":
+		fmt.Fprintln(e.stderr, "symbi policy eval: --agent is required")
+		return 2
+	case set["response"] == set["response-file"]:
+		fmt.Fprintln(e.stderr, "symbi policy eval: give exactly one of --response and --response-file")
+		return 2
+	}
+	text := *response
+	if set["response-file"] {
+		b, err := policyReadResponse(*responseFile)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
 			return 1
 		}
-		defer p.Close()
-		reg, err := p.LoadRegistry(slog.New(slog.NewTextHandler(e.stderr, nil)))
-		if err != nil {
-			fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
+		text = string(b)
+	}
+	p, reg, err := openRegistry(*dir, slog.New(slog.NewTextHandler(e.stderr, nil)))
+	if err != nil {
+		fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
+		return 1
+	}
+	defer p.Close()
+	a, err := reg.Resolve(*agent)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
+		return 1
+	}
+	pol := policy.Load(p.Root())
+	if pol.Mode == policy.ModeDenyAll {
+		fmt.Fprintf(e.stderr, "symbi policy eval: policies unusable, every response is denied: %s\n", pol.Reason)
+	}
+	req := policy.NewRequest(a, policyDryRunID, text, policy.Surface, *caller)
+	out := policyEvalJSON(pol, req, pol.Decide(req))
+	if *asJSON {
+		if !printJSON(e, cmdPolicyEval.name, out) {
 			return 1
 		}
-		a, err := reg.Resolve(*agent)
-		if err != nil {
-			fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
-			return 1
-		}
-		pol := policy.Load(p.Root())
-		if pol.Mode == policy.ModeDenyAll {
-			fmt.Fprintf(e.stderr, "symbi policy eval: policies unusable, every response is denied: %s\n", pol.Reason)
-		}
-		req := policy.NewRequest(a, policyDryRunID, text, policy.Surface, *caller)
-		out := policyEvalJSON(pol, req, pol.Decide(req))
-		if *asJSON {
-			if !printJSON(e, ev.name, out) {
-				return 1
-			}
-			return 0
-		}
-		fmt.Fprintf(e.stdout, "decision: %s\n", out.Decision)
-		fmt.Fprintf(e.stdout, "agent: %s (%s)\n", out.Agent, out.File)
-		fmt.Fprintf(e.stdout, "mode: %s\n", out.Mode)
-		fmt.Fprintf(e.stdout, "digest: %s\n", out.Digest)
-		fmt.Fprintf(e.stdout, "policies: %s\n", policyList(out.Policies))
-		fmt.Fprintf(e.stdout, "errors: %s\n", policyList(out.Errors))
-		fmt.Fprintf(e.stdout, "reason: %s\n", out.Reason)
 		return 0
 	}
-	register(ev)
+	fmt.Fprintf(e.stdout, "decision: %s\n", out.Decision)
+	fmt.Fprintf(e.stdout, "agent: %s (%s)\n", out.Agent, out.File)
+	fmt.Fprintf(e.stdout, "mode: %s\n", out.Mode)
+	fmt.Fprintf(e.stdout, "digest: %s\n", out.Digest)
+	fmt.Fprintf(e.stdout, "policies: %s\n", policyList(out.Policies))
+	fmt.Fprintf(e.stdout, "errors: %s\n", policyList(out.Errors))
+	fmt.Fprintf(e.stdout, "reason: %s\n", out.Reason)
+	return 0
 }
 
 // policyDryRunID is the run id (the resource) of a policy eval decision.
@@ -162,15 +163,11 @@ type policyEvalOutput struct {
 }
 
 func policyEvalJSON(set *policy.Set, req policy.Request, d policy.Decision) policyEvalOutput {
-	out := policyEvalOutput{
-		Decision: "deny", Mode: set.Mode, Digest: set.Digest,
+	return policyEvalOutput{
+		Decision: d.Verdict(), Mode: set.Mode, Digest: set.Digest,
 		Policies: append([]string{}, d.Policies...), Errors: append([]string{}, d.Errors...), Reason: d.Reason,
 		Agent: req.Agent, AgentID: req.AgentID, File: req.File, RunID: req.RunID, Bytes: len(req.Response),
 	}
-	if d.Allow {
-		out.Decision = "allow"
-	}
-	return out
 }
 
 func policyList(s []string) string {

@@ -230,34 +230,56 @@ type entry struct {
 // envelopeMembers are the members P must have, and the only ones version 1 allows.
 var envelopeMembers = []string{"v", "run_id", "seq", "prev", "time", "agent_id", "type", "data"}
 
-// checkLine checks the shape and signature of one line (ending in "\n") and decodes P.
-// msg is scratch space for the signed message.
+// checkLine checks one line (ending in "\n"): its shape, then its signature over the
+// exact payload bytes, and only then what the payload says. msg is scratch space for the
+// signed message.
 func checkLine(line []byte, pub ed25519.PublicKey, msg *[]byte) (*entry, error) {
-	if len(line) > MaxRecordBytes {
-		return nil, fmt.Errorf("line is %d bytes, more than the %d-byte record limit", len(line), MaxRecordBytes)
-	}
-	minLen := len(linePrefix) + 2 + len(sigPrefix) + sigB64Len + len(lineSuffix)
-	if len(line) < minLen || !bytes.HasPrefix(line, []byte(linePrefix)) || !bytes.HasSuffix(line, []byte(lineSuffix)) {
-		return nil, errors.New(`line is not {"payload":<object>,"signature":"<base64>"}`)
-	}
-	end := len(line) - len(lineSuffix)
-	sigText := line[end-sigB64Len : end]
-	if !bytes.Equal(line[end-sigB64Len-len(sigPrefix):end-sigB64Len], []byte(sigPrefix)) {
-		return nil, errors.New(`line is not {"payload":<object>,"signature":"<88 base64 characters>"}`)
-	}
-	p := line[len(linePrefix) : end-sigB64Len-len(sigPrefix)]
-	sig, err := decodeSig(sigText)
+	p, sigText, err := splitLine(line)
 	if err != nil {
 		return nil, err
 	}
+	if err := checkSignature(p, sigText, pub, msg); err != nil {
+		return nil, err
+	}
+	return decodePayload(p)
+}
+
+// splitLine checks the line's shape, {"payload":P,"signature":"S"}, and returns P and S.
+func splitLine(line []byte) (payload, sigText []byte, err error) {
+	if len(line) > MaxRecordBytes {
+		return nil, nil, fmt.Errorf("line is %d bytes, more than the %d-byte record limit", len(line), MaxRecordBytes)
+	}
+	minLen := len(linePrefix) + 2 + len(sigPrefix) + sigB64Len + len(lineSuffix)
+	if len(line) < minLen || !bytes.HasPrefix(line, []byte(linePrefix)) || !bytes.HasSuffix(line, []byte(lineSuffix)) {
+		return nil, nil, errors.New(`line is not {"payload":<object>,"signature":"<base64>"}`)
+	}
+	end := len(line) - len(lineSuffix)
+	if !bytes.Equal(line[end-sigB64Len-len(sigPrefix):end-sigB64Len], []byte(sigPrefix)) {
+		return nil, nil, errors.New(`line is not {"payload":<object>,"signature":"<88 base64 characters>"}`)
+	}
+	return line[len(linePrefix) : end-sigB64Len-len(sigPrefix)], line[end-sigB64Len : end], nil
+}
+
+// checkSignature verifies S over the signature context and the exact payload bytes.
+func checkSignature(p, sigText []byte, pub ed25519.PublicKey, msg *[]byte) error {
+	sig, err := decodeSig(sigText)
+	if err != nil {
+		return err
+	}
 	if len(pub) != ed25519.PublicKeySize {
-		return nil, errors.New("signature not checked: bad public key")
+		return errors.New("signature not checked: bad public key")
 	}
 	*msg = append(append((*msg)[:0], SignatureContext...), p...)
 	if !ed25519.Verify(pub, *msg, sig) {
-		return nil, errors.New("signature does not verify with the public key")
+		return errors.New("signature does not verify with the public key")
 	}
-	// From here the payload is authentic; the checks below reject what the format forbids.
+	return nil
+}
+
+// decodePayload reads an authentic payload, rejecting what the format forbids: anything
+// but strict UTF-8 JSON, members other than exactly the envelope's, members of the wrong
+// type, and data the state machine cannot read.
+func decodePayload(p []byte) (*entry, error) {
 	if p[0] != '{' || !utf8.Valid(p) || !json.Valid(p) {
 		return nil, errors.New("payload is not a UTF-8 JSON object")
 	}
