@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"symbi/internal/digest"
 	"symbi/internal/buildinfo"
+	"symbi/internal/digest"
 	"symbi/internal/errcode"
 	"symbi/internal/journal"
 	"symbi/internal/policy"

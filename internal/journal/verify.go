@@ -215,16 +215,16 @@ func verifyData(r *Report, data []byte, pub ed25519.PublicKey, opts VerifyOption
 
 // entry is the checked content of one line.
 type entry struct {
-	payload  []byte
-	seq      []byte
-	v        []byte
-	runID    string
-	prev     string
-	time     string
-	agentID  string
-	typ      string
-	data     json.RawMessage
-	step     Step // what the run's state machine reads of it
+	payload []byte
+	seq     []byte
+	v       []byte
+	runID   string
+	prev    string
+	time    string
+	agentID string
+	typ     string
+	data    json.RawMessage
+	step    Step // what the run's state machine reads of it
 }
 
 // envelopeMembers are the members P must have, and the only ones version 1 allows.

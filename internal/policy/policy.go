@@ -161,4 +161,3 @@ func (s *Set) Policies() []Policy {
 func AgentID(name string) string {
 	return uuid.NewSHA1(uuid.NameSpaceURL, []byte("symbi://response/"+name)).String()
 }
-
