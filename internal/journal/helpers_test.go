@@ -182,3 +182,17 @@ func forge(key ed25519.PrivateKey, agent, runID string, recs []Record) []byte {
 	}
 	return out
 }
+
+// createJournal makes a fresh project and store, and a journal of runID in it; the
+// writer is closed when the test ends.
+func createJournal(t testing.TB, runID string) (*Store, *Writer) {
+	t.Helper()
+	_, root := newProject(t)
+	s := openStore(t, root)
+	w, err := s.Create("agent", runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return s, w
+}

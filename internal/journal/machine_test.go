@@ -83,13 +83,7 @@ func TestMachine(t *testing.T) {
 // TestWriterRefusesImpossibleRuns: the writer runs the same machine, so it cannot write a
 // release the policy never allowed; the refusal writes nothing and does not stop it.
 func TestWriterRefusesImpossibleRuns(t *testing.T) {
-	_, root := newProject(t)
-	s := openStore(t, root)
-	w, err := s.Create("agent", "run")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	s, w := createJournal(t, "run")
 	recs := run{agent: "a", prompt: "p", text: "t", allow: false}.records()
 	for _, r := range recs[:4] { // up to a deny
 		if err := w.Append(r); err != nil {

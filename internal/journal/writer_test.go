@@ -293,13 +293,7 @@ func swapForSymlink(t *testing.T, dir string) error {
 
 // Discard removes a journal that holds no durable record, and keeps one that does.
 func TestDiscard(t *testing.T) {
-	_, root := newProject(t)
-	s := openStore(t, root)
-	w, err := s.Create("agent", "empty")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	s, w := createJournal(t, "empty")
 	if err := w.Append(Started{Agent: "a"}); err != nil { // written, never synced
 		t.Fatal(err)
 	}
