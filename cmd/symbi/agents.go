@@ -42,6 +42,9 @@ func init() {
 				inv, detail = "no", en.Reason
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", en.Name, inv, en.File, strings.Join(en.Agents, ","), detail)
+			for _, more := range en.Reasons[min(1, len(en.Reasons)):] { // every reason, one a line
+				fmt.Fprintf(tw, "\t\t\t\t%s\n", more)
+			}
 		}
 		tw.Flush()
 		return 0

@@ -112,3 +112,40 @@ func TestInitThenList(t *testing.T) {
 		t.Fatalf("init with two arguments: exit %d, want 2", code)
 	}
 }
+
+// TestEveryRefusalReason: a definition wrong in several ways shows every reason in
+// agents list (text and --json "reasons", "reason" the first) and a one-line summary with
+// the count in the refused_definition error.
+func TestEveryRefusalReason(t *testing.T) {
+	root := t.TempDir()
+	writeFile(t, filepath.Join(root, "agents/reviewer.symbi"), "metadata {\n    tags = [\"a\"]\n}\nagent reviewer(code: String) {\n    with memory = \"persistent\" {}\n}\n")
+	code, out, errOut := runCLI(t, "", "agents", "list", "--project", root, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var entries []struct {
+		Reason  string   `json:"reason"`
+		Reasons []string `json:"reasons"`
+	}
+	if err := json.Unmarshal([]byte(out), &entries); err != nil || len(entries) != 1 {
+		t.Fatalf("agents list --json: %v\n%s", err, out)
+	}
+	want := []string{
+		`rule 3 at 2:5: metadata key "tags" is not allowed (only description, version, author, executor)`,
+		`rule 4 at 4:16: agent "reviewer" declares parameters`,
+		`rule 5 at 5:10: with setting "memory" is not allowed (only sandbox and timeout)`,
+	}
+	if e := entries[0]; e.Reason != want[0] || strings.Join(e.Reasons, "\n") != strings.Join(want, "\n") {
+		t.Errorf("reason %q, reasons %q", e.Reason, e.Reasons)
+	}
+	_, text, _ := runCLI(t, "", "agents", "list", "--project", root)
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Errorf("agents list text lacks %q:\n%s", w, text)
+		}
+	}
+	_, _, errOut = runCLI(t, "", "policy", "eval", "--project", root, "--agent", "reviewer", "--response", "x")
+	if !strings.Contains(errOut, "refused_definition: agents/reviewer.symbi: "+want[0]+" (and 2 more)") {
+		t.Errorf("refused_definition error: %s", errOut)
+	}
+}

@@ -28,9 +28,10 @@ const (
 type Admission struct {
 	Agent        string        // selected declared agent name ("" when none could be selected)
 	Admitted     bool          // whether the definition is canonical conversational
-	Rule         string        // which rule refused: "selection", "rule 1" … "rule 6"; "" when admitted
-	Reason       string        // "<rule> at <line>:<column>: <message>"; "" when admitted
-	Line, Column int           // position of the offending construct (0 when admitted)
+	Rule         string        // which rule refused first: "selection", "rule 1" … "rule 6"; "" when admitted
+	Reason       string        // the first refusal: "<rule> at <line>:<column>: <message>"; "" when admitted
+	Reasons      []string      // every refusal, in rule order then source order (at most MaxReasons, then a count)
+	Line, Column int           // position of the first refusal (0 when admitted)
 	Description  string        // metadata description, decoded ("" if none)
 	Capabilities []string      // the selected agent's capabilities (decoded string literals)
 	Timeout      time.Duration // the with timeout (0 when absent)
@@ -52,11 +53,29 @@ func refuse(rule string, pos lexer.Position, format string, args ...any) *refusa
 	return &refusal{rule: rule, pos: pos, msg: fmt.Sprintf(format, args...)}
 }
 
-func (a *Admission) apply(r *refusal) *Admission {
+func (r *refusal) String() string {
+	return fmt.Sprintf("%s at %d:%d: %s", r.rule, r.pos.Line, r.pos.Column, r.msg)
+}
+
+// MaxReasons bounds the refusals an Admission lists; past it, one last entry counts the
+// rest.
+const MaxReasons = 50
+
+// apply refuses a with rs (at least one), every one of them listed: a person fixing a
+// definition sees all that is wrong at once, not one round trip at a time.
+func (a *Admission) apply(rs []*refusal) *Admission {
 	a.Admitted = false
-	a.Rule = r.rule
-	a.Line, a.Column = r.pos.Line, r.pos.Column
-	a.Reason = fmt.Sprintf("%s at %d:%d: %s", r.rule, r.pos.Line, r.pos.Column, r.msg)
+	a.Rule = rs[0].rule
+	a.Line, a.Column = rs[0].pos.Line, rs[0].pos.Column
+	a.Reason = rs[0].String()
+	a.Reasons = nil
+	for i, r := range rs {
+		if i == MaxReasons {
+			a.Reasons = append(a.Reasons, fmt.Sprintf("and %d more refusals not listed", len(rs)-MaxReasons))
+			break
+		}
+		a.Reasons = append(a.Reasons, r.String())
+	}
 	a.Timeout, a.Sandbox, a.Policies, a.PolicyDigest, a.Definition = 0, "", nil, "", nil
 	return a
 }
@@ -68,7 +87,7 @@ func AdmitSource(name, stem string, src []byte) *Admission {
 	if err != nil {
 		a := &Admission{}
 		e := Errors(err)[0]
-		return a.apply(refuse("rule 1", lexer.Position{Line: e.Line, Column: e.Column}, "%s", e.Msg))
+		return a.apply([]*refusal{refuse("rule 1", lexer.Position{Line: e.Line, Column: e.Column}, "%s", e.Msg)})
 	}
 	return Admit(f, stem)
 }
@@ -85,13 +104,19 @@ func Admit(f *File, stem string) *Admission {
 		a.Capabilities = capabilities(agent)
 	}
 	a.Description = description(f)
+	var rs []*refusal
 	if r != nil {
-		return a.apply(r)
+		rs = append(rs, r)
 	}
-	for _, check := range []func(*File, *Agent, *Admission) *refusal{topLevel, metadataRule, agentShape, withRule, policyRule} {
-		if r := check(f, agent, a); r != nil {
-			return a.apply(r)
-		}
+	checks := []func(*File, *Agent, *Admission) []*refusal{topLevel, metadataRule}
+	if agent != nil { // the agent's own rules need the agent
+		checks = append(checks, agentShape, withRule, policyRule)
+	}
+	for _, check := range checks {
+		rs = append(rs, check(f, agent, a)...)
+	}
+	if len(rs) > 0 {
+		return a.apply(rs)
 	}
 	a.Admitted = true
 	a.Definition = definitionOf(f, agent)
@@ -188,14 +213,15 @@ func stringLiteral(e *Expr) (string, bool) {
 }
 
 // Rule 2: only metadata (once), agents and policies at top level.
-func topLevel(f *File, _ *Agent, _ *Admission) *refusal {
+func topLevel(f *File, _ *Agent, _ *Admission) []*refusal {
+	var rs []*refusal
 	seenMeta := false
 	for _, it := range f.Items {
 		kind, name := "", ""
 		switch {
 		case it.Metadata != nil:
 			if seenMeta {
-				return refuse("rule 2", it.Pos, "more than one metadata block")
+				rs = append(rs, refuse("rule 2", it.Pos, "more than one metadata block"))
 			}
 			seenMeta = true
 			continue
@@ -214,15 +240,16 @@ func topLevel(f *File, _ *Agent, _ *Admission) *refusal {
 		case it.Function != nil:
 			kind, name = "function", it.Function.Name
 		}
-		return refuse("rule 2", it.Pos, "top-level %s %q requires an executable route", kind, name)
+		rs = append(rs, refuse("rule 2", it.Pos, "top-level %s %q requires an executable route", kind, name))
 	}
-	return nil
+	return rs
 }
 
 var metadataKeys = map[string]bool{"description": true, "version": true, "author": true, "executor": true}
 
 // Rule 3: metadata keys and values.
-func metadataRule(f *File, _ *Agent, _ *Admission) *refusal {
+func metadataRule(f *File, _ *Agent, _ *Admission) []*refusal {
+	var rs []*refusal
 	for _, it := range f.Items {
 		if it.Metadata == nil {
 			continue
@@ -230,61 +257,68 @@ func metadataRule(f *File, _ *Agent, _ *Admission) *refusal {
 		seen := map[string]bool{}
 		for _, e := range it.Metadata.Entries {
 			if !metadataKeys[e.Key] {
-				return refuse("rule 3", e.Pos, "metadata key %q is not allowed (only description, version, author, executor)", e.Key)
+				rs = append(rs, refuse("rule 3", e.Pos, "metadata key %q is not allowed (only description, version, author, executor)", e.Key))
+				continue
 			}
 			if seen[e.Key] {
-				return refuse("rule 3", e.Pos, "metadata key %q is repeated", e.Key)
+				rs = append(rs, refuse("rule 3", e.Pos, "metadata key %q is repeated", e.Key))
+				continue
 			}
 			seen[e.Key] = true
 			v := e.Value.Value
 			if v == nil || v.String == nil {
-				return refuse("rule 3", e.Value.Pos, "metadata %s must be a string literal", e.Key)
+				rs = append(rs, refuse("rule 3", e.Value.Pos, "metadata %s must be a string literal", e.Key))
+				continue
 			}
 			s, err := Unquote(*v.String)
-			if err != nil {
-				return refuse("rule 3", e.Value.Pos, "metadata %s: %v", e.Key, err)
-			}
-			if e.Key == "executor" && s != "orga" {
-				return refuse("rule 3", e.Value.Pos, "executor %q is an alternate executor; only \"orga\" is supported", s)
+			switch {
+			case err != nil:
+				rs = append(rs, refuse("rule 3", e.Value.Pos, "metadata %s: %v", e.Key, err))
+			case e.Key == "executor" && s != "orga":
+				rs = append(rs, refuse("rule 3", e.Value.Pos, "executor %q is an alternate executor; only \"orga\" is supported", s))
 			}
 		}
 	}
-	return nil
+	return rs
 }
 
 // Rule 4: the agent's shape and capabilities.
-func agentShape(f *File, ag *Agent, _ *Admission) *refusal {
+func agentShape(f *File, ag *Agent, _ *Admission) []*refusal {
+	var rs []*refusal
 	if len(ag.Params) > 0 {
-		return refuse("rule 4", ag.Params[0].Pos, "agent %q declares parameters", ag.Name)
+		rs = append(rs, refuse("rule 4", ag.Params[0].Pos, "agent %q declares parameters", ag.Name))
 	}
 	if ag.Returns != nil {
-		return refuse("rule 4", ag.Returns.Pos, "agent %q declares a return type", ag.Name)
+		rs = append(rs, refuse("rule 4", ag.Returns.Pos, "agent %q declares a return type", ag.Name))
 	}
 	seenCaps := false
 	for _, it := range ag.Body {
 		if it.Function != nil {
-			return refuse("rule 4", it.Pos, "agent %q defines function %q", ag.Name, it.Function.Name)
+			rs = append(rs, refuse("rule 4", it.Pos, "agent %q defines function %q", ag.Name, it.Function.Name))
+			continue
 		}
 		if it.Capabilities == nil {
 			continue
 		}
 		if seenCaps {
-			return refuse("rule 4", it.Pos, "capabilities declared more than once")
+			rs = append(rs, refuse("rule 4", it.Pos, "capabilities declared more than once"))
+			continue
 		}
 		seenCaps = true
 		for _, e := range it.Capabilities.List.Elems {
 			if _, ok := stringLiteral(e); !ok {
-				return refuse("rule 4", e.Pos, "capability %s is not a string literal", f.clip(e))
+				rs = append(rs, refuse("rule 4", e.Pos, "capability %s is not a string literal", f.clip(e)))
 			}
 		}
 	}
-	return nil
+	return rs
 }
 
 var sandboxes = map[string]bool{"docker": true, "tier1": true, "gvisor": true, "tier2": true, "firecracker": true, "tier3": true, "e2b": true}
 
 // Rule 5: with blocks carry only sandbox and timeout, with empty bodies.
-func withRule(_ *File, ag *Agent, a *Admission) *refusal {
+func withRule(_ *File, ag *Agent, a *Admission) []*refusal {
+	var rs []*refusal
 	var sandbox, timeout *WithSetting
 	for _, it := range ag.Body {
 		w := it.With
@@ -295,33 +329,37 @@ func withRule(_ *File, ag *Agent, a *Admission) *refusal {
 			switch s.Key {
 			case "sandbox":
 				if sandbox != nil {
-					return refuse("rule 5", s.Pos, "sandbox is set more than once (first at %d:%d)", sandbox.Pos.Line, sandbox.Pos.Column)
+					rs = append(rs, refuse("rule 5", s.Pos, "sandbox is set more than once (first at %d:%d)", sandbox.Pos.Line, sandbox.Pos.Column))
+					continue
 				}
 				sandbox = s
 				v, ok := word(s.Value)
 				if !ok || !sandboxes[strings.ToLower(v)] {
-					return refuse("rule 5", s.Pos, "sandbox %s is not one of docker|tier1, gvisor|tier2, firecracker|tier3, e2b", settingText(s))
+					rs = append(rs, refuse("rule 5", s.Pos, "sandbox %s is not one of docker|tier1, gvisor|tier2, firecracker|tier3, e2b", settingText(s)))
+					continue
 				}
 				a.Sandbox = v
 			case "timeout":
 				if timeout != nil {
-					return refuse("rule 5", s.Pos, "timeout is set more than once (first at %d:%d)", timeout.Pos.Line, timeout.Pos.Column)
+					rs = append(rs, refuse("rule 5", s.Pos, "timeout is set more than once (first at %d:%d)", timeout.Pos.Line, timeout.Pos.Column))
+					continue
 				}
 				timeout = s
 				d, r := timeoutValue(s)
 				if r != nil {
-					return r
+					rs = append(rs, r)
+					continue
 				}
 				a.Timeout = d
 			default:
-				return refuse("rule 5", s.Pos, "with setting %q is not allowed (only sandbox and timeout)", s.Key)
+				rs = append(rs, refuse("rule 5", s.Pos, "with setting %q is not allowed (only sandbox and timeout)", s.Key))
 			}
 		}
 		if len(w.Body.Stmts) > 0 {
-			return refuse("rule 5", w.Body.Stmts[0].Pos, "with block body must be empty")
+			rs = append(rs, refuse("rule 5", w.Body.Stmts[0].Pos, "with block body must be empty"))
 		}
 	}
-	return nil
+	return rs
 }
 
 // word returns a string literal's value or an identifier.
@@ -368,7 +406,7 @@ func timeoutValue(s *WithSetting) (time.Duration, *refusal) {
 }
 
 // Rule 6: in-scope policies are allow/deny rules over a small condition language.
-func policyRule(f *File, ag *Agent, a *Admission) *refusal {
+func policyRule(f *File, ag *Agent, a *Admission) []*refusal {
 	var scope []*Policy
 	for _, it := range f.Items {
 		if it.Policy != nil {
@@ -380,29 +418,36 @@ func policyRule(f *File, ag *Agent, a *Admission) *refusal {
 			scope = append(scope, it.Policy)
 		}
 	}
+	var rs []*refusal
 	seen := map[string]*Policy{}
 	rules := 0
 	h := sha256.New()
 	var names []string
 	for _, p := range scope {
 		if first := seen[p.Name]; first != nil {
-			return refuse("rule 6", p.Pos, "policy %q is declared more than once (first at %d:%d)", p.Name, first.Pos.Line, first.Pos.Column)
+			rs = append(rs, refuse("rule 6", p.Pos, "policy %q is declared more than once (first at %d:%d)", p.Name, first.Pos.Line, first.Pos.Column))
+			continue
 		}
 		seen[p.Name] = p
 		for _, r := range p.Rules {
 			rules++
+			if rules == MaxPolicyRules+1 {
+				rs = append(rs, refuse("rule 6", r.Pos, "more than %d policy rules in scope", MaxPolicyRules))
+			}
 			if rules > MaxPolicyRules {
-				return refuse("rule 6", r.Pos, "more than %d policy rules in scope", MaxPolicyRules)
+				continue
 			}
 			if r.Kind != "allow" && r.Kind != "deny" {
-				return refuse("rule 6", r.Pos, "unsupported policy: %q rule in policy %q (only allow and deny)", r.Kind, p.Name)
+				rs = append(rs, refuse("rule 6", r.Pos, "unsupported policy: %q rule in policy %q (only allow and deny)", r.Kind, p.Name))
+				continue
 			}
 			if rf := f.selector(r.Selector); rf != nil {
-				return rf
+				rs = append(rs, rf)
+				continue
 			}
 			if r.Condition != nil {
 				if rf := f.condition(r.Condition); rf != nil {
-					return rf
+					rs = append(rs, rf)
 				}
 			}
 		}
@@ -412,7 +457,7 @@ func policyRule(f *File, ag *Agent, a *Admission) *refusal {
 	}
 	a.Policies = names
 	a.PolicyDigest = hex.EncodeToString(h.Sum(nil))
-	return nil
+	return rs
 }
 
 // clip returns an expression's source text, shortened for messages.

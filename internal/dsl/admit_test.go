@@ -224,3 +224,52 @@ agent helper(topic: String) { capabilities = ["answer"] }`))
 	// false rule 4 at 2:14: agent "helper" declares parameters
 	// false 1 7 unexpected "{", expected an identifier
 }
+
+// TestEveryReason: a definition in the style of real Symbiont agents, wrong in several
+// ways, is refused with every reason at once — each with its rule and line:column — in
+// rule order; Reason stays the first.
+func TestEveryReason(t *testing.T) {
+	src := `metadata {
+    version = "1.0.0"
+    description = "Reviews code"
+    tags = ["review", "quality"]
+}
+
+schedule nightly {
+    cron = "0 0 * * *"
+}
+
+agent code_reviewer(code: String) -> Review {
+    capabilities = ["review", analyze]
+    with memory = "persistent", sandbox = "docker" {}
+    function score(x: Int) -> Int { return x; }
+}
+`
+	a := dsl.AdmitSource("code_reviewer.symbi", "code_reviewer", []byte(src))
+	want := []string{
+		`rule 2 at 7:1: top-level schedule "nightly" requires an executable route`,
+		`rule 3 at 4:5: metadata key "tags" is not allowed (only description, version, author, executor)`,
+		`rule 4 at 11:21: agent "code_reviewer" declares parameters`,
+		`rule 4 at 11:38: agent "code_reviewer" declares a return type`,
+		`rule 4 at 12:31: capability analyze is not a string literal`,
+		`rule 4 at 14:5: agent "code_reviewer" defines function "score"`,
+		`rule 5 at 13:10: with setting "memory" is not allowed (only sandbox and timeout)`,
+	}
+	if a.Admitted || strings.Join(a.Reasons, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("reasons:\n%s\nwant:\n%s", strings.Join(a.Reasons, "\n"), strings.Join(want, "\n"))
+	}
+	if a.Reason != want[0] || a.Rule != "rule 2" || a.Line != 7 || a.Column != 1 {
+		t.Errorf("first reason %q (%s at %d:%d)", a.Reason, a.Rule, a.Line, a.Column)
+	}
+	// A selection refusal still reports what can be judged without an agent.
+	b := dsl.AdmitSource("x.symbi", "c", []byte("metadata { tags = [] }\nagent a {}\nagent b {}\n"))
+	if len(b.Reasons) != 2 || b.Rule != "selection" || !strings.HasPrefix(b.Reasons[1], "rule 3 at 1:12:") {
+		t.Errorf("selection refusal reasons %q", b.Reasons)
+	}
+	// The list is bounded.
+	many := "agent a {\n    capabilities = [" + strings.TrimSuffix(strings.Repeat("x, ", dsl.MaxReasons+10), ", ") + "]\n}\n"
+	c := dsl.AdmitSource("a.symbi", "a", []byte(many))
+	if len(c.Reasons) != dsl.MaxReasons+1 || c.Reasons[dsl.MaxReasons] != "and 10 more refusals not listed" {
+		t.Errorf("%d reasons, last %q", len(c.Reasons), c.Reasons[len(c.Reasons)-1])
+	}
+}

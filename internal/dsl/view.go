@@ -42,7 +42,8 @@ type AgentView struct {
 	With         []WithView     `json:"with"`
 	Functions    []FunctionView `json:"functions"`
 	Admitted     bool           `json:"admitted"`
-	Refusal      string         `json:"refusal"`
+	Refusal      string         `json:"refusal"`  // the first refusal ("" when admitted)
+	Refusals     []string       `json:"refusals"` // every refusal, each with its rule and line:column
 }
 
 // ParamView is a parameter or a record field: a name and a type.
@@ -231,7 +232,10 @@ func (f *File) agentView(a *Agent) AgentView {
 		}
 	}
 	ad := Admit(f, a.Name)
-	v.Admitted, v.Refusal = ad.Admitted, ad.Reason
+	v.Admitted, v.Refusal, v.Refusals = ad.Admitted, ad.Reason, ad.Reasons
+	if v.Refusals == nil {
+		v.Refusals = []string{}
+	}
 	return v
 }
 

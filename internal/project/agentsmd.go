@@ -122,7 +122,7 @@ func agentsTable(entries []Entry) string {
 	for _, en := range entries {
 		inv := "yes"
 		if !en.Invocable {
-			inv = "no: " + en.Reason
+			inv = "no: " + en.Summary()
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n",
 			cell(en.Name), cell(strings.Join(en.Agents, ", ")), cell(en.Description),

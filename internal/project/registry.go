@@ -44,7 +44,8 @@ type Entry struct {
 	Description  string   `json:"description"`  // metadata description
 	Capabilities []string `json:"capabilities"` // the selected agent's capabilities
 	Invocable    bool     `json:"invocable"`    // whether invoke_agent may run it
-	Reason       string   `json:"reason"`       // why not invocable, with line:column; empty when invocable
+	Reason       string   `json:"reason"`       // why not invocable (the first reason), with line:column; empty when invocable
+	Reasons      []string `json:"reasons"`      // every reason it is not invocable; empty when invocable
 }
 
 // Agent is a resolved registration: its entry, the source read at startup, and the
@@ -181,6 +182,7 @@ func unprintableAgent(name string) *Agent {
 		Name: stem(esc), File: agentsDir + "/" + esc, Agents: []string{}, Capabilities: []string{},
 		Reason: `refused by rule "printable file name": the file name is not valid UTF-8 or holds control characters (shown escaped); rename the file`,
 	}
+	e.Reasons = []string{e.Reason}
 	return &Agent{Entry: e}
 }
 
@@ -195,7 +197,7 @@ func stem(name string) string {
 // newAgent parses and admits one agent file.
 func newAgent(rel, name string, src []byte) *Agent {
 	st := stem(name)
-	e := Entry{Name: st, File: rel, Agents: []string{}, Capabilities: []string{}}
+	e := Entry{Name: st, File: rel, Agents: []string{}, Capabilities: []string{}, Reasons: []string{}}
 	var adm *dsl.Admission
 	if f, err := dsl.Parse(rel, src); err == nil {
 		e.Agents = append(e.Agents, f.AgentNames()...)
@@ -207,7 +209,10 @@ func newAgent(rel, name string, src []byte) *Agent {
 	if adm.Capabilities != nil {
 		e.Capabilities = adm.Capabilities
 	}
-	e.Invocable, e.Reason = adm.Admitted, adm.Reason
+	e.Invocable, e.Reason, e.Reasons = adm.Admitted, adm.Reason, adm.Reasons
+	if e.Reasons == nil {
+		e.Reasons = []string{}
+	}
 	return &Agent{Entry: e, Source: src, Admission: adm,
 		SourceSHA256: digest.SHA256Hex(src), DeclarationSHA256: digest.SHA256Hex(adm.Declaration)}
 }
@@ -222,6 +227,7 @@ func (r *Registry) markAmbiguous() {
 		if fs := files[a.Entry.Name]; len(fs) > 1 {
 			a.Entry.Invocable = false
 			a.Entry.Reason = ambiguity(a.Entry.Name, fs)
+			a.Entry.Reasons = append([]string{a.Entry.Reason}, a.Entry.Reasons...)
 		}
 	}
 }
@@ -230,6 +236,15 @@ func ambiguity(stem string, files []string) string {
 	fs := slices.Clone(files)
 	sort.Strings(fs)
 	return fmt.Sprintf("ambiguous: %s all have the stem %q; remove or rename all but one", strings.Join(fs, " and "), stem)
+}
+
+// Summary is why the entry is not invocable, in one line: its first reason and how many
+// more there are ("" when invocable).
+func (e Entry) Summary() string {
+	if n := len(e.Reasons); n > 1 {
+		return fmt.Sprintf("%s (and %d more)", e.Reason, n-1)
+	}
+	return e.Reason
 }
 
 // Entries returns the snapshot's entries, sorted by name.
@@ -270,7 +285,7 @@ func (r *Registry) Resolve(stem string) (*Agent, error) {
 	}
 	if !a.Entry.Invocable {
 		// The agent comes back with the refusal so authoring tools can still show it.
-		return a, errcode.Errorf(errcode.RefusedDefinition, "%s: %s", a.Entry.File, a.Entry.Reason)
+		return a, errcode.Errorf(errcode.RefusedDefinition, "%s: %s", a.Entry.File, a.Entry.Summary())
 	}
 	return a, nil
 }
