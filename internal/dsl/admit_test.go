@@ -273,3 +273,27 @@ agent code_reviewer(code: String) -> Review {
 		t.Errorf("%d reasons, last %q", len(c.Reasons), c.Reasons[len(c.Reasons)-1])
 	}
 }
+
+// TestErrorPositions: a syntax error is reported where the mistake is, not at the end
+// of the file.
+func TestErrorPositions(t *testing.T) {
+	for _, tt := range []struct{ name, src, want string }{
+		{"missing } mid-file: the parser's error", "metadata {\n    description = \"x\"\n}\n\nagent a {\n    capabilities = [\"read\"]\n    policy p {\n        allow: true\n    with timeout = 5.seconds {}\n}\n",
+			`9:5: unexpected "with", expected "}"`},
+		{"missing } at the end: where it opened", "agent a {\n    capabilities = [\"read\"]\n    policy p {\n        allow: true\n    }\n",
+			`1:9: "{" opened here is never closed (the input ends with 1 bracket(s) open)`},
+		{"unclosed array: the innermost", "metadata {\n  tags = [1, 2\n", `2:10: "[" opened here is never closed (the input ends with 2 bracket(s) open)`},
+		{"unterminated string: where it started", "metadata {\n    description = \"unclosed\n    version = \"1.0\"\n}\nagent a {\n    capabilities = [\"read\"]\n}\n",
+			`6:26: unterminated string (the string opened at 2:19 runs to line 3: if its closing quote is missing, the mistake is there)`},
+	} {
+		_, err := dsl.Parse("t.symbi", []byte(tt.src))
+		errs := dsl.Errors(err)
+		if len(errs) == 0 {
+			t.Errorf("%s: parsed", tt.name)
+			continue
+		}
+		if got := fmt.Sprintf("%d:%d: %s", errs[0].Line, errs[0].Column, errs[0].Msg); got != tt.want {
+			t.Errorf("%s:\n got %s\nwant %s", tt.name, got, tt.want)
+		}
+	}
+}

@@ -67,10 +67,23 @@ type scanner struct {
 	emitted   bool
 	n         int // tokens emitted so far
 	// nesting bookkeeping
-	open   []byte // open brackets
+	open   []byte           // open brackets
+	openAt []lexer.Position // where each was opened
+	// unclosed, set at the end of input while brackets are still open, is reported only
+	// if the parser finds nothing earlier: the parser's error is nearer the mistake.
+	unclosed *Error
+	// spans are the strings that run over more than one line, for the hint that a
+	// closing quote may be missing.
+	spans []stringSpan
 	chains []int  // saved chain counts of enclosing levels
 	chain  int    // chain count of the current level
 	total  int    // brackets + all chain counts
+}
+
+// stringSpan is a string literal that runs over lines: where it opens and its last line.
+type stringSpan struct {
+	open    lexer.Position
+	endLine int
 }
 
 func isIdentStart(c byte) bool {
@@ -90,14 +103,29 @@ func newScanner(file string, src []byte) *scanner {
 }
 
 // lex turns src into a token stream ending with an EOF token and returns it with the
-// number of tokens. src must be valid UTF-8.
-func lex(file string, src []byte) (*lexer.PeekingLexer, int, error) {
+// scanner (its token count, an unclosed bracket, its multi-line strings). src must be
+// valid UTF-8.
+func lex(file string, src []byte) (*lexer.PeekingLexer, *scanner, error) {
 	s := newScanner(file, src)
 	peek, err := lexer.Upgrade(s)
 	if err != nil {
-		return nil, 0, err
+		return nil, s, err
 	}
-	return peek, s.n, nil
+	return peek, s, nil
+}
+
+// hint adds to e where a string that runs over lines opened before it, if one did: a
+// missing closing quote there swallows the lines that follow, and the error surfaces far
+// from the mistake.
+func (s *scanner) hint(e *Error) *Error {
+	for _, sp := range s.spans {
+		if sp.open.Offset >= e.Offset {
+			break
+		}
+		e.Msg += fmt.Sprintf(" (the string opened at %d:%d runs to line %d: if its closing quote is missing, the mistake is there)", sp.open.Line, sp.open.Column, sp.endLine)
+		break
+	}
+	return e
 }
 
 // Next returns the next token; the error, if any, is an *Error.
@@ -182,9 +210,9 @@ func (s *scanner) run() error {
 	if s.emitted {
 		return nil
 	}
-	if len(s.open) > 0 {
-		p := s.pos()
-		return s.errorf(p, ErrSyntax, "unexpected end of input: %d unclosed bracket(s)", len(s.open))
+	if len(s.open) > 0 && s.unclosed == nil {
+		n := len(s.open)
+		s.unclosed = s.errorf(s.openAt[n-1], ErrSyntax, "%q opened here is never closed (the input ends with %d bracket(s) open)", string(s.open[n-1]), n)
 	}
 	s.emit(lexer.EOF, s.pos())
 	return nil
@@ -251,6 +279,9 @@ func (s *scanner) str() error {
 		case c == '"':
 			s.advance(1)
 			s.emit(tokString, p)
+			if s.line != p.Line {
+				s.spans = append(s.spans, stringSpan{open: p, endLine: s.line})
+			}
 			return nil
 		case c == '\\':
 			ep := s.pos()
@@ -361,6 +392,7 @@ func (s *scanner) punct(c byte) error {
 			return s.errorf(p, ErrNesting, "brackets nested deeper than %d levels", MaxBracketDepth)
 		}
 		s.open = append(s.open, c)
+		s.openAt = append(s.openAt, p)
 		s.chains = append(s.chains, s.chain)
 		s.chain = 0
 		s.advance(1)
@@ -384,6 +416,7 @@ func (s *scanner) punct(c byte) error {
 			return s.errorf(p, ErrSyntax, "unexpected %q: %q is open", c, top)
 		}
 		s.open = s.open[:len(s.open)-1]
+		s.openAt = s.openAt[:len(s.openAt)-1]
 		s.total -= 1 + s.chain
 		s.chain = s.chains[len(s.chains)-1]
 		s.chains = s.chains[:len(s.chains)-1]

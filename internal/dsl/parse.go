@@ -93,14 +93,23 @@ func Parse(name string, src []byte) (*File, error) {
 		return nil, invalid(&Error{Line: line, Column: col, Offset: off,
 			Msg: fmt.Sprintf("invalid UTF-8 byte 0x%02x", src[off]), Err: ErrEncoding})
 	}
-	peek, n, err := lex(name, src)
+	peek, sc, err := lex(name, src)
 	if err != nil {
-		return nil, invalid(err.(*Error))
+		return nil, invalid(sc.hint(err.(*Error)))
 	}
 	parsed, err := parser.ParseFromLexer(peek)
 	if err != nil {
-		return nil, invalid(syntaxError(src, err))
+		e := syntaxError(src, err)
+		if sc.unclosed != nil && e.Offset >= len(src) {
+			// The parser ran to the end: the unclosed bracket says where to look.
+			e = sc.unclosed
+		}
+		return nil, invalid(sc.hint(e))
 	}
+	if sc.unclosed != nil { // the grammar cannot end inside a bracket; kept for safety
+		return nil, invalid(sc.unclosed)
+	}
+	n := sc.n
 	toks := peek.Range(0, lexer.RawCursor(n))
 	parsed.src, parsed.offs, parsed.ends = src, make([]int, n), make([]int, n)
 	for i, t := range toks {
