@@ -74,10 +74,10 @@ type scanner struct {
 	unclosed *Error
 	// spans are the strings that run over more than one line, for the hint that a
 	// closing quote may be missing.
-	spans []stringSpan
-	chains []int  // saved chain counts of enclosing levels
-	chain  int    // chain count of the current level
-	total  int    // brackets + all chain counts
+	spans  []stringSpan
+	chains []int // saved chain counts of enclosing levels
+	chain  int   // chain count of the current level
+	total  int   // brackets + all chain counts
 }
 
 // stringSpan is a string literal that runs over lines: where it opens and its last line.
