@@ -294,8 +294,10 @@ func (f *File) AgentNames() []string {
 	return names
 }
 
-// check enforces what the grammar leaves wide: only the last statement of a block may
-// omit its ";", and an assignment's target must be a name with field accesses or indexes.
+// check enforces what the hand-written statement parser leaves wide: only a bare
+// expression ending a block may omit its ";" (the grammar's block is "{" statement* expr?
+// "}", and an assignment is a statement), and an assignment's target must be a name with
+// field accesses or indexes.
 func check(f *File) ErrorList {
 	var errs ErrorList
 	visitBlocks(f, func(b *Block) {
@@ -304,7 +306,12 @@ func check(f *File) ErrorList {
 			if s == nil {
 				continue
 			}
-			if !s.Semi && i < len(b.Stmts)-1 {
+			switch {
+			case !s.Semi && s.Op != "":
+				p := s.EndPos
+				errs = append(errs, &Error{Line: p.Line, Column: p.Column, Offset: p.Offset,
+					Msg: `expected ";" after the assignment (only a bare expression may end a block without one)`, Err: ErrSyntax})
+			case !s.Semi && i < len(b.Stmts)-1:
 				p := s.EndPos
 				errs = append(errs, &Error{Line: p.Line, Column: p.Column, Offset: p.Offset,
 					Msg: `expected ";" after the expression statement`, Err: ErrSyntax})
