@@ -14,7 +14,7 @@ func init() {
 	c := &command{name: "agents list", summary: "list the project's agent files: which are invocable, and why the others are refused"}
 	c.run = func(e *env, args []string) int {
 		fs := newFlags(e, c)
-		dir := fs.String("project", ".", "project directory")
+		dir := fs.String("project", ".", "the project `DIR`")
 		asJSON := fs.Bool("json", false, "print the entries as a JSON array")
 		if code, ok := parseFlags(fs, args); !ok {
 			return code

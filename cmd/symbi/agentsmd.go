@@ -11,7 +11,7 @@ func init() {
 	c := &command{name: "agents-md generate", summary: "write the generated agents section of AGENTS.md, keeping the rest of the file"}
 	c.run = func(e *env, args []string) int {
 		fs := newFlags(e, c)
-		dir := fs.String("project", ".", "project directory")
+		dir := fs.String("project", ".", "the project `DIR`")
 		if code, ok := parseFlags(fs, args); !ok {
 			return code
 		}

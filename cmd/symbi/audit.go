@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/ed25519"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -47,9 +48,9 @@ func init() {
 // runAuditVerify runs symbi audit verify.
 func runAuditVerify(e *env, args []string) int {
 	fs := newFlags(e, cmdAuditVerify)
-	keyHex := fs.String("public-key", "", "the project's Ed25519 public key, 64 hex digits (required; see symbi audit key)")
-	runID := fs.String("run-id", "", "the run id every record must carry")
-	head := fs.String("head", "", "receipt: hex SHA-256 of the last line (with --records)")
+	keyHex := fs.String("public-key", "", "the project's Ed25519 public key, 64 `HEX` digits (required; see symbi audit key)")
+	runID := fs.String("run-id", "", "the run `ID` every record must carry")
+	head := fs.String("head", "", "receipt: `HEX` SHA-256 of the last line (with --records)")
 	records := fs.Int("records", 0, "receipt: number of records (with --head)")
 	asJSON := fs.Bool("json", false, "print a machine-readable report")
 	pos, code, ok := parseInterspersed(fs, args)
@@ -65,6 +66,9 @@ func runAuditVerify(e *env, args []string) int {
 	}
 	if len(pos) != 1 {
 		return usageErr("want exactly one JOURNAL or DIR")
+	}
+	if *keyHex == "" {
+		return usageErr("--public-key is required: the project's Ed25519 public key (symbi audit key prints it)")
 	}
 	pub, err := hex.DecodeString(*keyHex)
 	if err != nil || len(pub) != ed25519.PublicKeySize || strings.ToLower(*keyHex) != *keyHex {
@@ -143,7 +147,7 @@ func runAuditShow(e *env, args []string) int {
 // runAuditKey runs symbi audit key.
 func runAuditKey(e *env, args []string) int {
 	fs := newFlags(e, cmdAuditKey)
-	project := fs.String("project", ".", "project directory")
+	project := fs.String("project", ".", "the project `DIR`")
 	create := fs.Bool("create", false, "create .symbiont/governed and the key when absent")
 	pos, code, ok := parseInterspersed(fs, args)
 	if !ok {
@@ -160,6 +164,10 @@ func runAuditKey(e *env, args []string) int {
 	}
 	defer root.Close()
 	st, err := journal.OpenStore(root, journal.StoreOptions{KeyFile: e.getenv("SYMBI_AUDIT_KEY_FILE"), Create: *create})
+	if errors.Is(err, journal.ErrNoKey) {
+		fmt.Fprintf(e.stderr, "symbi audit key: %v; the first governed run creates one, or run: symbi audit key --project %s --create\n", err, *project)
+		return 1
+	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "symbi audit key: %s\n", errcode.Text(err))
 		return 1

@@ -131,7 +131,7 @@ func TestAuditShow(t *testing.T) {
 
 func TestAuditKey(t *testing.T) {
 	project := t.TempDir()
-	if code, _, errOut := runCLI(t, "", "audit", "key", "--project", project); code != 1 || !strings.Contains(errOut, "audit_unavailable") {
+	if code, _, errOut := runCLI(t, "", "audit", "key", "--project", project); code != 1 || !strings.Contains(errOut, "no signing key yet") || !strings.Contains(errOut, "--create") {
 		t.Errorf("no key, no --create: exit %d, %q", code, errOut)
 	}
 	code, created, _ := runCLI(t, "", "audit", "key", "--project", project, "--create")

@@ -15,11 +15,36 @@ func newFlags(e *env, c *command) *flag.FlagSet {
 	fs := flag.NewFlagSet("symbi "+c.name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: symbi %s [flags] %s\n\n%s\n", c.name, c.args, c.summary)
-		fmt.Fprintln(fs.Output())
-		fs.PrintDefaults()
+		has := false
+		fs.VisitAll(func(*flag.Flag) { has = true })
+		line := "symbi " + c.name
+		if has {
+			line += " [flags]"
+		}
+		fmt.Fprintf(fs.Output(), "usage: %s\n\n%s\n", strings.TrimSpace(line+" "+c.args), c.summary)
+		if has {
+			fmt.Fprintln(fs.Output())
+			printFlags(fs)
+		}
 	}
 	return fs
+}
+
+// printFlags lists fs's flags in the double-dash form the README uses (--project DIR),
+// with their defaults.
+func printFlags(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		fmt.Fprintf(fs.Output(), "%s\n    \t%s", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			fmt.Fprintf(fs.Output(), " (default %q)", f.DefValue)
+		}
+		fmt.Fprintln(fs.Output())
+	})
 }
 
 // parseFlags parses args; it returns (exit code, false) when the command must stop:

@@ -47,6 +47,9 @@ func main() {
 
 // run dispatches args to a subcommand and returns the process exit code.
 func run(e *env, args []string) int {
+	if args0 := firstArg(args); args0 == "--version" || args0 == "-version" {
+		return runCommand(e, commands["version"], nil)
+	}
 	if len(args) == 0 || isHelp(args[0]) {
 		usage(e.stdout, "")
 		if len(args) == 0 {
@@ -87,6 +90,13 @@ func runCommand(e *env, c *command, args []string) int {
 	return c.run(safe, args)
 }
 
+func firstArg(args []string) string {
+	if len(args) == 0 {
+		return ""
+	}
+	return args[0]
+}
+
 func isHelp(s string) bool { return s == "-h" || s == "-help" || s == "--help" || s == "help" }
 
 func hasGroup(g string) bool {
@@ -112,6 +122,11 @@ func usage(w io.Writer, group string) {
 	sort.Strings(names)
 	for _, name := range names {
 		c := commands[name]
-		fmt.Fprintf(w, "  %-40s %s\n", strings.TrimSpace(name+" "+c.args), c.summary)
+		call := strings.TrimSpace(name + " " + c.args)
+		if len(call) > 40 { // a long call gets a line of its own, the columns stay aligned
+			fmt.Fprintf(w, "  %s\n  %-40s %s\n", call, "", c.summary)
+			continue
+		}
+		fmt.Fprintf(w, "  %-40s %s\n", call, c.summary)
 	}
 }

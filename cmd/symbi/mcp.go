@@ -27,11 +27,11 @@ func init() {
 	c := &command{name: "mcp", summary: "serve the project's agents over MCP on stdin/stdout (governed invoke_agent)"}
 	c.run = func(e *env, args []string) int {
 		fs := newFlags(e, c)
-		dir := fs.String("project", ".", "project directory to serve")
-		level := fs.String("log-level", "info", "stderr log level: debug, info, warn or error")
-		maxRuns := fs.Int("max-runs", invoke.DefaultMaxRuns, "runs in flight at most; a call beyond it fails at once with busy")
+		dir := fs.String("project", ".", "the project `DIR` to serve")
+		level := fs.String("log-level", "info", "stderr log `LEVEL`: debug, info, warn or error")
+		maxRuns := fs.Int("max-runs", invoke.DefaultMaxRuns, "`N` runs in flight at most; a call beyond it fails at once with busy")
 		minFree := byteSize(defaultMinFree)
-		fs.Var(&minFree, "min-free-space", "refuse new runs (audit_unavailable) while the journal file system has less free space than this (0: no floor)")
+		fs.Var(&minFree, "min-free-space", "refuse new runs (audit_unavailable) while the journal file system has less free space than `SIZE` (e.g. 64MiB; 0: no floor)")
 		if code, ok := parseFlags(fs, args); !ok {
 			return code
 		}

@@ -27,7 +27,7 @@ func init() {
 // runPolicyCheck runs symbi policy check.
 func runPolicyCheck(e *env, args []string) int {
 	fs := newFlags(e, cmdPolicyCheck)
-	dir := fs.String("project", ".", "project directory")
+	dir := fs.String("project", ".", "the project `DIR`")
 	asJSON := fs.Bool("json", false, "print a JSON object instead of text")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -60,11 +60,11 @@ func runPolicyCheck(e *env, args []string) int {
 // runPolicyEval runs symbi policy eval.
 func runPolicyEval(e *env, args []string) int {
 	fs := newFlags(e, cmdPolicyEval)
-	dir := fs.String("project", ".", "project directory")
-	agent := fs.String("agent", "", "the agent, by its file stem (required)")
-	caller := fs.String("caller", invoke.CallerStdio, "the caller the decision is made for (context.caller)")
-	response := fs.String("response", "", "the answer text")
-	responseFile := fs.String("response-file", "", "read the answer text from this file")
+	dir := fs.String("project", ".", "the project `DIR`")
+	agent := fs.String("agent", "", "the `AGENT`, by its file stem (required)")
+	caller := fs.String("caller", invoke.CallerStdio, "the `CALLER` the decision is made for (context.caller)")
+	response := fs.String("response", "", "the answer `TEXT`")
+	responseFile := fs.String("response-file", "", "read the answer text from `FILE`")
 	asJSON := fs.Bool("json", false, "print a JSON object instead of text")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code

@@ -21,7 +21,7 @@ func init() {
 		fs := newFlags(e, c)
 		keyFile := fs.String("key", "", "`PEMFILE` holding the ECDSA P-256 public key (offline)")
 		keyURL := fs.String("key-url", "", "`URL` of a PEM key or a .well-known/schemapin.json-style key document")
-		sig := fs.String("signature", "", "base64 signature, if the schema has no signature member")
+		sig := fs.String("signature", "", "`B64` signature, if the schema has no signature member")
 		asJSON := fs.Bool("json", false, "print the result as JSON")
 		// Flags may come before or after the schema file.
 		var files []string
@@ -36,6 +36,11 @@ func init() {
 			args = fs.Args()[1:]
 		}
 		if len(files) != 1 || (*keyFile == "") == (*keyURL == "") {
+			msg := "give exactly one of --key and --key-url"
+			if len(files) != 1 {
+				msg = "want exactly one SCHEMA.json"
+			}
+			fmt.Fprintf(e.stderr, "symbi schema verify: %s\n\n", msg)
 			fs.Usage()
 			return 2
 		}

@@ -111,7 +111,8 @@ func openDir(dirfd int, name, path string, create bool) (int, error) {
 				return -1, errcode.Errorf(errcode.AuditUnavailable, "%w: cannot create %s: %w", ErrUnsafeDir, path, err)
 			}
 		case errors.Is(err, unix.ENOENT):
-			return -1, errcode.Errorf(errcode.AuditUnavailable, "%w: %s does not exist", ErrUnsafeDir, path)
+			// Nothing refused: there is no store yet, so no key.
+			return -1, errcode.Errorf(errcode.AuditUnavailable, "%w yet: %s does not exist", ErrNoKey, path)
 		case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
 			return -1, errcode.Errorf(errcode.AuditUnavailable, "%w: %s is a symlink or not a directory", ErrUnsafeDir, path)
 		default:

@@ -36,7 +36,7 @@ func childKey(dir string) int {
 
 func TestOpenStoreCreates(t *testing.T) {
 	dir, root := newProject(t)
-	if _, err := OpenStore(root, StoreOptions{}); !errors.Is(err, errcode.AuditUnavailable) || !errors.Is(err, ErrUnsafeDir) {
+	if _, err := OpenStore(root, StoreOptions{}); !errors.Is(err, errcode.AuditUnavailable) || !errors.Is(err, ErrNoKey) {
 		t.Fatalf("without Create on an empty project: %v", err)
 	}
 	s := openStore(t, root)
