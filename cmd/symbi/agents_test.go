@@ -97,8 +97,14 @@ func TestAgentsListErrors(t *testing.T) {
 func TestInitThenList(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "demo")
 	code, out, errOut := runCLI(t, "", "init", dir)
-	if code != 0 || !strings.Contains(out, "created agents/assistant.symbi") {
+	if code != 0 || !strings.Contains(out, "created "+filepath.Join(dir, "agents/assistant.symbi")) || !strings.Contains(out, "created "+filepath.Join(dir, ".gitignore")) {
 		t.Fatalf("init: exit %d\n%s%s", code, out, errOut)
+	}
+	if ig, err := os.ReadFile(filepath.Join(dir, ".gitignore")); err != nil || !strings.Contains(string(ig), "\n.symbiont/\n") {
+		t.Errorf(".gitignore %q (%v) does not keep .symbiont/ out of git", ig, err)
+	}
+	if readme, _ := os.ReadFile(filepath.Join(dir, "README.md")); !strings.Contains(string(readme), "OPENAI_BASE_URL") || !strings.Contains(string(readme), "Ollama") {
+		t.Errorf("starter README does not say how to use a local model:\n%s", readme)
 	}
 	entries := listJSON(t, dir)
 	if len(entries) != 1 || entries[0].Name != "assistant" || !entries[0].Invocable {
@@ -110,6 +116,15 @@ func TestInitThenList(t *testing.T) {
 	}
 	if code, _, _ := runCLI(t, "", "init", dir, "extra"); code != 2 {
 		t.Fatalf("init with two arguments: exit %d, want 2", code)
+	}
+	// In an existing repository, .symbiont/ is added to its .gitignore, once.
+	repo := t.TempDir()
+	writeFile(t, filepath.Join(repo, ".gitignore"), "bin/")
+	if code, _, errOut := runCLI(t, "", "init", repo); code != 0 {
+		t.Fatalf("init in a repository: exit %d: %s", code, errOut)
+	}
+	if ig, _ := os.ReadFile(filepath.Join(repo, ".gitignore")); string(ig) != "bin/\n.symbiont/\n" {
+		t.Errorf("existing .gitignore became %q", ig)
 	}
 }
 

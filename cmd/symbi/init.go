@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"path/filepath"
 
 	"symbi/internal/errcode"
 	"symbi/internal/project"
@@ -25,7 +26,7 @@ func init() {
 		}
 		created, err := project.Init(dir, slog.New(slog.NewTextHandler(e.stderr, nil)))
 		for _, rel := range created {
-			fmt.Fprintf(e.stdout, "created %s\n", rel)
+			fmt.Fprintf(e.stdout, "created %s\n", filepath.Join(dir, rel))
 		}
 		if err != nil {
 			fmt.Fprintf(e.stderr, "symbi init: %s\n", errcode.Text(err))

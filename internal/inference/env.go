@@ -2,6 +2,10 @@ package inference
 
 import "symbi/internal/errcode"
 
+// NoProviderHint says what to set when no provider is configured. It is what a user sees
+// in a no_provider error, so it names the variables, not a document they may not have.
+const NoProviderHint = "no inference provider configured: set OPENAI_BASE_URL for a local OpenAI-compatible model (Ollama: http://localhost:11434/v1; llama.cpp, vLLM, LM Studio), or OPENAI_API_KEY for OpenAI, or ANTHROPIC_API_KEY, or OPENROUTER_API_KEY, in the environment symbi mcp starts with (the symbi README's Configuration section lists every variable)"
+
 // FromEnv chooses and configures a provider from the environment.
 //
 // SYMBI_PROVIDER (openai, anthropic or openrouter) chooses explicitly. Otherwise the first
@@ -20,7 +24,7 @@ func FromEnv(getenv func(string) string) (Provider, error) {
 		case getenv("OPENROUTER_API_KEY") != "":
 			name = "openrouter"
 		default:
-			return nil, errcode.Errorf(errcode.NoProvider, "no inference provider configured: set OPENAI_API_KEY or OPENAI_BASE_URL, ANTHROPIC_API_KEY, or OPENROUTER_API_KEY (see docs/providers.md)")
+			return nil, errcode.Errorf(errcode.NoProvider, "%s", NoProviderHint)
 		}
 	}
 	or := func(variable, def string) string {

@@ -44,7 +44,7 @@ func (r *Runner) preflight(req Request) (*prepared, error) {
 		if r.cfg.ProviderErr != nil {
 			return nil, errcode.Wrap(errcode.NoProvider, r.cfg.ProviderErr)
 		}
-		return nil, errcode.Errorf(errcode.NoProvider, "no inference provider is configured (set OPENAI_BASE_URL/OPENAI_API_KEY, ANTHROPIC_API_KEY or OPENROUTER_API_KEY; see docs/providers.md)")
+		return nil, errcode.Errorf(errcode.NoProvider, "%s", inference.NoProviderHint)
 	}
 	adm := agent.Admission
 	p := &prepared{req: req, agent: agent, name: adm.Agent, agentID: policy.AgentID(adm.Agent)}

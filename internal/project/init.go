@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"symbi/internal/errcode"
 )
@@ -30,11 +31,29 @@ agent assistant {
 @id("allow-respond")
 permit(principal, action == Action::"respond", resource);
 `},
-	{"README.md", "# symbi project\n\n" +
-		"Run `symbi mcp --project .` from an MCP client (with `OPENAI_API_KEY` or `ANTHROPIC_API_KEY` set) " +
-		"and call the tool `invoke_agent` with `{\"agent\": \"assistant\", \"prompt\": \"...\"}`; " +
-		"`symbi agents list` shows the registered agents.\n"},
+	{"README.md", `# symbi project
+
+Serve this project to an MCP client with ` + "`symbi mcp --project .`" + ` and call the tool
+` + "`invoke_agent`" + ` with ` + "`{\"agent\": \"assistant\", \"prompt\": \"...\"}`" + `.
+` + "`symbi agents list`" + ` shows the registered agents and why any is refused.
+
+The model is chosen by the environment ` + "`symbi mcp`" + ` starts with:
+
+| variable | for |
+|---|---|
+| ` + "`OPENAI_BASE_URL`" + ` | a local OpenAI-compatible model: Ollama (` + "`http://localhost:11434/v1`" + `), llama.cpp, vLLM, LM Studio; no key needed |
+| ` + "`OPENAI_API_KEY`" + `, ` + "`CHAT_MODEL`" + ` | OpenAI (model default gpt-4o-mini) |
+| ` + "`ANTHROPIC_API_KEY`" + `, ` + "`ANTHROPIC_MODEL`" + ` | Anthropic |
+| ` + "`OPENROUTER_API_KEY`" + `, ` + "`OPENROUTER_MODEL`" + ` | OpenRouter |
+
+Every answer is journaled in ` + "`.symbiont/governed/`" + ` and judged by ` + "`policies/`" + `.
+` + "`.symbiont/`" + ` holds the project's private signing key: keep it out of version control
+(` + "`.gitignore`" + ` does).
+`},
 }
+
+// gitignoreEntry keeps the governed directory, with the private signing key, out of git.
+const gitignoreEntry = ".symbiont/"
 
 // starterAgentsMD is the hand-written part of the starter AGENTS.md; the generated
 // section is appended to it.
@@ -72,6 +91,12 @@ func Init(dir string, log *slog.Logger) ([]string, error) {
 		}
 		created = append(created, f.rel)
 	}
+	switch fresh, err := ensureIgnored(filepath.Join(dir, ".gitignore")); {
+	case err != nil:
+		return created, err
+	case fresh:
+		created = append(created, ".gitignore")
+	}
 	p, err := Open(dir)
 	if err != nil {
 		return created, err
@@ -89,6 +114,36 @@ func Init(dir string, log *slog.Logger) ([]string, error) {
 		return created, err
 	}
 	return append(created, agentsMDName), nil
+}
+
+// ensureIgnored makes the .gitignore at path list .symbiont/: it creates the file
+// (created reports it), or appends the line to an existing one that lacks it.
+func ensureIgnored(path string) (created bool, err error) {
+	old, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true, createFile(path, []byte("# symbi: run journals and the project's private signing key\n"+gitignoreEntry+"\n"))
+	}
+	if err != nil {
+		return false, errcode.Errorf(errcode.Internal, "init: %w", err)
+	}
+	for _, line := range strings.Split(string(old), "\n") {
+		if l := strings.TrimSpace(line); l == gitignoreEntry || l == "/"+gitignoreEntry || l == ".symbiont" || l == "/.symbiont" {
+			return false, nil
+		}
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return false, errcode.Errorf(errcode.Internal, "init: %w", err)
+	}
+	sep := ""
+	if len(old) > 0 && old[len(old)-1] != '\n' {
+		sep = "\n"
+	}
+	if _, err := f.WriteString(sep + gitignoreEntry + "\n"); err != nil {
+		f.Close()
+		return false, errcode.Errorf(errcode.Internal, "init: %w", err)
+	}
+	return false, f.Close()
 }
 
 // createFile creates path (and its parent directories) with content; it never

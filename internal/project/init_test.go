@@ -19,7 +19,7 @@ func TestInit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "[agents/assistant.symbi policies/respond.cedar README.md AGENTS.md]"
+	want := "[agents/assistant.symbi policies/respond.cedar README.md .gitignore AGENTS.md]"
 	if got := strings.Join(created, " "); "["+got+"]" != want {
 		t.Fatalf("created %v, want %s", created, want)
 	}
