@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -162,5 +163,45 @@ func TestEveryRefusalReason(t *testing.T) {
 	_, _, errOut = runCLI(t, "", "policy", "eval", "--project", root, "--agent", "reviewer", "--response", "x")
 	if !strings.Contains(errOut, "refused_definition: agents/reviewer.symbi: "+want[0]+" (and 2 more)") {
 		t.Errorf("refused_definition error: %s", errOut)
+	}
+}
+
+// TestFirstRunMessages: what a person following the README first meets says what is
+// wrong and what to do.
+func TestFirstRunMessages(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nonexistent")
+	cmd := exec.Command(symbiBin, "mcp", "--project", missing)
+	out, err := cmd.CombinedOutput()
+	if code := cmd.ProcessState.ExitCode(); err == nil || code != 1 || !strings.Contains(string(out), "project directory "+missing+" does not exist") {
+		t.Errorf("mcp on a missing directory: exit %d\n%s", code, out)
+	}
+	code, _, errOut := runCLI(t, "", "agents", "list", "--project", t.TempDir())
+	if code != 0 || !strings.Contains(errOut, "no agents/ directory") || !strings.Contains(errOut, "symbi init") {
+		t.Errorf("agents list without agents/: exit %d, stderr %q", code, errOut)
+	}
+	if code, out, _ := runCLI(t, "", "--version"); code != 0 || !strings.HasPrefix(out, "symbi ") {
+		t.Errorf("--version: exit %d, %q", code, out)
+	}
+	if code, out, _ := runCLI(t, "", "-h"); code != 0 || !strings.Contains(out, "usage: symbi") {
+		t.Errorf("-h: exit %d, %q", code, out)
+	}
+	_, _, help := runCLI(t, "", "agents", "list", "--help")
+	if !strings.Contains(help, "--project DIR") || strings.Contains(help, "  -project") {
+		t.Errorf("help does not use the --flag form:\n%s", help)
+	}
+	if _, _, help := runCLI(t, "", "init", "--help"); strings.Contains(help, "[flags]") {
+		t.Errorf("init --help promises flags it does not have:\n%s", help)
+	}
+	if code, _, errOut := runCLI(t, "", "schema", "verify", "x.json"); code != 2 || !strings.Contains(errOut, "give exactly one of --key and --key-url") {
+		t.Errorf("schema verify without a key: exit %d, %q", code, errOut)
+	}
+	if code, _, errOut := runCLI(t, "", "audit", "verify", "x.jsonl"); code != 1 || !strings.Contains(errOut, "--public-key is required") {
+		t.Errorf("audit verify without a key: exit %d, %q", code, errOut)
+	}
+	_, usage, _ := runCLI(t, "", "--help")
+	for _, line := range strings.Split(usage, "\n") {
+		if strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "   ") && len(line) > 43 && line[42] != ' ' && !strings.HasPrefix(line, "  schema verify SCHEMA") {
+			t.Errorf("command table out of line: %q", line)
+		}
 	}
 }

@@ -70,8 +70,11 @@ func Open(dir string) (*Project, error) {
 	}
 	fd, err := unix.Open(abs, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		if err == unix.ENOENT || err == unix.ENOTDIR {
-			return nil, errcode.Errorf(errcode.NotFound, "project %s: not a directory: %w", abs, err)
+		switch err {
+		case unix.ENOENT:
+			return nil, errcode.Errorf(errcode.NotFound, "project directory %s does not exist", abs)
+		case unix.ENOTDIR:
+			return nil, errcode.Errorf(errcode.NotFound, "project %s is not a directory", abs)
 		}
 		return nil, errcode.Errorf(errcode.Internal, "project %s: %w", abs, err)
 	}

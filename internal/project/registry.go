@@ -134,7 +134,7 @@ func (p *Project) agentFileNames(log *slog.Logger) ([]string, error) {
 	// No O_DIRECTORY: with O_NOFOLLOW it would report a symlink as "not a directory".
 	fd, err := p.open(agentsDir, []string{agentsDir}, unix.O_RDONLY|unix.O_NONBLOCK)
 	if errors.Is(err, ErrNotExist) {
-		log.Info("registry: no agents/ directory; the registry is empty", "project", p.path)
+		log.Warn("registry: the project has no agents/ directory; no agent can be invoked (symbi init writes a starter project)", "project", p.path)
 		return nil, nil
 	}
 	if err != nil {
