@@ -26,8 +26,11 @@ stress: build
 	$(GO) run ./cmd/symbi-stress -symbi $(BIN)
 
 # A loopback OpenAI-compatible model for trying symbi mcp by hand (prints its base URL).
+# MODEL_ARGS passes flags: -reply TEXT, -when SUBSTRING=TEXT, -delay 5s, -hang,
+# -hang-when SUBSTRING (see cmd/loopback-model).
+MODEL_ARGS ?=
 loopback-model:
-	$(GO) run ./cmd/loopback-model
+	$(GO) run ./cmd/loopback-model $(MODEL_ARGS)
 
 # The tests CI runs (.ci/run calls this target). Fuzz seed corpora run as ordinary tests.
 # With npm on PATH it first installs the client conformance suite's pinned packages;

@@ -17,7 +17,7 @@ func TestServe(t *testing.T) {
 	var stderr strings.Builder
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"-reply", "fallback", "-when", "secret=I cannot say.", "-when", "hello=Hi there."}, pw, &stderr)
+		done <- run(ctx, []string{"-reply", "fallback", "-when", "secret=I cannot say.", "-when", "hello=Hi there.", "-hang-when", "wait forever"}, pw, &stderr)
 		pw.Close()
 	}()
 	line, err := bufio.NewReader(pr).ReadString('\n')
@@ -50,6 +50,14 @@ func TestServe(t *testing.T) {
 			t.Errorf("prompt %q: %v %+v, want %q", tt.prompt, err, out, tt.want)
 		}
 	}
+	// A -hang-when request is never answered: the client's own deadline ends it.
+	hctx, hcancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer hcancel()
+	req, _ := http.NewRequestWithContext(hctx, "POST", base+"/chat/completions", strings.NewReader(`{"model":"demo","messages":[{"role":"user","content":"please wait forever"}]}`))
+	if resp, err := c.Do(req); err == nil {
+		resp.Body.Close()
+		t.Errorf("a -hang-when request was answered: %s", resp.Status)
+	}
 	cancel()
 	if code := <-done; code != 0 {
 		t.Errorf("exit code %d", code)
@@ -60,7 +68,7 @@ func TestServe(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"-addr", "0.0.0.0:0"}, {"-addr", "nonsense"}, {"-when", "=x"}, {"-when", "noequals"}, {"extra"}} {
+	for _, args := range [][]string{{"-addr", "0.0.0.0:0"}, {"-addr", "nonsense"}, {"-when", "=x"}, {"-when", "noequals"}, {"extra"}, {"-delay", "-1s"}, {"-hang-when", ""}, {"-delay", "soon"}} {
 		var out, errb strings.Builder
 		if code := run(context.Background(), args, &out, &errb); code != 2 || out.Len() != 0 {
 			t.Errorf("%q: exit %d, stdout %q", args, code, out.String())
