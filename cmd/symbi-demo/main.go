@@ -56,9 +56,16 @@ func demo(out io.Writer, symbi, project, agent string) error {
 	defer model.Close()
 	step(out, "loopback model listening at %s", model.URL())
 
-	cmd := exec.Command(symbi, "mcp", "--project", project, "--log-level", "warn")
+	// The server's log goes to a file the demo names, so that it does not interleave with
+	// the narrative; a person can read it afterwards.
+	logFile, err := os.CreateTemp("", "symbi-demo-server-*.log")
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	cmd := exec.Command(symbi, "mcp", "--project", project)
 	cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+model.URL(), "CHAT_MODEL=loopback-demo", "SYMBI_PROVIDER=openai")
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = logFile
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	client := mcp.NewClient(&mcp.Implementation{Name: "symbi-demo", Version: "1"}, nil)
@@ -67,7 +74,7 @@ func demo(out io.Writer, symbi, project, agent string) error {
 		return fmt.Errorf("starting symbi mcp: %w", err)
 	}
 	defer session.Close()
-	step(out, "symbi mcp serving %s over stdio", project)
+	step(out, "symbi mcp serving %s over stdio (its log: %s)", project, logFile.Name())
 
 	list, err := call(ctx, session, "list_agents", map[string]any{})
 	if err != nil {

@@ -37,6 +37,9 @@ func TestDemo(t *testing.T) {
 	if err := demo(&out, bin, filepath.Join(dir, "example"), "reviewer"); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
+	if strings.Contains(out.String(), "level=") || !strings.Contains(out.String(), "its log: ") {
+		t.Errorf("the server's log is mixed into the narrative, or not named:\n%s", out.String())
+	}
 	for _, want := range []string{"answer: ", "valid and complete", "policy_denied: ", "no-private-keys", "refused_definition: "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
