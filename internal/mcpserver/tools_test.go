@@ -60,7 +60,7 @@ func TestListAgents(t *testing.T) {
 		reason       []string // substrings of the refusal reason
 	}{
 		{"agents/alias.symbi", "alias", []string{"aliased_name"}, "", []string{"summarize", "answer"}, true, nil},
-		{"agents/broken.symbi", "broken", []string{}, "", []string{}, false, []string{"3:1", "unclosed bracket"}},
+		{"agents/broken.symbi", "broken", []string{}, "", []string{}, false, []string{"2:18", `"[" opened here is never closed`}},
 		{"agents/dup.dsl", "dup", []string{"dup"}, "", []string{}, false, []string{"ambiguous", "agents/dup.dsl and agents/dup.symbi"}},
 		{"agents/dup.symbi", "dup", []string{"dup"}, "", []string{}, false, []string{"ambiguous"}},
 		{"agents/helper.symbi", "helper", []string{"helper"}, "answers questions", []string{"answer"}, true, nil},
@@ -177,11 +177,11 @@ func TestParseDSL(t *testing.T) {
 		{"exactly 1 MiB", map[string]any{"file": "other/exact.symbi"}, "other/exact.symbi", true, nil, []string{"exact"}, []bool{true}},
 		{"refused definition", map[string]any{"file": "other/refused.symbi"}, "other/refused.symbi", true, nil, []string{"r"}, []bool{false}},
 		{"syntax error in a file", map[string]any{"file": "other/syntax.symbi"}, "other/syntax.symbi", false,
-			[]dsl.ErrorView{{Line: 3, Column: 1, Message: "unexpected end of input: 2 unclosed bracket(s)"}}, nil, nil},
+			[]dsl.ErrorView{{Line: 2, Column: 18, Message: `"[" opened here is never closed (the input ends with 2 bracket(s) open)`}}, nil, nil},
 		{"inline", map[string]any{"content": "metadata { description = \"d\" }\nagent inline_agent {\n  capabilities = [\"answer\"]\n}\n"}, "inline", true, nil, []string{"inline_agent"}, []bool{true}},
 		{"inline exactly 1 MiB", map[string]any{"content": "agent a {}\n" + strings.Repeat("#", dsl.MaxSourceBytes-len("agent a {}\n"))}, "inline", true, nil, []string{"a"}, []bool{true}},
 		{"inline syntax error", map[string]any{"content": "agent x {\n  capabilities = [\n"}, "inline", false,
-			[]dsl.ErrorView{{Line: 3, Column: 1, Message: "unexpected end of input: 2 unclosed bracket(s)"}}, nil, nil},
+			[]dsl.ErrorView{{Line: 2, Column: 18, Message: `"[" opened here is never closed (the input ends with 2 bracket(s) open)`}}, nil, nil},
 		{"inline unknown token", map[string]any{"content": "agent x {}\n@@@\n"}, "inline", false, nil, nil, nil},
 	}
 	for _, tt := range okTests {
