@@ -234,14 +234,26 @@ var envelopeMembers = []string{"v", "run_id", "seq", "prev", "time", "agent_id",
 // exact payload bytes, and only then what the payload says. msg is scratch space for the
 // signed message.
 func checkLine(line []byte, pub ed25519.PublicKey, msg *[]byte) (*entry, error) {
+	p, err := Open(line, pub, SignatureContext, msg)
+	if err != nil {
+		return nil, err
+	}
+	return decodePayload(p)
+}
+
+// Open checks an envelope line (ending in "\n", at most MaxRecordBytes) made by Seal: its
+// shape, then the signature over context and the exact payload bytes, and returns the
+// payload — nothing of which has been read before the signature verified. msg is scratch
+// space for the signed message.
+func Open(line []byte, pub ed25519.PublicKey, context string, msg *[]byte) ([]byte, error) {
 	p, sigText, err := splitLine(line)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSignature(p, sigText, pub, msg); err != nil {
+	if err := checkSignature(p, sigText, pub, context, msg); err != nil {
 		return nil, err
 	}
-	return decodePayload(p)
+	return p, nil
 }
 
 // splitLine checks the line's shape, {"payload":P,"signature":"S"}, and returns P and S.
@@ -261,7 +273,7 @@ func splitLine(line []byte) (payload, sigText []byte, err error) {
 }
 
 // checkSignature verifies S over the signature context and the exact payload bytes.
-func checkSignature(p, sigText []byte, pub ed25519.PublicKey, msg *[]byte) error {
+func checkSignature(p, sigText []byte, pub ed25519.PublicKey, context string, msg *[]byte) error {
 	sig, err := decodeSig(sigText)
 	if err != nil {
 		return err
@@ -269,7 +281,7 @@ func checkSignature(p, sigText []byte, pub ed25519.PublicKey, msg *[]byte) error
 	if len(pub) != ed25519.PublicKeySize {
 		return errors.New("signature not checked: bad public key")
 	}
-	*msg = append(append((*msg)[:0], SignatureContext...), p...)
+	*msg = append(append((*msg)[:0], context...), p...)
 	if !ed25519.Verify(pub, *msg, sig) {
 		return errors.New("signature does not verify with the public key")
 	}

@@ -229,15 +229,22 @@ func (w *Writer) line(r Record) ([]byte, error) {
 	if err := enc.Encode(p); err != nil {
 		return nil, errcode.Errorf(errcode.Internal, "journal: encode %s record: %w", r.Type(), err)
 	}
-	pb := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	sig := ed25519.Sign(w.key, signedMessage(pb))
-	line := make([]byte, 0, len(pb)+len(linePrefix)+len(sigPrefix)+base64.StdEncoding.EncodedLen(len(sig))+len(lineSuffix))
+	return Seal(w.key, SignatureContext, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))), nil
+}
+
+// Seal returns the envelope line {"payload":P,"signature":"S"} and "\n" of the payload p,
+// S being the padded base64 Ed25519 signature by key over context followed by p. A
+// journal's lines use SignatureContext; another signed log (the project ledger) uses the
+// same envelope under its own context, so a line of one is never valid in the other.
+func Seal(key ed25519.PrivateKey, context string, p []byte) []byte {
+	msg := make([]byte, 0, len(context)+len(p))
+	sig := ed25519.Sign(key, append(append(msg, context...), p...))
+	line := make([]byte, 0, len(p)+len(linePrefix)+len(sigPrefix)+base64.StdEncoding.EncodedLen(len(sig))+len(lineSuffix))
 	line = append(line, linePrefix...)
-	line = append(line, pb...)
+	line = append(line, p...)
 	line = append(line, sigPrefix...)
 	line = base64.StdEncoding.AppendEncode(line, sig)
-	line = append(line, lineSuffix...)
-	return line, nil
+	return append(line, lineSuffix...)
 }
 
 // The fixed parts of a line.
