@@ -8,6 +8,7 @@ require (
 	github.com/google/jsonschema-go v0.4.3
 	github.com/google/uuid v1.6.0
 	github.com/modelcontextprotocol/go-sdk v1.8.0
+	golang.org/x/mod v0.43.0
 	golang.org/x/sys v0.50.0
 )
 

@@ -1,0 +1,156 @@
+// Package ledger is the project ledger: one signed, hash-chained index of every run of a
+// project, .symbiont/ledger.jsonl, and the transparency-log checkpoints and proofs over it.
+//
+// A run's journal proves what happened in that run; it cannot prove that the run happened
+// at all. The ledger does: each ended run is an entry, so a deleted or replaced journal
+// leaves a gap an auditor sees, and a ledger rolled back or rewritten — even with the
+// project key — is caught by any checkpoint saved before.
+//
+// # Format
+//
+// Each line is the journal's envelope (journal.Seal) under its own signature context:
+//
+//	{"payload":P,"signature":"S"}\n
+//
+// S is the padded base64 Ed25519 signature by the project key over
+// "symbi-ledger-v1\n" followed by the exact bytes of P, so a journal line is never a valid
+// ledger line nor the reverse. P is a JSON object with exactly these members, in this
+// order when written:
+//
+//	v     1
+//	seq   0, 1, 2, … — the line's index
+//	prev  lowercase hex SHA-256 of the whole previous line including "\n"; 64 zeros on seq 0
+//	time  RFC 3339 UTC with milliseconds and "Z"
+//	type  run, resolution, approval, recovered or pruned
+//	data  the type's members (Run, Resolution, Approval, Recovered, Pruned)
+//
+// P holds no floating-point number and no member name twice. A verifier reads nothing of
+// a line before its signature verifies, and accepts a type it does not know (a later
+// version's) while checking everything else about its line.
+//
+// # Checkpoints
+//
+// The lines, without their "\n", are the leaves of an RFC 6962 Merkle tree (hashed with
+// golang.org/x/mod/sumdb/tlog). A checkpoint is a signed note (golang.org/x/mod/sumdb/note)
+// in the C2SP tlog-checkpoint form, body "<origin>\n<size>\n<base64 root hash>\n", origin
+// and key name "symbi.ledger/<first 16 hex digits of SHA-256 of the public key>".
+package ledger
+
+import (
+	"errors"
+	"time"
+)
+
+// Format constants.
+const (
+	// Context prefixes every signed ledger payload.
+	Context = "symbi-ledger-v1\n"
+	// FileName is the ledger's name in the project's .symbiont directory.
+	FileName = "ledger.jsonl"
+	// Version is the payload version this package writes and reads.
+	Version = 1
+	// MaxNoteBytes bounds a resolution's note.
+	MaxNoteBytes = 4 << 10
+)
+
+// ZeroHash is prev of the first line.
+const ZeroHash = "0000000000000000000000000000000000000000000000000000000000000000"
+
+// timeLayout is RFC 3339 in UTC with milliseconds, as the journal writes it.
+const timeLayout = "2006-01-02T15:04:05.000Z"
+
+// Record is the data of one ledger entry.
+type Record interface{ Type() string }
+
+// Run is appended when a run ends, before its outcome reaches anyone: the run's journal
+// file and receipt, and how it ended.
+type Run struct {
+	RunID    string `json:"run_id"`
+	AgentID  string `json:"agent_id"`
+	Agent    string `json:"agent"`
+	File     string `json:"file"`   // the journal's file name
+	Reason   string `json:"reason"` // the terminated reason
+	Released bool   `json:"released"`
+	Records  int64  `json:"records"` // the journal's receipt
+	Head     string `json:"head"`
+	Caller   string `json:"caller"`
+}
+
+// Resolution is a caller's judgement of a finished run; the latest for a run wins.
+type Resolution struct {
+	RunID      string `json:"run_id"`
+	Resolution string `json:"resolution"` // accepted, rejected, needs_followup, superseded
+	Note       string `json:"note"`
+	Caller     string `json:"caller"`
+}
+
+// Approval is a person's decision at a run's human gate.
+type Approval struct {
+	RunID    string `json:"run_id"`
+	Gate     string `json:"gate"`     // the gating policy's id
+	Decision string `json:"decision"` // approve or reject
+	Reason   string `json:"reason"`
+	Approver string `json:"approver"`
+}
+
+// Recovered is appended at start-up for a journal the ledger has no entry for (a crash
+// between the journal's end and the ledger append, or a run abandoned mid-way): the file
+// as found.
+type Recovered struct {
+	RunID   string `json:"run_id"`
+	AgentID string `json:"agent_id"`
+	File    string `json:"file"`
+	State   string `json:"state"` // complete, incomplete or invalid
+	Records int64  `json:"records"`
+	Head    string `json:"head"`
+}
+
+// Pruned is appended before a journal is deliberately removed (symbi audit prune).
+type Pruned struct {
+	RunID   string `json:"run_id"`
+	File    string `json:"file"`
+	Records int64  `json:"records"`
+	Head    string `json:"head"`
+}
+
+// Type names.
+const (
+	TypeRun        = "run"
+	TypeResolution = "resolution"
+	TypeApproval   = "approval"
+	TypeRecovered  = "recovered"
+	TypePruned     = "pruned"
+)
+
+// Type implements Record.
+func (Run) Type() string { return TypeRun }
+
+// Type implements Record.
+func (Resolution) Type() string { return TypeResolution }
+
+// Type implements Record.
+func (Approval) Type() string { return TypeApproval }
+
+// Type implements Record.
+func (Recovered) Type() string { return TypeRecovered }
+
+// Type implements Record.
+func (Pruned) Type() string { return TypePruned }
+
+// Errors, checked with errors.Is.
+var (
+	// ErrStopped: an earlier write or fsync failed, so the writer refuses everything.
+	ErrStopped = errors.New("ledger writer stopped after a failure")
+)
+
+// payload is P, members in their documented order.
+type payload struct {
+	V    int    `json:"v"`
+	Seq  int64  `json:"seq"`
+	Prev string `json:"prev"`
+	Time string `json:"time"`
+	Type string `json:"type"`
+	Data Record `json:"data"`
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format(timeLayout) }

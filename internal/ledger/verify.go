@@ -1,0 +1,116 @@
+package ledger
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"symbi/internal/digest"
+	"symbi/internal/journal"
+	"symbi/internal/strictjson"
+)
+
+// Problem is one reason a ledger is invalid. Line is 1-based; 0 means the whole file.
+type Problem struct {
+	Line    int    `json:"line"`
+	Message string `json:"message"`
+}
+
+// Line is one verified ledger line.
+type Line struct {
+	Seq  int64
+	Type string
+	Data json.RawMessage
+	Hash string // lowercase hex SHA-256 of the line including "\n"
+	Leaf []byte // the line without its "\n": the Merkle tree leaf
+}
+
+// Report is what Verify found: the lines that verified, in order, up to the first
+// problem, and every problem.
+type Report struct {
+	Entries   []Line
+	TailBytes int // bytes after the last "\n": a torn line, never trusted
+	Problems  []Problem
+}
+
+// members are the payload members, the only ones version 1 allows.
+var members = []string{"v", "seq", "prev", "time", "type", "data"}
+
+// Verify checks ledger bytes with the project's public key: each line's signature over
+// the exact payload before anything of it is read, then the payload's strict form, seq,
+// the chain of prev hashes and the time. Entries holds the lines up to the first problem.
+func Verify(data []byte, pub ed25519.PublicKey) *Report {
+	r := &Report{Problems: []Problem{}}
+	prev := ZeroHash
+	var msg []byte
+	for n := 1; len(data) > 0; n++ {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			r.TailBytes = len(data)
+			break
+		}
+		raw := data[:i+1]
+		data = data[i+1:]
+		l, err := checkLine(raw, pub, &msg, int64(n-1), prev)
+		if err != nil {
+			r.Problems = append(r.Problems, Problem{Line: n, Message: err.Error()})
+			return r // a broken chain: what follows cannot be placed
+		}
+		r.Entries = append(r.Entries, *l)
+		prev = l.Hash
+	}
+	return r
+}
+
+func checkLine(raw []byte, pub ed25519.PublicKey, msg *[]byte, seq int64, prev string) (*Line, error) {
+	p, err := journal.Open(raw, pub, Context, msg)
+	if err != nil {
+		return nil, err
+	}
+	if p[0] != '{' || !utf8.Valid(p) || !json.Valid(p) {
+		return nil, errors.New("payload is not a UTF-8 JSON object")
+	}
+	if err := strictjson.Check(p, strictjson.Options{IntegersOnly: true, Single: true}); err != nil {
+		return nil, fmt.Errorf("payload: %w", err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(p, &m); err != nil {
+		return nil, fmt.Errorf("payload: %w", err)
+	}
+	if len(m) != len(members) {
+		return nil, fmt.Errorf("payload has %d members, want exactly %s", len(m), strings.Join(members, ", "))
+	}
+	for _, k := range members {
+		if _, ok := m[k]; !ok {
+			return nil, fmt.Errorf("payload lacks member %q", k)
+		}
+	}
+	var pv, pprev, ptime, ptype string
+	for k, dst := range map[string]*string{"prev": &pprev, "time": &ptime, "type": &ptype} {
+		if raw := m[k]; len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, dst) != nil {
+			return nil, fmt.Errorf("payload member %q is not a string", k)
+		}
+	}
+	pv = string(m["v"])
+	switch {
+	case pv != "1":
+		return nil, fmt.Errorf("unknown version v=%s (this verifier knows v=1)", pv)
+	case string(m["seq"]) != fmt.Sprint(seq):
+		return nil, fmt.Errorf("seq is %s, want %d", m["seq"], seq)
+	case pprev != prev:
+		return nil, fmt.Errorf("prev is %s, want %s (the hash of the previous line): the chain is broken", pprev, prev)
+	case ptype == "":
+		return nil, errors.New("empty type")
+	case len(m["data"]) == 0 || m["data"][0] != '{':
+		return nil, errors.New(`payload member "data" is not an object`)
+	}
+	if t, err := time.Parse(time.RFC3339Nano, ptime); err != nil || !strings.HasSuffix(ptime, "Z") || t.IsZero() {
+		return nil, fmt.Errorf("time %q is not an RFC 3339 UTC time", ptime)
+	}
+	return &Line{Seq: seq, Type: ptype, Data: m["data"], Hash: digest.SHA256Hex(raw), Leaf: raw[:len(raw)-1]}, nil
+}
