@@ -10,6 +10,7 @@ import (
 
 	"symbi/internal/inference"
 	"symbi/internal/invoke"
+	"symbi/internal/ledger"
 	"symbi/internal/mcpserver"
 	"symbi/internal/policy"
 	"symbi/internal/schemapin"
@@ -86,7 +87,20 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The project ledger: opened, and reconciled with the journals on disk, before the
+	// first run. Without it every run is refused (fail closed); the server still serves
+	// the authoring tools.
+	lw, recovered, ledgerErr := ledger.OpenProject(p.Root(), e.getenv("SYMBI_AUDIT_KEY_FILE"))
+	if ledgerErr != nil {
+		log.Error("project ledger unavailable: every run will be refused (audit_unavailable)", "err", ledgerErr)
+	} else {
+		defer lw.Close()
+		for _, rec := range recovered {
+			log.Warn("ledger: recovered a journal it had no entry for", "run_id", rec.RunID, "file", rec.File, "state", rec.State, "records", rec.Records)
+		}
+	}
 	runner := invoke.New(invoke.Config{
+		Ledger: lw, LedgerErr: ledgerErr,
 		Project: p, Registry: reg, Policies: pol, Provider: prov, ProviderErr: provErr,
 		KeyFile: e.getenv("SYMBI_AUDIT_KEY_FILE"), HashesOnly: hashesOnly, MinFreeBytes: o.minFree, MaxRuns: o.maxRuns, Log: log,
 	})

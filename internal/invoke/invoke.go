@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"symbi/internal/inference"
+	"symbi/internal/ledger"
 	"symbi/internal/policy"
 	"symbi/internal/project"
 )
@@ -79,7 +80,13 @@ type Config struct {
 	// MaxRuns bounds the runs in flight; a call beyond it fails at once with busy.
 	// 0 means DefaultMaxRuns.
 	MaxRuns int
-	Log     *slog.Logger
+	// Ledger, when set, is the project ledger: each run's entry is made durable before its
+	// journal ends and before its outcome reaches anyone. symbi mcp always sets it.
+	Ledger *ledger.Writer
+	// LedgerErr, when set, is why the project ledger could not be opened: every run is
+	// then refused (audit_unavailable) before its journal is created.
+	LedgerErr error
+	Log       *slog.Logger
 }
 
 // DefaultMaxRuns is the default bound on runs in flight (symbi mcp --max-runs).

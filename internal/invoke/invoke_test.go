@@ -17,6 +17,7 @@ import (
 	"symbi/internal/errcode"
 	"symbi/internal/inference"
 	"symbi/internal/journal"
+	"symbi/internal/ledger"
 	"symbi/internal/loopback"
 	"symbi/internal/policy"
 	"symbi/internal/project"
@@ -437,7 +438,10 @@ func TestEndRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	huge := strings.Repeat("é", 1<<20) // 2 MiB of error text: past the record limit
-	if err := endRun(w, journal.Terminated{Reason: "audit_failed", Error: huge}); err != nil {
+	r := &Runner{}
+	pr := &prepared{}
+	pr.opened.Store(&Audit{RunID: "run"})
+	if err := r.endRun(w, pr, journal.Terminated{Reason: "audit_failed", Error: huge}); err != nil {
 		t.Fatalf("endRun with a huge error: %v", err)
 	}
 	recs := payloads(t, w.Path())
@@ -446,7 +450,7 @@ func TestEndRun(t *testing.T) {
 	}
 	// A second terminated is refused (out of order) without stopping the writer: the
 	// refusal must come back.
-	if err := endRun(w, journal.Terminated{Reason: "completed", Released: true}); !errors.Is(err, journal.ErrOrder) {
+	if err := r.endRun(w, pr, journal.Terminated{Reason: "completed", Released: true}); !errors.Is(err, journal.ErrOrder) {
 		t.Fatalf("endRun after terminated: %v, want ErrOrder", err)
 	}
 }
@@ -471,5 +475,79 @@ func TestCallerAndSurface(t *testing.T) {
 	_, err = f.runner.Invoke(context.Background(), Request{Agent: "helper", Prompt: "q", Caller: "mallory"}, nil)
 	if !errors.Is(err, errcode.PolicyDenied) || !strings.Contains(err.Error(), "not-mallory") {
 		t.Fatalf("caller mallory: %v, want policy_denied by not-mallory", err)
+	}
+}
+
+// withLedger opens the project ledger of f's project and gives it to a new Runner.
+func withLedger(t *testing.T, f *fixture) *ledger.Writer {
+	t.Helper()
+	root, err := os.Open(f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	store, err := journal.OpenStore(root, journal.StoreOptions{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	lw, err := ledger.Open(root, store.SigningKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lw.Close() })
+	f.runner.cfg.Ledger = lw
+	return lw
+}
+
+// TestLedgerEntryBeforeOutcome: each run's ledger entry names the receipt its journal
+// ends with — released or withheld — and a ledger that cannot record a run withholds its
+// text, the journal ending with audit_failed.
+func TestLedgerEntryBeforeOutcome(t *testing.T) {
+	f := newFixture(t, map[string]string{
+		"agents/helper.symbi": "agent helper { capabilities = [\"answer\"] }\n",
+		"policies/respond.cedar": "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n" +
+			"@id(\"no\") forbid (principal, action, resource) when { context.response == \"FORBIDDEN\" };\n",
+	}, nil, loopback.WithResponder(func(r loopback.Request) loopback.Reply {
+		if strings.Contains(r.Prompt, "key") {
+			return loopback.Reply{Text: "FORBIDDEN"}
+		}
+		return loopback.Reply{Text: "the answer"}
+	}))
+	lw := withLedger(t, f)
+	res, err := f.runner.Invoke(context.Background(), Request{Agent: "helper", Prompt: "q"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, derr := f.runner.Invoke(context.Background(), Request{Agent: "helper", Prompt: "key"}, nil)
+	var denied *Error
+	if !errors.As(derr, &denied) || !errors.Is(derr, errcode.PolicyDenied) {
+		t.Fatalf("denied run: %v", derr)
+	}
+	data, _ := os.ReadFile(filepath.Join(f.dir, ".symbiont", ledger.FileName))
+	pub, _ := hex.DecodeString(res.Audit.PublicKey)
+	rep := ledger.Verify(data, ed25519.PublicKey(pub))
+	if len(rep.Problems) != 0 || len(rep.Entries) != 2 {
+		t.Fatalf("ledger: %d entries, problems %v", len(rep.Entries), rep.Problems)
+	}
+	for i, a := range []*Audit{res.Audit, denied.Audit} {
+		var run ledger.Run
+		json.Unmarshal(rep.Entries[i].Data, &run)
+		if run.RunID != a.RunID || run.Records != int64(a.Records) || run.Head != a.Head || run.File != filepath.Base(a.Path) || run.Caller != CallerStdio {
+			t.Errorf("entry %d %+v does not name the journal's receipt %+v", i, run, a)
+		}
+	}
+	// A ledger that cannot record: no text, and the journal says why.
+	lw.Close()
+	_, err = f.runner.Invoke(context.Background(), Request{Agent: "helper", Prompt: "q"}, nil)
+	var ie *Error
+	if !errors.As(err, &ie) || !errors.Is(err, errcode.AuditUnavailable) || !strings.Contains(err.Error(), "ledger") {
+		t.Fatalf("with a broken ledger: %v", err)
+	}
+	recs := payloads(t, ie.Audit.Path)
+	var term journal.Terminated
+	json.Unmarshal(recs[len(recs)-1].Data, &term)
+	if term.Reason != "audit_failed" || term.Released || !strings.Contains(term.Error, "ended as completed") {
+		t.Errorf("terminated %+v", term)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"symbi/internal/digest"
 	"symbi/internal/errcode"
 	"symbi/internal/journal"
+	"symbi/internal/ledger"
 	"symbi/internal/policy"
 )
 
@@ -171,6 +173,9 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 	if r.ungov {
 		return r.runUngoverned(ctx, p)
 	}
+	if r.cfg.LedgerErr != nil {
+		return nil, &Error{Err: errcode.Errorf(errcode.AuditUnavailable, "the project ledger is unavailable, so no run is recorded or released: %v", r.cfg.LedgerErr)}
+	}
 	store, err := journal.OpenStore(r.cfg.Project.Root(), journal.StoreOptions{KeyFile: r.cfg.KeyFile, Create: true})
 	if err != nil {
 		return nil, &Error{Err: errcode.Wrap(errcode.AuditUnavailable, err)}
@@ -201,9 +206,9 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 	// fail ends the run with err after the journal was opened: it writes terminated when
 	// the writer still can, and withholds any text.
 	fail := func(reason string, err error) (*Result, error) {
-		werr := endRun(w, journal.Terminated{Reason: reason, Released: false, DurationMS: ms(time.Since(start)), Error: err.Error()})
+		werr := r.endRun(w, p, journal.Terminated{Reason: reason, Released: false, DurationMS: ms(time.Since(start)), Error: err.Error()})
 		if werr != nil && reason != reasonAuditFailed {
-			err = errcode.Errorf(errcode.AuditUnavailable, "%v; and the journal could not record it: %v", err, werr)
+			err = errcode.Errorf(errcode.AuditUnavailable, "%v; and the run could not be recorded as such: %v", err, werr)
 		}
 		return nil, &Error{Err: err, Audit: audit()}
 	}
@@ -287,7 +292,7 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 		return fail(reasonCancelled, errcode.Errorf(errcode.Cancelled, "the caller stopped waiting before the answer was released"))
 	}
 	r.at("releasing")
-	if err := endRun(w, journal.Terminated{Reason: reasonCompleted, Released: true, DurationMS: ms(time.Since(start))}); err != nil {
+	if err := r.endRun(w, p, journal.Terminated{Reason: reasonCompleted, Released: true, DurationMS: ms(time.Since(start))}); err != nil {
 		return journalFailed(err)
 	}
 	return &Result{Agent: p.name, AgentID: p.agentID, Text: out.Text, Audit: audit()}, nil
@@ -297,17 +302,49 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 // record always fits (a record is at most 1 MiB).
 const maxTerminatedError = 4 << 10
 
-// endRun appends the terminated record and makes the journal durable, returning the
-// first failure: a run whose end could not be recorded must say so, whichever step
-// failed (a refused append does not always stop the writer).
-func endRun(w *journal.Writer, t journal.Terminated) error {
+// endRun ends the run's journal with t. With a project ledger, the terminated line is
+// prepared first and the run's ledger entry — naming the receipt the journal will have —
+// made durable before the line is written: a journal never says how a run ended without
+// the ledger knowing of it. If the ledger cannot record the run, the journal ends with
+// audit_failed instead (saying how the run had ended), and the ledger error is returned:
+// nothing is released. It returns the first failure: a run whose end could not be
+// recorded must say so, whichever step failed (a refused append does not always stop the
+// writer).
+func (r *Runner) endRun(w *journal.Writer, p *prepared, t journal.Terminated) error {
+	prep, err := w.Prepare(clampError(t))
+	if err != nil {
+		return err
+	}
+	var ledgerErr error
+	if r.cfg.Ledger != nil {
+		_, ledgerErr = r.cfg.Ledger.Append(ledger.Run{
+			RunID: p.opened.Load().RunID, AgentID: p.agentID, Agent: p.name, File: filepath.Base(w.Path()),
+			Reason: t.Reason, Released: t.Released, Records: int64(prep.Receipt.Records), Head: prep.Receipt.Head, Caller: p.req.Caller,
+		})
+	}
+	if ledgerErr != nil {
+		ledgerErr = errcode.Errorf(errcode.AuditUnavailable, "the project ledger could not record the run: %w", ledgerErr)
+		failed := journal.Terminated{Reason: reasonAuditFailed, DurationMS: t.DurationMS,
+			Error: fmt.Sprintf("%v; the run had ended as %s: %s", ledgerErr, t.Reason, t.Error)}
+		if prep, err = w.Prepare(clampError(failed)); err != nil {
+			return err
+		}
+	}
+	if err := w.AppendPrepared(prep); err != nil {
+		return err
+	}
+	if err := w.Sync(); err != nil {
+		return err
+	}
+	return ledgerErr
+}
+
+// clampError bounds the error text of a terminated record (maxTerminatedError).
+func clampError(t journal.Terminated) journal.Terminated {
 	if len(t.Error) > maxTerminatedError {
 		t.Error = strings.ToValidUTF8(t.Error[:maxTerminatedError], "") + " …(truncated)"
 	}
-	if err := w.Append(t); err != nil {
-		return err
-	}
-	return w.Sync()
+	return t
 }
 
 // cancelledError says who cancelled the run (ctx's cause) and when.

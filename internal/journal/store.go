@@ -254,6 +254,10 @@ func (s *Store) PublicKey() ed25519.PublicKey { return s.key.Public().(ed25519.P
 // Dir returns the absolute path of the governed directory.
 func (s *Store) Dir() string { return s.path }
 
+// SigningKey returns the project's private signing key, for the project ledger, which
+// the same key signs. Callers must not let it leave the process.
+func (s *Store) SigningKey() ed25519.PrivateKey { return s.key }
+
 // governedDir opens <root>/.symbiont/governed without following any symbolic link.
 func governedDir(root *os.File) (int, error) {
 	sym, err := unix.Openat(int(root.Fd()), ".symbiont", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)

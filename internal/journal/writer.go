@@ -137,33 +137,68 @@ const timeLayout = "2006-01-02T15:04:05.000Z"
 // mismatch, stops the writer (fail-stop); a record refused for its size or order is not
 // written and does not stop it.
 func (w *Writer) Append(r Record) error {
+	p, err := w.Prepare(r)
+	if err != nil {
+		return err
+	}
+	return w.AppendPrepared(p)
+}
+
+// Prepared is a record signed as the writer's next line but not yet written, and the
+// receipt the journal will have once it is: another record (the project ledger's) can
+// name that receipt before the line exists.
+type Prepared struct {
+	line    []byte
+	typ     string
+	machine Machine
+	seq     int
+	Receipt Receipt
+}
+
+// Prepare checks r as the next record (order, the run's state machine, size limits) and
+// signs it, writing nothing.
+func (w *Writer) Prepare(r Record) (*Prepared, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failed != nil {
+		return nil, w.stoppedErr()
+	}
+	switch {
+	case w.terminated:
+		return nil, errcode.Errorf(errcode.Internal, "%w: %s after terminated", ErrOrder, r.Type())
+	case w.seq == 0 && r.Type() != TypeStarted:
+		return nil, errcode.Errorf(errcode.Internal, "%w: first record is %s, want started", ErrOrder, r.Type())
+	case w.seq > 0 && r.Type() == TypeStarted:
+		return nil, errcode.Errorf(errcode.Internal, "%w: started at seq %d", ErrOrder, w.seq)
+	}
+	// The same machine the verifier runs: the writer cannot write an impossible run.
+	machine := w.machine
+	if err := machine.Next(stepOf(r)); err != nil {
+		return nil, errcode.Errorf(errcode.Internal, "%w: %w", ErrOrder, err)
+	}
+	line, err := w.line(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(line) > MaxRecordBytes {
+		return nil, errcode.Errorf(errcode.LimitExceeded, "%w: %s record is %d bytes, limit %d", ErrRecordTooLarge, r.Type(), len(line), MaxRecordBytes)
+	}
+	if w.size+int64(len(line)) > MaxFileBytes {
+		return nil, errcode.Errorf(errcode.LimitExceeded, "%w: %s would grow %s past %d bytes", ErrFileTooLarge, r.Type(), w.path, MaxFileBytes)
+	}
+	return &Prepared{line: line, typ: r.Type(), machine: machine, seq: w.seq, Receipt: Receipt{Records: w.seq + 1, Head: lineHash(line)}}, nil
+}
+
+// AppendPrepared writes p, which must be the next line still: nothing may have been
+// appended since it was prepared.
+func (w *Writer) AppendPrepared(p *Prepared) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.failed != nil {
 		return w.stoppedErr()
 	}
-	switch {
-	case w.terminated:
-		return errcode.Errorf(errcode.Internal, "%w: %s after terminated", ErrOrder, r.Type())
-	case w.seq == 0 && r.Type() != TypeStarted:
-		return errcode.Errorf(errcode.Internal, "%w: first record is %s, want started", ErrOrder, r.Type())
-	case w.seq > 0 && r.Type() == TypeStarted:
-		return errcode.Errorf(errcode.Internal, "%w: started at seq %d", ErrOrder, w.seq)
-	}
-	// The same machine the verifier runs: the writer cannot write an impossible run.
-	machine := w.machine
-	if err := machine.Next(stepOf(r)); err != nil {
-		return errcode.Errorf(errcode.Internal, "%w: %w", ErrOrder, err)
-	}
-	line, err := w.line(r)
-	if err != nil {
-		return err
-	}
-	if len(line) > MaxRecordBytes {
-		return errcode.Errorf(errcode.LimitExceeded, "%w: %s record is %d bytes, limit %d", ErrRecordTooLarge, r.Type(), len(line), MaxRecordBytes)
-	}
-	if w.size+int64(len(line)) > MaxFileBytes {
-		return errcode.Errorf(errcode.LimitExceeded, "%w: %s would grow %s past %d bytes", ErrFileTooLarge, r.Type(), w.path, MaxFileBytes)
+	if p.seq != w.seq {
+		return errcode.Errorf(errcode.Internal, "%w: a line prepared as seq %d, the journal is at %d", ErrOrder, p.seq, w.seq)
 	}
 	st, err := w.f.Stat()
 	if err != nil {
@@ -175,18 +210,18 @@ func (w *Writer) Append(r Record) error {
 	if err := w.checkReachable(st); err != nil {
 		return w.fail(err)
 	}
-	n, err := w.f.Write(line)
-	if err == nil && n != len(line) {
-		err = fmt.Errorf("short write: %d of %d bytes", n, len(line))
+	n, err := w.f.Write(p.line)
+	if err == nil && n != len(p.line) {
+		err = fmt.Errorf("short write: %d of %d bytes", n, len(p.line))
 	}
 	if err != nil {
-		return w.fail(fmt.Errorf("write %s record: %w", r.Type(), err))
+		return w.fail(fmt.Errorf("write %s record: %w", p.typ, err))
 	}
 	w.size += int64(n)
-	w.machine = machine
+	w.machine = p.machine
 	w.seq++
-	w.prev = lineHash(line)
-	w.terminated = r.Type() == TypeTerminated
+	w.prev = p.Receipt.Head
+	w.terminated = p.typ == TypeTerminated
 	return nil
 }
 

@@ -41,6 +41,20 @@ type Report struct {
 // members are the payload members, the only ones version 1 allows.
 var members = []string{"v", "seq", "prev", "time", "type", "data"}
 
+// RunID is the run a run, recovered or pruned entry is about ("" for other types).
+func (l Line) RunID() string {
+	switch l.Type {
+	case TypeRun, TypeRecovered, TypePruned:
+		var d struct {
+			RunID string `json:"run_id"`
+		}
+		if json.Unmarshal(l.Data, &d) == nil {
+			return d.RunID
+		}
+	}
+	return ""
+}
+
 // Verify checks ledger bytes with the project's public key: each line's signature over
 // the exact payload before anything of it is read, then the payload's strict form, seq,
 // the chain of prev hashes and the time. Entries holds the lines up to the first problem.

@@ -29,10 +29,11 @@ type Writer struct {
 	key  ed25519.PrivateKey
 	now  func() time.Time
 
-	seq     int64  // the next line's seq
-	prev    string // hash of the last line written
-	synced  int64  // lines made durable
-	syncing bool   // an fsync is in flight
+	known   map[string]bool // run ids with a run, recovered or pruned entry
+	seq     int64           // the next line's seq
+	prev    string          // hash of the last line written
+	synced  int64           // lines made durable
+	syncing bool            // an fsync is in flight
 	failed  error
 }
 
@@ -106,9 +107,14 @@ func resume(f *os.File, key ed25519.PrivateKey) (*Writer, error) {
 	if _, err := f.Seek(0, io.SeekEnd); err != nil {
 		return nil, fmt.Errorf("ledger: seek: %w", err)
 	}
-	w := &Writer{f: f, key: key, now: time.Now, seq: int64(len(rep.Entries)), synced: int64(len(rep.Entries)), prev: ZeroHash}
+	w := &Writer{f: f, key: key, now: time.Now, seq: int64(len(rep.Entries)), synced: int64(len(rep.Entries)), prev: ZeroHash, known: map[string]bool{}}
 	if n := len(rep.Entries); n > 0 {
 		w.prev = rep.Entries[n-1].Hash
+	}
+	for _, l := range rep.Entries {
+		if id := l.RunID(); id != "" {
+			w.known[id] = true
+		}
 	}
 	w.cond = sync.NewCond(&w.mu)
 	return w, nil
@@ -134,6 +140,14 @@ func (w *Writer) Append(r Record) (Entry, error) {
 	e := Entry{Seq: w.seq, Hash: digest.SHA256Hex(line)}
 	w.seq++
 	w.prev = e.Hash
+	switch r := r.(type) {
+	case Run:
+		w.known[r.RunID] = true
+	case Recovered:
+		w.known[r.RunID] = true
+	case Pruned:
+		w.known[r.RunID] = true
+	}
 	// Group commit: wait until an fsync that began after this line was written covers it.
 	for w.synced <= e.Seq && w.failed == nil {
 		if w.syncing {
@@ -169,6 +183,13 @@ func (w *Writer) line(r Record) ([]byte, error) {
 		return nil, fmt.Errorf("ledger: encode %s: %w", r.Type(), err)
 	}
 	return journal.Seal(w.key, Context, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))), nil
+}
+
+// Knows reports whether the ledger has a run, recovered or pruned entry for runID.
+func (w *Writer) Knows(runID string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.known[runID]
 }
 
 // Size returns the number of durable lines.
