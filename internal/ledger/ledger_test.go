@@ -335,3 +335,30 @@ func FuzzVerify(f *testing.F) {
 }
 
 func fixedNow() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }
+
+// TestTwoWriters: two writers on one ledger (two servers on one project, or a prune
+// beside a server) append in turn under the file lock; the chain stays whole.
+func TestTwoWriters(t *testing.T) {
+	dir, root := newRoot(t)
+	a, b := openWriter(t, root), openWriter(t, root)
+	var wg sync.WaitGroup
+	for i := range 40 {
+		w := a
+		if i%2 == 1 {
+			w = b
+		}
+		wg.Go(func() {
+			if _, err := w.Append(runEntry(i)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	rep := Verify(ledgerBytes(t, dir), testKey().Public().(ed25519.PublicKey))
+	if len(rep.Problems) != 0 || len(rep.Entries) != 40 {
+		t.Fatalf("%d entries, problems %v", len(rep.Entries), rep.Problems)
+	}
+	if !a.Knows("run-1") || !b.Knows("run-0") {
+		t.Error("a writer does not know what the other appended")
+	}
+}

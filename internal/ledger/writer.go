@@ -18,10 +18,12 @@ import (
 	"symbi/internal/journal"
 )
 
-// Writer appends to a project's ledger. Appends are serialized; concurrent appenders
-// share fsyncs (group commit): lines written while an fsync is in flight are made
-// durable together by the next one. After one failed write or fsync it refuses every
-// later append.
+// Writer appends to a project's ledger. Appends are serialized — within the process by a
+// mutex, across processes (two servers on one project, symbi audit prune) by an exclusive
+// flock held while a line is written, the writer first taking in, verified, the lines
+// others appended since. Concurrent appenders share fsyncs (group commit): lines written
+// while an fsync is in flight are made durable together by the next one. After one
+// failed write or fsync it refuses every later append.
 type Writer struct {
 	mu   sync.Mutex
 	cond *sync.Cond
@@ -30,6 +32,7 @@ type Writer struct {
 	now  func() time.Time
 
 	known   map[string]bool // run ids with a run, recovered or pruned entry
+	size    int64           // bytes of the ledger taken in (verified or written)
 	seq     int64           // the next line's seq
 	prev    string          // hash of the last line written
 	synced  int64           // lines made durable
@@ -54,7 +57,7 @@ func Open(root *os.File, key ed25519.PrivateKey) (*Writer, error) {
 		return nil, errcode.Errorf(errcode.AuditUnavailable, "ledger: open .symbiont: %w", err)
 	}
 	defer unix.Close(sym)
-	fd, err := unix.Openat(sym, FileName, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	fd, err := unix.Openat(sym, FileName, unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, errcode.Errorf(errcode.AuditUnavailable, "ledger: open %s: %w", FileName, err)
 	}
@@ -87,37 +90,73 @@ func resume(f *os.File, key ed25519.PrivateKey) (*Writer, error) {
 	case st.Mode&0o077 != 0:
 		return nil, fmt.Errorf("ledger: mode %04o; group and other must have no permissions", st.Mode&0o7777)
 	}
-	data, err := io.ReadAll(f)
+	w := &Writer{f: f, key: key, now: time.Now, prev: ZeroHash, known: map[string]bool{}}
+	w.cond = sync.NewCond(&w.mu)
+	if err := w.lock(); err != nil {
+		return nil, err
+	}
+	defer w.unlock()
+	if err := w.catchUp(); err != nil {
+		return nil, err
+	}
+	w.synced = w.seq
+	return w, nil
+}
+
+func (w *Writer) lock() error {
+	if err := unix.Flock(int(w.f.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("ledger: lock: %w", err)
+	}
+	return nil
+}
+
+func (w *Writer) unlock() { unix.Flock(int(w.f.Fd()), unix.LOCK_UN) }
+
+// catchUp takes in, with the flock held, the lines appended since w.size — by this
+// writer at Open, or by another process since — verifying each as the chain continues.
+// A torn last line, which only a writer that failed or crashed mid-append leaves (lines
+// are written whole under the lock), was never acknowledged and is cut off.
+func (w *Writer) catchUp() error {
+	st, err := w.f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("ledger: read: %w", err)
+		return fmt.Errorf("ledger: stat: %w", err)
 	}
-	rep := Verify(data, key.Public().(ed25519.PublicKey))
-	if len(rep.Problems) > 0 {
-		return nil, fmt.Errorf("ledger: cannot continue an invalid ledger: line %d: %s", rep.Problems[0].Line, rep.Problems[0].Message)
+	switch {
+	case st.Size() < w.size:
+		return fmt.Errorf("ledger: the file shrank from %d to %d bytes behind this writer", w.size, st.Size())
+	case st.Size() == w.size:
+		return nil
 	}
-	if rep.TailBytes > 0 {
-		// A line cut by a crash before its fsync: never acknowledged, so not a record.
-		if err := f.Truncate(int64(len(data) - rep.TailBytes)); err != nil {
-			return nil, fmt.Errorf("ledger: cut the torn last line: %w", err)
+	data := make([]byte, st.Size()-w.size)
+	if _, err := w.f.ReadAt(data, w.size); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("ledger: read: %w", err)
+	}
+	var msg []byte
+	pub := w.key.Public().(ed25519.PublicKey)
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			if err := w.f.Truncate(w.size); err != nil {
+				return fmt.Errorf("ledger: cut the torn last line: %w", err)
+			}
+			if err := w.f.Sync(); err != nil {
+				return fmt.Errorf("ledger: sync: %w", err)
+			}
+			break
 		}
-		if err := f.Sync(); err != nil {
-			return nil, fmt.Errorf("ledger: sync: %w", err)
+		l, err := checkLine(data[:i+1], pub, &msg, w.seq, w.prev)
+		if err != nil {
+			return fmt.Errorf("ledger: cannot continue an invalid ledger: line %d: %v", w.seq+1, err)
 		}
-	}
-	if _, err := f.Seek(0, io.SeekEnd); err != nil {
-		return nil, fmt.Errorf("ledger: seek: %w", err)
-	}
-	w := &Writer{f: f, key: key, now: time.Now, seq: int64(len(rep.Entries)), synced: int64(len(rep.Entries)), prev: ZeroHash, known: map[string]bool{}}
-	if n := len(rep.Entries); n > 0 {
-		w.prev = rep.Entries[n-1].Hash
-	}
-	for _, l := range rep.Entries {
 		if id := l.RunID(); id != "" {
 			w.known[id] = true
 		}
+		w.seq++
+		w.prev = l.Hash
+		w.size += int64(i + 1)
+		data = data[i+1:]
 	}
-	w.cond = sync.NewCond(&w.mu)
-	return w, nil
+	return nil
 }
 
 // Append signs r as the next line, writes it and returns once it is durable. A failure
@@ -128,18 +167,31 @@ func (w *Writer) Append(r Record) (Entry, error) {
 	if w.failed != nil {
 		return Entry{}, errcode.Errorf(errcode.AuditUnavailable, "%w (first failure: %w)", ErrStopped, w.failed)
 	}
+	if err := w.lock(); err != nil {
+		return Entry{}, errcode.Wrap(errcode.AuditUnavailable, err)
+	}
+	if err := w.catchUp(); err != nil {
+		w.unlock()
+		w.failed = err
+		w.cond.Broadcast()
+		return Entry{}, errcode.Wrap(errcode.AuditUnavailable, err)
+	}
 	line, err := w.line(r)
 	if err != nil {
+		w.unlock()
 		return Entry{}, errcode.Wrap(errcode.Internal, err)
 	}
 	if _, err := w.f.Write(line); err != nil {
+		w.unlock()
 		w.failed = err
 		w.cond.Broadcast()
 		return Entry{}, errcode.Errorf(errcode.AuditUnavailable, "ledger: write: %w", err)
 	}
+	w.unlock()
 	e := Entry{Seq: w.seq, Hash: digest.SHA256Hex(line)}
 	w.seq++
 	w.prev = e.Hash
+	w.size += int64(len(line))
 	switch r := r.(type) {
 	case Run:
 		w.known[r.RunID] = true
