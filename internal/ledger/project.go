@@ -1,0 +1,222 @@
+package ledger
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"golang.org/x/sys/unix"
+
+	"symbi/internal/journal"
+)
+
+// ProjectReport is the verification of a whole project: the ledger, every journal on disk
+// and each saved checkpoint, and how they agree.
+type ProjectReport struct {
+	Status      string       `json:"status"` // complete, incomplete or invalid (journal.Status*)
+	LedgerSize  int          `json:"ledger_size"`
+	Journals    int          `json:"journals"`
+	Runs        []RunFinding `json:"runs"`
+	Problems    []string     `json:"problems"`
+	Checkpoints []string     `json:"checkpoints"` // one finding per checkpoint given
+}
+
+// RunFinding is what was found of one run.
+type RunFinding struct {
+	RunID   string `json:"run_id"`
+	File    string `json:"file"`
+	Entry   string `json:"entry"`   // run, recovered, pruned, or "" when the ledger has none
+	Journal string `json:"journal"` // the journal's status, or "absent"
+	Problem string `json:"problem,omitempty"`
+}
+
+// ExitCode maps the status to symbi audit verify's exit code: 0, 2 or 1.
+func (r *ProjectReport) ExitCode() int {
+	switch r.Status {
+	case journal.StatusComplete:
+		return 0
+	case journal.StatusIncomplete:
+		return 2
+	}
+	return 1
+}
+
+// entryFacts are the members of run, recovered and pruned entries a check compares.
+type entryFacts struct {
+	RunID   string `json:"run_id"`
+	File    string `json:"file"`
+	Records int64  `json:"records"`
+	Head    string `json:"head"`
+	State   string `json:"state"`
+}
+
+// VerifyProject verifies the project at dir with its public key: the ledger's chain and
+// signatures; every journal's name matches its contents; every run and recovered entry
+// matches its journal on disk (present, same records and head) and every pruned run's
+// journal is absent; every journal on disk has an entry; no run id has two entries (a
+// pruned entry after a run's is its removal); and each checkpoint given (signed notes)
+// is consistent with the ledger — a ledger rolled back or rewritten, whoever signed it, is
+// caught by a checkpoint saved before.
+func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *ProjectReport {
+	r := &ProjectReport{Runs: []RunFinding{}, Problems: []string{}, Checkpoints: []string{}}
+	problem := func(format string, a ...any) { r.Problems = append(r.Problems, fmt.Sprintf(format, a...)) }
+	data, err := readLedger(filepath.Join(dir, ".symbiont", FileName))
+	if err != nil {
+		problem("%v", err)
+	}
+	rep := Verify(data, pub)
+	for _, p := range rep.Problems {
+		problem("ledger line %d: %s", p.Line, p.Message)
+	}
+	if rep.TailBytes > 0 {
+		problem("the ledger ends with %d bytes that are not a whole line", rep.TailBytes)
+	}
+	r.LedgerSize = len(rep.Entries)
+
+	gov := filepath.Join(dir, ".symbiont", "governed")
+	reports, err := journal.VerifyDir(gov, pub)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		problem("journals: %v", err)
+	}
+	r.Journals = len(reports)
+	onDisk := map[string]*journal.Report{}
+	for _, jr := range reports {
+		onDisk[filepath.Base(jr.Path)] = jr
+	}
+
+	// What the ledger says of each run, in order.
+	type known struct {
+		entry string
+		facts entryFacts
+	}
+	runs := map[string]*known{}
+	var order []string
+	for _, l := range rep.Entries {
+		switch l.Type {
+		case TypeRun, TypeRecovered, TypePruned:
+		default:
+			continue
+		}
+		var f entryFacts
+		if err := json.Unmarshal(l.Data, &f); err != nil || f.RunID == "" {
+			problem("ledger line %d: a %s entry without a run_id", l.Seq+1, l.Type)
+			continue
+		}
+		k := runs[f.RunID]
+		switch {
+		case k == nil && l.Type == TypePruned:
+			problem("ledger line %d: run %s is pruned but was never recorded", l.Seq+1, f.RunID)
+		case k == nil:
+			runs[f.RunID] = &known{entry: l.Type, facts: f}
+			order = append(order, f.RunID)
+			continue
+		case l.Type == TypePruned && k.entry != TypePruned:
+			if f.File != k.facts.File || f.Records != k.facts.Records || f.Head != k.facts.Head {
+				problem("ledger line %d: run %s is pruned with another receipt than it was recorded with", l.Seq+1, f.RunID)
+			}
+		default:
+			problem("ledger line %d: run %s appears twice (%s after %s)", l.Seq+1, f.RunID, l.Type, k.entry)
+		}
+		k.entry = l.Type
+	}
+
+	worst := journal.StatusComplete
+	note := func(status string) {
+		if status == journal.StatusInvalid || (status == journal.StatusIncomplete && worst == journal.StatusComplete) {
+			worst = status
+		}
+	}
+	for _, id := range order {
+		k := runs[id]
+		f := RunFinding{RunID: id, File: k.facts.File, Entry: k.entry, Journal: "absent"}
+		jr := onDisk[k.facts.File]
+		delete(onDisk, k.facts.File)
+		if jr != nil {
+			f.Journal = jr.Status
+		}
+		switch {
+		case k.entry == TypePruned && jr != nil:
+			f.Problem = "pruned, but the journal is still on disk"
+		case k.entry == TypePruned:
+		case jr == nil:
+			f.Problem = "the journal is missing: deleted, or renamed away"
+		case jr.RunID != id:
+			f.Problem = fmt.Sprintf("the file holds run %s", jr.RunID)
+		case int64(jr.Records) != k.facts.Records || jr.Head != k.facts.Head:
+			f.Problem = fmt.Sprintf("the journal has %d records with head %s; the ledger recorded %d with head %s: truncated or replaced", jr.Records, jr.Head, k.facts.Records, k.facts.Head)
+		case jr.Status == journal.StatusInvalid:
+			f.Problem = "the journal is invalid: " + firstProblem(jr)
+		}
+		if f.Problem != "" {
+			note(journal.StatusInvalid)
+		} else if jr != nil {
+			note(jr.Status)
+		}
+		r.Runs = append(r.Runs, f)
+	}
+	var unknown []string
+	for name := range onDisk {
+		unknown = append(unknown, name)
+	}
+	sort.Strings(unknown)
+	for _, name := range unknown {
+		jr := onDisk[name]
+		r.Runs = append(r.Runs, RunFinding{RunID: jr.RunID, File: name, Journal: jr.Status, Problem: "a journal the ledger does not know"})
+		note(journal.StatusInvalid)
+	}
+
+	tree, err := NewTree(rep.Entries)
+	if err != nil {
+		problem("ledger tree: %v", err)
+	}
+	for i, msg := range checkpoints {
+		c, err := OpenCheckpoint(msg, pub)
+		if err == nil && tree != nil {
+			err = CheckConsistent(tree, c)
+		}
+		if err != nil {
+			r.Checkpoints = append(r.Checkpoints, fmt.Sprintf("checkpoint %d: %v", i+1, err))
+			problem("checkpoint %d: %v", i+1, err)
+			continue
+		}
+		r.Checkpoints = append(r.Checkpoints, fmt.Sprintf("checkpoint %d: consistent (size %d of %d)", i+1, c.Size, tree.Size()))
+	}
+	if len(r.Problems) > 0 {
+		worst = journal.StatusInvalid
+	}
+	r.Status = worst
+	return r
+}
+
+func firstProblem(jr *journal.Report) string {
+	if len(jr.Problems) == 0 {
+		return "no detail"
+	}
+	return jr.Problems[0].Message
+}
+
+// readLedger reads a ledger file without following a symlink; a missing one is empty.
+func readLedger(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	return io.ReadAll(f)
+}

@@ -1,0 +1,193 @@
+package ledger
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"symbi/internal/journal"
+)
+
+// project is a project with n finished runs, each journaled and in the ledger, as a
+// server leaves it.
+type project struct {
+	dir, gov string
+	pub      ed25519.PublicKey
+	files    []string // journal paths, by run
+	lw       *Writer
+}
+
+func newProjectRuns(t *testing.T, n int) *project {
+	t.Helper()
+	dir := t.TempDir()
+	root, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	store, err := journal.OpenStore(root, journal.StoreOptions{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	lw, err := Open(root, store.SigningKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lw.Close() })
+	p := &project{dir: dir, gov: store.Dir(), pub: store.PublicKey(), lw: lw}
+	for i := range n {
+		p.addRun(t, store, fmt.Sprintf("run-%d", i), true)
+	}
+	return p
+}
+
+// addRun writes a whole run's journal, recording it in the ledger when recorded is set.
+func (p *project) addRun(t *testing.T, store *journal.Store, runID string, recorded bool) {
+	t.Helper()
+	w, err := store.Create("agent", runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for _, r := range []journal.Record{journal.Started{Agent: "a"}, journal.Terminated{Reason: "cancelled"}} {
+		if err := w.Append(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	rc := w.Durable()
+	if recorded {
+		if _, err := p.lw.Append(Run{RunID: runID, AgentID: "agent", Agent: "a", File: filepath.Base(w.Path()), Reason: "cancelled", Records: int64(rc.Records), Head: rc.Head, Caller: "stdio"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.files = append(p.files, w.Path())
+}
+
+func (p *project) ledgerPath() string { return filepath.Join(p.dir, ".symbiont", FileName) }
+
+func (p *project) checkpoint(t *testing.T) []byte {
+	t.Helper()
+	data, _ := os.ReadFile(p.ledgerPath())
+	tree, err := NewTree(Verify(data, p.pub).Entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := SignCheckpoint(tree, p.lw.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cp
+}
+
+// TestVerifyProjectThreats: each threat of docs/ledger.md is caught, and an untouched
+// project verifies.
+func TestVerifyProjectThreats(t *testing.T) {
+	if r := VerifyProject(newProjectRuns(t, 3).dir, newProjectRuns(t, 0).pub, nil); r.ExitCode() != 1 {
+		t.Errorf("another project's key verified: %+v", r)
+	}
+	tests := []struct {
+		name   string
+		act    func(t *testing.T, p *project)
+		cp     bool   // verify with a checkpoint saved before the act
+		want   string // a substring of a problem or finding
+		status string
+	}{
+		{"untouched", func(*testing.T, *project) {}, true, "", journal.StatusComplete},
+		{"whole journal deleted", func(t *testing.T, p *project) { os.Remove(p.files[1]) }, false, "the journal is missing", journal.StatusInvalid},
+		{"journal replaced by another run's", func(t *testing.T, p *project) {
+			b, _ := os.ReadFile(p.files[0])
+			os.WriteFile(p.files[1], b, 0o600)
+		}, false, "holds run run-0", journal.StatusInvalid},
+		{"journal truncated at a line boundary", func(t *testing.T, p *project) {
+			b, _ := os.ReadFile(p.files[2])
+			os.WriteFile(p.files[2], b[:bytes.IndexByte(b, '\n')+1], 0o600)
+		}, false, "truncated or replaced", journal.StatusInvalid},
+		{"ledger line deleted", func(t *testing.T, p *project) {
+			editLedger(t, p, func(ls [][]byte) [][]byte { return append(ls[:1], ls[2:]...) })
+		}, false, "ledger line 2", journal.StatusInvalid},
+		{"ledger line edited", func(t *testing.T, p *project) {
+			editLedger(t, p, func(ls [][]byte) [][]byte {
+				ls[1] = bytes.Replace(ls[1], []byte("run-1"), []byte("run-7"), 1)
+				return ls
+			})
+		}, false, "ledger line 2", journal.StatusInvalid},
+		{"ledger lines reordered", func(t *testing.T, p *project) {
+			editLedger(t, p, func(ls [][]byte) [][]byte { ls[0], ls[1] = ls[1], ls[0]; return ls })
+		}, false, "ledger line 1", journal.StatusInvalid},
+		{"ledger truncated, caught by a saved checkpoint", func(t *testing.T, p *project) {
+			editLedger(t, p, func(ls [][]byte) [][]byte { return ls[:2] })
+			os.Remove(p.files[2])
+		}, true, "truncated or rolled back", journal.StatusInvalid},
+		{"ledger rewritten with the project key, caught by a saved checkpoint", func(t *testing.T, p *project) {
+			rewriteLedger(t, p)
+		}, true, "rewritten", journal.StatusInvalid},
+		{"a journal the ledger never saw", func(t *testing.T, p *project) {
+			root, _ := os.Open(p.dir)
+			defer root.Close()
+			store, _ := journal.OpenStore(root, journal.StoreOptions{})
+			defer store.Close()
+			p.addRun(t, store, "stranger", false)
+		}, false, "a journal the ledger does not know", journal.StatusInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newProjectRuns(t, 3)
+			var cps [][]byte
+			if tt.cp {
+				cps = append(cps, p.checkpoint(t))
+			}
+			p.lw.Close()
+			tt.act(t, p)
+			r := VerifyProject(p.dir, p.pub, cps)
+			all := strings.Join(r.Problems, "\n") + "\n" + fmt.Sprint(r.Runs)
+			if r.Status != tt.status || (tt.want != "" && !strings.Contains(all, tt.want)) {
+				t.Fatalf("status %s, want %s with %q:\n%s", r.Status, tt.status, tt.want, all)
+			}
+		})
+	}
+}
+
+func editLedger(t *testing.T, p *project, f func([][]byte) [][]byte) {
+	t.Helper()
+	data, _ := os.ReadFile(p.ledgerPath())
+	ls := bytes.SplitAfter(data, []byte("\n"))
+	ls = ls[:len(ls)-1] // the empty tail after the last "\n"
+	if err := os.WriteFile(p.ledgerPath(), bytes.Join(f(ls), nil), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rewriteLedger replaces the ledger with a fresh one signed by the project key that
+// records the same runs: valid on its own, other lines than a checkpoint signed.
+func rewriteLedger(t *testing.T, p *project) {
+	t.Helper()
+	data, _ := os.ReadFile(p.ledgerPath())
+	old := Verify(data, p.pub).Entries
+	os.Remove(p.ledgerPath())
+	root, _ := os.Open(p.dir)
+	defer root.Close()
+	w, err := Open(root, p.lw.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	w.Append(Resolution{RunID: "run-0", Resolution: "accepted", Caller: "stdio"}) // the rewrite's own history
+	for _, l := range old {
+		var run Run
+		if err := jsonUnmarshal(l.Data, &run); err != nil {
+			t.Fatal(err)
+		}
+		w.Append(run)
+	}
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
