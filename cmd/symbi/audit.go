@@ -53,6 +53,9 @@ func runAuditVerify(e *env, args []string) int {
 	head := fs.String("head", "", "receipt: `HEX` SHA-256 of the last line (with --records)")
 	records := fs.Int("records", 0, "receipt: number of records (with --head)")
 	asJSON := fs.Bool("json", false, "print a machine-readable report")
+	project := fs.String("project", "", "verify the whole project `DIR`: its ledger, every journal, and the --checkpoint files")
+	var checkpoints checkpointFlag
+	fs.Var(&checkpoints, "checkpoint", "with --project: a checkpoint `FILE` saved earlier (symbi audit checkpoint), which the ledger must still be consistent with (repeatable)")
 	pos, code, ok := parseInterspersed(fs, args)
 	if !ok {
 		if code != 0 {
@@ -64,8 +67,13 @@ func runAuditVerify(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "symbi audit verify: "+format+"\n", a...)
 		return 1
 	}
-	if len(pos) != 1 {
-		return usageErr("want exactly one JOURNAL or DIR")
+	switch {
+	case *project != "" && (len(pos) != 0 || *runID != "" || *head != "" || *records != 0):
+		return usageErr("--project verifies the whole project: no JOURNAL, --run-id or receipt with it")
+	case *project == "" && len(checkpoints) > 0:
+		return usageErr("--checkpoint goes with --project")
+	case *project == "" && len(pos) != 1:
+		return usageErr("want exactly one JOURNAL or DIR, or --project DIR")
 	}
 	if *keyHex == "" {
 		return usageErr("--public-key is required: the project's Ed25519 public key (symbi audit key prints it)")
@@ -73,6 +81,9 @@ func runAuditVerify(e *env, args []string) int {
 	pub, err := hex.DecodeString(*keyHex)
 	if err != nil || len(pub) != ed25519.PublicKeySize || strings.ToLower(*keyHex) != *keyHex {
 		return usageErr("--public-key must be %d lowercase hex digits", 2*ed25519.PublicKeySize)
+	}
+	if *project != "" {
+		return runAuditVerifyProject(e, *project, pub, checkpoints, *asJSON)
 	}
 	if (*head == "") != (*records == 0) {
 		return usageErr("--head and --records go together (the receipt of the run)")
@@ -149,6 +160,7 @@ func runAuditKey(e *env, args []string) int {
 	fs := newFlags(e, cmdAuditKey)
 	project := fs.String("project", ".", "the project `DIR`")
 	create := fs.Bool("create", false, "create .symbiont/governed and the key when absent")
+	noteKey := fs.Bool("note", false, "print the ledger's note verifier key (<name>+<hash>+<key>, for checkpoint tooling) instead of the hex key")
 	pos, code, ok := parseInterspersed(fs, args)
 	if !ok {
 		return code
@@ -173,7 +185,13 @@ func runAuditKey(e *env, args []string) int {
 		return 1
 	}
 	defer st.Close()
-	fmt.Fprintln(e.stdout, hex.EncodeToString(st.PublicKey()))
+	pubHex := hex.EncodeToString(st.PublicKey())
+	if *noteKey {
+		fmt.Fprintln(e.stdout, noteVerifierKey(pubHex))
+		return 0
+	}
+	fmt.Fprintln(e.stdout, pubHex)
+	fmt.Fprintf(e.stderr, "ledger checkpoint verifier key (symbi audit key --note): %s\n", noteVerifierKey(pubHex))
 	return 0
 }
 

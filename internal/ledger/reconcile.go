@@ -2,9 +2,13 @@ package ledger
 
 import (
 	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"time"
 
 	"symbi/internal/errcode"
 	"symbi/internal/journal"
@@ -60,4 +64,79 @@ func OpenProject(root *os.File, keyFile string) (*Writer, []Recovered, error) {
 		return nil, nil, errcode.Wrap(errcode.AuditUnavailable, err)
 	}
 	return w, recovered, nil
+}
+
+// Prune removes the journals of the runs select chooses — the only sanctioned way to
+// delete a journal: each removal is recorded as a pruned entry, durable, before the file
+// is removed. A run is pruned only when its journal still matches what the ledger
+// recorded of it (run or recovered entry: same records and head); a journal that does
+// not is evidence and is left in place, with an error. With dryRun nothing is changed.
+// select is given the run id and the journal file's modification time.
+func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Time) bool, dryRun bool) ([]Pruned, error) {
+	store, err := journal.OpenStore(root, journal.StoreOptions{KeyFile: keyFile})
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	w, err := Open(root, store.SigningKey())
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	data, err := readLedger(filepath.Join(filepath.Dir(store.Dir()), FileName))
+	if err != nil {
+		return nil, err
+	}
+	recorded := map[string]entryFacts{}
+	for _, l := range Verify(data, store.PublicKey()).Entries {
+		var f entryFacts
+		switch l.Type {
+		case TypeRun, TypeRecovered:
+			if json.Unmarshal(l.Data, &f) == nil {
+				recorded[f.RunID] = f
+			}
+		case TypePruned:
+			if json.Unmarshal(l.Data, &f) == nil {
+				delete(recorded, f.RunID)
+			}
+		}
+	}
+	ids := make([]string, 0, len(recorded))
+	for id := range recorded {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var out []Pruned
+	for _, id := range ids {
+		f := recorded[id]
+		path := filepath.Join(store.Dir(), filepath.Base(f.File))
+		st, err := os.Lstat(path)
+		if err != nil {
+			continue // already gone: verification reports it
+		}
+		if !choose(id, st.ModTime()) {
+			continue
+		}
+		rep := journal.Verify(path, store.PublicKey(), journal.VerifyOptions{RunID: id})
+		if int64(rep.Records) != f.Records || rep.Head != f.Head {
+			return out, fmt.Errorf("ledger: %s no longer matches what the ledger recorded (%d records, head %s; the file has %d, head %s): it is evidence, not pruned", f.File, f.Records, f.Head, rep.Records, rep.Head)
+		}
+		p := Pruned{RunID: id, File: filepath.Base(f.File), Records: f.Records, Head: f.Head}
+		if !dryRun {
+			if _, err := w.Append(p); err != nil {
+				return out, err
+			}
+			if err := os.Remove(path); err != nil {
+				return out, fmt.Errorf("ledger: %s was recorded as pruned but could not be removed: %w", p.File, err)
+			}
+		}
+		out = append(out, p)
+	}
+	if !dryRun && len(out) > 0 {
+		if d, err := os.Open(store.Dir()); err == nil {
+			d.Sync()
+			d.Close()
+		}
+	}
+	return out, nil
 }

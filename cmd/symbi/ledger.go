@@ -1,0 +1,236 @@
+package main
+
+import (
+	"crypto/ed25519"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"symbi/internal/errcode"
+	"symbi/internal/journal"
+	"symbi/internal/ledger"
+)
+
+var (
+	cmdAuditCheckpoint = &command{name: "audit checkpoint", summary: "print a signed checkpoint of the project ledger (a C2SP tlog-checkpoint note); save it to catch a later rollback or rewrite"}
+	cmdAuditProve      = &command{name: "audit prove", summary: "print the inclusion proof of a run's ledger entry in the ledger's Merkle tree, as JSON"}
+	cmdAuditPrune      = &command{name: "audit prune", summary: "remove journals, recording each removal in the ledger first (the only sanctioned way)"}
+)
+
+func init() {
+	cmdAuditCheckpoint.run = runAuditCheckpoint
+	register(cmdAuditCheckpoint)
+	cmdAuditProve.run = runAuditProve
+	register(cmdAuditProve)
+	cmdAuditPrune.run = runAuditPrune
+	register(cmdAuditPrune)
+}
+
+// projectLedger opens the project's store (for its key) and reads its ledger.
+func projectLedger(e *env, dir string) (*journal.Store, []ledger.Line, error) {
+	root, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, nil, errcode.Wrap(errcode.NotFound, err)
+	}
+	defer root.Close()
+	store, err := journal.OpenStore(root, journal.StoreOptions{KeyFile: e.getenv("SYMBI_AUDIT_KEY_FILE")})
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := os.ReadFile(filepath.Join(dir, ".symbiont", ledger.FileName))
+	if err != nil {
+		store.Close()
+		return nil, nil, errcode.Wrap(errcode.NotFound, err)
+	}
+	rep := ledger.Verify(data, store.PublicKey())
+	if len(rep.Problems) > 0 {
+		store.Close()
+		return nil, nil, fmt.Errorf("the ledger is invalid at line %d: %s (symbi audit verify --project says more)", rep.Problems[0].Line, rep.Problems[0].Message)
+	}
+	return store, rep.Entries, nil
+}
+
+// runAuditCheckpoint runs symbi audit checkpoint.
+func runAuditCheckpoint(e *env, args []string) int {
+	fs := newFlags(e, cmdAuditCheckpoint)
+	dir := fs.String("project", ".", "the project `DIR`")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	store, entries, err := projectLedger(e, *dir)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "symbi audit checkpoint: %s\n", errcode.Text(err))
+		return 1
+	}
+	defer store.Close()
+	tree, err := ledger.NewTree(entries)
+	if err == nil {
+		var note []byte
+		if note, err = ledger.SignCheckpoint(tree, store.SigningKey()); err == nil {
+			e.stdout.Write(note)
+			return 0
+		}
+	}
+	fmt.Fprintf(e.stderr, "symbi audit checkpoint: %v\n", err)
+	return 1
+}
+
+// runAuditProve runs symbi audit prove.
+func runAuditProve(e *env, args []string) int {
+	fs := newFlags(e, cmdAuditProve)
+	dir := fs.String("project", ".", "the project `DIR`")
+	runID := fs.String("run-id", "", "the run `ID` whose entry to prove (required)")
+	size := fs.Int64("size", 0, "the tree `SIZE` to prove it in (default: the whole ledger)")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if *runID == "" {
+		fmt.Fprintln(e.stderr, "symbi audit prove: --run-id is required")
+		return 2
+	}
+	store, entries, err := projectLedger(e, *dir)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "symbi audit prove: %s\n", errcode.Text(err))
+		return 1
+	}
+	defer store.Close()
+	index := int64(-1)
+	for _, l := range entries {
+		if l.RunID() == *runID && (l.Type == ledger.TypeRun || l.Type == ledger.TypeRecovered) {
+			index = l.Seq
+		}
+	}
+	if index < 0 {
+		fmt.Fprintf(e.stderr, "symbi audit prove: the ledger has no entry for run %s\n", *runID)
+		return 1
+	}
+	n := *size
+	if n == 0 {
+		n = int64(len(entries))
+	}
+	tree, err := ledger.NewTree(entries)
+	var proof *ledger.Proof
+	if err == nil {
+		proof, err = ledger.Prove(tree, entries, index, n)
+	}
+	var cp []byte
+	if err == nil {
+		cp, err = ledger.SignCheckpoint(tree, store.SigningKey())
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "symbi audit prove: %v\n", err)
+		return 1
+	}
+	printJSON(e, cmdAuditProve.name, struct {
+		*ledger.Proof
+		Checkpoint string `json:"checkpoint"`
+	}{proof, string(cp)})
+	return 0
+}
+
+// runAuditPrune runs symbi audit prune.
+func runAuditPrune(e *env, args []string) int {
+	fs := newFlags(e, cmdAuditPrune)
+	dir := fs.String("project", ".", "the project `DIR`")
+	runID := fs.String("run-id", "", "prune the journal of the run `ID`")
+	olderThan := fs.Duration("older-than", 0, "prune the journals last written longer ago than `DURATION` (e.g. 720h)")
+	dryRun := fs.Bool("dry-run", false, "list what would be pruned; change nothing")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if (*runID == "") == (*olderThan == 0) {
+		fmt.Fprintln(e.stderr, "symbi audit prune: give exactly one of --run-id and --older-than")
+		return 2
+	}
+	root, err := os.OpenFile(*dir, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "symbi audit prune: %s\n", errcode.Text(errcode.Wrap(errcode.NotFound, err)))
+		return 1
+	}
+	defer root.Close()
+	cutoff := time.Now().Add(-*olderThan)
+	pruned, err := ledger.Prune(root, e.getenv("SYMBI_AUDIT_KEY_FILE"), func(id string, mod time.Time) bool {
+		if *runID != "" {
+			return id == *runID
+		}
+		return mod.Before(cutoff)
+	}, *dryRun)
+	verb := "pruned"
+	if *dryRun {
+		verb = "would prune"
+	}
+	for _, p := range pruned {
+		fmt.Fprintf(e.stdout, "%s %s (run %s, %d records)\n", verb, p.File, p.RunID, p.Records)
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "symbi audit prune: %s\n", errcode.Text(err))
+		return 1
+	}
+	if *runID != "" && len(pruned) == 0 {
+		fmt.Fprintf(e.stderr, "symbi audit prune: no journal of run %s to prune\n", *runID)
+		return 1
+	}
+	return 0
+}
+
+// runAuditVerifyProject is symbi audit verify --project: the whole project.
+func runAuditVerifyProject(e *env, dir string, pub ed25519.PublicKey, checkpointFiles []string, asJSON bool) int {
+	var cps [][]byte
+	for _, f := range checkpointFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "symbi audit verify: checkpoint: %v\n", err)
+			return 1
+		}
+		cps = append(cps, b)
+	}
+	r := ledger.VerifyProject(dir, pub, cps)
+	if asJSON {
+		printJSON(e, cmdAuditVerify.name, r)
+		return r.ExitCode()
+	}
+	for _, f := range r.Runs {
+		if f.Problem != "" {
+			fmt.Fprintf(e.stdout, "run %s (%s): %s\n", f.RunID, f.File, f.Problem)
+		} else if f.Journal == journal.StatusIncomplete {
+			fmt.Fprintf(e.stdout, "run %s (%s): incomplete (a crash; the ledger recorded it as found)\n", f.RunID, f.File)
+		}
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintln(e.stdout, p)
+	}
+	for _, c := range r.Checkpoints {
+		fmt.Fprintln(e.stdout, c)
+	}
+	fmt.Fprintf(e.stdout, "%s: %s: %d ledger entries, %d journals\n", dir, r.Status, r.LedgerSize, r.Journals)
+	return r.ExitCode()
+}
+
+// checkpointFlag collects repeated --checkpoint FILE flags.
+type checkpointFlag []string
+
+func (c *checkpointFlag) String() string { return strings.Join(*c, ",") }
+
+func (c *checkpointFlag) Set(v string) error {
+	if v == "" {
+		return errors.New("want a FILE")
+	}
+	*c = append(*c, v)
+	return nil
+}
+
+// noteVerifierKey is the ledger's note verifier key for the key in hex.
+func noteVerifierKey(pubHex string) string {
+	pub, _ := hex.DecodeString(pubHex)
+	k, err := ledger.VerifierKey(pub)
+	if err != nil {
+		return ""
+	}
+	return k
+}
