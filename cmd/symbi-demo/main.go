@@ -19,6 +19,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -156,6 +157,32 @@ func demo(out io.Writer, symbi, project, agent string) error {
 		return fmt.Errorf("expected refused_definition without a model call, got %q", text(res))
 	}
 	fmt.Fprintf(out, "    refused: %s\n", text(res))
+
+	// 4. The whole project: the ledger of every run, every journal, and a checkpoint an
+	// auditor saves to catch a later rollback or rewrite.
+	cpFile := filepath.Join(os.TempDir(), "symbi-demo-checkpoint.txt")
+	step(out, "symbi audit checkpoint --project %s > %s", project, cpFile)
+	cp, err := exec.Command(symbi, "audit", "checkpoint", "--project", project).Output()
+	if err != nil {
+		return fmt.Errorf("symbi audit checkpoint: %w", err)
+	}
+	if err := os.WriteFile(cpFile, cp, 0o644); err != nil {
+		return err
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(cp)), "\n") {
+		fmt.Fprintf(out, "    %s\n", l)
+	}
+	args := []string{"audit", "verify", "--project", project, "--public-key", ok.Audit.PublicKey, "--checkpoint", cpFile}
+	step(out, "symbi %s", strings.Join(args, " "))
+	b, err := exec.Command(symbi, args...).CombinedOutput()
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		fmt.Fprintf(out, "    %s\n", l)
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 1 || err != nil && !errors.As(err, &ee) {
+		// 2 is consistent with a crash left over from an earlier session; 1 is not.
+		return fmt.Errorf("symbi audit verify --project: %v", err)
+	}
 	return nil
 }
 
