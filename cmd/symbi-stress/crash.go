@@ -8,8 +8,20 @@ import (
 	"sync"
 	"time"
 
+	"symbi/internal/ledger"
 	"symbi/internal/loopback"
 )
+
+// findings lists the runs whose ledger entry and journal disagree.
+func findings(r *ledger.ProjectReport) []string {
+	var out []string
+	for _, f := range r.Runs {
+		if f.Problem != "" && len(out) < 10 {
+			out = append(out, f.File+": "+f.Problem)
+		}
+	}
+	return out
+}
 
 // runCrash starts symbi mcp on one project again and again; each time a few clients
 // invoke concurrently and the server is killed with SIGKILL at a random moment (seeded).
@@ -123,6 +135,18 @@ func runCrash(ctx context.Context, h *harnessRun, r *result) {
 	}
 	for _, inv := range c.invalid {
 		r.failf("invalid journal (verify exit 1): %s", inv)
+	}
+	// The ledger, appended to by every server the kills interrupted and reconciled by
+	// each restart, must be consistent with the journals: never a broken chain, a journal
+	// it does not know, or an entry its journal contradicts.
+	if pub, err := projectKey(dir); err != nil {
+		r.failf("project key: %v", err)
+	} else {
+		lr := ledger.VerifyProject(dir, pub, nil)
+		if lr.ExitCode() == 1 {
+			r.failf("ledger and journals inconsistent after the kills: %v", append(lr.Problems, findings(lr)...))
+		}
+		r.figure("ledger_entries", lr.LedgerSize)
 	}
 	bad := 0
 	for _, o := range received {

@@ -119,6 +119,10 @@ func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *Pro
 			if f.File != k.facts.File || f.Records != k.facts.Records || f.Head != k.facts.Head {
 				problem("ledger line %d: run %s is pruned with another receipt than it was recorded with", l.Seq+1, f.RunID)
 			}
+		case l.Type == TypeRecovered && k.entry == TypeRun && f.File == k.facts.File && f.Records == k.facts.Records-1 && f.State == journal.StatusIncomplete:
+			// The server stopped after recording the run, before its journal's last line:
+			// the journal as found is what the run left; its outcome was never returned.
+			k.facts = f
 		default:
 			problem("ledger line %d: run %s appears twice (%s after %s)", l.Seq+1, f.RunID, l.Type, k.entry)
 		}

@@ -191,3 +191,26 @@ func rewriteLedger(t *testing.T, p *project) {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// TestStopBetweenLedgerAndJournal: the server stopped after a run's entry was durable and
+// before its journal's last line. Reconciliation records the journal as found, and the
+// project then verifies as consistent with a crash remaining (exit 2), not as tampered.
+func TestStopBetweenLedgerAndJournal(t *testing.T) {
+	p := newProjectRuns(t, 2)
+	b, _ := os.ReadFile(p.files[1])
+	cut := bytes.LastIndexByte(b[:len(b)-1], '\n') + 1
+	os.WriteFile(p.files[1], b[:cut], 0o600) // the terminated line never written
+	if r := VerifyProject(p.dir, p.pub, nil); r.ExitCode() != 1 {
+		t.Fatalf("before reconciliation: exit %d, want 1", r.ExitCode())
+	}
+	rec, err := Reconcile(p.lw, p.gov, p.pub)
+	if err != nil || len(rec) != 1 || rec[0].RunID != "run-1" || rec[0].State != journal.StatusIncomplete {
+		t.Fatalf("reconcile: %+v, %v", rec, err)
+	}
+	if again, _ := Reconcile(p.lw, p.gov, p.pub); len(again) != 0 {
+		t.Errorf("a second reconciliation appended %+v", again)
+	}
+	if r := VerifyProject(p.dir, p.pub, nil); r.ExitCode() != 2 {
+		t.Fatalf("after reconciliation: exit %d, want 2: %v %v", r.ExitCode(), r.Problems, r.Runs)
+	}
+}

@@ -19,10 +19,28 @@ import (
 // ledger append, or a run abandoned mid-way — gets a recovered entry with the file as
 // found (state complete, incomplete or invalid; records and head). Journals are never
 // rewritten. It returns the entries appended.
+//
+// One case has an entry already: the server stopped after the run's entry was durable and
+// before the journal's last line (terminated) was written, so the journal is one record
+// short of the receipt the entry names. It gets a recovered entry too, with the journal as
+// found: its outcome was never returned, and the ledger says so.
 func Reconcile(w *Writer, gov string, pub ed25519.PublicKey) ([]Recovered, error) {
 	reports, err := journal.VerifyDir(gov, pub)
 	if err != nil {
 		return nil, err
+	}
+	data, err := readLedger(filepath.Join(filepath.Dir(gov), FileName))
+	if err != nil {
+		return nil, err
+	}
+	recorded := map[string]entryFacts{} // run id → its last run or recovered entry
+	for _, l := range Verify(data, pub).Entries {
+		if l.Type == TypeRun || l.Type == TypeRecovered {
+			var f entryFacts
+			if json.Unmarshal(l.Data, &f) == nil {
+				recorded[f.RunID] = f
+			}
+		}
 	}
 	var out []Recovered
 	for _, rep := range reports {
@@ -33,8 +51,14 @@ func Reconcile(w *Writer, gov string, pub ed25519.PublicKey) ([]Recovered, error
 				agentID, runID, _ = strings.Cut(ids, ".")
 			}
 		}
-		if runID == "" || w.Knows(runID) {
+		if runID == "" {
 			continue
+		}
+		if w.Knows(runID) {
+			f, ok := recorded[runID]
+			if !ok || rep.Status != journal.StatusIncomplete || int64(rep.Records) != f.Records-1 || f.State != "" {
+				continue
+			}
 		}
 		rec := Recovered{RunID: runID, AgentID: agentID, File: base, State: rep.Status, Records: int64(rep.Records), Head: rep.Head}
 		if _, err := w.Append(rec); err != nil {
