@@ -256,8 +256,8 @@ func TestE2EVanishedClient(t *testing.T) {
 				s.send(t, `{"jsonrpc":"2.0","id":"ping","method":"ping"}`)
 				st := s.wait(t)
 				ws := st.Sys().(syscall.WaitStatus)
-				if ws.Signaled() || !st.Exited() {
-					t.Fatalf("symbi died of %v; want a clean exit", ws.Signal())
+				if ws.Signaled() || !st.Exited() || st.ExitCode() != 0 {
+					t.Fatalf("symbi ended with %v; want a clean exit, 0", st)
 				}
 				if reasons := terminatedReasons(t, dir, runs); reasons["cancelled"] != runs {
 					t.Errorf("terminated reasons %v, want %d cancelled", reasons, runs)

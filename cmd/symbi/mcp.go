@@ -69,6 +69,11 @@ type serveOptions struct {
 // serveMCP serves the project until stdin closes or SIGTERM, SIGINT or SIGHUP arrives,
 // then lets the runs in flight finish their journals.
 func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
+	// A client that stops reading must not kill the server, even while it starts up: with
+	// SIGPIPE ignored a write to a closed stdout or stderr fails with EPIPE instead. A
+	// failed stderr write loses a log line; a failed stdout write means no one can be
+	// answered, so it ends the session like a signal does (below).
+	signal.Ignore(syscall.SIGPIPE)
 	p, reg, err := openRegistry(o.dir, log)
 	if err != nil {
 		return err
@@ -113,11 +118,6 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	}
 	log.Info("serving", attrs...)
 
-	// A client that stops reading must not kill the server mid-run: with SIGPIPE ignored a
-	// write to a closed stdout or stderr fails with EPIPE instead. A failed stderr write
-	// loses a log line; a failed stdout write means no one can be answered, so it ends the
-	// session like a signal does (below).
-	signal.Ignore(syscall.SIGPIPE)
 	sigCtx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer stop()
 	ctx, clientGone := context.WithCancelCause(sigCtx)

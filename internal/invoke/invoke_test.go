@@ -551,3 +551,14 @@ func TestLedgerEntryBeforeOutcome(t *testing.T) {
 		t.Errorf("terminated %+v", term)
 	}
 }
+
+// TestSlotFreeOnReturn: a run's slot is free by the time its caller hears it ended, so
+// calls made one after another never meet busy.
+func TestSlotFreeOnReturn(t *testing.T) {
+	f := newFixture(t, nil, func(c *Config) { c.MaxRuns = 1 }, loopback.WithReply(loopback.Reply{Text: "ok"}))
+	for i := range 100 {
+		if _, err := f.runner.Invoke(context.Background(), Request{Agent: "helper", Prompt: "q"}, nil); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+}

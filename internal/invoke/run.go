@@ -82,10 +82,12 @@ func (r *Runner) Start(req Request, progress func(Stage)) (*Run, error) {
 	ctx, cancel := context.WithCancelCause(r.base)
 	run := &Run{r: r, p: p, cancel: cancel, done: make(chan struct{})}
 	go func() {
-		defer release()
-		defer cancel(nil)
 		run.res, run.err = r.execute(ctx, p, progress)
 		r.logRun(p, run.res, run.err)
+		// The slot is free before anyone hears the run ended: a caller that starts its next
+		// run at once must not find it still taken.
+		cancel(nil)
+		release()
 		close(run.done)
 	}()
 	return run, nil

@@ -279,7 +279,11 @@ func (s *Store) FreeBytes() (uint64, error) {
 	if err := unix.Fstatfs(int(s.dir.Fd()), &st); err != nil {
 		return 0, fmt.Errorf("statfs %s: %w", s.path, err)
 	}
-	return st.Bavail * uint64(st.Bsize), nil
+	unit := uint64(st.Frsize) // statvfs counts blocks in fragment-size units
+	if unit == 0 {
+		unit = uint64(st.Bsize)
+	}
+	return st.Bavail * unit, nil
 }
 
 // Close releases the store's descriptors. Writers already created stay usable.

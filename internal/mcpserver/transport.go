@@ -139,7 +139,7 @@ func check(line []byte) (id any, code int, msg string) {
 	// would mean different calls to each. Refuse it, wherever the repeat stands.
 	var dup *strictjson.DuplicateError
 	if err := strictjson.Check(line, strictjson.Options{}); errors.As(err, &dup) {
-		if dup.Name == "id" && dup.Path == "$" {
+		if topLevelCount(line, "id") != 1 {
 			id = nil // which id would be a guess
 		}
 		return id, codeInvalidRequest, fmt.Sprintf("invalid request: member %q appears twice in the object at %s", dup.Name, dup.Path)
@@ -158,6 +158,30 @@ func check(line []byte) (id any, code int, msg string) {
 		}
 	}
 	return nil, 0, ""
+}
+
+// topLevelCount counts the members named name in the top-level object of the JSON text
+// line (already valid).
+func topLevelCount(line []byte, name string) int {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0
+	}
+	n := 0
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return n
+		}
+		if tok == name {
+			n++
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return n
+		}
+	}
+	return n
 }
 
 // reject writes a JSON-RPC error response.

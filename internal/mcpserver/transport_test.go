@@ -164,6 +164,7 @@ func TestTransportScreening(t *testing.T) {
 			"7", -32600, `member "name" appears twice in the object at $.params`},
 		{"repeated id", `{"jsonrpc":"2.0","id":8,"id":9,"method":"tools/list"}`, "null", -32600, `member "id" appears twice in the object at $`},
 		{"repeated method", `{"jsonrpc":"2.0","id":10,"method":"tools/list","method":"tools/call"}`, "10", -32600, `member "method" appears twice`},
+		{"nested repeat before a repeated id", `{"jsonrpc":"2.0","params":{"a":1,"a":2},"id":12,"id":13,"method":"tools/list"}`, "null", -32600, `member "a" appears twice`},
 		{"repeated argument deep inside", `{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"verify_schema","arguments":{"schema":"{}"},"_meta":{"a":[{"k":1,"k":2}]}}}`,
 			"11", -32600, `member "k" appears twice in the object at $.params._meta.a[0]`},
 	}

@@ -167,10 +167,12 @@ func (p *Project) agentFileNames(log *slog.Logger) ([]string, error) {
 	return names, nil
 }
 
-// printableName reports whether a directory entry's name is valid UTF-8 without control
-// characters: the only names the registry registers.
+// printableName reports whether a directory entry's name is valid UTF-8 of printable
+// characters only (unicode.IsPrint: no controls, no format characters such as a
+// right-to-left override or a zero-width space, no line or paragraph separators): the
+// only names the registry registers.
 func printableName(name string) bool {
-	return utf8.ValidString(name) && !strings.ContainsFunc(name, unicode.IsControl)
+	return utf8.ValidString(name) && !strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) })
 }
 
 // unprintableAgent is the refused registration of a file whose name is not printable
@@ -180,7 +182,7 @@ func unprintableAgent(name string) *Agent {
 	esc := strings.Trim(strconv.Quote(name), `"`)
 	e := Entry{
 		Name: stem(esc), File: agentsDir + "/" + esc, Agents: []string{}, Capabilities: []string{},
-		Reason: `refused by rule "printable file name": the file name is not valid UTF-8 or holds control characters (shown escaped); rename the file`,
+		Reason: `refused by rule "printable file name": the file name is not valid UTF-8 or holds a character that is not printable (shown escaped); rename the file`,
 	}
 	e.Reasons = []string{e.Reason}
 	return &Agent{Entry: e}

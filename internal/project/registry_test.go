@@ -227,7 +227,7 @@ func TestRegistryAgentsDir(t *testing.T) {
 // and never resolvable; AGENTS.md generated from the registry stays valid UTF-8.
 func TestRegistryUnprintableNames(t *testing.T) {
 	root := t.TempDir()
-	for _, name := range []string{"ok.symbi", "bad\xff.symbi", "tab\tname.symbi", "esc\x1b[31m.dsl"} {
+	for _, name := range []string{"ok.symbi", "bad\xff.symbi", "tab\tname.symbi", "esc\x1b[31m.dsl", "rtl\u202egpj.symbi", "zero\u200bwidth.symbi"} {
 		writeFile(t, root, "agents/"+name, []byte("agent a {}\n"))
 	}
 	r, logs := loadRegistry(t, root)
@@ -238,7 +238,7 @@ func TestRegistryUnprintableNames(t *testing.T) {
 		}
 		got[e.Name] = e
 	}
-	for _, esc := range []string{`bad\xff`, `tab\tname`, `esc\x1b[31m`} {
+	for _, esc := range []string{`bad\xff`, `tab\tname`, `esc\x1b[31m`, `rtl\u202egpj`, `zero\u200bwidth`} {
 		e, ok := got[esc]
 		if !ok {
 			t.Errorf("no entry %q; entries %v", esc, names(r.Entries()))
