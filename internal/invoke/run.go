@@ -321,7 +321,8 @@ func (r *Runner) endRun(w *journal.Writer, p *prepared, t journal.Terminated) er
 	if r.cfg.Ledger != nil {
 		_, ledgerErr = r.cfg.Ledger.Append(ledger.Run{
 			RunID: p.opened.Load().RunID, AgentID: p.agentID, Agent: p.name, File: filepath.Base(w.Path()),
-			Reason: t.Reason, Released: t.Released, Records: int64(prep.Receipt.Records), Head: prep.Receipt.Head, Caller: p.req.Caller,
+			Reason: t.Reason, Released: t.Released, Records: int64(prep.Receipt.Records), Head: prep.Receipt.Head,
+			PrevHead: w.Receipt().Head, Caller: p.req.Caller,
 		})
 	}
 	if ledgerErr != nil {

@@ -73,26 +73,37 @@ func (s *Store) Create(agentID, runID string) (*Writer, error) {
 	}
 	name := FileName(agentID, runID)
 	path := filepath.Join(s.path, name)
+	// The writer keeps its own descriptor of the project, to locate its file from there;
+	// taken first, so that no failure leaves a file behind it.
+	rootFD, err := unix.FcntlInt(s.root.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: duplicate the project descriptor: %w", err)
+	}
 	fd, err := unix.Openat(int(s.dir.Fd()), name, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
+		unix.Close(rootFD)
 		return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: create %s: %w", path, err)
 	}
 	f := os.NewFile(uintptr(fd), path)
-	if err := f.Sync(); err != nil {
+	// undo removes the file just created, empty, when it cannot become a journal.
+	undo := func(format string, a ...any) (*Writer, error) {
 		f.Close()
-		return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: sync %s: %w", path, err)
+		unix.Close(rootFD)
+		unix.Unlinkat(int(s.dir.Fd()), name, 0)
+		return nil, errcode.Errorf(errcode.AuditUnavailable, format, a...)
+	}
+	// The writer holds a lock on its file for its lifetime: another process reconciling
+	// the project's ledger leaves a journal still being written alone (InProgress).
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return undo("journal: lock %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return undo("journal: sync %s: %w", path, err)
 	}
 	if err := s.dir.Sync(); err != nil {
-		f.Close()
-		return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: sync directory %s: %w", s.path, err)
+		return undo("journal: sync directory %s: %w", s.path, err)
 	}
 	w := newWriter(f, path, s.key, agentID, runID)
-	// The writer keeps its own descriptor of the project, to locate its file from there.
-	rootFD, err := unix.FcntlInt(s.root.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		f.Close()
-		return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: duplicate the project descriptor: %w", err)
-	}
 	w.root = os.NewFile(uintptr(rootFD), s.root.Name())
 	w.name = name
 	return w, nil
@@ -142,6 +153,21 @@ func (w *Writer) Append(r Record) error {
 		return err
 	}
 	return w.AppendPrepared(p)
+}
+
+// InProgress reports whether a writer still holds the journal at path (a run in flight
+// in some process). A journal that cannot be opened is not in progress.
+func InProgress(path string) bool {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	if err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		return true
+	}
+	unix.Flock(fd, unix.LOCK_UN)
+	return false
 }
 
 // Prepared is a record signed as the writer's next line but not yet written, and the

@@ -73,6 +73,7 @@ type Run struct {
 	Released bool   `json:"released"`
 	Records  int64  `json:"records"` // the journal's receipt
 	Head     string `json:"head"`
+	PrevHead string `json:"prev_head"` // the journal's head before its last line (terminated)
 	Caller   string `json:"caller"`
 }
 

@@ -48,11 +48,12 @@ func (r *ProjectReport) ExitCode() int {
 
 // entryFacts are the members of run, recovered and pruned entries a check compares.
 type entryFacts struct {
-	RunID   string `json:"run_id"`
-	File    string `json:"file"`
-	Records int64  `json:"records"`
-	Head    string `json:"head"`
-	State   string `json:"state"`
+	RunID    string `json:"run_id"`
+	File     string `json:"file"`
+	Records  int64  `json:"records"`
+	Head     string `json:"head"`
+	PrevHead string `json:"prev_head"`
+	State    string `json:"state"`
 }
 
 // VerifyProject verifies the project at dir with its public key: the ledger's chain and
@@ -119,10 +120,6 @@ func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *Pro
 			if f.File != k.facts.File || f.Records != k.facts.Records || f.Head != k.facts.Head {
 				problem("ledger line %d: run %s is pruned with another receipt than it was recorded with", l.Seq+1, f.RunID)
 			}
-		case l.Type == TypeRecovered && k.entry == TypeRun && f.File == k.facts.File && f.Records == k.facts.Records-1 && f.State == journal.StatusIncomplete:
-			// The server stopped after recording the run, before its journal's last line:
-			// the journal as found is what the run left; its outcome was never returned.
-			k.facts = f
 		default:
 			problem("ledger line %d: run %s appears twice (%s after %s)", l.Seq+1, f.RunID, l.Type, k.entry)
 		}
@@ -149,8 +146,13 @@ func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *Pro
 		case k.entry == TypePruned:
 		case jr == nil:
 			f.Problem = "the journal is missing: deleted, or renamed away"
-		case jr.RunID != id:
+		case jr.RunID != "" && jr.RunID != id:
 			f.Problem = fmt.Sprintf("the file holds run %s", jr.RunID)
+		case k.entry == TypeRun && jr.Status == journal.StatusIncomplete && int64(jr.Records) == k.facts.Records-1 && jr.Head == k.facts.PrevHead:
+			// The server stopped after the run's entry was durable and before its journal's
+			// last line: the ledger holds the outcome, which never reached anyone. (Cutting
+			// that last line off looks the same; the ledger entry still tells the outcome.)
+			f.Journal = journal.StatusIncomplete + ": stopped before its last line; the ledger holds its outcome"
 		case int64(jr.Records) != k.facts.Records || jr.Head != k.facts.Head:
 			f.Problem = fmt.Sprintf("the journal has %d records with head %s; the ledger recorded %d with head %s: truncated or replaced", jr.Records, jr.Head, k.facts.Records, k.facts.Head)
 		case jr.Status == journal.StatusInvalid:

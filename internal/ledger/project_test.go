@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"symbi/internal/digest"
 	"symbi/internal/journal"
 )
 
@@ -55,7 +56,7 @@ func (p *project) addRun(t *testing.T, store *journal.Store, runID string, recor
 		t.Fatal(err)
 	}
 	defer w.Close()
-	for _, r := range []journal.Record{journal.Started{Agent: "a"}, journal.Terminated{Reason: "cancelled"}} {
+	for _, r := range []journal.Record{journal.Started{Agent: "a"}, journal.InferenceRequested{CallID: "c1"}, journal.Terminated{Reason: "cancelled"}} {
 		if err := w.Append(r); err != nil {
 			t.Fatal(err)
 		}
@@ -64,8 +65,13 @@ func (p *project) addRun(t *testing.T, store *journal.Store, runID string, recor
 		t.Fatal(err)
 	}
 	rc := w.Durable()
+	data, _ := os.ReadFile(w.Path())
+	prev := journal.ZeroHash
+	if i := bytes.LastIndexByte(data[:len(data)-1], '\n'); i >= 0 {
+		prev = digestOf(data[:i+1][bytes.LastIndexByte(data[:i], '\n')+1:])
+	}
 	if recorded {
-		if _, err := p.lw.Append(Run{RunID: runID, AgentID: "agent", Agent: "a", File: filepath.Base(w.Path()), Reason: "cancelled", Records: int64(rc.Records), Head: rc.Head, Caller: "stdio"}); err != nil {
+		if _, err := p.lw.Append(Run{RunID: runID, AgentID: "agent", Agent: "a", File: filepath.Base(w.Path()), Reason: "cancelled", Records: int64(rc.Records), Head: rc.Head, PrevHead: prev, Caller: "stdio"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -107,7 +113,7 @@ func TestVerifyProjectThreats(t *testing.T) {
 			b, _ := os.ReadFile(p.files[0])
 			os.WriteFile(p.files[1], b, 0o600)
 		}, false, "holds run run-0", journal.StatusInvalid},
-		{"journal truncated at a line boundary", func(t *testing.T, p *project) {
+		{"journal truncated at a line boundary (more than its last line)", func(t *testing.T, p *project) {
 			b, _ := os.ReadFile(p.files[2])
 			os.WriteFile(p.files[2], b[:bytes.IndexByte(b, '\n')+1], 0o600)
 		}, false, "truncated or replaced", journal.StatusInvalid},
@@ -193,24 +199,49 @@ func rewriteLedger(t *testing.T, p *project) {
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // TestStopBetweenLedgerAndJournal: the server stopped after a run's entry was durable and
-// before its journal's last line. Reconciliation records the journal as found, and the
-// project then verifies as consistent with a crash remaining (exit 2), not as tampered.
+// before its journal's last line. The project verifies as consistent with a crash
+// remaining (exit 2), not as tampered; two lines short is tampering (exit 1).
 func TestStopBetweenLedgerAndJournal(t *testing.T) {
 	p := newProjectRuns(t, 2)
 	b, _ := os.ReadFile(p.files[1])
-	cut := bytes.LastIndexByte(b[:len(b)-1], '\n') + 1
-	os.WriteFile(p.files[1], b[:cut], 0o600) // the terminated line never written
-	if r := VerifyProject(p.dir, p.pub, nil); r.ExitCode() != 1 {
-		t.Fatalf("before reconciliation: exit %d, want 1", r.ExitCode())
-	}
-	rec, err := Reconcile(p.lw, p.gov, p.pub)
-	if err != nil || len(rec) != 1 || rec[0].RunID != "run-1" || rec[0].State != journal.StatusIncomplete {
-		t.Fatalf("reconcile: %+v, %v", rec, err)
-	}
-	if again, _ := Reconcile(p.lw, p.gov, p.pub); len(again) != 0 {
-		t.Errorf("a second reconciliation appended %+v", again)
-	}
+	lastStart := bytes.LastIndexByte(b[:len(b)-1], '\n') + 1
+	os.WriteFile(p.files[1], b[:lastStart], 0o600) // the terminated line never written
 	if r := VerifyProject(p.dir, p.pub, nil); r.ExitCode() != 2 {
-		t.Fatalf("after reconciliation: exit %d, want 2: %v %v", r.ExitCode(), r.Problems, r.Runs)
+		t.Fatalf("one line short: exit %d, want 2: %v %v", r.ExitCode(), r.Problems, r.Runs)
+	}
+	if rec, _ := Reconcile(p.lw, p.gov, p.pub); len(rec) != 0 {
+		t.Errorf("reconciliation appended %+v for a run the ledger knows", rec)
+	}
+	os.WriteFile(p.files[1], nil, 0o600)
+	if r := VerifyProject(p.dir, p.pub, nil); r.ExitCode() != 1 {
+		t.Fatalf("emptied: exit %d, want 1", r.ExitCode())
+	}
+}
+
+func digestOf(b []byte) string { return digest.SHA256Hex(b) }
+
+// TestReconcileLeavesRunsInFlight: a journal another server is still writing is not
+// recovered (its run entry comes when it ends); once its writer is gone, it is.
+func TestReconcileLeavesRunsInFlight(t *testing.T) {
+	p := newProjectRuns(t, 1)
+	root, _ := os.Open(p.dir)
+	defer root.Close()
+	store, err := journal.OpenStore(root, journal.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	w, err := store.Create("agent", "in-flight")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Append(journal.Started{Agent: "a"})
+	w.Sync()
+	if rec, err := Reconcile(p.lw, p.gov, p.pub); err != nil || len(rec) != 0 {
+		t.Fatalf("reconciled a run in flight: %+v, %v", rec, err)
+	}
+	w.Close()
+	if rec, err := Reconcile(p.lw, p.gov, p.pub); err != nil || len(rec) != 1 || rec[0].RunID != "in-flight" || rec[0].State != journal.StatusIncomplete {
+		t.Fatalf("an abandoned run: %+v, %v", rec, err)
 	}
 }

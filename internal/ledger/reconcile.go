@@ -17,48 +17,36 @@ import (
 // Reconcile makes the ledger whole at start-up: every journal in the governed directory
 // gov that the ledger has no entry for — a crash between the journal's end and the
 // ledger append, or a run abandoned mid-way — gets a recovered entry with the file as
-// found (state complete, incomplete or invalid; records and head). Journals are never
-// rewritten. It returns the entries appended.
-//
-// One case has an entry already: the server stopped after the run's entry was durable and
-// before the journal's last line (terminated) was written, so the journal is one record
-// short of the receipt the entry names. It gets a recovered entry too, with the journal as
-// found: its outcome was never returned, and the ledger says so.
+// found (state complete, incomplete or invalid; records and head). Journals the ledger
+// knows (by the run id in their name) are not read, so start-up does not grow with the
+// history; a journal another server is still writing (its writer holds a lock on it) is
+// left to that server. Journals are never rewritten. It returns the entries appended.
 func Reconcile(w *Writer, gov string, pub ed25519.PublicKey) ([]Recovered, error) {
-	reports, err := journal.VerifyDir(gov, pub)
+	ents, err := os.ReadDir(gov)
 	if err != nil {
 		return nil, err
-	}
-	data, err := readLedger(filepath.Join(filepath.Dir(gov), FileName))
-	if err != nil {
-		return nil, err
-	}
-	recorded := map[string]entryFacts{} // run id → its last run or recovered entry
-	for _, l := range Verify(data, pub).Entries {
-		if l.Type == TypeRun || l.Type == TypeRecovered {
-			var f entryFacts
-			if json.Unmarshal(l.Data, &f) == nil {
-				recorded[f.RunID] = f
-			}
-		}
 	}
 	var out []Recovered
-	for _, rep := range reports {
-		base := filepath.Base(rep.Path)
-		runID, agentID := rep.RunID, rep.AgentID
-		if runID == "" { // unreadable from the start: name it as its file does
-			if ids, ok := strings.CutSuffix(base, ".jsonl"); ok {
-				agentID, runID, _ = strings.Cut(ids, ".")
-			}
-		}
-		if runID == "" {
+	for _, ent := range ents {
+		base := ent.Name()
+		ids, ok := strings.CutSuffix(base, ".jsonl")
+		if !ok {
 			continue
 		}
-		if w.Knows(runID) {
-			f, ok := recorded[runID]
-			if !ok || rep.Status != journal.StatusIncomplete || int64(rep.Records) != f.Records-1 || f.State != "" {
-				continue
-			}
+		agentID, runID, _ := strings.Cut(ids, ".")
+		if runID != "" && w.Knows(runID) {
+			continue
+		}
+		path := filepath.Join(gov, base)
+		if journal.InProgress(path) {
+			continue
+		}
+		rep := journal.Verify(path, pub, journal.VerifyOptions{})
+		if rep.RunID != "" {
+			runID, agentID = rep.RunID, rep.AgentID
+		}
+		if runID == "" || w.Knows(runID) {
+			continue
 		}
 		rec := Recovered{RunID: runID, AgentID: agentID, File: base, State: rep.Status, Records: int64(rep.Records), Head: rep.Head}
 		if _, err := w.Append(rec); err != nil {
