@@ -124,10 +124,14 @@ func checkName(r *Report, base string) {
 }
 
 // readJournal reads a regular file of at most MaxFileBytes without following a symlink.
-func readJournal(path string) ([]byte, error) {
+func readJournal(path string) ([]byte, error) { return ReadLog(path, MaxFileBytes) }
+
+// ReadLog reads a signed log file (a journal, the ledger) of at most limit bytes: a regular
+// file, opened without following a symlink and without blocking on a FIFO.
+func ReadLog(path string, limit int64) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ELOOP) {
-		return nil, fmt.Errorf("%s is a symlink; journals are opened without following symlinks", path)
+		return nil, fmt.Errorf("%s is a symlink; signed logs are opened without following symlinks", path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -141,15 +145,15 @@ func readJournal(path string) ([]byte, error) {
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s is not a regular file", path)
 	}
-	if st.Size() > MaxFileBytes {
-		return nil, fmt.Errorf("%s is %d bytes, more than the %d-byte journal limit", path, st.Size(), MaxFileBytes)
+	if st.Size() > limit {
+		return nil, fmt.Errorf("%s is %d bytes, more than the %d-byte limit", path, st.Size(), limit)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(data) > MaxFileBytes {
-		return nil, fmt.Errorf("%s grew past the %d-byte journal limit", path, MaxFileBytes)
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s grew past the %d-byte limit", path, limit)
 	}
 	return data, nil
 }
@@ -288,11 +292,11 @@ func checkSignature(p, sigText []byte, pub ed25519.PublicKey, context string, ms
 	return nil
 }
 
-// decodePayload reads an authentic payload, rejecting what the format forbids: anything
-// but strict UTF-8 JSON, members other than exactly the envelope's, members of the wrong
-// type, and data the state machine cannot read.
-func decodePayload(p []byte) (*entry, error) {
-	if p[0] != '{' || !utf8.Valid(p) || !json.Valid(p) {
+// PayloadMembers reads an authentic payload P as the format requires of every signed log
+// sharing the envelope: strict UTF-8 JSON (an object; no float, no member name twice,
+// nothing after it) with exactly the members names, returned raw.
+func PayloadMembers(p []byte, names []string) (map[string]json.RawMessage, error) {
+	if len(p) == 0 || p[0] != '{' || !utf8.Valid(p) || !json.Valid(p) {
 		return nil, errors.New("payload is not a UTF-8 JSON object")
 	}
 	if err := strictjson.Check(p, strictjson.Options{IntegersOnly: true, Single: true}); err != nil {
@@ -303,14 +307,25 @@ func decodePayload(p []byte) (*entry, error) {
 		return nil, fmt.Errorf("payload: %w", err)
 	}
 	for k := range m {
-		if !contains(envelopeMembers, k) {
+		if !contains(names, k) {
 			return nil, fmt.Errorf("payload has unknown member %q", k)
 		}
 	}
-	for _, k := range envelopeMembers {
+	for _, k := range names {
 		if _, ok := m[k]; !ok {
 			return nil, fmt.Errorf("payload lacks member %q", k)
 		}
+	}
+	return m, nil
+}
+
+// decodePayload reads an authentic payload, rejecting what the format forbids: anything
+// but strict UTF-8 JSON, members other than exactly the envelope's, members of the wrong
+// type, and data the state machine cannot read.
+func decodePayload(p []byte) (*entry, error) {
+	m, err := PayloadMembers(p, envelopeMembers)
+	if err != nil {
+		return nil, err
 	}
 	e := &entry{payload: p, seq: m["seq"], v: m["v"], data: m["data"]}
 	for k, dst := range map[string]*string{"run_id": &e.runID, "prev": &e.prev, "time": &e.time, "agent_id": &e.agentID, "type": &e.typ} {

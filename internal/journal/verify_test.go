@@ -170,7 +170,7 @@ func TestVerifyFiles(t *testing.T) {
 	if err := os.Truncate(big, MaxFileBytes+1); err != nil {
 		t.Fatal(err)
 	}
-	if r := Verify(big, pub, VerifyOptions{}); r.ExitCode() != 1 || !strings.Contains(reportJSON(r), "journal limit") {
+	if r := Verify(big, pub, VerifyOptions{}); r.ExitCode() != 1 || !strings.Contains(reportJSON(r), "67108864-byte limit") {
 		t.Errorf("oversized: %s", reportJSON(r))
 	}
 	// Directory mode: eight of the files are of the allowed run, so each is flagged as

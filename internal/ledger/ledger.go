@@ -51,6 +51,8 @@ const (
 	Version = 1
 	// MaxNoteBytes bounds a resolution's note.
 	MaxNoteBytes = 4 << 10
+	// MaxLedgerBytes bounds the ledger file a verifier reads (about 2 million runs).
+	MaxLedgerBytes = 1 << 30
 )
 
 // ZeroHash is prev of the first line.

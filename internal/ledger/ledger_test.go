@@ -354,11 +354,20 @@ func TestTwoWriters(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	// Each writer takes in the other's lines at its next append.
+	if _, err := a.Append(runEntry(40)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Append(runEntry(41)); err != nil {
+		t.Fatal(err)
+	}
 	rep := Verify(ledgerBytes(t, dir), testKey().Public().(ed25519.PublicKey))
-	if len(rep.Problems) != 0 || len(rep.Entries) != 40 {
+	if len(rep.Problems) != 0 || len(rep.Entries) != 42 {
 		t.Fatalf("%d entries, problems %v", len(rep.Entries), rep.Problems)
 	}
-	if !a.Knows("run-1") || !b.Knows("run-0") {
-		t.Error("a writer does not know what the other appended")
+	for i := range 42 {
+		if id := fmt.Sprintf("run-%d", i); (i < 41 && !a.Knows(id)) || !b.Knows(id) {
+			t.Errorf("a writer does not know %s, which the other appended", id)
+		}
 	}
 }

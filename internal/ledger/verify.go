@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"symbi/internal/digest"
 	"symbi/internal/journal"
-	"symbi/internal/strictjson"
 )
 
 // Problem is one reason a ledger is invalid. Line is 1-based; 0 means the whole file.
@@ -86,23 +84,9 @@ func checkLine(raw []byte, pub ed25519.PublicKey, msg *[]byte, seq int64, prev s
 	if err != nil {
 		return nil, err
 	}
-	if p[0] != '{' || !utf8.Valid(p) || !json.Valid(p) {
-		return nil, errors.New("payload is not a UTF-8 JSON object")
-	}
-	if err := strictjson.Check(p, strictjson.Options{IntegersOnly: true, Single: true}); err != nil {
-		return nil, fmt.Errorf("payload: %w", err)
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(p, &m); err != nil {
-		return nil, fmt.Errorf("payload: %w", err)
-	}
-	if len(m) != len(members) {
-		return nil, fmt.Errorf("payload has %d members, want exactly %s", len(m), strings.Join(members, ", "))
-	}
-	for _, k := range members {
-		if _, ok := m[k]; !ok {
-			return nil, fmt.Errorf("payload lacks member %q", k)
-		}
+	m, err := journal.PayloadMembers(p, members)
+	if err != nil {
+		return nil, err
 	}
 	var pv, pprev, ptime, ptype string
 	for k, dst := range map[string]*string{"prev": &pprev, "time": &ptime, "type": &ptype} {
