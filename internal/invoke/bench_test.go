@@ -14,6 +14,8 @@ import (
 
 	"symbi/internal/inference"
 	"symbi/internal/invoke"
+	"symbi/internal/journal"
+	"symbi/internal/ledger"
 	"symbi/internal/loopback"
 	"symbi/internal/mcpserver"
 	"symbi/internal/policy"
@@ -23,7 +25,10 @@ import (
 // benchSessions returns MCP client sessions to two servers over the same project and the
 // same zero-latency loopback model, connected through in-memory transports: one governed,
 // one whose runner takes the benchmark-only path without journal and policy.
-func benchSessions(b *testing.B) (gov, ungov *mcp.ClientSession) {
+//
+// With withLedger set, it also returns there a governed session whose runner records each
+// run in the project ledger.
+func benchSessions(b *testing.B, withLedger **mcp.ClientSession) (gov, ungov *mcp.ClientSession) {
 	b.Helper()
 	dir := b.TempDir()
 	files := map[string]string{
@@ -75,6 +80,21 @@ func benchSessions(b *testing.B) (gov, ungov *mcp.ClientSession) {
 	}
 	ungovRunner := invoke.New(cfg)
 	invoke.SetUngoverned(ungovRunner)
+	if withLedger != nil {
+		store, err := journal.OpenStore(p.Root(), journal.StoreOptions{Create: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer store.Close()
+		lw, err := ledger.Open(p.Root(), store.SigningKey())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { lw.Close() })
+		lcfg := cfg
+		lcfg.Ledger = lw
+		*withLedger = connect(invoke.New(lcfg))
+	}
 	return connect(invoke.New(cfg)), connect(ungovRunner)
 }
 
@@ -138,7 +158,7 @@ func batch(b *testing.B, c int, fn func(i int) error) []time.Duration {
 func BenchmarkInvoke(b *testing.B) {
 	for _, c := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
-			gov, ungov := benchSessions(b)
+			gov, ungov := benchSessions(b, nil)
 			floorDir := b.TempDir()
 			call := func(cs *mcp.ClientSession) func(int) error {
 				return func(int) error {
@@ -173,6 +193,46 @@ func BenchmarkInvoke(b *testing.B) {
 			b.ReportMetric(float64(p50(lf).Microseconds()), "fsync-floor-p50-us")
 			b.ReportMetric(float64(p50(lg))/float64(p50(lu)+p50(lf)), "ratio-p50")
 			b.ReportMetric(n/tg.Seconds(), "governed-inv/s")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// BenchmarkLedger measures what the project ledger costs a governed run: invoke_agent end
+// to end through the MCP server with the ledger and without it, side by side in one run,
+// at concurrency 1 and 64 (where group commit lets concurrent runs share its fsyncs). It
+// reports each per-invocation time, the p50s and the throughput ratio with / without.
+func BenchmarkLedger(b *testing.B) {
+	for _, c := range []int{1, 64} {
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
+			var led *mcp.ClientSession
+			gov, _ := benchSessions(b, &led)
+			call := func(cs *mcp.ClientSession) func(int) error {
+				return func(int) error {
+					res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "invoke_agent", Arguments: map[string]any{"agent": "helper", "prompt": "hello"}})
+					if err == nil && res.IsError {
+						err = fmt.Errorf("invoke_agent: %v", res.Content)
+					}
+					return err
+				}
+			}
+			var tl, tg time.Duration
+			var ll, lg []time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				ll = append(ll, batch(b, c, call(led))...)
+				t1 := time.Now()
+				lg = append(lg, batch(b, c, call(gov))...)
+				tl, tg = tl+t1.Sub(t0), tg+time.Since(t1)
+			}
+			b.StopTimer()
+			n := float64(b.N * c)
+			b.ReportMetric(float64(tl.Nanoseconds())/n, "ledger-ns/inv")
+			b.ReportMetric(float64(tg.Nanoseconds())/n, "no-ledger-ns/inv")
+			b.ReportMetric(float64(p50(ll).Microseconds()), "ledger-p50-us")
+			b.ReportMetric(float64(p50(lg).Microseconds()), "no-ledger-p50-us")
+			b.ReportMetric(tg.Seconds()/tl.Seconds(), "throughput-ratio")
 			b.ReportMetric(0, "ns/op")
 		})
 	}
