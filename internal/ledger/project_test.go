@@ -23,7 +23,9 @@ type project struct {
 	lw       *Writer
 }
 
-func newProjectRuns(t *testing.T, n int) *project {
+func newProjectRuns(t *testing.T, n int) *project { return newProjectRunsTB(t, n) }
+
+func newProjectRunsTB(t testing.TB, n int) *project {
 	t.Helper()
 	dir := t.TempDir()
 	root, err := os.Open(dir)
@@ -49,7 +51,7 @@ func newProjectRuns(t *testing.T, n int) *project {
 }
 
 // addRun writes a whole run's journal, recording it in the ledger when recorded is set.
-func (p *project) addRun(t *testing.T, store *journal.Store, runID string, recorded bool) {
+func (p *project) addRun(t testing.TB, store *journal.Store, runID string, recorded bool) {
 	t.Helper()
 	w, err := store.Create("agent", runID)
 	if err != nil {
@@ -80,7 +82,9 @@ func (p *project) addRun(t *testing.T, store *journal.Store, runID string, recor
 
 func (p *project) ledgerPath() string { return filepath.Join(p.dir, ".symbiont", FileName) }
 
-func (p *project) checkpoint(t *testing.T) []byte {
+func (p *project) checkpoint(t *testing.T) []byte { return p.checkpointTB(t) }
+
+func (p *project) checkpointTB(t testing.TB) []byte {
 	t.Helper()
 	data, _ := os.ReadFile(p.ledgerPath())
 	tree, err := NewTree(Verify(data, p.pub).Entries)
@@ -244,4 +248,20 @@ func TestReconcileLeavesRunsInFlight(t *testing.T) {
 	if rec, err := Reconcile(p.lw, p.gov, p.pub); err != nil || len(rec) != 1 || rec[0].RunID != "in-flight" || rec[0].State != journal.StatusIncomplete {
 		t.Fatalf("an abandoned run: %+v, %v", rec, err)
 	}
+}
+
+// BenchmarkVerifyProject measures symbi audit verify --project on a project of 10,000
+// finished runs (each a three-record journal and its ledger entry), with a checkpoint.
+func BenchmarkVerifyProject(b *testing.B) {
+	const runs = 10000
+	p := newProjectRunsTB(b, runs)
+	cp := p.checkpointTB(b)
+	b.ResetTimer()
+	for range b.N {
+		if r := VerifyProject(p.dir, p.pub, [][]byte{cp}); r.ExitCode() != 0 {
+			b.Fatalf("exit %d: %v", r.ExitCode(), r.Problems)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/verify")
+	b.ReportMetric(float64(runs)*float64(b.N)/b.Elapsed().Seconds(), "runs/s")
 }
