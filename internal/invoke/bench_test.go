@@ -14,7 +14,6 @@ import (
 
 	"symbi/internal/inference"
 	"symbi/internal/invoke"
-	"symbi/internal/journal"
 	"symbi/internal/ledger"
 	"symbi/internal/loopback"
 	"symbi/internal/mcpserver"
@@ -81,12 +80,7 @@ func benchSessions(b *testing.B, withLedger **mcp.ClientSession) (gov, ungov *mc
 	ungovRunner := invoke.New(cfg)
 	invoke.SetUngoverned(ungovRunner)
 	if withLedger != nil {
-		store, err := journal.OpenStore(p.Root(), journal.StoreOptions{Create: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer store.Close()
-		lw, err := ledger.Open(p.Root(), store.SigningKey())
+		lw, _, err := ledger.OpenProject(p.Root(), "")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -160,15 +154,6 @@ func BenchmarkInvoke(b *testing.B) {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
 			gov, ungov := benchSessions(b, nil)
 			floorDir := b.TempDir()
-			call := func(cs *mcp.ClientSession) func(int) error {
-				return func(int) error {
-					res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "invoke_agent", Arguments: map[string]any{"agent": "helper", "prompt": "hello"}})
-					if err == nil && res.IsError {
-						err = fmt.Errorf("invoke_agent: %v", res.Content)
-					}
-					return err
-				}
-			}
 			var tg, tu, tf time.Duration
 			var lg, lu, lf []time.Duration
 			b.ResetTimer()
@@ -207,15 +192,6 @@ func BenchmarkLedger(b *testing.B) {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
 			var led *mcp.ClientSession
 			gov, _ := benchSessions(b, &led)
-			call := func(cs *mcp.ClientSession) func(int) error {
-				return func(int) error {
-					res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "invoke_agent", Arguments: map[string]any{"agent": "helper", "prompt": "hello"}})
-					if err == nil && res.IsError {
-						err = fmt.Errorf("invoke_agent: %v", res.Content)
-					}
-					return err
-				}
-			}
 			var tl, tg time.Duration
 			var ll, lg []time.Duration
 			b.ResetTimer()
@@ -235,6 +211,17 @@ func BenchmarkLedger(b *testing.B) {
 			b.ReportMetric(tg.Seconds()/tl.Seconds(), "throughput-ratio")
 			b.ReportMetric(0, "ns/op")
 		})
+	}
+}
+
+// call returns one invoke_agent call on cs, for batch.
+func call(cs *mcp.ClientSession) func(int) error {
+	return func(int) error {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "invoke_agent", Arguments: map[string]any{"agent": "helper", "prompt": "hello"}})
+		if err == nil && res.IsError {
+			err = fmt.Errorf("invoke_agent: %v", res.Content)
+		}
+		return err
 	}
 }
 

@@ -478,20 +478,11 @@ func TestCallerAndSurface(t *testing.T) {
 	}
 }
 
-// withLedger opens the project ledger of f's project and gives it to a new Runner.
+// withLedger opens the project ledger of f's project, as symbi mcp does, and gives it to
+// f's Runner.
 func withLedger(t *testing.T, f *fixture) *ledger.Writer {
 	t.Helper()
-	root, err := os.Open(f.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { root.Close() })
-	store, err := journal.OpenStore(root, journal.StoreOptions{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	lw, err := ledger.Open(root, store.SigningKey())
+	lw, _, err := ledger.OpenProject(f.runner.cfg.Project.Root(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
