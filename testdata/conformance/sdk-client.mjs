@@ -251,7 +251,8 @@ async function main() {
   // notification that arrives in the same read as the result reaches onprogress after the
   // request has been retired and is dropped as "unknown token" (typescript-sdk issue
   // 2580, a client race no server can avoid): onprogress must see an in-order prefix of
-  // the stages, and the wire must carry all of them before the result.
+  // the stages (empty when all arrive in one read), and the wire must carry all of them
+  // before the result.
   await check("progress", async () => {
     const seen = [];
     const res = await call(client, "invoke_agent", { agent: "helper", prompt: "progress" }, {
@@ -270,7 +271,8 @@ async function main() {
     assert(JSON.stringify(messages) === JSON.stringify(STAGES), `stages on the wire ${JSON.stringify(messages)}`);
     sent.forEach((m, i) => assert(m.msg.params.progress === i + 1 && m.msg.params.total === STAGES.length, `notification ${i}: ${JSON.stringify(m.msg.params)}`));
     const delivered = seen.map((p) => p.message);
-    assert(delivered.length >= 1 && JSON.stringify(delivered) === JSON.stringify(STAGES.slice(0, delivered.length)),
+    // Possibly none: when all five arrive in one read with the result, the SDK drops all.
+    assert(JSON.stringify(delivered) === JSON.stringify(STAGES.slice(0, delivered.length)),
       `onprogress saw ${JSON.stringify(delivered)}`);
     return `wire: ${messages.join(", ")}; onprogress: ${delivered.length} of ${STAGES.length}`;
   });
