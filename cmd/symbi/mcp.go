@@ -13,6 +13,7 @@ import (
 	"symbi/internal/ledger"
 	"symbi/internal/mcpserver"
 	"symbi/internal/policy"
+	"symbi/internal/runs"
 	"symbi/internal/schemapin"
 )
 
@@ -109,8 +110,11 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 		Project: p, Registry: reg, Policies: pol, Provider: prov, ProviderErr: provErr,
 		KeyFile: e.getenv("SYMBI_AUDIT_KEY_FILE"), HashesOnly: hashesOnly, MinFreeBytes: o.minFree, MaxRuns: o.maxRuns, Log: log,
 	})
+	// Runs: every run of this server and every run the ledger records, started through
+	// runner (invoke_agent and start_run share it).
+	rm := runs.New(runs.Config{Root: p.Root(), KeyFile: e.getenv("SYMBI_AUDIT_KEY_FILE"), Runner: runner, Registry: reg, Ledger: lw, Log: log})
 	server := mcpserver.New(mcpserver.Config{
-		Project: p, Registry: reg, Runner: runner, Schemas: schemapin.NewVerifier(e.getenv), Log: log,
+		Project: p, Registry: reg, Runs: rm, Schemas: schemapin.NewVerifier(e.getenv), Log: log,
 	})
 	attrs := []any{"project", p.Path(), "agents", len(reg.Entries()), "policy_mode", pol.Mode, "policy_digest", pol.Digest}
 	if prov != nil {

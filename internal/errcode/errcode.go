@@ -30,6 +30,8 @@ const (
 	Cancelled         Code = "cancelled"
 	Timeout           Code = "timeout"
 	Busy              Code = "busy"
+	RunNotFound       Code = "run_not_found"
+	InvalidTransition Code = "invalid_transition"
 	Internal          Code = "internal"
 )
 

@@ -19,6 +19,7 @@ import (
 	"symbi/internal/mcpserver"
 	"symbi/internal/policy"
 	"symbi/internal/project"
+	"symbi/internal/runs"
 )
 
 // benchSessions returns MCP client sessions to two servers over the same project and the
@@ -63,7 +64,7 @@ func benchSessions(b *testing.B, withLedger **mcp.ClientSession) (gov, ungov *mc
 	}
 	cfg := invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov}
 	connect := func(r *invoke.Runner) *mcp.ClientSession {
-		srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runner: r})
+		srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: r, Registry: reg})})
 		st, ct := mcp.NewInMemoryTransports()
 		ctx := context.Background()
 		ss, err := srv.Connect(ctx, st, nil)

@@ -7,6 +7,7 @@ import (
 
 	"symbi/internal/errcode"
 	"symbi/internal/inference"
+	"symbi/internal/journal"
 	"symbi/internal/policy"
 	"symbi/internal/project"
 )
@@ -14,6 +15,8 @@ import (
 // prepared is the outcome of preflight: everything a run needs before its journal exists.
 type prepared struct {
 	opened  atomic.Pointer[Audit] // set once the run's journal exists: run_id, path, public_key
+	journal atomic.Pointer[journal.Writer]
+	reason  string // the terminated reason the run ended with; set before done is closed
 	outcome atomic.Int32          // outcomeOpen, outcomeReleasing or outcomeAbandoned
 	req     Request
 	agent   *project.Agent

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -36,6 +37,7 @@ type Run struct {
 	r      *Runner
 	p      *prepared
 	cancel context.CancelCauseFunc
+	opened chan struct{} // closed when the journal is created or the run has ended
 	done   chan struct{} // closed when the run has ended; res and err are then set
 	res    *Result
 	err    error
@@ -80,9 +82,17 @@ func (r *Runner) Start(req Request, progress func(Stage)) (*Run, error) {
 	}
 	progress(StageAdmitted)
 	ctx, cancel := context.WithCancelCause(r.base)
-	run := &Run{r: r, p: p, cancel: cancel, done: make(chan struct{})}
+	run := &Run{r: r, p: p, cancel: cancel, opened: make(chan struct{}), done: make(chan struct{})}
+	var openOnce sync.Once
+	signalOpen := func() { openOnce.Do(func() { close(run.opened) }) }
 	go func() {
-		run.res, run.err = r.execute(ctx, p, progress)
+		run.res, run.err = r.execute(ctx, p, func(s Stage) {
+			if s == StageJournalOpened {
+				signalOpen()
+			}
+			progress(s)
+		})
+		signalOpen()
 		r.logRun(p, run.res, run.err)
 		// The slot is free before anyone hears the run ended: a caller that starts its next
 		// run at once must not find it still taken.
@@ -93,15 +103,20 @@ func (r *Runner) Start(req Request, progress func(Stage)) (*Run, error) {
 	return run, nil
 }
 
-// Invoke runs req and waits for its outcome. When ctx ends first, the run is cancelled
-// (its caller is gone) and Invoke returns promptly with a cancelled error while the run
-// finishes its journal in the background.
+// Invoke runs req and waits for its outcome (Start, then Await).
 func (r *Runner) Invoke(ctx context.Context, req Request, progress func(Stage)) (*Result, error) {
 	run, err := r.Start(req, progress)
 	if err != nil {
 		return nil, err
 	}
-	stop := context.AfterFunc(ctx, func() { run.Cancel(errCallerGone) })
+	return run.Await(ctx)
+}
+
+// Await waits for the run's outcome on behalf of a caller whose request is ctx: when ctx
+// ends first, the run is cancelled (its caller is gone) and Await returns promptly with a
+// cancelled error while the run finishes its journal in the background.
+func (run *Run) Await(ctx context.Context) (*Result, error) {
+	stop := context.AfterFunc(ctx, func() { run.Cancel(ErrCallerGone) })
 	defer stop()
 	return run.Wait(ctx)
 }
@@ -112,6 +127,49 @@ func (run *Run) Cancel(cause error) { run.cancel(cause) }
 
 // Done is closed when the run has ended, its journal finished.
 func (run *Run) Done() <-chan struct{} { return run.done }
+
+// Audit returns the reference to the run's journal, or nil while it has none (before the
+// journal is created, or for a run that ended without one).
+func (run *Run) Audit() *Audit { return run.p.opened.Load() }
+
+// Agent returns the declared name and agent_id of the run's agent, and its caller.
+func (run *Run) Agent() (name, agentID, caller string) {
+	return run.p.name, run.p.agentID, run.p.req.Caller
+}
+
+// Durable returns the receipt of the run's journal records made durable so far (zero
+// before the journal exists).
+func (run *Run) Durable() journal.Receipt {
+	if w := run.p.journal.Load(); w != nil {
+		return w.Durable()
+	}
+	return journal.Receipt{}
+}
+
+// Changed returns a channel closed when Durable may have changed: at the journal's next
+// fsync, or — before the journal exists — when it is created. A run that has ended
+// changes no more: wait on Done as well.
+func (run *Run) Changed() <-chan struct{} {
+	if w := run.p.journal.Load(); w != nil {
+		return w.Changed()
+	}
+	return run.opened
+}
+
+// Reason returns the terminated reason the run ended with (completed, policy_denied, …),
+// once Done is closed; "" for a run that ended without a journal record.
+func (run *Run) Reason() string {
+	select {
+	case <-run.done:
+		return run.p.reason
+	default:
+		return ""
+	}
+}
+
+// ErrCancelRequested is the cause a caller's explicit cancellation (cancel_run) gives
+// Cancel.
+var ErrCancelRequested = errors.New("cancel_run")
 
 // Wait returns the run's outcome. If ctx ends first, Wait gives the run a moment to end
 // its journal (so the answer can carry the receipt), then stops waiting — but only if the
@@ -150,7 +208,8 @@ const (
 	outcomeAbandoned       // the call stopped waiting and told its caller cancelled
 )
 
-var errCallerGone = errors.New("the caller cancelled the request")
+// ErrCallerGone is the cause given Cancel when the request waiting for the run has ended.
+var ErrCallerGone = errors.New("the caller cancelled the request")
 
 // logRun reports a finished run on the server's log.
 func (r *Runner) logRun(p *prepared, res *Result, err error) {
@@ -193,12 +252,18 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 				"%d bytes free on the file system of %s, below the floor of %d bytes (--min-free-space); no journal was created: free space, or lower the floor", free, store.Dir(), floor)}
 		}
 	}
-	runID := uuid.NewString()
+	// A UUIDv7: run ids sort by the time the run began (list_runs pages by them).
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, &Error{Err: errcode.Errorf(errcode.Internal, "run id: %v", err)}
+	}
+	runID := id.String()
 	w, err := store.Create(p.agentID, runID)
 	if err != nil {
 		return nil, &Error{Err: errcode.Wrap(errcode.AuditUnavailable, err)}
 	}
 	defer w.Close()
+	p.journal.Store(w)
 	pub := hex.EncodeToString(store.PublicKey())
 	p.opened.Store(&Audit{RunID: runID, Path: w.Path(), PublicKey: pub})
 	audit := func() *Audit {
@@ -208,6 +273,7 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 	// fail ends the run with err after the journal was opened: it writes terminated when
 	// the writer still can, and withholds any text.
 	fail := func(reason string, err error) (*Result, error) {
+		p.reason = reason
 		werr := r.endRun(w, p, journal.Terminated{Reason: reason, Released: false, DurationMS: ms(time.Since(start)), Error: err.Error()})
 		if werr != nil && reason != reasonAuditFailed {
 			err = errcode.Errorf(errcode.AuditUnavailable, "%v; and the run could not be recorded as such: %v", err, werr)
@@ -220,6 +286,7 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 	journalFailed := func(err error) (*Result, error) {
 		if derr := w.Discard(); derr == nil {
 			p.opened.Store(nil)
+			p.journal.Store(nil)
 			return nil, &Error{Err: errcode.Errorf(errcode.AuditUnavailable,
 				"journal write failed before the run's first record was durable; nothing was sent or released, and the empty journal was removed: %v", err)}
 		} else if !errors.Is(derr, journal.ErrDurable) {
@@ -294,6 +361,7 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 		return fail(reasonCancelled, errcode.Errorf(errcode.Cancelled, "the caller stopped waiting before the answer was released"))
 	}
 	r.at("releasing")
+	p.reason = reasonCompleted
 	if err := r.endRun(w, p, journal.Terminated{Reason: reasonCompleted, Released: true, DurationMS: ms(time.Since(start))}); err != nil {
 		return journalFailed(err)
 	}
@@ -327,6 +395,7 @@ func (r *Runner) endRun(w *journal.Writer, p *prepared, t journal.Terminated) er
 	}
 	if ledgerErr != nil {
 		ledgerErr = errcode.Errorf(errcode.AuditUnavailable, "the project ledger could not record the run: %w", ledgerErr)
+		p.reason = reasonAuditFailed
 		failed := journal.Terminated{Reason: reasonAuditFailed, DurationMS: t.DurationMS,
 			Error: fmt.Sprintf("%v; the run had ended as %s: %s", ledgerErr, t.Reason, t.Error)}
 		if prep, err = w.Prepare(clampError(failed)); err != nil {
@@ -352,8 +421,11 @@ func clampError(t journal.Terminated) journal.Terminated {
 
 // cancelledError says who cancelled the run (ctx's cause) and when.
 func cancelledError(ctx context.Context, when string) error {
-	if errors.Is(context.Cause(ctx), errCallerGone) {
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, ErrCallerGone):
 		return errcode.Errorf(errcode.Cancelled, "the caller cancelled the request %s", when)
+	case errors.Is(cause, ErrCancelRequested):
+		return errcode.Errorf(errcode.Cancelled, "the run was cancelled by cancel_run %s", when)
 	}
 	return errcode.Errorf(errcode.Cancelled, "the run was cancelled (server shutting down) %s", when)
 }

@@ -60,6 +60,7 @@ type Writer struct {
 	prev        string
 	terminated  bool
 	failed      error
+	changed     chan struct{} // closed, and replaced, when durable changes
 }
 
 // Create makes the run's journal <agentID>.<runID>.jsonl in the governed directory
@@ -110,7 +111,7 @@ func (s *Store) Create(agentID, runID string) (*Writer, error) {
 }
 
 func newWriter(f file, path string, key ed25519.PrivateKey, agentID, runID string) *Writer {
-	return &Writer{f: f, path: path, key: key, agentID: agentID, runID: runID, now: time.Now, prev: ZeroHash}
+	return &Writer{f: f, path: path, key: key, agentID: agentID, runID: runID, now: time.Now, prev: ZeroHash, changed: make(chan struct{})}
 }
 
 func validID(s string) bool {
@@ -339,8 +340,21 @@ func (w *Writer) Sync() error {
 	if err := w.checkReachable(st); err != nil {
 		return w.fail(err)
 	}
-	w.durable, w.durableHead = w.seq, w.prev
+	if w.durable != w.seq {
+		w.durable, w.durableHead = w.seq, w.prev
+		close(w.changed)
+		w.changed = make(chan struct{})
+	}
 	return nil
+}
+
+// Changed returns a channel closed when Durable next changes: an observer takes it, reads
+// Durable, and waits on it for more. It never closes for a writer whose records are all
+// durable and that writes no more.
+func (w *Writer) Changed() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed
 }
 
 // ErrDurable is returned by Discard for a journal that already holds a durable record.

@@ -24,6 +24,7 @@ type Line struct {
 	Seq  int64
 	Type string
 	Data json.RawMessage
+	Time time.Time
 	Hash string // lowercase hex SHA-256 of the line including "\n"
 	Leaf []byte // the line without its "\n": the Merkle tree leaf
 }
@@ -58,8 +59,7 @@ func (l Line) RunID() string {
 // the chain of prev hashes and the time. Entries holds the lines up to the first problem.
 func Verify(data []byte, pub ed25519.PublicKey) *Report {
 	r := &Report{Problems: []Problem{}}
-	prev := ZeroHash
-	var msg []byte
+	rd := NewReader(pub)
 	for n := 1; len(data) > 0; n++ {
 		i := bytes.IndexByte(data, '\n')
 		if i < 0 {
@@ -68,15 +68,38 @@ func Verify(data []byte, pub ed25519.PublicKey) *Report {
 		}
 		raw := data[:i+1]
 		data = data[i+1:]
-		l, err := checkLine(raw, pub, &msg, int64(n-1), prev)
+		l, err := rd.Next(raw)
 		if err != nil {
 			r.Problems = append(r.Problems, Problem{Line: n, Message: err.Error()})
 			return r // a broken chain: what follows cannot be placed
 		}
 		r.Entries = append(r.Entries, *l)
-		prev = l.Hash
 	}
 	return r
+}
+
+// Reader verifies a ledger line by line, as Verify does, for a reader that follows the
+// file as it grows: each line must continue the chain of those before it.
+type Reader struct {
+	pub  ed25519.PublicKey
+	seq  int64
+	prev string
+	msg  []byte
+}
+
+// NewReader returns a Reader expecting the ledger's first line.
+func NewReader(pub ed25519.PublicKey) *Reader { return &Reader{pub: pub, prev: ZeroHash} }
+
+// Next verifies raw, one whole line including its "\n", as the next line. After an error
+// the Reader is unchanged: the line cannot be placed in the chain.
+func (r *Reader) Next(raw []byte) (*Line, error) {
+	l, err := checkLine(raw, r.pub, &r.msg, r.seq, r.prev)
+	if err != nil {
+		return nil, err
+	}
+	r.seq++
+	r.prev = l.Hash
+	return l, nil
 }
 
 func checkLine(raw []byte, pub ed25519.PublicKey, msg *[]byte, seq int64, prev string) (*Line, error) {
@@ -107,8 +130,9 @@ func checkLine(raw []byte, pub ed25519.PublicKey, msg *[]byte, seq int64, prev s
 	case len(m["data"]) == 0 || m["data"][0] != '{':
 		return nil, errors.New(`payload member "data" is not an object`)
 	}
-	if t, err := time.Parse(time.RFC3339Nano, ptime); err != nil || !strings.HasSuffix(ptime, "Z") || t.IsZero() {
+	t, err := time.Parse(time.RFC3339Nano, ptime)
+	if err != nil || !strings.HasSuffix(ptime, "Z") || t.IsZero() {
 		return nil, fmt.Errorf("time %q is not an RFC 3339 UTC time", ptime)
 	}
-	return &Line{Seq: seq, Type: ptype, Data: m["data"], Hash: digest.SHA256Hex(raw), Leaf: raw[:len(raw)-1]}, nil
+	return &Line{Seq: seq, Type: ptype, Data: m["data"], Time: t, Hash: digest.SHA256Hex(raw), Leaf: raw[:len(raw)-1]}, nil
 }

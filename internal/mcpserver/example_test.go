@@ -15,6 +15,7 @@ import (
 	"symbi/internal/mcpserver"
 	"symbi/internal/policy"
 	"symbi/internal/project"
+	"symbi/internal/runs"
 	"symbi/internal/schemapin"
 )
 
@@ -56,7 +57,7 @@ func Example() {
 	runner := invoke.New(invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Log: quiet})
 	defer runner.Shutdown(context.Background())
 	server := mcpserver.New(mcpserver.Config{
-		Project: p, Registry: reg, Runner: runner, Log: quiet,
+		Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: runner, Registry: reg}), Log: quiet,
 		Schemas: schemapin.NewVerifier(os.Getenv),
 	})
 

@@ -14,9 +14,11 @@ import (
 
 	"symbi/internal/inference"
 	"symbi/internal/invoke"
+	"symbi/internal/ledger"
 	"symbi/internal/mcpserver"
 	"symbi/internal/policy"
 	"symbi/internal/project"
+	"symbi/internal/runs"
 	"symbi/internal/schemapin"
 )
 
@@ -105,12 +107,17 @@ func serve(t *testing.T, dir string, o serveOpts) *mcp.ClientSession {
 	if provErr != nil {
 		prov = nil
 	}
-	runner := invoke.New(invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov, ProviderErr: provErr, Log: log})
+	lw, _, err := ledger.OpenProject(p.Root(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lw.Close() })
+	runner := invoke.New(invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov, ProviderErr: provErr, Ledger: lw, Log: log})
 	schemas := o.schemas
 	if schemas == nil {
 		schemas = schemapin.NewVerifier(getenv)
 	}
-	srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runner: runner, Schemas: schemas, Log: log})
+	srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: runner, Registry: reg, Ledger: lw}), Schemas: schemas, Log: log})
 	ct, st := mcp.NewInMemoryTransports()
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()

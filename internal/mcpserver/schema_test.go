@@ -69,13 +69,15 @@ func TestToolSchemas(t *testing.T) {
 			t.Errorf("tool %s lacks a description, input schema or output schema", tool.Name)
 		}
 	}
-	for _, n := range []string{"invoke_agent", "list_agents", "parse_dsl", "get_agent_dsl", "get_agents_md", "verify_schema"} {
+	wantTools := []string{"invoke_agent", "list_agents", "parse_dsl", "get_agent_dsl", "get_agents_md", "verify_schema",
+		"start_run", "run_events", "run_status", "cancel_run", "list_runs", "resolve_run"}
+	for _, n := range wantTools {
 		if !names[n] {
 			t.Errorf("tool %s is not listed", n)
 		}
 	}
-	if len(names) != 6 {
-		t.Errorf("%d tools listed, want 6", len(names))
+	if len(names) != len(wantTools) {
+		t.Errorf("%d tools listed, want %d", len(names), len(wantTools))
 	}
 }
 

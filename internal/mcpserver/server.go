@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -24,6 +25,7 @@ import (
 	"symbi/internal/errcode"
 	"symbi/internal/invoke"
 	"symbi/internal/project"
+	"symbi/internal/runs"
 	"symbi/internal/schemapin"
 )
 
@@ -31,7 +33,8 @@ import (
 type Config struct {
 	Project  *project.Project
 	Registry *project.Registry
-	Runner   *invoke.Runner
+	// Runs starts runs (invoke_agent, start_run) and answers for them.
+	Runs     *runs.Manager
 	Schemas  *schemapin.Verifier
 	Log      *slog.Logger
 	// Caller names who calls this server, in each run's started record and policy context:
@@ -58,20 +61,37 @@ func New(cfg Config) *mcp.Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	h := &handlers{cfg: cfg}
 	s := mcp.NewServer(&mcp.Implementation{Name: "symbi", Version: buildinfo.Version}, &mcp.ServerOptions{
-		Logger:       cfg.Log,
+		Logger:             cfg.Log,
+		SubscribeHandler:   h.subscribe,
+		UnsubscribeHandler: h.unsubscribe,
 		Instructions: "Governed agent invocation: invoke_agent asks one of this project's registered agents for a policy-checked text answer and returns it with a signed journal receipt. list_agents shows what can be invoked.",
 	})
-	h := &handlers{cfg: cfg}
-	no := false
+	no, yes := false, true
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}
 	addTool(s, &mcp.Tool{Name: "invoke_agent", Title: "Invoke an agent (governed)", Description: invokeDescription,
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &no}}, h.invokeAgent)
+	addTool(s, &mcp.Tool{Name: "start_run", Title: "Start a governed run", Description: startRunDescription,
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &no}}, h.startRun)
+	addTool(s, &mcp.Tool{Name: "run_events", Title: "Read a run's events", Annotations: readOnly, Description: runEventsDescription}, h.runEvents,
+		integer("limit", 1, runs.MaxLimit, runs.DefaultLimit), integer("wait_ms", 0, float64(runs.MaxWait.Milliseconds()), 0), integer("after", 0, 1<<53, 0))
+	addTool(s, &mcp.Tool{Name: "run_status", Title: "A run's status", Annotations: readOnly, Description: "The status of one run: status (running, awaiting_approval, completed, policy_denied, inference_failed, cancelled, timeout, audit_failed, abandoned), reason, released, the released text when the journal retains it, the durable receipt (records, head), times, caller and the latest resolution. Also readable as the resource symbi://runs/{run_id}."}, h.runStatus)
+	addTool(s, &mcp.Tool{Name: "cancel_run", Title: "Cancel a run", Description: "Cancel a run of this server. Waits (up to 10 s) for its journal to end with terminated, reason cancelled, and returns its status. Idempotent: a run that has already ended is answered with its status and already_finished=true, not an error.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no}}, h.cancelRun)
+	addTool(s, &mcp.Tool{Name: "list_runs", Title: "List runs", Annotations: readOnly, Description: "List the project's runs, newest first: every run of this server and every run the project ledger records (they survive restarts). Filters: agent, status, resolution (or unresolved). Pages of limit (1..1000, default 100); pass next_cursor as after for the next page."}, h.listRuns,
+		integer("limit", 1, runs.MaxLimit, runs.DefaultLimit), enum("status", runs.Statuses...), enum("resolution", append(slices.Clone(runs.Resolutions), runs.Unresolved)...))
+	addTool(s, &mcp.Tool{Name: "resolve_run", Title: "Resolve a finished run", Description: "Record what you concluded about a finished run: accepted, rejected, needs_followup or superseded, with an optional note (at most 4 KiB). Each call appends a signed resolution entry to the project ledger, durable before the answer; the latest wins and a later call revises it. A run still running is invalid_transition. Resolution never changes status.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &no, OpenWorldHint: &no}}, h.resolveRun, enum("resolution", runs.Resolutions...))
 	addTool(s, &mcp.Tool{Name: "list_agents", Title: "List agents", Annotations: readOnly, Description: "List the project's registered agent files (snapshot taken at server start): name (stem), file, declared agents, description, capabilities, and whether each is invocable — with the refusal reason when not. Sorted by name."}, h.listAgents)
 	addTool(s, &mcp.Tool{Name: "parse_dsl", Title: "Parse an agent definition", Annotations: readOnly, Description: "Parse an agent definition — a project file (relative path, .symbi or .dsl, read through the confined reader) or inline content, at most 1 MiB — and return its views and admission verdicts. Syntax errors are results (valid=false, errors with line and column), not tool errors."}, h.parseDSL)
 	addTool(s, &mcp.Tool{Name: "get_agent_dsl", Title: "Get an agent definition", Annotations: readOnly, Description: "Return the raw source of a registered agent file, by its stem (the file name without .symbi/.dsl)."}, h.getAgentDSL)
 	addTool(s, &mcp.Tool{Name: "get_agents_md", Title: "Get AGENTS.md", Annotations: readOnly, Description: "Return the project's whole AGENTS.md (at most 64 KiB). Missing: not_found (create it with `symbi agents-md generate`)."}, h.getAgentsMD)
 	addTool(s, &mcp.Tool{Name: "verify_schema", Title: "Verify a SchemaPin tool schema", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}, Description: "Verify a SchemaPin-signed tool schema: ECDSA P-256 over SHA-256 of the canonical schema JSON. Key inline (public_key_pem, offline) or from an HTTPS URL (public_key_url; private, loopback and metadata hosts refused). An invalid signature is a result with verified=false, not a tool error."}, h.verifySchema)
+	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: RunURITemplate, Name: "run", Title: "A governed run",
+		Description: "run_status's JSON for one run; subscribe for notifications/resources/updated at each new journal event, its end and each resolution.", MIMEType: "application/json"}, h.readRun)
+	u := &updater{s: s}
+	cfg.Runs.OnChange(u.changed)
 	if _, err := cfg.Project.AgentsMD(); err == nil {
 		s.AddResource(&mcp.Resource{URI: AgentsMDURI, Name: "AGENTS.md", Title: "Project guidance (AGENTS.md)", MIMEType: "text/markdown"}, h.readAgentsMD)
 	} else {
@@ -79,6 +99,15 @@ func New(cfg Config) *mcp.Server {
 	}
 	return s
 }
+
+const startRunDescription = "Start a governed run of one of the project's registered agents and return at once, when its journal's started record is durable: " +
+	"run_id, agent, agent_id, status (running) and the audit reference. The run is the same governed run as invoke_agent's; it belongs to the server, " +
+	"not to this request, so it goes on after the call returns. Follow it with run_events (by cursor, with wait_ms to long-poll) or by subscribing to symbi://runs/{run_id}; " +
+	"read the outcome with run_status; cancel it with cancel_run; record your conclusion with resolve_run. Arguments as invoke_agent."
+
+const runEventsDescription = "Read a run's events: its journal records, in order, each with its exact signed line (verify offline with the project's public key). " +
+	"after is a cursor: the number of events already read (0 for the first); pass next_cursor to read on — pages never overlap or skip. limit 1..1000 (default 100). " +
+	"wait_ms (0..30000): when no event is after the cursor, wait for one, or for the run's end. done is true when the run has ended and every event has been read."
 
 const invokeDescription = "Ask one of the project's registered agents for one policy-checked text answer. " +
 	"Only canonical conversational definitions are invoked. Every step is written to an Ed25519-signed, hash-chained journal " +
@@ -105,10 +134,14 @@ type handler[In, Out any] func(ctx context.Context, req *mcp.CallToolRequest, in
 
 // addTool registers t with schemas derived from In and Out and strict argument decoding,
 // so that every failure — bad arguments included — is a coded tool error.
-func addTool[In, Out any](s *mcp.Server, t *mcp.Tool, h handler[In, Out]) {
+// Each of adjust is applied to the derived input schema.
+func addTool[In, Out any](s *mcp.Server, t *mcp.Tool, h handler[In, Out], adjust ...func(*jsonschema.Schema)) {
 	in, err := jsonschema.For[In](nil)
 	if err != nil {
 		panic(fmt.Sprintf("mcpserver: input schema of %s: %v", t.Name, err))
+	}
+	for _, f := range adjust {
+		f(in)
 	}
 	t.InputSchema = in
 	t.OutputSchema = outputSchema[Out](t.Name)

@@ -30,7 +30,7 @@ type invokeOutput struct {
 func (h *handlers) invokeAgent(ctx context.Context, req *mcp.CallToolRequest, in invokeInput) (string, invokeOutput, error) {
 	report, stop := progressReporter(ctx, req)
 	defer stop()
-	res, err := h.cfg.Runner.Invoke(ctx, invoke.Request{Agent: in.Agent, Prompt: in.Prompt, SystemPrompt: in.SystemPrompt,
+	res, err := h.cfg.Runs.Invoke(ctx, invoke.Request{Agent: in.Agent, Prompt: in.Prompt, SystemPrompt: in.SystemPrompt,
 		Surface: Surface, Caller: h.cfg.caller()}, report)
 	if err != nil {
 		return "", invokeOutput{}, err

@@ -15,6 +15,7 @@ import (
 	"symbi/internal/mcpserver"
 	"symbi/internal/policy"
 	"symbi/internal/project"
+	"symbi/internal/runs"
 	"symbi/internal/schemapin"
 )
 
@@ -39,7 +40,7 @@ func startWire(t *testing.T, dir string) *wire {
 		t.Fatal(err)
 	}
 	runner := invoke.New(invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Log: log})
-	srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runner: runner, Schemas: schemapin.NewVerifier(func(string) string { return "" }), Log: log})
+	srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: runner, Registry: reg}), Schemas: schemapin.NewVerifier(func(string) string { return "" }), Log: log})
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	w := &wire{in: inW, lines: make(chan string, 16), done: make(chan error, 1)}

@@ -1,0 +1,236 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"symbi/internal/errcode"
+	"symbi/internal/invoke"
+	"symbi/internal/runs"
+)
+
+// RunURIPrefix starts the URI of a run resource: symbi://runs/{run_id}.
+const (
+	RunURIPrefix   = "symbi://runs/"
+	RunURITemplate = RunURIPrefix + "{run_id}"
+)
+
+type startOutput struct {
+	RunID   string        `json:"run_id"`
+	Agent   string        `json:"agent" jsonschema:"the declared agent name"`
+	AgentID string        `json:"agent_id"`
+	Status  string        `json:"status" jsonschema:"running, unless the run has already ended"`
+	Audit   *invoke.Audit `json:"audit" jsonschema:"the run's journal: run_id, absolute path, Ed25519 public key (hex), and the durable receipt so far"`
+}
+
+func (h *handlers) startRun(ctx context.Context, req *mcp.CallToolRequest, in invokeInput) (string, startOutput, error) {
+	st, audit, err := h.cfg.Runs.Start(ctx, invoke.Request{Agent: in.Agent, Prompt: in.Prompt, SystemPrompt: in.SystemPrompt,
+		Surface: Surface, Caller: h.cfg.caller()})
+	if err != nil {
+		return "", startOutput{}, err
+	}
+	return "", startOutput{RunID: st.RunID, Agent: st.Agent, AgentID: st.AgentID, Status: st.Status,
+		Audit: audit}, nil
+}
+
+type runInput struct {
+	RunID string `json:"run_id" jsonschema:"the run's id (from start_run, invoke_agent's audit, or list_runs)"`
+}
+
+type eventsInput struct {
+	RunID  string `json:"run_id" jsonschema:"the run's id"`
+	After  int64  `json:"after,omitempty" jsonschema:"cursor: the number of events already read (default 0, the first event); pass next_cursor"`
+	Limit  *int   `json:"limit,omitempty" jsonschema:"at most this many events, 1..1000 (default 100)"`
+	WaitMS int64  `json:"wait_ms,omitempty" jsonschema:"long poll: when no event is after the cursor, wait up to this many milliseconds (0..30000, default 0) for one or for the run's end"`
+}
+
+func (h *handlers) runEvents(ctx context.Context, req *mcp.CallToolRequest, in eventsInput) (string, *runs.Events, error) {
+	if in.WaitMS < 0 || in.WaitMS > runs.MaxWait.Milliseconds() {
+		return "", nil, errcode.Errorf(errcode.InvalidRequest, "wait_ms is %d; it must be 0..%d", in.WaitMS, runs.MaxWait.Milliseconds())
+	}
+	limit, err := pageLimit(in.Limit)
+	if err != nil {
+		return "", nil, err
+	}
+	evs, err := h.cfg.Runs.Events(ctx, in.RunID, in.After, limit, time.Duration(in.WaitMS)*time.Millisecond)
+	if err != nil {
+		return "", nil, err
+	}
+	return "", evs, nil
+}
+
+func (h *handlers) runStatus(ctx context.Context, req *mcp.CallToolRequest, in runInput) (string, *runs.Status, error) {
+	st, err := h.cfg.Runs.Status(in.RunID)
+	if err != nil {
+		return "", nil, err
+	}
+	return "", st, nil
+}
+
+type cancelOutput struct {
+	runs.Status
+	AlreadyFinished bool `json:"already_finished" jsonschema:"the run had ended before the request: nothing was cancelled"`
+}
+
+func (h *handlers) cancelRun(ctx context.Context, req *mcp.CallToolRequest, in runInput) (string, *cancelOutput, error) {
+	st, already, err := h.cfg.Runs.Cancel(ctx, in.RunID)
+	if err != nil {
+		return "", nil, err
+	}
+	return "", &cancelOutput{Status: *st, AlreadyFinished: already}, nil
+}
+
+type listRunsInput struct {
+	Agent      string `json:"agent,omitempty" jsonschema:"only runs of this agent: its registry name, declared name or agent_id"`
+	Status     string `json:"status,omitempty" jsonschema:"only runs with this status"`
+	Resolution string `json:"resolution,omitempty" jsonschema:"only runs with this latest resolution, or unresolved"`
+	After      string `json:"after,omitempty" jsonschema:"the next_cursor of the previous page"`
+	Limit      *int   `json:"limit,omitempty" jsonschema:"at most this many runs, 1..1000 (default 100)"`
+}
+
+func (h *handlers) listRuns(ctx context.Context, req *mcp.CallToolRequest, in listRunsInput) (string, *runs.Page, error) {
+	limit, err := pageLimit(in.Limit)
+	if err != nil {
+		return "", nil, err
+	}
+	page, err := h.cfg.Runs.List(runs.Filter{Agent: in.Agent, Status: in.Status, Resolution: in.Resolution, After: in.After, Limit: limit})
+	if err != nil {
+		return "", nil, err
+	}
+	return "", page, nil
+}
+
+type resolveInput struct {
+	RunID      string `json:"run_id" jsonschema:"the run's id"`
+	Resolution string `json:"resolution" jsonschema:"accepted, rejected, needs_followup or superseded"`
+	Note       string `json:"note,omitempty" jsonschema:"why (at most 4 KiB)"`
+}
+
+func (h *handlers) resolveRun(ctx context.Context, req *mcp.CallToolRequest, in resolveInput) (string, *runs.Status, error) {
+	st, err := h.cfg.Runs.Resolve(in.RunID, in.Resolution, in.Note, h.cfg.caller())
+	if err != nil {
+		return "", nil, err
+	}
+	return "", st, nil
+}
+
+// readRun serves symbi://runs/{run_id}: run_status's JSON.
+func (h *handlers) readRun(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	id, ok := strings.CutPrefix(req.Params.URI, RunURIPrefix)
+	if !ok {
+		return nil, mcp.ResourceNotFoundError(req.Params.URI)
+	}
+	st, err := h.cfg.Runs.Status(id)
+	if err != nil {
+		return nil, mcp.ResourceNotFoundError(req.Params.URI)
+	}
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "application/json", Text: string(raw)}}}, nil
+}
+
+// subscribe accepts a subscription to a run resource that exists.
+func (h *handlers) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
+	id, ok := strings.CutPrefix(req.Params.URI, RunURIPrefix)
+	if !ok {
+		return mcp.ResourceNotFoundError(req.Params.URI)
+	}
+	if _, err := h.cfg.Runs.Status(id); err != nil {
+		return mcp.ResourceNotFoundError(req.Params.URI)
+	}
+	return nil
+}
+
+func (h *handlers) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error { return nil }
+
+// updater sends notifications/resources/updated for runs that changed, coalescing: a run
+// that changes again before its notification is sent gets one. It never blocks the run
+// manager; one sender goroutine runs while there is something to send.
+type updater struct {
+	s       *mcp.Server
+	mu      sync.Mutex
+	pending []string
+	queued  map[string]bool
+	sending bool
+}
+
+func (u *updater) changed(runID string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.queued[runID] {
+		return
+	}
+	if u.queued == nil {
+		u.queued = map[string]bool{}
+	}
+	u.queued[runID] = true
+	u.pending = append(u.pending, runID)
+	if !u.sending {
+		u.sending = true
+		go u.send()
+	}
+}
+
+func (u *updater) send() {
+	for {
+		u.mu.Lock()
+		if len(u.pending) == 0 {
+			u.sending = false
+			u.mu.Unlock()
+			return
+		}
+		id := u.pending[0]
+		u.pending = u.pending[1:]
+		delete(u.queued, id)
+		u.mu.Unlock()
+		_ = u.s.ResourceUpdated(context.Background(), &mcp.ResourceUpdatedNotificationParams{URI: RunURIPrefix + id})
+	}
+}
+
+// pageLimit reads an optional limit argument: absent (or null) is runs.DefaultLimit.
+func pageLimit(limit *int) (int, error) {
+	switch {
+	case limit == nil:
+		return runs.DefaultLimit, nil
+	case *limit < 1 || *limit > runs.MaxLimit:
+		return 0, errcode.Errorf(errcode.InvalidRequest, "limit is %d; it must be 1..%d", *limit, runs.MaxLimit)
+	}
+	return *limit, nil
+}
+
+// integer makes an optional integer property of a tool's input schema a plain integer
+// with bounds and a default (jsonschema would describe a pointer as ["null","integer"]).
+func integer(prop string, lo, hi, def float64) func(*jsonschema.Schema) {
+	return func(s *jsonschema.Schema) {
+		p := s.Properties[prop]
+		if p == nil {
+			panic("mcpserver: no input property " + prop)
+		}
+		p.Type, p.Types = "integer", nil
+		p.Minimum, p.Maximum = &lo, &hi
+		p.Default = json.RawMessage(strconv.FormatFloat(def, 'f', -1, 64))
+	}
+}
+
+// enum lists the values a string property of a tool's input schema takes.
+func enum(prop string, values ...string) func(*jsonschema.Schema) {
+	return func(s *jsonschema.Schema) {
+		p := s.Properties[prop]
+		if p == nil {
+			panic("mcpserver: no input property " + prop)
+		}
+		p.Enum = make([]any, len(values))
+		for i, v := range values {
+			p.Enum[i] = v
+		}
+	}
+}

@@ -1,0 +1,263 @@
+package runs
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"symbi/internal/errcode"
+	"symbi/internal/invoke"
+	"symbi/internal/journal"
+	"symbi/internal/ledger"
+)
+
+// run is what the index knows of one run. Fields are guarded by Manager.mu.
+type run struct {
+	id, agentID, agent, file, caller string
+
+	// From a run ledger entry, or from this process's run when it ended.
+	ended    bool
+	reason   string // the terminated reason; "" for a recovered entry (read from the journal)
+	released bool
+	records  int64
+	head     string
+	endedAt  string
+
+	recovered  string // a recovered entry's state: complete, incomplete or invalid
+	pruned     bool
+	resolution *Resolution
+
+	live     *invoke.Run // this process's run, until it has ended
+	external bool        // found on disk, unknown to the ledger: another process's run or an unreconciled crash
+
+	facts *facts // read from the journal; kept once the run has ended
+}
+
+// ledgerTail follows the ledger file: it reads the lines appended since the last call,
+// verifies each as the chain continues, and applies them to the index.
+func (m *Manager) ledgerTail() (err error) {
+	if m.ledgerErr != nil {
+		return m.ledgerErr
+	}
+	if m.gov == "" {
+		if err := m.openStore(); err != nil {
+			return err
+		}
+		defer func() {
+			if err == nil {
+				err = m.scanJournals()
+				m.ledgerErr = err
+			}
+		}()
+	}
+	fd, err := unix.Open(m.ledgerPath, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if os.IsNotExist(err) {
+		return nil // no run has ended yet
+	}
+	if err != nil {
+		return errcode.Errorf(errcode.AuditUnavailable, "the project ledger: open: %v", err)
+	}
+	f := os.NewFile(uintptr(fd), m.ledgerPath)
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return errcode.Errorf(errcode.AuditUnavailable, "the project ledger: %v", err)
+	}
+	if !st.Mode().IsRegular() {
+		return m.stopLedger(fmt.Errorf("not a regular file"))
+	}
+	if st.Size() < m.ledgerOff {
+		return m.stopLedger(fmt.Errorf("the file shrank from %d to %d bytes", m.ledgerOff, st.Size()))
+	}
+	if st.Size() == m.ledgerOff {
+		return nil
+	}
+	if st.Size()-m.ledgerOff > ledger.MaxLedgerBytes {
+		return m.stopLedger(fmt.Errorf("more than %d bytes", ledger.MaxLedgerBytes))
+	}
+	data := make([]byte, st.Size()-m.ledgerOff)
+	if _, err := f.ReadAt(data, m.ledgerOff); err != nil && err != io.EOF {
+		return errcode.Errorf(errcode.AuditUnavailable, "the project ledger: read: %v", err)
+	}
+	var added []string
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break // a line still being written, or torn: taken when whole
+		}
+		raw := data[:i+1]
+		data = data[i+1:]
+		l, err := m.ledgerReader.Next(raw)
+		if err != nil {
+			return m.stopLedger(fmt.Errorf("line %d: %v", m.ledgerLines+1, err))
+		}
+		m.ledgerLines++
+		m.ledgerOff += int64(len(raw))
+		if id := m.apply(l); id != "" {
+			added = append(added, id)
+		}
+	}
+	m.insert(added...)
+	return nil
+}
+
+// stopLedger records that the ledger no longer verifies: from then on every answer that
+// needs it fails closed, naming the problem.
+func (m *Manager) stopLedger(err error) error {
+	m.ledgerErr = errcode.Errorf(errcode.AuditUnavailable, "the project ledger does not verify (%v); run `symbi audit verify --project`", err)
+	return m.ledgerErr
+}
+
+// apply takes one verified ledger line into the index and returns the run id it added.
+func (m *Manager) apply(l *ledger.Line) (added string) {
+	switch l.Type {
+	case ledger.TypeRun:
+		var e ledger.Run
+		if json.Unmarshal(l.Data, &e) != nil {
+			return ""
+		}
+		r, isNew := m.record(e.RunID)
+		r.agentID, r.agent, r.file, r.caller = e.AgentID, e.Agent, e.File, e.Caller
+		r.ended, r.reason, r.released, r.records, r.head, r.endedAt = true, e.Reason, e.Released, e.Records, e.Head, formatTime(l.Time)
+		r.external = false
+		if isNew {
+			return e.RunID
+		}
+	case ledger.TypeRecovered:
+		var e ledger.Recovered
+		if json.Unmarshal(l.Data, &e) != nil {
+			return ""
+		}
+		r, isNew := m.record(e.RunID)
+		if r.ended && r.recovered == "" {
+			return "" // a run entry says more
+		}
+		r.agentID, r.file, r.recovered, r.records, r.head = e.AgentID, e.File, e.State, e.Records, e.Head
+		r.ended, r.external, r.facts = true, false, nil
+		if isNew {
+			return e.RunID
+		}
+	case ledger.TypePruned:
+		var e ledger.Pruned
+		if json.Unmarshal(l.Data, &e) == nil {
+			if r := m.runs[e.RunID]; r != nil {
+				r.pruned = true
+			}
+		}
+	case ledger.TypeResolution:
+		var e ledger.Resolution
+		if json.Unmarshal(l.Data, &e) == nil {
+			revisions := 1
+			if prev := m.resolutions[e.RunID]; prev != nil {
+				revisions = prev.Revisions + 1
+			}
+			res := &Resolution{Value: e.Resolution, Note: e.Note, Caller: e.Caller, Time: formatTime(l.Time), Revisions: revisions}
+			m.resolutions[e.RunID] = res
+			if r := m.runs[e.RunID]; r != nil {
+				r.resolution = res
+			}
+		}
+	}
+	return ""
+}
+
+// record returns the index entry of id, creating it (not yet in order) when absent.
+func (m *Manager) record(id string) (r *run, isNew bool) {
+	if r = m.runs[id]; r != nil {
+		return r, false
+	}
+	r = &run{id: id, resolution: m.resolutions[id]}
+	m.runs[id] = r
+	return r, true
+}
+
+// insert places new run ids in the order of the index (ascending; listed from the end).
+func (m *Manager) insert(ids ...string) {
+	if len(ids) == 0 {
+		return
+	}
+	sorted := len(m.order) == 0 || ids[0] > m.order[len(m.order)-1]
+	for i := 1; sorted && i < len(ids); i++ {
+		sorted = ids[i] > ids[i-1]
+	}
+	m.order = append(m.order, ids...)
+	if !sorted {
+		sort.Strings(m.order)
+	}
+}
+
+// scanJournals adds the journals on disk the ledger does not know: another process's
+// runs in flight, or a crash no server has reconciled yet.
+func (m *Manager) scanJournals() error {
+	ents, err := os.ReadDir(m.gov)
+	if err != nil {
+		return errcode.Errorf(errcode.AuditUnavailable, "reading the governed directory: %v", err)
+	}
+	var added []string
+	for _, ent := range ents {
+		agentID, runID, ok := splitName(ent.Name())
+		if !ok || m.runs[runID] != nil || !ent.Type().IsRegular() {
+			continue
+		}
+		r, _ := m.record(runID)
+		r.agentID, r.file, r.external = agentID, ent.Name(), true
+		added = append(added, runID)
+	}
+	sort.Strings(added)
+	m.insert(added...)
+	return nil
+}
+
+// splitName reads <agent_id>.<run_id>.jsonl.
+func splitName(name string) (agentID, runID string, ok bool) {
+	ids, ok := strings.CutSuffix(name, ".jsonl")
+	if !ok {
+		return "", "", false
+	}
+	agentID, runID, ok = strings.Cut(ids, ".")
+	return agentID, runID, ok && validID(agentID) && validID(runID)
+}
+
+// validID reports whether s is a run id or agent id as the journal writer accepts them.
+func validID(s string) bool {
+	if s == "" || len(s) > MaxRunIDBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// journalPath is the absolute path of r's journal.
+func (m *Manager) journalPath(r *run) string {
+	if r.live != nil {
+		if a := r.live.Audit(); a != nil {
+			return a.Path
+		}
+	}
+	return filepath.Join(m.gov, r.file)
+}
+
+// readJournal reads r's journal (at most journal.MaxFileBytes), without following links.
+func (m *Manager) readJournal(r *run) ([]byte, error) {
+	data, err := journal.ReadLog(m.journalPath(r), journal.MaxFileBytes)
+	if err != nil {
+		if r.pruned {
+			return nil, errcode.Errorf(errcode.NotFound, "run %s: its journal was pruned (symbi audit prune); the ledger keeps its entry", r.id)
+		}
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "run %s: reading its journal: %v", r.id, err)
+	}
+	return data, nil
+}
+

@@ -1,0 +1,163 @@
+package runs
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"symbi/internal/digest"
+	"symbi/internal/journal"
+)
+
+// line is one journal line as served, its signature verified.
+type line struct {
+	seq  int64
+	typ  string
+	time string
+	raw  []byte          // without "\n"
+	hash string          // SHA-256 of raw + "\n"
+	data json.RawMessage // the payload's data member
+}
+
+// payloadMembers are the members of a journal payload (journal package comment).
+var payloadMembers = []string{"v", "run_id", "seq", "prev", "time", "agent_id", "type", "data"}
+
+// read returns the journal's lines from index from up to (not including) index to (to < 0:
+// every complete line), each verified before anything of it is read: its signature, v,
+// seq = its index, run_id = runID, and prev = the hash of the line before it (lines
+// before from are only hashed: an altered one breaks the chain at the next line's signed
+// prev). A final fragment without "\n" is never taken. On a problem, the lines before
+// it are returned with it. total is the number of complete lines up to to.
+func read(data []byte, runID string, from, to int64, pub ed25519.PublicKey) (lines []line, total int64, err error) {
+	prev := journal.ZeroHash
+	var msg []byte
+	for n := int64(0); len(data) > 0 && (to < 0 || n < to); n++ {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break
+		}
+		raw := data[:i+1]
+		data = data[i+1:]
+		total = n + 1
+		hash := digest.SHA256Hex(raw)
+		if n >= from {
+			l, err := verifyLine(raw, n, prev, runID, pub, &msg)
+			if err != nil {
+				return lines, total, fmt.Errorf("journal line %d: %w", n+1, err)
+			}
+			l.hash = hash
+			lines = append(lines, l)
+		}
+		prev = hash
+	}
+	return lines, total, nil
+}
+
+// verifyLine checks raw's signature, then its place in the run's chain.
+func verifyLine(raw []byte, seq int64, prev, runID string, pub ed25519.PublicKey, msg *[]byte) (line, error) {
+	p, err := journal.Open(raw, pub, journal.SignatureContext, msg)
+	if err != nil {
+		return line{}, err
+	}
+	m, err := journal.PayloadMembers(p, payloadMembers)
+	if err != nil {
+		return line{}, err
+	}
+	var f struct{ RunID, Prev, Time, Type string }
+	for k, dst := range map[string]*string{"run_id": &f.RunID, "prev": &f.Prev, "time": &f.Time, "type": &f.Type} {
+		if err := json.Unmarshal(m[k], dst); err != nil {
+			return line{}, fmt.Errorf("payload member %q is not a string", k)
+		}
+	}
+	switch {
+	case string(m["v"]) != "1":
+		return line{}, fmt.Errorf("unknown version v=%s", m["v"])
+	case string(m["seq"]) != strconv.FormatInt(seq, 10):
+		return line{}, fmt.Errorf("seq is %s, want %d", m["seq"], seq)
+	case f.Prev != prev:
+		return line{}, fmt.Errorf("prev is not the hash of the line before: the chain is broken")
+	case f.RunID != runID:
+		return line{}, fmt.Errorf("run_id is %q, want %q", f.RunID, runID)
+	}
+	return line{seq: seq, typ: f.Type, time: f.Time, raw: raw[:len(raw)-1], data: m["data"]}, nil
+}
+
+// facts are what a run's journal says of it, every line read verified.
+type facts struct {
+	agent, caller      string
+	startedAt, endedAt string
+	terminated         bool
+	reason             string // the terminated reason
+	released           bool
+	errText            string
+	records            int64
+	head               string
+	textRetained       bool // the response text is in the journal
+	problem            error
+}
+
+// readFacts verifies every complete line of a journal's bytes (up to max lines; max < 0:
+// all) and gathers its facts. A line that does not verify ends the reading: problem says
+// which and why.
+func readFacts(data []byte, runID string, max int64, pub ed25519.PublicKey) *facts {
+	lines, _, err := read(data, runID, 0, max, pub)
+	f := &facts{problem: err}
+	for _, l := range lines {
+		d := l.data
+		f.records, f.head = l.seq+1, l.hash
+		switch l.typ {
+		case journal.TypeStarted:
+			var s struct{ Agent, Caller string }
+			json.Unmarshal(d, &s)
+			f.agent, f.caller, f.startedAt = s.Agent, s.Caller, l.time
+		case journal.TypeInferenceFinished:
+			var s struct {
+				Text *string `json:"text"`
+			}
+			json.Unmarshal(d, &s)
+			f.textRetained = s.Text != nil
+		case journal.TypeTerminated:
+			var t struct {
+				Reason   string `json:"reason"`
+				Released bool   `json:"released"`
+				Error    string `json:"error"`
+			}
+			json.Unmarshal(d, &t)
+			f.terminated, f.reason, f.released, f.errText, f.endedAt = true, t.Reason, t.Released, t.Error, l.time
+		}
+	}
+	return f
+}
+
+// releasedText returns the released text of a run from its journal's bytes: the text of
+// its inference_finished record, every line verified. ok is false when the journal holds
+// only the text's digest.
+func releasedText(data []byte, runID string, pub ed25519.PublicKey) (text string, ok bool, err error) {
+	lines, _, err := read(data, runID, 0, -1, pub)
+	if err != nil {
+		return "", false, err
+	}
+	for _, l := range lines {
+		d := l.data
+		if l.typ != journal.TypeInferenceFinished {
+			continue
+		}
+		var s struct {
+			Text *string `json:"text"`
+		}
+		if err := json.Unmarshal(d, &s); err != nil {
+			return "", false, fmt.Errorf("journal line %d: %w", l.seq+1, err)
+		}
+		if s.Text == nil {
+			return "", false, nil
+		}
+		text, ok = *s.Text, true
+	}
+	return text, ok, nil
+}
+
+// formatTime is the ledger's and the journal's time form.
+func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }

@@ -1,0 +1,204 @@
+package runs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"symbi/internal/errcode"
+	"symbi/internal/journal"
+)
+
+// abandonedReason explains the abandoned status.
+const abandonedReason = "the journal has no terminated record and no server is writing it: the server stopped before the run ended"
+
+// build makes the Status of snap, reading (and, for a finished run, caching) its
+// journal's facts. withText adds the released text.
+func (m *Manager) build(snap *run, withText bool) *Status {
+	st := &Status{RunID: snap.id, Agent: snap.agent, AgentID: snap.agentID, Caller: snap.caller,
+		Records: snap.records, Head: snap.head, Resolution: snap.resolution, Journal: m.journalPath(snap), JournalPruned: snap.pruned}
+	lr := snap.live
+	running := false
+	var bound int64 = -1
+	switch {
+	case lr != nil && !isDone(lr):
+		running = true
+		rc := lr.Durable()
+		st.Records, st.Head, bound = int64(rc.Records), rc.Head, int64(rc.Records)
+	case lr != nil: // ended; its watcher has not yet recorded it
+		rc := lr.Durable()
+		snap.ended, snap.reason = true, lr.Reason()
+		snap.released = snap.reason == StatusCompleted
+		st.Records, st.Head = int64(rc.Records), rc.Head
+	case snap.external:
+		running = journal.InProgress(st.Journal)
+	}
+	f := snap.facts
+	var data []byte
+	if f == nil && !snap.pruned {
+		var err error
+		if data, err = m.readJournal(snap); err != nil {
+			f = &facts{problem: err}
+		} else {
+			f = readFacts(data, snap.id, bound, m.pub)
+			if snap.ended && !running && lr == nil {
+				m.mu.Lock()
+				if r := m.runs[snap.id]; r != nil {
+					r.facts = f
+				}
+				m.mu.Unlock()
+			}
+		}
+	}
+	if f == nil {
+		f = &facts{}
+	}
+	if st.Agent == "" {
+		st.Agent = f.agent
+	}
+	if st.Caller == "" {
+		st.Caller = f.caller
+	}
+	st.StartedAt, st.EndedAt = f.startedAt, f.endedAt
+	if f.problem != nil {
+		st.JournalProblem = f.problem.Error()
+	}
+	switch {
+	case running:
+		st.Status = StatusRunning
+	case snap.ended && snap.reason != "":
+		st.Status, st.Released = snap.reason, snap.released
+	case f.terminated: // a recovered entry, or a journal the ledger does not know
+		st.Status, st.Released = f.reason, f.released
+	default:
+		st.Status = StatusAbandoned
+	}
+	if snap.external && !running {
+		st.Records, st.Head = f.records, f.head
+	}
+	if st.EndedAt == "" && !running {
+		st.EndedAt = snap.endedAt
+	}
+	switch st.Status {
+	case StatusRunning, StatusCompleted:
+	case StatusAbandoned:
+		st.Reason = abandonedReason
+	default:
+		st.Reason = f.errText
+	}
+	if st.Released {
+		retained := f.textRetained
+		st.TextRetained = &retained
+		if withText && retained {
+			if data == nil {
+				data, _ = m.readJournal(snap)
+			}
+			if text, ok, err := releasedText(data, snap.id, m.pub); err == nil && ok {
+				st.Text = &text
+			} else if err != nil {
+				st.JournalProblem = err.Error()
+			}
+		}
+	}
+	return st
+}
+
+// Events returns the run's events after cursor after (at most limit). With wait > 0 and
+// none to return yet, it waits until one is durable, the run ends, wait passes or ctx
+// ends (a long poll; the run's journal writer wakes it).
+func (m *Manager) Events(ctx context.Context, runID string, after int64, limit int, wait time.Duration) (*Events, error) {
+	switch {
+	case after < 0:
+		return nil, errcode.Errorf(errcode.InvalidRequest, "after is %d; a cursor is 0 or more", after)
+	case limit == 0:
+		limit = DefaultLimit
+	case limit < 1 || limit > MaxLimit:
+		return nil, errcode.Errorf(errcode.InvalidRequest, "limit is %d; it must be 1..%d", limit, MaxLimit)
+	}
+	if wait < 0 || wait > MaxWait {
+		return nil, errcode.Errorf(errcode.InvalidRequest, "wait_ms is %d; it must be 0..%d", wait.Milliseconds(), MaxWait.Milliseconds())
+	}
+	var timer <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timer = t.C
+	}
+	for {
+		snap, err := m.lookup(runID)
+		if err != nil {
+			return nil, err
+		}
+		var changed, done <-chan struct{}
+		if lr := snap.live; lr != nil {
+			changed, done = lr.Changed(), lr.Done() // taken before reading: no event is missed
+		}
+		evs, err := m.events(snap, after, limit)
+		if err != nil || len(evs.Events) > 0 || evs.Done || timer == nil || changed == nil {
+			return evs, err
+		}
+		select {
+		case <-changed:
+		case <-done:
+		case <-timer:
+			return evs, nil
+		case <-ctx.Done():
+			return evs, nil
+		}
+	}
+}
+
+// events reads one page of snap's events.
+func (m *Manager) events(snap *run, after int64, limit int) (*Events, error) {
+	st := m.build(snap, false)
+	if snap.pruned {
+		return nil, errcode.Errorf(errcode.NotFound, "run %s: its journal was pruned (symbi audit prune); the ledger keeps its entry", snap.id)
+	}
+	data, err := m.readJournal(snap)
+	if err != nil {
+		return nil, err
+	}
+	var bound int64 = -1
+	if st.Status == StatusRunning && snap.live != nil {
+		bound = st.Records // only what is durable
+	}
+	lines, total, err := read(data, snap.id, after, min(after+int64(limit), boundOr(bound, after+int64(limit))), m.pub)
+	if err != nil && len(lines) == 0 {
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "run %s: %v; nothing after it is served", snap.id, err)
+	}
+	all := countLines(data, bound)
+	if after > all {
+		return nil, errcode.Errorf(errcode.InvalidRequest, "after is %d, but run %s has %d events so far", after, snap.id, all)
+	}
+	_ = total
+	out := &Events{Events: make([]Event, 0, len(lines)), NextCursor: after + int64(len(lines)), Status: st.Status}
+	for _, l := range lines {
+		out.Events = append(out.Events, Event{Seq: l.seq, Type: l.typ, Time: l.time, Line: string(l.raw)})
+	}
+	ended := st.Status != StatusRunning && st.Status != StatusAwaitingApproval
+	out.Done = ended && out.NextCursor >= all && err == nil
+	return out, nil
+}
+
+func boundOr(bound, v int64) int64 {
+	if bound < 0 {
+		return v
+	}
+	return bound
+}
+
+// countLines counts the complete lines of data, at most bound (bound < 0: all).
+func countLines(data []byte, bound int64) int64 {
+	var n int64
+	for _, c := range data {
+		if c == '\n' {
+			n++
+			if n == bound {
+				break
+			}
+		}
+	}
+	return n
+}
+
+var _ = fmt.Sprint
