@@ -16,8 +16,8 @@ import (
 type prepared struct {
 	opened  atomic.Pointer[Audit] // set once the run's journal exists: run_id, path, public_key
 	journal atomic.Pointer[journal.Writer]
-	reason  string // the terminated reason the run ended with; set before done is closed
-	outcome atomic.Int32          // outcomeOpen, outcomeReleasing or outcomeAbandoned
+	reason  string       // the terminated reason the run ended with; set before done is closed
+	outcome atomic.Int32 // outcomeOpen, outcomeReleasing or outcomeAbandoned
 	req     Request
 	agent   *project.Agent
 	name    string // declared name

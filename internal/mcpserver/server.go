@@ -34,9 +34,9 @@ type Config struct {
 	Project  *project.Project
 	Registry *project.Registry
 	// Runs starts runs (invoke_agent, start_run) and answers for them.
-	Runs     *runs.Manager
-	Schemas  *schemapin.Verifier
-	Log      *slog.Logger
+	Runs    *runs.Manager
+	Schemas *schemapin.Verifier
+	Log     *slog.Logger
 	// Caller names who calls this server, in each run's started record and policy context:
 	// "" is the one client of a stdio server (invoke.CallerStdio).
 	Caller string
@@ -66,7 +66,7 @@ func New(cfg Config) *mcp.Server {
 		Logger:             cfg.Log,
 		SubscribeHandler:   h.subscribe,
 		UnsubscribeHandler: h.unsubscribe,
-		Instructions: "Governed agent invocation: invoke_agent asks one of this project's registered agents for a policy-checked text answer and returns it with a signed journal receipt. list_agents shows what can be invoked.",
+		Instructions:       "Governed agent invocation: invoke_agent asks one of this project's registered agents for a policy-checked text answer and returns it with a signed journal receipt. list_agents shows what can be invoked.",
 	})
 	no, yes := false, true
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}

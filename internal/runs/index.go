@@ -260,4 +260,3 @@ func (m *Manager) readJournal(r *run) ([]byte, error) {
 	}
 	return data, nil
 }
-

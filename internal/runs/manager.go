@@ -27,7 +27,7 @@ type Config struct {
 	Registry *project.Registry
 	// Ledger receives resolution entries; nil refuses resolve.
 	Ledger *ledger.Writer
-	Log *slog.Logger
+	Log    *slog.Logger
 }
 
 // Manager answers for a project's runs. Its methods are safe for concurrent use.
