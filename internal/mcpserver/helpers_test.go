@@ -86,19 +86,38 @@ func writeFile(t *testing.T, path, content string) {
 type serveOpts struct {
 	env     map[string]string   // the environment the provider and verifier read
 	schemas *schemapin.Verifier // nil: schemapin.NewVerifier(env)
+	client  *mcp.ClientOptions
+	version string // the protocol version the client offers; "" for the SDK's latest
 }
 
 // serve serves the project at dir the way symbi mcp does and returns a connected client
 // session. Everything is closed when the test ends.
 func serve(t *testing.T, dir string, o serveOpts) *mcp.ClientSession {
 	t.Helper()
+	cs, stop := serveStoppable(t, dir, o)
+	t.Cleanup(stop)
+	return cs
+}
+
+// serveStoppable is serve whose server the test stops (stop is idempotent): the client
+// leaves, the runs in flight are cancelled and finish their journals, and the project's
+// ledger and directory are closed.
+func serveStoppable(t *testing.T, dir string, o serveOpts) (cs *mcp.ClientSession, stop func()) {
+	t.Helper()
+	var cleanups []func()
+	stop = func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+		cleanups = nil
+	}
 	getenv := func(k string) string { return o.env[k] }
 	log := slog.New(slog.DiscardHandler)
 	p, err := project.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Close() })
+	cleanups = append(cleanups, func() { p.Close() })
 	reg, err := p.LoadRegistry(log)
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +130,7 @@ func serve(t *testing.T, dir string, o serveOpts) *mcp.ClientSession {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { lw.Close() })
+	cleanups = append(cleanups, func() { lw.Close() })
 	runner := invoke.New(invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov, ProviderErr: provErr, Ledger: lw, Log: log})
 	schemas := o.schemas
 	if schemas == nil {
@@ -125,11 +144,11 @@ func serve(t *testing.T, dir string, o serveOpts) *mcp.ClientSession {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "mcpserver-test", Version: "1"}, nil).Connect(ctx, ct, nil)
+	cs, err = mcp.NewClient(&mcp.Implementation{Name: "mcpserver-test", Version: "1"}, o.client).Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: o.version})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	cleanups = append(cleanups, func() {
 		cs.Close()
 		ss.Wait()
 		sctx, scancel := context.WithTimeout(context.Background(), hangGuard)
@@ -138,7 +157,7 @@ func serve(t *testing.T, dir string, o serveOpts) *mcp.ClientSession {
 			t.Errorf("runner shutdown: %v", err)
 		}
 	})
-	return cs
+	return cs, stop
 }
 
 // call calls a tool; args may be a map or raw JSON. A protocol error fails the test.

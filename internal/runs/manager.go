@@ -120,9 +120,13 @@ func (m *Manager) Start(ctx context.Context, req invoke.Request) (*Status, *invo
 		return nil, nil, err
 	}
 	m.watch(lr)
-	for lr.Durable().Records == 0 {
+	for {
+		changed := lr.Changed() // taken before Durable is read: no change is missed
+		if lr.Durable().Records > 0 {
+			break
+		}
 		select {
-		case <-lr.Changed():
+		case <-changed:
 		case <-lr.Done():
 			if lr.Durable().Records == 0 {
 				_, err := lr.Wait(ctx) // it ended before its journal held a record
