@@ -147,16 +147,39 @@ func (h *handlers) subscribe(ctx context.Context, req *mcp.SubscribeRequest) err
 	if _, err := h.cfg.Runs.Status(id); err != nil {
 		return mcp.ResourceNotFoundError(req.Params.URI)
 	}
+	h.subsMu.Lock()
+	defer h.subsMu.Unlock()
+	if h.subs == nil {
+		h.subs = map[string]int{}
+	}
+	h.subs[req.Params.URI]++
 	return nil
 }
 
-func (h *handlers) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error { return nil }
+func (h *handlers) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
+	h.subsMu.Lock()
+	defer h.subsMu.Unlock()
+	if h.subs[req.Params.URI] > 1 {
+		h.subs[req.Params.URI]--
+	} else {
+		delete(h.subs, req.Params.URI)
+	}
+	return nil
+}
+
+// subscribed reports whether some session subscribed to uri.
+func (h *handlers) subscribed(uri string) bool {
+	h.subsMu.Lock()
+	defer h.subsMu.Unlock()
+	return h.subs[uri] > 0
+}
 
 // updater sends notifications/resources/updated for runs that changed, coalescing: a run
 // that changes again before its notification is sent gets one. It never blocks the run
 // manager; one sender goroutine runs while there is something to send.
 type updater struct {
 	s       *mcp.Server
+	h       *handlers
 	mu      sync.Mutex
 	pending []string
 	queued  map[string]bool
@@ -164,6 +187,9 @@ type updater struct {
 }
 
 func (u *updater) changed(runID string) {
+	if !u.h.subscribed(RunURIPrefix + runID) {
+		return
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.queued[runID] {

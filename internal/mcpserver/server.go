@@ -90,7 +90,7 @@ func New(cfg Config) *mcp.Server {
 	addTool(s, &mcp.Tool{Name: "verify_schema", Title: "Verify a SchemaPin tool schema", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}, Description: "Verify a SchemaPin-signed tool schema: ECDSA P-256 over SHA-256 of the canonical schema JSON. Key inline (public_key_pem, offline) or from an HTTPS URL (public_key_url; private, loopback and metadata hosts refused). An invalid signature is a result with verified=false, not a tool error."}, h.verifySchema)
 	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: RunURITemplate, Name: "run", Title: "A governed run",
 		Description: "run_status's JSON for one run; subscribe for notifications/resources/updated at each new journal event, its end and each resolution.", MIMEType: "application/json"}, h.readRun)
-	u := &updater{s: s}
+	u := &updater{s: s, h: h}
 	cfg.Runs.OnChange(u.changed)
 	if _, err := cfg.Project.AgentsMD(); err == nil {
 		s.AddResource(&mcp.Resource{URI: AgentsMDURI, Name: "AGENTS.md", Title: "Project guidance (AGENTS.md)", MIMEType: "text/markdown"}, h.readAgentsMD)

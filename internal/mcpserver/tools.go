@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"path"
+	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -13,7 +14,13 @@ import (
 	"symbi/internal/schemapin"
 )
 
-type handlers struct{ cfg Config }
+type handlers struct {
+	cfg Config
+	// subs counts the subscriptions to each run resource, so that runs nobody follows
+	// send no notifications.
+	subsMu sync.Mutex
+	subs   map[string]int
+}
 
 type invokeInput struct {
 	Agent        string `json:"agent" jsonschema:"the agent's registry name: its file name without .symbi/.dsl"`

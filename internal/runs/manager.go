@@ -87,7 +87,7 @@ func New(cfg Config) *Manager {
 func (m *Manager) openStore() error {
 	store, err := journal.OpenStore(m.cfg.Root, journal.StoreOptions{KeyFile: m.cfg.KeyFile})
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
+		if errors.Is(err, journal.ErrNoKey) || errors.Is(err, os.ErrNotExist) {
 			return errcode.Errorf(errcode.NotFound, "the project has no run records yet (%v)", err)
 		}
 		m.ledgerErr = errcode.Errorf(errcode.AuditUnavailable, "the project's governed store: %v", err)
