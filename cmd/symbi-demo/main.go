@@ -158,7 +158,13 @@ func demo(out io.Writer, symbi, project, agent string) error {
 	}
 	fmt.Fprintf(out, "    refused: %s\n", text(res))
 
-	// 4. The whole project: the ledger of every run, every journal, and a checkpoint an
+	// 4. An asynchronous run: start it, follow its events by cursor (each a signed journal
+	// line), read its outcome, and record what we concluded about it.
+	if err := asyncRun(ctx, out, session, agent); err != nil {
+		return err
+	}
+
+	// 5. The whole project: the ledger of every run, every journal, and a checkpoint an
 	// auditor saves to catch a later rollback or rewrite.
 	cpFile := filepath.Join(os.TempDir(), "symbi-demo-checkpoint.txt")
 	step(out, "symbi audit checkpoint --project %s > %s", project, cpFile)
@@ -183,6 +189,83 @@ func demo(out io.Writer, symbi, project, agent string) error {
 		// 2 is consistent with a crash left over from an earlier session; 1 is not.
 		return fmt.Errorf("symbi audit verify --project: %v", err)
 	}
+	return nil
+}
+
+// asyncRun shows start_run, run_events (long poll, cursor), run_status and resolve_run.
+func asyncRun(ctx context.Context, out io.Writer, session *mcp.ClientSession, agent string) error {
+	prompt := "Summarize the risks of retrying non-idempotent HTTP requests."
+	step(out, "start_run %s: %q", agent, prompt)
+	res, err := call(ctx, session, "start_run", map[string]any{"agent": agent, "prompt": prompt})
+	if err != nil {
+		return err
+	}
+	var started struct {
+		RunID  string `json:"run_id"`
+		Status string `json:"status"`
+	}
+	if res.IsError || decode(res, &started) != nil {
+		return fmt.Errorf("start_run failed: %s", text(res))
+	}
+	fmt.Fprintf(out, "    run %s is %s; the call has returned, the run goes on\n", started.RunID, started.Status)
+	step(out, "run_events %s, from cursor 0, long-polling (wait_ms 30000)", started.RunID)
+	var cursor int64
+	for {
+		res, err := call(ctx, session, "run_events", map[string]any{"run_id": started.RunID, "after": cursor, "wait_ms": 30000})
+		if err != nil {
+			return err
+		}
+		var page struct {
+			Events []struct {
+				Seq  int64  `json:"seq"`
+				Type string `json:"type"`
+				Line string `json:"line"`
+			} `json:"events"`
+			NextCursor int64  `json:"next_cursor"`
+			Status     string `json:"status"`
+			Done       bool   `json:"done"`
+		}
+		if res.IsError || decode(res, &page) != nil {
+			return fmt.Errorf("run_events failed: %s", text(res))
+		}
+		for _, ev := range page.Events {
+			fmt.Fprintf(out, "    event %d: %-20s (signed line, %d bytes)\n", ev.Seq, ev.Type, len(ev.Line))
+		}
+		cursor = page.NextCursor
+		if page.Done {
+			fmt.Fprintf(out, "    done: status %s, next cursor %d\n", page.Status, cursor)
+			break
+		}
+	}
+	step(out, "run_status %s", started.RunID)
+	res, err = call(ctx, session, "run_status", map[string]any{"run_id": started.RunID})
+	if err != nil {
+		return err
+	}
+	var st struct {
+		Status string  `json:"status"`
+		Text   *string `json:"text"`
+	}
+	if res.IsError || decode(res, &st) != nil || st.Status != "completed" || st.Text == nil {
+		return fmt.Errorf("run_status: %s", text(res))
+	}
+	fmt.Fprintf(out, "    status: %s\n    text (read back from the journal): %s\n", st.Status, *st.Text)
+	step(out, "resolve_run %s accepted", started.RunID)
+	res, err = call(ctx, session, "resolve_run", map[string]any{"run_id": started.RunID, "resolution": "accepted", "note": "clear and correct"})
+	if err != nil {
+		return err
+	}
+	var resolved struct {
+		Status     string `json:"status"`
+		Resolution struct {
+			Value     string `json:"value"`
+			Revisions int    `json:"revisions"`
+		} `json:"resolution"`
+	}
+	if res.IsError || decode(res, &resolved) != nil || resolved.Resolution.Value != "accepted" {
+		return fmt.Errorf("resolve_run: %s", text(res))
+	}
+	fmt.Fprintf(out, "    resolution: %s (a signed ledger entry; status stays %s)\n", resolved.Resolution.Value, resolved.Status)
 	return nil
 }
 

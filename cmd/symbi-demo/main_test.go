@@ -40,7 +40,7 @@ func TestDemo(t *testing.T) {
 	if strings.Contains(out.String(), "level=") || !strings.Contains(out.String(), "its log: ") {
 		t.Errorf("the server's log is mixed into the narrative, or not named:\n%s", out.String())
 	}
-	for _, want := range []string{"answer: ", "valid and complete", "policy_denied: ", "no-private-keys", "refused_definition: "} {
+	for _, want := range []string{"answer: ", "valid and complete", "policy_denied: ", "no-private-keys", "refused_definition: ", "start_run ", "event 4: terminated", "resolution: accepted"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}
