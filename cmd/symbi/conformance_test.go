@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,18 +61,57 @@ func nodeClients(t *testing.T) string {
 }
 
 // conformanceModel answers "hang" by holding the request until the client goes away,
-// "leak" with text the test policy forbids, and anything else with "loopback answer: "
-// and the prompt.
+// "leak" with text the test policy forbids, "hold:NAME" only once a request
+// "release:NAME" has arrived (before or after it), and anything else, "release:NAME"
+// included, with "loopback answer: " and the prompt. A client thus keeps a run running
+// for exactly as long as it needs, and ends it with another run: no clock.
 func conformanceModel(t *testing.T) *loopback.Server {
-	return startModel(t, loopback.WithResponder(func(r loopback.Request) loopback.Reply {
-		switch r.Prompt {
-		case "hang":
+	var mu sync.Mutex
+	gates := map[string]chan struct{}{}
+	gate := func(name string, open bool) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		g := gates[name]
+		if g == nil {
+			g = make(chan struct{})
+			gates[name] = g
+		}
+		if open {
+			select {
+			case <-g:
+			default:
+				close(g)
+			}
+		}
+		return g
+	}
+	m := startModel(t, loopback.WithResponder(func(r loopback.Request) loopback.Reply {
+		switch {
+		case r.Prompt == "hang":
 			return loopback.Reply{Fault: loopback.FaultHang}
-		case "leak":
+		case r.Prompt == "leak":
 			return loopback.Reply{Text: "FORBIDDEN -----BEGIN PRIVATE KEY-----"}
+		case strings.HasPrefix(r.Prompt, "hold:"):
+			<-gate(strings.TrimPrefix(r.Prompt, "hold:"), false)
+		case strings.HasPrefix(r.Prompt, "release:"):
+			gate(strings.TrimPrefix(r.Prompt, "release:"), true)
 		}
 		return loopback.Reply{Text: "loopback answer: " + r.Prompt}
 	}))
+	// Cleanups run last first: every gate opens before the model closes, which waits for
+	// its handlers (a held run the server cancelled still has one).
+	t.Cleanup(func() {
+		mu.Lock()
+		names := make([]string, 0, len(gates))
+		for name := range gates {
+			names = append(names, name)
+		}
+		mu.Unlock()
+		for _, name := range names {
+			gate(name, true)
+		}
+	})
+	return m
 }
 
 type checkResult struct {
@@ -128,58 +168,79 @@ func TestConformanceTypeScriptSDK(t *testing.T) {
 				})
 			}
 			for _, want := range []string{"initialize", "tools/list", "invoke_agent/ok", "list_agents/ok", "parse_dsl/ok",
-				"get_agent_dsl/ok", "get_agents_md/ok", "verify_schema/ok", "resources/list", "resources/read",
+				"get_agent_dsl/ok", "get_agents_md/ok", "verify_schema/ok",
+				"start_run/ok", "run_events/long poll", "run_events/ok", "run_status/ok", "resolve_run/ok", "cancel_run/ok",
+				"list_runs/ok", "list_runs/filters", "resolve_run/bad leaves the run running",
+				"resources/list", "resources/read", "resources/read unknown", "resources/templates/list",
+				"resources/read run", "resources/read unknown run", "resources/subscribe", "resources/subscribe unknown run",
 				"progress", "cancel", "still serving"} {
 				if !ran[want] {
 					t.Errorf("check %q did not run", want)
 				}
 			}
-			bad := 0
-			for c := range ran {
-				if strings.Contains(c, "/bad ") {
-					bad++
+			for _, tool := range conformanceTools {
+				bad := 0
+				for c := range ran {
+					if strings.HasPrefix(c, tool+"/bad ") {
+						bad++
+					}
+				}
+				if bad == 0 {
+					t.Errorf("no bad-argument check of %s ran; every tool has at least one", tool)
 				}
 			}
-			if bad < 6 {
-				t.Errorf("%d bad-argument checks ran; every tool has at least one", bad)
-			}
-			checkConformanceJournals(t, dir)
+			// Two runs of "hang": invoke_agent's, cancelled through an AbortSignal, and
+			// start_run's, cancelled with cancel_run.
+			checkConformanceJournals(t, dir, 2)
 		})
 	}
 }
 
-// checkConformanceJournals waits for the cancelled run's journal to finish and requires
-// every journal of dir to verify complete; the "hang" run must end with terminated,
-// reason cancelled.
-func checkConformanceJournals(t *testing.T, dir string) {
+// conformanceTools are symbi's tools, each with checks of good and bad arguments.
+var conformanceTools = []string{"cancel_run", "get_agent_dsl", "get_agents_md", "invoke_agent", "list_agents", "list_runs",
+	"parse_dsl", "resolve_run", "run_events", "run_status", "start_run", "verify_schema"}
+
+// checkConformanceJournals requires hangs journals of runs of "hang", waits for each to
+// finish and requires it to end with terminated, reason cancelled, after the model had
+// the request; then every journal of dir must verify complete.
+func checkConformanceJournals(t *testing.T, dir string, hangs int) {
+	t.Helper()
+	var hang []string
+	for _, f := range journals(t, dir) {
+		if recs := records(t, f); len(recs) > 0 && recs[0]["data"].(map[string]any)["prompt"] == "hang" {
+			hang = append(hang, f)
+		}
+	}
+	if len(hang) != hangs {
+		t.Fatalf("%d journals of cancelled runs, want %d", len(hang), hangs)
+	}
+	for _, f := range hang {
+		// The run is owned by the server: it finishes after the call was cancelled, and
+		// the server finishes it before exiting when the client closes. Wait for the
+		// record.
+		deadline := time.Now().Add(hangGuard)
+		for lastRecordType(t, f) != "terminated" && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		recs := records(t, f)
+		if got := types(recs); strings.Join(got, ",") != "started,inference_requested,inference_finished,terminated" {
+			t.Fatalf("cancelled run's records %v", got)
+		}
+		if r := recs[3]["data"].(map[string]any)["reason"]; r != "cancelled" {
+			t.Errorf("cancelled run's terminated reason %v, want cancelled", r)
+		}
+	}
+	verifyJournals(t, dir)
+}
+
+// verifyJournals requires every journal of dir to verify complete.
+func verifyJournals(t *testing.T, dir string) {
 	t.Helper()
 	key, err := os.ReadFile(filepath.Join(dir, ".symbiont", "governed", "audit-signing.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	pub := ed25519.NewKeyFromSeed(key).Public().(ed25519.PublicKey)
-	var hang string
-	for _, f := range journals(t, dir) {
-		if recs := records(t, f); len(recs) > 0 && recs[0]["data"].(map[string]any)["prompt"] == "hang" {
-			hang = f
-		}
-	}
-	if hang == "" {
-		t.Fatal("no journal of the cancelled run")
-	}
-	// The run is owned by the server: it finishes after the call was cancelled, and the
-	// server finishes it before exiting when the client closes. Wait for the record.
-	deadline := time.Now().Add(hangGuard)
-	for lastRecordType(t, hang) != "terminated" && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	recs := records(t, hang)
-	if got := types(recs); strings.Join(got, ",") != "started,inference_requested,inference_finished,terminated" {
-		t.Fatalf("cancelled run's records %v", got)
-	}
-	if r := recs[3]["data"].(map[string]any)["reason"]; r != "cancelled" {
-		t.Errorf("cancelled run's terminated reason %v, want cancelled", r)
-	}
 	for _, f := range journals(t, dir) {
 		if rep := journal.Verify(f, pub, journal.VerifyOptions{}); rep.ExitCode() != 0 {
 			t.Errorf("%s does not verify complete: %+v", filepath.Base(f), rep)
@@ -214,7 +275,8 @@ func inspector(t *testing.T, node, dir string, model *loopback.Server, args ...s
 
 // TestConformanceInspectorCLI drives symbi with the MCP Inspector's CLI mode, as a person
 // trying a server would: list and call tools (good and bad arguments), list and read
-// resources.
+// resources and resource templates. Each invocation is its own server process on the
+// same project: a run begun by one is answered for by the next, from the ledger.
 func TestConformanceInspectorCLI(t *testing.T) {
 	node := nodeClients(t)
 	dir := newE2EProject(t)
@@ -230,6 +292,24 @@ func TestConformanceInspectorCLI(t *testing.T) {
 	// The Inspector parses a --tool-arg value as JSON when it can, so a string that is
 	// JSON text is given as a JSON string literal.
 	schemaArg, _ := json.Marshal(string(schema))
+	// run tries one Inspector invocation as a subtest: it must exit 0 and print a result
+	// that passes check.
+	run := func(name string, args []string, check func(r inspectorResult) error) {
+		t.Run(name, func(t *testing.T) {
+			code, out, stderr := inspector(t, node, dir, model, args...)
+			if code != 0 {
+				t.Fatalf("inspector exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+			}
+			var r inspectorResult
+			if err := json.Unmarshal(out, &r); err != nil {
+				t.Fatalf("inspector printed %q: %v", out, err)
+			}
+			if err := check(r); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	var answered string // the run id of invoke_agent's answer
 	for _, tc := range []struct {
 		name  string
 		args  []string
@@ -241,7 +321,7 @@ func TestConformanceInspectorCLI(t *testing.T) {
 				names = append(names, tool.Name)
 			}
 			sort.Strings(names)
-			if got := strings.Join(names, ","); got != "get_agent_dsl,get_agents_md,invoke_agent,list_agents,parse_dsl,verify_schema" {
+			if got := strings.Join(names, ","); got != strings.Join(conformanceTools, ",") {
 				return fmt.Errorf("tools %s", got)
 			}
 			return nil
@@ -250,9 +330,11 @@ func TestConformanceInspectorCLI(t *testing.T) {
 			if r.IsError || len(r.Content) != 1 || r.Content[0].Text != "loopback answer: hello" {
 				return fmt.Errorf("result %+v", r)
 			}
-			if a, _ := r.StructuredContent["audit"].(map[string]any); a == nil || a["records"] != 5.0 {
+			a, _ := r.StructuredContent["audit"].(map[string]any)
+			if a == nil || a["records"] != 5.0 {
 				return fmt.Errorf("audit %v", r.StructuredContent["audit"])
 			}
+			answered, _ = a["run_id"].(string)
 			return nil
 		}},
 		{"invoke_agent denied", []string{"--method", "tools/call", "--tool-name", "invoke_agent", "--tool-arg", "agent=helper", "prompt=leak"}, toolError("policy_denied")},
@@ -305,26 +387,158 @@ func TestConformanceInspectorCLI(t *testing.T) {
 			return nil
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			code, out, stderr := inspector(t, node, dir, model, tc.args...)
-			if code != 0 {
-				t.Fatalf("inspector exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
-			}
-			var r inspectorResult
-			if err := json.Unmarshal(out, &r); err != nil {
-				t.Fatalf("inspector printed %q: %v", out, err)
-			}
-			if err := tc.check(r); err != nil {
-				t.Error(err)
+		run(tc.name, tc.args, tc.check)
+	}
+	readUnknown := func(name, uri string) {
+		t.Run(name, func(t *testing.T) {
+			code, out, stderr := inspector(t, node, dir, model, "--method", "resources/read", "--uri", uri)
+			if code == 0 || !strings.Contains(stderr, "not found") {
+				t.Errorf("reading an unknown resource: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
 			}
 		})
 	}
-	t.Run("resources/read unknown", func(t *testing.T) {
-		code, out, stderr := inspector(t, node, dir, model, "--method", "resources/read", "--uri", "file:///etc/passwd")
-		if code == 0 || !strings.Contains(stderr, "not found") {
-			t.Errorf("reading an unknown resource: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+	readUnknown("resources/read unknown", "file:///etc/passwd")
+
+	// Runs. start_run's run of "hang" is cancelled when that Inspector invocation ends
+	// (its server cancels the runs in flight at exit); every later invocation, another
+	// server process, answers for it and for invoke_agent's run from the project ledger.
+	if answered == "" {
+		t.Fatal("invoke_agent gave no run id")
+	}
+	const missing = "0190a000-0000-7000-8000-000000000000" // a well-formed run id no run has
+	var started, startedJournal string
+	call := func(tool string, args ...string) []string {
+		argv := []string{"--method", "tools/call", "--tool-name", tool}
+		if len(args) > 0 {
+			argv = append(append(argv, "--tool-arg"), args...)
 		}
+		return argv
+	}
+	run("start_run", call("start_run", "agent=helper", "prompt=hang"), func(r inspectorResult) error {
+		sc := r.StructuredContent
+		a, _ := sc["audit"].(map[string]any)
+		if r.IsError || sc["status"] != "running" || sc["agent"] != "helper" || a == nil || a["run_id"] != sc["run_id"] {
+			return fmt.Errorf("result %+v", r)
+		}
+		started, _ = sc["run_id"].(string)
+		startedJournal, _ = a["path"].(string)
+		return nil
 	})
+	if started == "" {
+		t.Fatal("start_run gave no run id")
+	}
+	// The server that ran it has finished it (terminated) before the next invocation reads
+	// it: wait for the record, as a client would for its events.
+	deadline := time.Now().Add(hangGuard)
+	for lastRecordType(t, startedJournal) != "terminated" && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if recs := records(t, startedJournal); recs[len(recs)-1]["type"] != "terminated" || recs[len(recs)-1]["data"].(map[string]any)["reason"] != "cancelled" {
+		t.Fatalf("start_run's run, left running when its server exited: records %v, want it to end terminated, reason cancelled", types(recs))
+	}
+	run("start_run unknown agent", call("start_run", "agent=nobody", "prompt=x"), toolError("unknown_agent"))
+	run("run_events", call("run_events", "run_id="+answered, "limit=2"), func(r inspectorResult) error {
+		sc := r.StructuredContent
+		evs, _ := sc["events"].([]any)
+		if r.IsError || len(evs) != 2 || sc["next_cursor"] != 2.0 || sc["done"] != false || sc["status"] != "completed" {
+			return fmt.Errorf("result %+v", r)
+		}
+		for i, e := range evs {
+			ev, _ := e.(map[string]any)
+			if line, _ := ev["line"].(string); ev["seq"] != float64(i) || !strings.HasPrefix(line, `{"payload":`) {
+				return fmt.Errorf("event %d: %v", i, ev)
+			}
+		}
+		return nil
+	})
+	run("run_events limit 0", call("run_events", "run_id="+answered, "limit=0"), toolError("invalid_request"))
+	run("run_events wait_ms 30001", call("run_events", "run_id="+answered, "wait_ms=30001"), toolError("invalid_request"))
+	run("run_status", call("run_status", "run_id="+answered), func(r inspectorResult) error {
+		sc := r.StructuredContent
+		if r.IsError || sc["status"] != "completed" || sc["released"] != true || sc["text"] != "loopback answer: hello" || sc["records"] != 5.0 {
+			return fmt.Errorf("result %+v", r)
+		}
+		return nil
+	})
+	run("run_status of the run another process started", call("run_status", "run_id="+started), func(r inspectorResult) error {
+		if sc := r.StructuredContent; r.IsError || sc["status"] != "cancelled" || sc["released"] != false || sc["ended_at"] == nil {
+			return fmt.Errorf("result %+v", r)
+		}
+		return nil
+	})
+	run("run_status unknown", call("run_status", "run_id="+missing), toolError("run_not_found"))
+	run("cancel_run", call("cancel_run", "run_id="+started), func(r inspectorResult) error {
+		if sc := r.StructuredContent; r.IsError || sc["already_finished"] != true || sc["status"] != "cancelled" {
+			return fmt.Errorf("result %+v", r)
+		}
+		return nil
+	})
+	run("cancel_run unknown", call("cancel_run", "run_id="+missing), toolError("run_not_found"))
+	run("resolve_run", call("resolve_run", "run_id="+answered, "resolution=accepted", "note=checked by the Inspector"), func(r inspectorResult) error {
+		res, _ := r.StructuredContent["resolution"].(map[string]any)
+		if r.IsError || r.StructuredContent["status"] != "completed" || res == nil || res["value"] != "accepted" || res["revisions"] != 1.0 {
+			return fmt.Errorf("result %+v", r)
+		}
+		return nil
+	})
+	run("resolve_run bad resolution", call("resolve_run", "run_id="+answered, "resolution=maybe"), toolError("invalid_request"))
+	run("resolve_run unknown", call("resolve_run", "run_id="+missing, "resolution=accepted"), toolError("run_not_found"))
+	run("list_runs", call("list_runs", "limit=1"), func(r inspectorResult) error {
+		runs, _ := r.StructuredContent["runs"].([]any)
+		if r.IsError || len(runs) != 1 || runs[0].(map[string]any)["run_id"] != started {
+			return fmt.Errorf("result %+v", r)
+		}
+		if c, _ := r.StructuredContent["next_cursor"].(string); c == "" {
+			return fmt.Errorf("no next_cursor: %+v", r)
+		}
+		return nil
+	})
+	run("list_runs filters", call("list_runs", "status=completed", "resolution=accepted"), func(r inspectorResult) error {
+		runs, _ := r.StructuredContent["runs"].([]any)
+		if r.IsError || len(runs) != 1 || runs[0].(map[string]any)["run_id"] != answered {
+			return fmt.Errorf("result %+v", r)
+		}
+		return nil
+	})
+	run("list_runs bad cursor", call("list_runs", "after=not-a-cursor"), toolError("invalid_request"))
+	run("list_runs limit 1001", call("list_runs", "limit=1001"), toolError("invalid_request"))
+	run("resources/templates/list", []string{"--method", "resources/templates/list"}, func(r inspectorResult) error {
+		if tt := r.ResourceTemplates; len(tt) != 1 || tt[0].URITemplate != "symbi://runs/{run_id}" || tt[0].MIMEType != "application/json" {
+			return fmt.Errorf("resource templates %+v", tt)
+		}
+		return nil
+	})
+	readRun := func(name, runID, status, resolution string) {
+		run(name, []string{"--method", "resources/read", "--uri", "symbi://runs/" + runID}, func(r inspectorResult) error {
+			if len(r.Contents) != 1 || r.Contents[0].URI != "symbi://runs/"+runID || r.Contents[0].MIMEType != "application/json" {
+				return fmt.Errorf("contents %+v", r.Contents)
+			}
+			var st struct {
+				RunID      string `json:"run_id"`
+				Status     string `json:"status"`
+				Resolution *struct {
+					Value string `json:"value"`
+				} `json:"resolution"`
+			}
+			if err := json.Unmarshal([]byte(r.Contents[0].Text), &st); err != nil {
+				return fmt.Errorf("contents %q: %v", r.Contents[0].Text, err)
+			}
+			got := ""
+			if st.Resolution != nil {
+				got = st.Resolution.Value
+			}
+			if st.RunID != runID || st.Status != status || got != resolution {
+				return fmt.Errorf("run %s: status %s, resolution %q; want %s, %q", st.RunID, st.Status, got, status, resolution)
+			}
+			return nil
+		})
+	}
+	readRun("resources/read run", started, "cancelled", "")
+	readRun("resources/read resolved run", answered, "completed", "accepted")
+	readUnknown("resources/read unknown run", "symbi://runs/"+missing)
+
+	// Every journal the invocations left verifies complete.
+	verifyJournals(t, dir)
 }
 
 // toolError checks that the Inspector printed a tool error (isError, never a protocol
@@ -354,6 +568,10 @@ type inspectorResult struct {
 	Resources []struct {
 		URI string `json:"uri"`
 	} `json:"resources"`
+	ResourceTemplates []struct {
+		URITemplate string `json:"uriTemplate"`
+		MIMEType    string `json:"mimeType"`
+	} `json:"resourceTemplates"`
 	Contents []struct {
 		URI, MIMEType, Text string
 	} `json:"contents"`
@@ -424,4 +642,44 @@ func TestConformanceGoSDK(t *testing.T) {
 			t.Errorf("%s %v: structuredContent does not match the outputSchema: %v\n%s", tc.tool, tc.args, err, raw)
 		}
 	}
+
+	// The run tools, each result and each error validated the same way.
+	check := func(tool string, args map[string]any, isError bool) map[string]any {
+		t.Helper()
+		res, err := s.session.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s %v: %v", tool, args, err)
+		}
+		if res.IsError != isError {
+			t.Fatalf("%s %v: isError %v, want %v: %s", tool, args, res.IsError, isError, text(res))
+		}
+		raw, _ := json.Marshal(res.StructuredContent)
+		var v map[string]any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			t.Fatal(err)
+		}
+		if err := schemas[tool].Validate(v); err != nil {
+			t.Errorf("%s %v: structuredContent does not match the outputSchema: %v\n%s", tool, args, err, raw)
+		}
+		return v
+	}
+	id, _ := check("start_run", map[string]any{"agent": "helper", "prompt": "hello"}, false)["run_id"].(string)
+	for done := false; !done; {
+		done, _ = check("run_events", map[string]any{"run_id": id, "wait_ms": 30000, "limit": 1000}, false)["done"].(bool)
+	}
+	check("run_events", map[string]any{"run_id": id, "after": 2, "limit": 2}, false)
+	check("run_status", map[string]any{"run_id": id}, false)
+	check("resolve_run", map[string]any{"run_id": id, "resolution": "accepted", "note": "ok"}, false)
+	if v := check("cancel_run", map[string]any{"run_id": id}, false); v["already_finished"] != true || v["status"] != "completed" {
+		t.Errorf("cancel_run of a finished run: %v", v)
+	}
+	check("list_runs", map[string]any{"limit": 1}, false)
+	check("list_runs", map[string]any{"resolution": "unresolved", "status": "completed"}, false)
+	unknown := "0190a000-0000-7000-8000-000000000000"
+	check("start_run", map[string]any{"agent": "nobody", "prompt": "x"}, true)
+	check("run_events", map[string]any{"run_id": id, "limit": 0}, true)
+	check("run_status", map[string]any{"run_id": unknown}, true)
+	check("cancel_run", map[string]any{"run_id": unknown}, true)
+	check("list_runs", map[string]any{"after": "x"}, true)
+	check("resolve_run", map[string]any{"run_id": id, "resolution": "maybe"}, true)
 }

@@ -149,8 +149,10 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 		}
 	}
 	signalled := ctx.Err() != nil // a signal, or the client gone: both end the session cleanly
-	stop()
+	// The signals stay caught until every run has finished its journal: a client that
+	// closes stdin and sends SIGTERM after a grace period must not kill the runs' ends.
 	shutdownRuns(runner, log)
+	stop()
 	if runErr != nil && !signalled {
 		return fmt.Errorf("MCP session: %w", runErr)
 	}

@@ -74,8 +74,13 @@ func (h *handlers) runStatus(ctx context.Context, req *mcp.CallToolRequest, in r
 	return "", st, nil
 }
 
+// runStatus lets cancelOutput embed runs.Status under another name: embedded as Status,
+// the field would hide its own member Status from jsonschema (Go's promotion rules), and
+// the advertised schema would lack "status" while the result carries it.
+type runStatus = runs.Status
+
 type cancelOutput struct {
-	runs.Status
+	runStatus
 	AlreadyFinished bool `json:"already_finished" jsonschema:"the run had ended before the request: nothing was cancelled"`
 }
 
@@ -84,7 +89,7 @@ func (h *handlers) cancelRun(ctx context.Context, req *mcp.CallToolRequest, in r
 	if err != nil {
 		return "", nil, err
 	}
-	return "", &cancelOutput{Status: *st, AlreadyFinished: already}, nil
+	return "", &cancelOutput{runStatus: *st, AlreadyFinished: already}, nil
 }
 
 type listRunsInput struct {

@@ -8,23 +8,33 @@
 //     "schemapin":"/path/to/testdata/schemapin"}'
 //
 // The project must hold the agents and policy of cmd/symbi's conformance project, and the
-// model must answer "hang" by holding the request and "leak" with text the policy forbids.
+// model must answer "hang" by holding the request, "leak" with text the policy forbids,
+// "hold:NAME" only once a request "release:NAME" has arrived (before or after it), and
+// anything else with "loopback answer: " and the prompt.
 //
 // Each check prints one JSON line {"check", "ok", "detail"}; the process exits 0 when it
 // has run every check (failures included) and 1 when it could not run them.
 
+import { createHash, createPublicKey, verify } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { McpError } from "@modelcontextprotocol/sdk/types.js";
+import { McpError, ResourceUpdatedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const cfg = JSON.parse(process.argv[2]);
-const requestOptions = { timeout: 300_000 }; // generous: the checks wait for events, not the clock
+const HANG_GUARD_MS = 300_000; // generous: the checks wait for events, not the clock
+const requestOptions = { timeout: HANG_GUARD_MS };
 
 const STAGES = ["admitted", "journal opened", "request sent", "response received", "policy decided"];
-const TOOLS = ["get_agent_dsl", "get_agents_md", "invoke_agent", "list_agents", "parse_dsl", "verify_schema"];
+const TOOLS = ["cancel_run", "get_agent_dsl", "get_agents_md", "invoke_agent", "list_agents", "list_runs", "parse_dsl",
+  "resolve_run", "run_events", "run_status", "start_run", "verify_schema"];
+const RUN_EVENTS = ["started", "inference_requested", "inference_finished", "policy_evaluated", "terminated"];
+const RUN_URI = "symbi://runs/";
+const MISSING_RUN = "0190a000-0000-7000-8000-000000000000"; // a well-formed run id no run has
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+const HEX64 = /^[0-9a-f]{64}$/;
 
 function report(check, ok, detail = "") {
   process.stdout.write(JSON.stringify({ check, ok, detail: String(detail) }) + "\n");
@@ -106,6 +116,135 @@ async function connect() {
 const call = (client, name, args, opts = {}) =>
   client.callTool({ name, arguments: args }, undefined, { ...requestOptions, ...opts });
 
+// callOK calls a tool that must succeed and returns its structuredContent (validated by
+// the SDK against the tool's outputSchema).
+async function callOK(client, name, args) {
+  const res = await call(client, name, args);
+  expectOK(res);
+  assert(res.structuredContent && typeof res.structuredContent === "object", `${name}: no structuredContent`);
+  return res.structuredContent;
+}
+
+// startRun starts a run of helper and checks start_run's answer: the run is running (the
+// model holds "hang" and "hold:NAME" prompts) and the audit reference names its journal.
+async function startRun(client, prompt) {
+  const sc = await callOK(client, "start_run", { agent: "helper", prompt });
+  assert(sc.status === "running", `status ${sc.status}, want running`);
+  assert(UUID.test(sc.run_id) && sc.agent === "helper" && UUID.test(sc.agent_id), `run ${sc.run_id} agent ${sc.agent} ${sc.agent_id}`);
+  const a = sc.audit;
+  assert(a && a.run_id === sc.run_id && a.path.startsWith("/") && a.path.endsWith(`.${sc.run_id}.jsonl`) &&
+    HEX64.test(a.public_key) && a.records >= 1 && HEX64.test(a.head), `audit ${JSON.stringify(a)}`);
+  return sc;
+}
+
+// publicKey is the Ed25519 public key of an audit reference's public_key (hex).
+const publicKey = (hex) => createPublicKey({
+  key: Buffer.concat([Buffer.from("302a300506032b6570032100", "hex"), Buffer.from(hex, "hex")]), format: "der", type: "spki",
+});
+
+// checkEvent verifies an event as a client would offline: its line is
+// {"payload":P,"signature":"S"} (docs/journal-format.md), S signs "symbi-journal-v1\n"+P
+// with the project's key, P's seq, type and time are the event's, and P's prev is the
+// SHA-256 of the previous line (prevLine, without its "\n"; undefined for seq 0).
+function checkEvent(ev, key, runId, prevLine) {
+  const prefix = '{"payload":', sep = ',"signature":"';
+  assert(typeof ev.line === "string" && ev.line.startsWith(prefix) && ev.line.endsWith('"}'), `event ${ev.seq}: line ${JSON.stringify(ev.line)}`);
+  const sig = ev.line.slice(ev.line.length - 2 - 88, ev.line.length - 2);
+  assert(ev.line.slice(ev.line.length - 2 - 88 - sep.length, ev.line.length - 2 - 88) === sep, `event ${ev.seq}: no signature`);
+  const payload = ev.line.slice(prefix.length, ev.line.length - 2 - 88 - sep.length);
+  assert(verify(null, Buffer.from("symbi-journal-v1\n" + payload, "utf8"), key, Buffer.from(sig, "base64")),
+    `event ${ev.seq}: the signature does not verify`);
+  const p = JSON.parse(payload);
+  assert(p.seq === ev.seq && p.type === ev.type && p.time === ev.time && p.run_id === runId,
+    `event ${JSON.stringify({ seq: ev.seq, type: ev.type, time: ev.time })} does not match its signed payload ${payload.slice(0, 200)}`);
+  const prev = prevLine === undefined ? "0".repeat(64) : createHash("sha256").update(prevLine + "\n", "utf8").digest("hex");
+  assert(p.prev === prev, `event ${ev.seq}: prev ${p.prev}, want ${prev}`);
+  return p;
+}
+
+// readEvents reads a run's events from cursor 0 in pages of limit, long-polling each page,
+// until done: every page holds at most limit events, cursors neither skip nor repeat, and
+// every event verifies against its signed line.
+async function readEvents(client, runId, limit, key) {
+  const all = [];
+  let cursor = 0, pages = 0, last;
+  for (;;) {
+    last = await callOK(client, "run_events", { run_id: runId, after: cursor, limit, wait_ms: 30000 });
+    pages++;
+    assert(last.events.length <= limit, `${last.events.length} events in a page of limit ${limit}`);
+    last.events.forEach((ev, i) => {
+      assert(ev.seq === cursor + i, `event seq ${ev.seq} at cursor ${cursor}+${i}: a gap or a repeat`);
+      checkEvent(ev, key, runId, all.length > 0 ? all[all.length - 1].line : undefined);
+      all.push(ev);
+    });
+    assert(last.next_cursor === cursor + last.events.length, `next_cursor ${last.next_cursor} after ${last.events.length} events from ${cursor}`);
+    cursor = last.next_cursor;
+    if (last.done) return { events: all, pages, last };
+    assert(pages < 1000, "run_events never reported done");
+  }
+}
+
+// listAll pages through list_runs with args in pages of limit: each run once, newest
+// first (run ids are UUIDv7), none with its text.
+async function listAll(client, args, limit) {
+  const runs = [];
+  let after;
+  for (let pages = 1; ; pages++) {
+    const page = await callOK(client, "list_runs", { ...args, limit, ...(after ? { after } : {}) });
+    assert(page.runs.length <= limit, `${page.runs.length} runs in a page of limit ${limit}`);
+    for (const r of page.runs) {
+      assert(runs.length === 0 || r.run_id < runs[runs.length - 1].run_id, `run ${r.run_id} listed after ${runs[runs.length - 1]?.run_id}: not newest first, or twice`);
+      assert(r.text === undefined, `list_runs carries the text of ${r.run_id}`);
+      runs.push(r);
+    }
+    if (!page.next_cursor) return runs;
+    assert(page.runs.length === limit, `a page of ${page.runs.length} runs before the last`);
+    after = page.next_cursor;
+    assert(pages < 1000, "list_runs never ended");
+  }
+}
+
+// resourceUpdates collects notifications/resources/updated (through the SDK's
+// notification handler); next(uri) waits for the next one of uri (at most HANG_GUARD_MS:
+// only a hang reaches it).
+function resourceUpdates(client) {
+  const queue = [];
+  let waiter;
+  client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => {
+    queue.push(n.params.uri);
+    waiter?.();
+  });
+  return {
+    async next(uri) {
+      const guard = Date.now() + HANG_GUARD_MS;
+      for (;;) {
+        const i = queue.indexOf(uri);
+        if (i >= 0) {
+          queue.splice(i, 1);
+          return;
+        }
+        const left = guard - Date.now();
+        assert(left > 0, `no notifications/resources/updated for ${uri}`);
+        await new Promise((resolve) => {
+          const timer = setTimeout(resolve, left);
+          waiter = () => { clearTimeout(timer); waiter = undefined; resolve(); };
+        });
+      }
+    },
+  };
+}
+
+// readRun reads symbi://runs/{runId} and returns its JSON (run_status's).
+async function readRun(client, runId) {
+  const uri = RUN_URI + runId;
+  const res = await client.readResource({ uri }, requestOptions);
+  assert(res.contents.length === 1 && res.contents[0].uri === uri && res.contents[0].mimeType === "application/json",
+    `contents ${JSON.stringify(res.contents).slice(0, 300)}`);
+  const st = JSON.parse(res.contents[0].text);
+  assert(st.run_id === runId, `the resource of ${runId} is run ${st.run_id}`);
+  return st;
+}
+
 async function main() {
   const { client, negotiated, wire } = await connect();
 
@@ -183,7 +322,146 @@ async function main() {
     assert(wrong.structuredContent.verified === false, "a wrong key verified");
   });
 
-  // Every tool with bad arguments: a coded tool error, validated like any result.
+  // Runs. The model holds "hold:NAME" until a run asks it "release:NAME", so a run is
+  // running for exactly as long as a check needs; every wait is for an event.
+  const release = async (name) => {
+    const res = await call(client, "invoke_agent", { agent: "helper", prompt: `release:${name}` });
+    assert(expectOK(res) === `loopback answer: release:${name}`, `release:${name}: ${textOf(res)}`);
+  };
+  let held, key; // the run of "hold:events", then its public key
+  await check("start_run/ok", async () => {
+    held = await startRun(client, "hold:events");
+    key = publicKey(held.audit.public_key);
+    return held.run_id;
+  });
+  // A long poll: read the held run's events, waiting for each, until the model has the
+  // request (started, inference_requested); then poll again with wait_ms while the model
+  // is released: the poll answers with the next event. A page may be empty only when
+  // wait_ms passed first (a busy machine), and is then asked again.
+  await check("run_events/long poll", async () => {
+    let cursor = 0;
+    const types = [];
+    const poll = async () => {
+      const page = await callOK(client, "run_events", { run_id: held.run_id, after: cursor, limit: 1, wait_ms: 30000 });
+      assert(page.events.length <= 1 && page.next_cursor === cursor + page.events.length, `page ${JSON.stringify(page).slice(0, 300)}`);
+      assert(page.events.length === 1 || (!page.done && page.status === "running"), `an empty page of a run that ended: ${JSON.stringify(page)}`);
+      for (const ev of page.events) {
+        assert(ev.seq === cursor, `event seq ${ev.seq} at cursor ${cursor}`);
+        types.push(ev.type);
+        cursor++;
+      }
+      return page;
+    };
+    for (let polls = 0; types.length < 2; polls++) {
+      const page = await poll();
+      assert(page.status === "running" && !page.done, `the held run is ${page.status}, done ${page.done}`);
+      assert(polls < 100, "the held run's first events never came");
+    }
+    assert(types.join(",") === "started,inference_requested", `events while held: ${types}`);
+    const pending = poll(); // nothing after the cursor until the model answers
+    await release("events");
+    let polls = 1, page = await pending;
+    while (page.events.length === 0) {
+      assert(polls++ < 100, "the long poll never returned the next event");
+      page = await poll();
+    }
+    assert(page.events[0].type === "inference_finished", `the long poll returned ${page.events[0].type}`);
+    return `next event ${page.events[0].type} after ${polls} poll(s)`;
+  });
+  await check("run_events/ok", async () => {
+    const { events, pages, last } = await readEvents(client, held.run_id, 2, key);
+    const types = events.map((e) => e.type);
+    assert(JSON.stringify(types) === JSON.stringify(RUN_EVENTS), `event types ${types}`);
+    assert(last.status === "completed" && last.done === true, `last page: status ${last.status}, done ${last.done}`);
+    const again = await callOK(client, "run_events", { run_id: held.run_id, after: events.length });
+    assert(again.events.length === 0 && again.done && again.next_cursor === events.length, `reading past the end: ${JSON.stringify(again)}`);
+    const all = await callOK(client, "run_events", { run_id: held.run_id });
+    assert(JSON.stringify(all.events) === JSON.stringify(events), "one page of every event differs from the pages of 2");
+    return `${events.length} events in ${pages} pages of 2`;
+  });
+  await check("run_status/ok", async () => {
+    const st = await callOK(client, "run_status", { run_id: held.run_id });
+    assert(st.status === "completed" && st.released === true && st.text === "loopback answer: hold:events", `status ${JSON.stringify(st)}`);
+    assert(st.records === RUN_EVENTS.length && HEX64.test(st.head) && st.started_at && st.ended_at && st.caller === "stdio" &&
+      st.journal === held.audit.path && st.agent === "helper" && st.agent_id === held.agent_id && st.resolution === undefined,
+      `status ${JSON.stringify(st)}`);
+    const unresolved = await callOK(client, "list_runs", { resolution: "unresolved" });
+    assert(unresolved.runs.some((r) => r.run_id === held.run_id), "a completed run without a resolution is not unresolved");
+  });
+  await check("resolve_run/ok", async () => {
+    const first = await callOK(client, "resolve_run", { run_id: held.run_id, resolution: "accepted" });
+    assert(first.status === "completed" && first.resolution?.value === "accepted" && first.resolution.revisions === 1 &&
+      first.resolution.caller === "stdio" && first.resolution.time, `first resolution ${JSON.stringify(first)}`);
+    const revised = await callOK(client, "resolve_run", { run_id: held.run_id, resolution: "needs_followup", note: "check the sources" });
+    const r = revised.resolution;
+    assert(revised.status === "completed" && r?.value === "needs_followup" && r.note === "check the sources" && r.revisions === 2,
+      `revised resolution ${JSON.stringify(revised)}`);
+    const st = await callOK(client, "run_status", { run_id: held.run_id });
+    assert(st.resolution?.value === "needs_followup" && st.resolution.revisions === 2 && st.status === "completed", `run_status ${JSON.stringify(st.resolution)}`);
+  });
+  let hung; // the run of "hang", cancelled
+  await check("cancel_run/ok", async () => {
+    hung = await startRun(client, "hang");
+    // Wait until the model has the request, then cancel it.
+    for (let cursor = 0, polls = 0; cursor < 2; polls++) {
+      const page = await callOK(client, "run_events", { run_id: hung.run_id, after: cursor, wait_ms: 30000 });
+      cursor = page.next_cursor;
+      assert(page.status === "running" && polls < 100, `the hanging run is ${page.status}`);
+    }
+    const c = await callOK(client, "cancel_run", { run_id: hung.run_id });
+    assert(c.already_finished === false && c.status === "cancelled" && c.released === false && c.text === undefined,
+      `cancel_run: ${JSON.stringify(c)}`);
+    const again = await callOK(client, "cancel_run", { run_id: hung.run_id });
+    assert(again.already_finished === true && again.status === "cancelled", `second cancel_run: ${JSON.stringify(again)}`);
+    const { events } = await readEvents(client, hung.run_id, 100, publicKey(hung.audit.public_key));
+    const last = events[events.length - 1];
+    assert(last.type === "terminated" && JSON.parse(last.line).payload.data.reason === "cancelled", `last event ${last.line}`);
+    const st = await callOK(client, "run_status", { run_id: hung.run_id });
+    assert(st.status === "cancelled" && st.ended_at && st.records === events.length, `run_status ${JSON.stringify(st)}`);
+    return c.reason;
+  });
+  await check("list_runs/ok", async () => {
+    const everything = await callOK(client, "list_runs", {});
+    assert(everything.next_cursor === undefined && everything.runs.length >= 3, `one page: ${everything.runs.length} runs, next_cursor ${everything.next_cursor}`);
+    const paged = await listAll(client, {}, 2);
+    assert(JSON.stringify(paged.map((r) => r.run_id)) === JSON.stringify(everything.runs.map((r) => r.run_id)),
+      "pages of 2 list other runs than one page");
+    for (const id of [held.run_id, hung.run_id]) assert(paged.some((r) => r.run_id === id), `run ${id} is not listed`);
+    const first = await callOK(client, "list_runs", { limit: 1 });
+    assert(first.runs.length === 1 && first.runs[0].run_id === paged[0].run_id && typeof first.next_cursor === "string" && first.next_cursor !== "",
+      `limit 1: ${JSON.stringify(first).slice(0, 300)}`);
+    const second = await callOK(client, "list_runs", { limit: 1, after: first.next_cursor });
+    assert(second.runs.length === 1 && second.runs[0].run_id === paged[1].run_id, `the page after ${first.next_cursor}: ${JSON.stringify(second).slice(0, 300)}`);
+    return `${paged.length} runs`;
+  });
+  await check("list_runs/filters", async () => {
+    const cancelled = await listAll(client, { status: "cancelled" }, 1);
+    assert(cancelled.length >= 1 && cancelled.every((r) => r.status === "cancelled") && cancelled.some((r) => r.run_id === hung.run_id),
+      `status cancelled: ${cancelled.map((r) => `${r.run_id}:${r.status}`)}`);
+    const completed = await listAll(client, { status: "completed", agent: "helper" }, 2);
+    assert(completed.every((r) => r.status === "completed" && r.agent === "helper") && completed.some((r) => r.run_id === held.run_id),
+      `status completed, agent helper: ${completed.map((r) => `${r.run_id}:${r.status}`)}`);
+    const followup = await listAll(client, { resolution: "needs_followup" }, 2);
+    assert(followup.length === 1 && followup[0].run_id === held.run_id && followup[0].resolution.revisions === 2,
+      `resolution needs_followup: ${JSON.stringify(followup).slice(0, 300)}`);
+    const accepted = await listAll(client, { resolution: "accepted" }, 2);
+    assert(accepted.length === 0, `resolution accepted (revised since): ${accepted.map((r) => r.run_id)}`);
+    const unresolved = await listAll(client, { resolution: "unresolved" }, 2);
+    assert(unresolved.every((r) => r.resolution === undefined) && !unresolved.some((r) => r.run_id === held.run_id) &&
+      unresolved.some((r) => r.run_id === hung.run_id), `unresolved: ${unresolved.map((r) => r.run_id)}`);
+    const nobody = await listAll(client, { agent: "nobody" }, 2);
+    assert(nobody.length === 0, `agent nobody: ${nobody.map((r) => r.run_id)}`);
+  });
+
+  // A run held while the bad arguments are tried: resolving it is invalid_transition.
+  let running;
+  await check("start_run/ok held", async () => {
+    running = await startRun(client, "hold:bad");
+  });
+  const runArg = (v) => (v === "$running" ? running?.run_id : v === "$done" ? held?.run_id : v);
+
+  // Every tool with bad arguments: a coded tool error, validated like any result. A run
+  // id "$running" is the held run's, "$done" a completed run's.
   const bad = [
     ["invoke_agent", {}, "invalid_request"],
     ["invoke_agent", { agent: "helper", prompt: 42 }, "invalid_request"],
@@ -202,18 +480,63 @@ async function main() {
     ["get_agents_md", { file: "x" }, "invalid_request"],
     ["verify_schema", { schema: "{}" }, "invalid_request"],
     ["verify_schema", { schema: "[1]", public_key_pem: "x" }, "invalid_request"],
+    ["start_run", {}, "invalid_request"],
+    ["start_run", { agent: "helper" }, "invalid_request"],
+    ["start_run", { agent: "helper", prompt: "x", extra: 1 }, "invalid_request"],
+    ["start_run", { agent: "nobody", prompt: "x" }, "unknown_agent"],
+    ["start_run", { agent: "refused", prompt: "x" }, "refused_definition"],
+    ["run_events", {}, "invalid_request"],
+    ["run_events", { run_id: MISSING_RUN }, "run_not_found"],
+    ["run_events", { run_id: "../../etc/passwd" }, "invalid_request"],
+    ["run_events", { run_id: "$running", limit: 0 }, "invalid_request"],
+    ["run_events", { run_id: "$running", limit: 1001 }, "invalid_request"],
+    ["run_events", { run_id: "$running", wait_ms: 30001 }, "invalid_request"],
+    ["run_events", { run_id: "$running", wait_ms: -1 }, "invalid_request"],
+    ["run_events", { run_id: "$running", after: -1 }, "invalid_request"],
+    ["run_events", { run_id: "$done", after: 99 }, "invalid_request"],
+    ["run_events", { run_id: "$running", after: "x" }, "invalid_request"],
+    ["run_status", {}, "invalid_request"],
+    ["run_status", { run_id: MISSING_RUN }, "run_not_found"],
+    ["run_status", { run_id: "" }, "invalid_request"],
+    ["cancel_run", {}, "invalid_request"],
+    ["cancel_run", { run_id: MISSING_RUN }, "run_not_found"],
+    ["list_runs", { limit: 0 }, "invalid_request"],
+    ["list_runs", { limit: 1001 }, "invalid_request"],
+    ["list_runs", { after: "not-a-cursor" }, "invalid_request"],
+    ["list_runs", { status: "finished" }, "invalid_request"],
+    ["list_runs", { resolution: "maybe" }, "invalid_request"],
+    ["list_runs", { extra: 1 }, "invalid_request"],
+    ["resolve_run", { run_id: MISSING_RUN, resolution: "accepted" }, "run_not_found"],
+    ["resolve_run", { run_id: "$done" }, "invalid_request"],
+    ["resolve_run", { run_id: "$done", resolution: "maybe" }, "invalid_request"],
+    ["resolve_run", { run_id: "$done", resolution: "accepted", note: "n".repeat(4097) }, "limit_exceeded"],
+    ["resolve_run", { run_id: "$running", resolution: "accepted" }, "invalid_transition"],
   ];
   for (const [tool, args, code] of bad) {
     const label = JSON.stringify(args).slice(0, 60);
     await check(`${tool}/bad ${label}`, async () => {
-      const res = await call(client, tool, args);
+      const res = await call(client, tool, Object.fromEntries(Object.entries(args).map(([k, v]) => [k, k === "run_id" ? runArg(v) : v])));
       expectToolError(res, code);
+      if (code === "run_not_found") {
+        assert(textOf(res).includes(MISSING_RUN), `the error does not name the run: ${textOf(res)}`);
+      }
       if (code === "policy_denied") {
         assert(res.structuredContent.audit?.records === 5, `a withheld answer carries no receipt: ${JSON.stringify(res.structuredContent)}`);
         assert(!textOf(res).includes("FORBIDDEN"), "the withheld text was released");
       }
     });
   }
+  await check("resolve_run/bad leaves the run running", async () => {
+    let st;
+    try {
+      st = await callOK(client, "run_status", { run_id: running.run_id });
+    } finally {
+      await release("bad");
+    }
+    assert(st.status === "running" && st.resolution === undefined, `the held run after the bad arguments: ${JSON.stringify(st)}`);
+    const { last } = await readEvents(client, running.run_id, 100, key);
+    assert(last.status === "completed", `the released run is ${last.status}`);
+  });
   await check("tools/call unknown tool", async () => {
     let res;
     try {
@@ -244,6 +567,83 @@ async function main() {
       return `protocol error ${err.code}`;
     }
     throw new Error("reading an unknown resource succeeded");
+  });
+
+  // The run resource template, symbi://runs/{run_id}: run_status's JSON.
+  await check("resources/templates/list", async () => {
+    const { resourceTemplates } = await client.listResourceTemplates(undefined, requestOptions);
+    assert(resourceTemplates.length === 1 && resourceTemplates[0].uriTemplate === RUN_URI + "{run_id}" &&
+      resourceTemplates[0].mimeType === "application/json" && resourceTemplates[0].name === "run",
+      `resource templates ${JSON.stringify(resourceTemplates)}`);
+  });
+  await check("resources/read run", async () => {
+    const st = await readRun(client, held.run_id);
+    const tool = await callOK(client, "run_status", { run_id: held.run_id });
+    assert(st.status === "completed" && st.text === "loopback answer: hold:events" && st.resolution?.value === "needs_followup",
+      `resource ${JSON.stringify(st)}`);
+    assert(JSON.stringify(st) === JSON.stringify(tool), `the resource is not run_status: ${JSON.stringify(st)} vs ${JSON.stringify(tool)}`);
+    const c = await readRun(client, hung.run_id);
+    assert(c.status === "cancelled" && c.released === false, `cancelled run's resource ${JSON.stringify(c)}`);
+  });
+  await check("resources/read unknown run", async () => {
+    const refused = [];
+    for (const uri of [RUN_URI + MISSING_RUN, RUN_URI + "../x", "symbi://runs/"]) {
+      try {
+        await client.readResource({ uri }, requestOptions);
+      } catch (err) {
+        assert(err instanceof McpError, `${uri}: not an MCP error: ${err}`);
+        refused.push(`${uri}: ${err.code}`);
+        continue;
+      }
+      throw new Error(`reading ${uri} succeeded`);
+    }
+    return refused.join("; ");
+  });
+  // Subscriptions: subscribe to a run the model holds, release it, and get
+  // notifications/resources/updated for its URI until the resource reads completed; then,
+  // subscribed to a run that ended earlier, a resolution notifies too.
+  const updates = resourceUpdates(client);
+  await check("resources/subscribe", async () => {
+    assert(client.getServerCapabilities()?.resources?.subscribe === true, `capabilities ${JSON.stringify(client.getServerCapabilities())}`);
+    const run = await startRun(client, "hold:subscribe");
+    const uri = RUN_URI + run.run_id;
+    await client.subscribeResource({ uri }, requestOptions);
+    assert((await readRun(client, run.run_id)).status === "running", "the held run is not running");
+    await release("subscribe");
+    const seen = [];
+    for (;;) {
+      await updates.next(uri);
+      const st = await readRun(client, run.run_id);
+      seen.push(`${st.status}/${st.records}`);
+      if (st.status === "completed") break;
+      assert(st.status === "running", `after a notification the run reads ${st.status}`);
+    }
+    const done = await readRun(client, run.run_id);
+    assert(done.text === "loopback answer: hold:subscribe" && done.records === RUN_EVENTS.length, `completed run ${JSON.stringify(done)}`);
+    // The cancelled run ended before this check began: subscribed now, its resolution is
+    // the change that notifies.
+    const other = RUN_URI + hung.run_id;
+    await client.subscribeResource({ uri: other }, requestOptions);
+    const resolved = await callOK(client, "resolve_run", { run_id: hung.run_id, resolution: "superseded", note: "cancelled by the suite" });
+    assert(resolved.status === "cancelled" && resolved.resolution?.value === "superseded", `resolve_run ${JSON.stringify(resolved)}`);
+    await updates.next(other);
+    const st = await readRun(client, hung.run_id);
+    assert(st.resolution?.value === "superseded" && st.resolution.revisions === 1 && st.status === "cancelled", `after the resolution ${JSON.stringify(st)}`);
+    return `the resource (status/records) read after each notification: ${seen.join(", ")}`;
+  });
+  await check("resources/subscribe unknown run", async () => {
+    const refused = [];
+    for (const uri of [RUN_URI + MISSING_RUN, RUN_URI + "../x", "symbi://other/1"]) {
+      try {
+        await client.subscribeResource({ uri }, requestOptions);
+      } catch (err) {
+        assert(err instanceof McpError, `${uri}: not an MCP error: ${err}`);
+        refused.push(`${uri}: ${err.code}`);
+        continue;
+      }
+      throw new Error(`subscribing to ${uri} succeeded`);
+    }
+    return refused.join("; ");
   });
 
   // Progress: symbi sends one notification per stage, in order, each before the result.
