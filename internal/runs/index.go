@@ -28,6 +28,7 @@ type run struct {
 	released bool
 	records  int64
 	head     string
+	prevHead string // a run entry's: the journal's head before its last line
 	endedAt  string
 
 	recovered  string // a recovered entry's state: complete, incomplete or invalid
@@ -38,6 +39,8 @@ type run struct {
 	external bool        // found on disk, unknown to the ledger: another process's run or an unreconciled crash
 
 	facts *facts // read from the journal; kept once the run has ended
+
+	verified *verified // the journal's prefix run_events last verified
 }
 
 // ledgerTail follows the ledger file: it reads the lines appended since the last call,
@@ -126,6 +129,7 @@ func (m *Manager) apply(l *ledger.Line) (added string) {
 		r, isNew := m.record(e.RunID)
 		r.agentID, r.agent, r.file, r.caller = e.AgentID, e.Agent, e.File, e.Caller
 		r.ended, r.reason, r.released, r.records, r.head, r.endedAt = true, e.Reason, e.Released, e.Records, e.Head, formatTime(l.Time)
+		r.prevHead = e.PrevHead
 		r.external = false
 		if isNew {
 			return e.RunID

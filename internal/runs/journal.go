@@ -3,6 +3,7 @@ package runs
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -25,39 +26,60 @@ type line struct {
 // payloadMembers are the members of a journal payload (journal package comment).
 var payloadMembers = []string{"v", "run_id", "seq", "prev", "time", "agent_id", "type", "data"}
 
+// verified is a prefix of a journal every line of which verified as agentID's: its first
+// n complete lines, off bytes whose SHA-256 is sum, the last of them hashing to head.
+type verified struct {
+	n, off  int64
+	sum     [sha256.Size]byte
+	head    string
+	agentID string
+}
+
 // read returns the journal's lines from index from up to (not including) index to (to < 0:
 // every complete line), each verified before anything of it is read: its signature, v,
-// seq = its index, run_id = runID, and prev = the hash of the line before it (lines
-// before from are only hashed: an altered one breaks the chain at the next line's signed
-// prev). A final fragment without "\n" is never taken. On a problem, the lines before
-// it are returned with it. total is the number of complete lines up to to.
-func read(data []byte, runID string, from, to int64, pub ed25519.PublicKey) (lines []line, total int64, err error) {
+// seq = its index, run_id = runID, agent_id = agentID, and prev = the hash of the line
+// before it. The lines before from are verified too, though not returned: a line is
+// served only when every line before it verifies, so nothing a journal says beyond a line
+// that does not verify is served, whatever the cursor. known, when not nil, is a prefix
+// verified before: when the journal still begins with exactly those bytes (same SHA-256)
+// its lines are not verified again. A final fragment without "\n" is never taken. On a
+// problem, the lines before it are returned with it. total is the number of complete
+// lines up to to; done is the prefix verified now.
+func read(data []byte, runID, agentID string, from, to int64, pub ed25519.PublicKey, known *verified) (lines []line, total int64, done *verified, err error) {
 	prev := journal.ZeroHash
 	var msg []byte
-	for n := int64(0); len(data) > 0 && (to < 0 || n < to); n++ {
-		i := bytes.IndexByte(data, '\n')
+	var n, off int64
+	if known != nil && known.agentID == agentID && known.n <= from && known.off <= int64(len(data)) && sha256.Sum256(data[:known.off]) == known.sum {
+		n, off, prev, total = known.n, known.off, known.head, known.n
+	}
+	defer func() {
+		if n > 0 {
+			done = &verified{n: n, off: off, sum: sha256.Sum256(data[:off]), head: prev, agentID: agentID}
+		}
+	}()
+	for ; off < int64(len(data)) && (to < 0 || n < to); n++ {
+		i := bytes.IndexByte(data[off:], '\n')
 		if i < 0 {
 			break
 		}
-		raw := data[:i+1]
-		data = data[i+1:]
+		raw := data[off : off+int64(i)+1]
 		total = n + 1
+		l, err := verifyLine(raw, n, prev, runID, agentID, pub, &msg)
+		if err != nil {
+			return lines, total, nil, fmt.Errorf("journal line %d: %w", n+1, err)
+		}
 		hash := digest.SHA256Hex(raw)
 		if n >= from {
-			l, err := verifyLine(raw, n, prev, runID, pub, &msg)
-			if err != nil {
-				return lines, total, fmt.Errorf("journal line %d: %w", n+1, err)
-			}
 			l.hash = hash
 			lines = append(lines, l)
 		}
-		prev = hash
+		prev, off = hash, off+int64(len(raw))
 	}
-	return lines, total, nil
+	return lines, total, nil, nil
 }
 
 // verifyLine checks raw's signature, then its place in the run's chain.
-func verifyLine(raw []byte, seq int64, prev, runID string, pub ed25519.PublicKey, msg *[]byte) (line, error) {
+func verifyLine(raw []byte, seq int64, prev, runID, agentID string, pub ed25519.PublicKey, msg *[]byte) (line, error) {
 	p, err := journal.Open(raw, pub, journal.SignatureContext, msg)
 	if err != nil {
 		return line{}, err
@@ -66,8 +88,8 @@ func verifyLine(raw []byte, seq int64, prev, runID string, pub ed25519.PublicKey
 	if err != nil {
 		return line{}, err
 	}
-	var f struct{ RunID, Prev, Time, Type string }
-	for k, dst := range map[string]*string{"run_id": &f.RunID, "prev": &f.Prev, "time": &f.Time, "type": &f.Type} {
+	var f struct{ RunID, AgentID, Prev, Time, Type string }
+	for k, dst := range map[string]*string{"run_id": &f.RunID, "agent_id": &f.AgentID, "prev": &f.Prev, "time": &f.Time, "type": &f.Type} {
 		if err := json.Unmarshal(m[k], dst); err != nil {
 			return line{}, fmt.Errorf("payload member %q is not a string", k)
 		}
@@ -81,6 +103,8 @@ func verifyLine(raw []byte, seq int64, prev, runID string, pub ed25519.PublicKey
 		return line{}, fmt.Errorf("prev is not the hash of the line before: the chain is broken")
 	case f.RunID != runID:
 		return line{}, fmt.Errorf("run_id is %q, want %q", f.RunID, runID)
+	case f.AgentID != agentID:
+		return line{}, fmt.Errorf("agent_id is %q, want %q (the run's, from the ledger or the journal's name)", f.AgentID, agentID)
 	}
 	return line{seq: seq, typ: f.Type, time: f.Time, raw: raw[:len(raw)-1], data: m["data"]}, nil
 }
@@ -102,8 +126,8 @@ type facts struct {
 // readFacts verifies every complete line of a journal's bytes (up to max lines; max < 0:
 // all) and gathers its facts. A line that does not verify ends the reading: problem says
 // which and why.
-func readFacts(data []byte, runID string, max int64, pub ed25519.PublicKey) *facts {
-	lines, _, err := read(data, runID, 0, max, pub)
+func readFacts(data []byte, runID, agentID string, max int64, pub ed25519.PublicKey) *facts {
+	lines, _, _, err := read(data, runID, agentID, 0, max, pub, nil)
 	f := &facts{problem: err}
 	for _, l := range lines {
 		d := l.data
@@ -135,8 +159,8 @@ func readFacts(data []byte, runID string, max int64, pub ed25519.PublicKey) *fac
 // releasedText returns the released text of a run from its journal's bytes: the text of
 // its inference_finished record, every line verified. ok is false when the journal holds
 // only the text's digest.
-func releasedText(data []byte, runID string, pub ed25519.PublicKey) (text string, ok bool, err error) {
-	lines, _, err := read(data, runID, 0, -1, pub)
+func releasedText(data []byte, runID, agentID string, pub ed25519.PublicKey) (text string, ok bool, err error) {
+	lines, _, _, err := read(data, runID, agentID, 0, -1, pub, nil)
 	if err != nil {
 		return "", false, err
 	}

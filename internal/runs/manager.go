@@ -272,7 +272,10 @@ func (m *Manager) lookup(id string) (*run, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.runs[id]
-	if r == nil {
+	if r == nil || r.live == nil {
+		// Read on: what the ledger says of the run (an end, a resolution another process
+		// recorded) is current, and a ledger that no longer verifies fails the answer
+		// closed. Only this process's run in flight is answered without it.
 		if err := m.ledgerTail(); err != nil {
 			return nil, err
 		}

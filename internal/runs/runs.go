@@ -26,10 +26,12 @@
 // # Events and cursors
 //
 // A run's events are its journal lines, in order, each served as the exact signed line
-// (without its "\n") after its signature, seq, run_id and place in the hash chain have
-// been checked. A cursor is the number of events already read: reading after cursor N
-// returns events with seq ≥ N, and next_cursor is N plus the number returned, so pages
-// never overlap and never skip.
+// (without its "\n") after its signature, seq, run_id, agent_id and place in the hash
+// chain have been checked, and every line before it verified: nothing beyond a line that
+// does not verify is served. A run that has ended is done only when its journal is what
+// its ledger entry recorded (records and head). A cursor is the number of events already
+// read: reading after cursor N returns events with seq ≥ N, and next_cursor is N plus the
+// number returned, so pages never overlap and never skip.
 //
 // # Order of runs
 //

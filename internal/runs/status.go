@@ -40,8 +40,11 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 		if data, err = m.readJournal(snap); err != nil {
 			f = &facts{problem: err}
 		} else {
-			f = readFacts(data, snap.id, bound, m.pub)
+			f = readFacts(data, snap.id, snap.agentID, bound, m.pub)
 			if snap.ended && !running && lr == nil {
+				if f.problem == nil && !snap.external {
+					f.problem = receiptProblem(f, snap)
+				}
 				m.mu.Lock()
 				if r := m.runs[snap.id]; r != nil {
 					r.facts = f
@@ -73,7 +76,7 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 	default:
 		st.Status = StatusAbandoned
 	}
-	if snap.external && !running {
+	if snap.external {
 		st.Records, st.Head = f.records, f.head
 	}
 	if st.EndedAt == "" && !running {
@@ -93,7 +96,7 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 			if data == nil {
 				data, _ = m.readJournal(snap)
 			}
-			if text, ok, err := releasedText(data, snap.id, m.pub); err == nil && ok {
+			if text, ok, err := releasedText(data, snap.id, snap.agentID, m.pub); err == nil && ok {
 				st.Text = &text
 			} else if err != nil {
 				st.JournalProblem = err.Error()
@@ -162,7 +165,14 @@ func (m *Manager) events(snap *run, after int64, limit int) (*Events, error) {
 	if st.Status == StatusRunning && snap.live != nil {
 		bound = st.Records // only what is durable
 	}
-	lines, total, err := read(data, snap.id, after, min(after+int64(limit), boundOr(bound, after+int64(limit))), m.pub)
+	lines, total, done, err := read(data, snap.id, snap.agentID, after, min(after+int64(limit), boundOr(bound, after+int64(limit))), m.pub, snap.verified)
+	if done != nil {
+		m.mu.Lock()
+		if r := m.runs[snap.id]; r != nil {
+			r.verified = done // the next page need not verify these lines again
+		}
+		m.mu.Unlock()
+	}
 	if err != nil && len(lines) == 0 {
 		return nil, errcode.Errorf(errcode.AuditUnavailable, "run %s: %v; nothing after it is served", snap.id, err)
 	}
@@ -176,8 +186,28 @@ func (m *Manager) events(snap *run, after int64, limit int) (*Events, error) {
 		out.Events = append(out.Events, Event{Seq: l.seq, Type: l.typ, Time: l.time, Line: string(l.raw)})
 	}
 	ended := st.Status != StatusRunning && st.Status != StatusAwaitingApproval
-	out.Done = ended && out.NextCursor >= all && err == nil
+	if ended && len(lines) == 0 && err == nil && st.JournalProblem != "" {
+		// Every line verifies, but the journal is not what the ledger recorded of the run.
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "run %s: %s; nothing after it is served", snap.id, st.JournalProblem)
+	}
+	out.Done = ended && out.NextCursor >= all && err == nil && st.JournalProblem == ""
 	return out, nil
+}
+
+// receiptProblem compares the journal of an ended run with the receipt the index holds
+// of it (its ledger entry's, or this process's writer's): a journal cut short at a line
+// boundary, or replaced, verifies line by line and is caught only here. The journal may
+// lack only its last line, ending at the run entry's prev_head: the server stopped after
+// the run's ledger entry was durable and before that line, and the ledger holds the
+// outcome.
+func receiptProblem(f *facts, r *run) error {
+	switch {
+	case f.records == r.records && f.head == r.head:
+	case r.prevHead != "" && f.records == r.records-1 && f.head == r.prevHead:
+	default:
+		return fmt.Errorf("the journal has %d records with head %q; the ledger recorded %d with head %q: truncated or replaced", f.records, f.head, r.records, r.head)
+	}
+	return nil
 }
 
 func boundOr(bound, v int64) int64 {
@@ -200,5 +230,3 @@ func countLines(data []byte, bound int64) int64 {
 	}
 	return n
 }
-
-var _ = fmt.Sprint
