@@ -140,14 +140,21 @@ func (m *Manager) Start(ctx context.Context, req invoke.Request) (*Status, *invo
 		}
 	}
 	m.mu.Lock()
-	m.ledgerTail() // the first run of a project creates its store
+	if m.gov == "" {
+		m.ledgerTail() // the first run of a project creates its store
+	}
 	r := m.adopt(lr)
 	snap := *r
 	m.mu.Unlock()
 	audit := *lr.Audit()
 	rc := lr.Durable()
 	audit.Records, audit.Head = rc.Records, rc.Head
-	return m.build(&snap, false), &audit, nil
+	if isDone(lr) {
+		return m.build(&snap, false), &audit, nil
+	}
+	// Running: what the caller needs is known without reading the journal back.
+	return &Status{RunID: snap.id, Agent: snap.agent, AgentID: snap.agentID, Status: StatusRunning, Caller: snap.caller,
+		Records: int64(rc.Records), Head: rc.Head, Journal: audit.Path}, &audit, nil
 }
 
 // Invoke starts a governed run and waits for its outcome: invoke_agent. The run is

@@ -41,7 +41,9 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 			f = &facts{problem: err}
 		} else {
 			f = readFacts(data, snap.id, snap.agentID, bound, m.pub)
-			if snap.ended && !running && lr == nil {
+			// A journal changes no more once its run has ended: a finished run's facts,
+			// and those of a journal another process has terminated, are kept.
+			if lr == nil && !running && (snap.ended || snap.external && f.terminated) {
 				if f.problem == nil && !snap.external {
 					f.problem = receiptProblem(f, snap)
 				}
@@ -153,7 +155,19 @@ func (m *Manager) Events(ctx context.Context, runID string, after int64, limit i
 
 // events reads one page of snap's events.
 func (m *Manager) events(snap *run, after int64, limit int) (*Events, error) {
-	st := m.build(snap, false)
+	// A run in flight is read page after page: its status needs no journal facts (whose
+	// reading would verify the whole journal again at every page). A finished run's facts
+	// are read once and kept.
+	var st *Status
+	switch lr := snap.live; {
+	case lr != nil && !isDone(lr):
+		rc := lr.Durable()
+		st = &Status{Status: StatusRunning, Records: int64(rc.Records)}
+	case lr == nil && snap.external && journal.InProgress(m.journalPath(snap)):
+		st = &Status{Status: StatusRunning}
+	default:
+		st = m.build(snap, false)
+	}
 	if snap.pruned {
 		return nil, errcode.Errorf(errcode.NotFound, "run %s: its journal was pruned (symbi audit prune); the ledger keeps its entry", snap.id)
 	}
