@@ -114,7 +114,7 @@ func FileName(agentID, runID string) string { return agentID + "." + runID + ".j
 func checkName(r *Report, base string) {
 	ids, ok := strings.CutSuffix(base, ".jsonl")
 	agent, run, two := strings.Cut(ids, ".")
-	if !ok || !two || !validID(agent) || !validID(run) || r.RunID == "" {
+	if !ok || !two || !ValidID(agent) || !ValidID(run) || r.RunID == "" {
 		return
 	}
 	if agent != r.AgentID || run != r.RunID {

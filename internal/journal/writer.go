@@ -68,7 +68,7 @@ type Writer struct {
 // non-empty and made of ASCII letters, digits, '-' and '_' (at most 128 bytes each).
 func (s *Store) Create(agentID, runID string) (*Writer, error) {
 	for _, id := range []string{agentID, runID} {
-		if !validID(id) {
+		if !ValidID(id) {
 			return nil, errcode.Errorf(errcode.InvalidRequest, "journal: invalid id %q (letters, digits, '-' and '_' only)", id)
 		}
 	}
@@ -114,7 +114,9 @@ func newWriter(f file, path string, key ed25519.PrivateKey, agentID, runID strin
 	return &Writer{f: f, path: path, key: key, agentID: agentID, runID: runID, now: time.Now, prev: ZeroHash, changed: make(chan struct{})}
 }
 
-func validID(s string) bool {
+// ValidID reports whether s can be a run id or agent id: non-empty, at most 128 bytes of
+// ASCII letters, digits, '-' and '_' (so it is safe in a file name).
+func ValidID(s string) bool {
 	if s == "" || len(s) > 128 {
 		return false
 	}

@@ -230,18 +230,7 @@ func splitName(name string) (agentID, runID string, ok bool) {
 }
 
 // validID reports whether s is a run id or agent id as the journal writer accepts them.
-func validID(s string) bool {
-	if s == "" || len(s) > MaxRunIDBytes {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+func validID(s string) bool { return journal.ValidID(s) }
 
 // journalPath is the absolute path of r's journal.
 func (m *Manager) journalPath(r *run) string {
