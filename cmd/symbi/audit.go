@@ -54,7 +54,7 @@ func runAuditVerify(e *env, args []string) int {
 	records := fs.Int("records", 0, "receipt: number of records (with --head)")
 	asJSON := fs.Bool("json", false, "print a machine-readable report")
 	project := fs.String("project", "", "verify the whole project `DIR`: its ledger, every journal, and the --checkpoint files")
-	var checkpoints checkpointFlag
+	var checkpoints listFlag
 	fs.Var(&checkpoints, "checkpoint", "with --project: a checkpoint `FILE` saved earlier (symbi audit checkpoint), which the ledger must still be consistent with (repeatable)")
 	pos, code, ok := parseInterspersed(fs, args)
 	if !ok {

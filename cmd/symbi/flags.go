@@ -92,3 +92,16 @@ func (b *byteSize) Set(s string) error {
 	*b = byteSize(v * mult)
 	return nil
 }
+
+// listFlag is a repeatable flag of non-empty values (--checkpoint FILE, --path P).
+type listFlag []string
+
+func (c *listFlag) String() string { return strings.Join(*c, ",") }
+
+func (c *listFlag) Set(v string) error {
+	if v == "" {
+		return errors.New("want a value")
+	}
+	*c = append(*c, v)
+	return nil
+}

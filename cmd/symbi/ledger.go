@@ -3,11 +3,9 @@ package main
 import (
 	"crypto/ed25519"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -213,17 +211,6 @@ func runAuditVerifyProject(e *env, dir string, pub ed25519.PublicKey, checkpoint
 }
 
 // checkpointFlag collects repeated --checkpoint FILE flags.
-type checkpointFlag []string
-
-func (c *checkpointFlag) String() string { return strings.Join(*c, ",") }
-
-func (c *checkpointFlag) Set(v string) error {
-	if v == "" {
-		return errors.New("want a FILE")
-	}
-	*c = append(*c, v)
-	return nil
-}
 
 // noteVerifierKey is the ledger's note verifier key for the key in hex.
 func noteVerifierKey(pubHex string) string {

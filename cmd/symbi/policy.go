@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"symbi/internal/errcode"
@@ -15,7 +16,7 @@ import (
 )
 
 var cmdPolicyCheck = &command{name: "policy check", summary: "load the project's Cedar policies and list files and policy ids (exit 1 if unusable)"}
-var cmdPolicyEval = &command{name: "policy eval", summary: "dry-run the respond decision for an agent's answer (exit 0 when decided, 1 when not)"}
+var cmdPolicyEval = &command{name: "policy eval", summary: "dry-run a decision: respond for an agent's answer, or use_tool for a delegated agent's tool call (exit 0 when decided, 1 when not)"}
 
 func init() {
 	cmdPolicyCheck.run = runPolicyCheck
@@ -63,14 +64,21 @@ func runPolicyEval(e *env, args []string) int {
 	dir := fs.String("project", ".", "the project `DIR`")
 	agent := fs.String("agent", "", "the `AGENT`, by its file stem (required)")
 	caller := fs.String("caller", invoke.CallerStdio, "the `CALLER` the decision is made for (context.caller)")
-	response := fs.String("response", "", "the answer `TEXT`")
-	responseFile := fs.String("response-file", "", "read the answer text from `FILE`")
+	response := fs.String("response", "", "respond: the answer `TEXT`")
+	responseFile := fs.String("response-file", "", "respond: read the answer text from `FILE`")
+	action := fs.String("action", policy.ActionRespond, "the `ACTION`: respond or use_tool")
+	tool := fs.String("tool", "", "use_tool: the tool `KIND` ("+strings.Join(policy.ToolKinds, ", ")+")")
+	title := fs.String("title", "", "use_tool: the call's `TITLE`")
+	var paths listFlag
+	fs.Var(&paths, "path", "use_tool: a `PATH` the call names, relative to the workspace or absolute (repeatable)")
+	workspace := fs.String("workspace", "", "use_tool: the workspace `DIR` (default: the project directory)")
 	asJSON := fs.Bool("json", false, "print a JSON object instead of text")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	useTool := *action == policy.ActionUseTool
 	switch {
 	case fs.NArg() != 0:
 		fmt.Fprintf(e.stderr, "symbi policy eval: unexpected arguments %q\n", fs.Args())
@@ -78,8 +86,20 @@ func runPolicyEval(e *env, args []string) int {
 	case *agent == "":
 		fmt.Fprintln(e.stderr, "symbi policy eval: --agent is required")
 		return 2
-	case set["response"] == set["response-file"]:
+	case *action != policy.ActionRespond && !useTool:
+		fmt.Fprintf(e.stderr, "symbi policy eval: --action %q: want respond or use_tool\n", *action)
+		return 2
+	case !useTool && set["response"] == set["response-file"]:
 		fmt.Fprintln(e.stderr, "symbi policy eval: give exactly one of --response and --response-file")
+		return 2
+	case !useTool && (set["tool"] || set["title"] || set["path"] || set["workspace"]):
+		fmt.Fprintln(e.stderr, "symbi policy eval: --tool, --title, --path and --workspace go with --action use_tool")
+		return 2
+	case useTool && (set["response"] || set["response-file"]):
+		fmt.Fprintln(e.stderr, "symbi policy eval: --response and --response-file go with --action respond")
+		return 2
+	case useTool && *tool == "":
+		fmt.Fprintln(e.stderr, "symbi policy eval: --tool is required with --action use_tool")
 		return 2
 	}
 	text := *response
@@ -107,6 +127,13 @@ func runPolicyEval(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "symbi policy eval: policies unusable, every response is denied: %s\n", pol.Reason)
 	}
 	req := policy.NewRequest(a, policyDryRunID, text, policy.Surface, *caller)
+	if useTool {
+		ws := *workspace
+		if ws == "" {
+			ws = p.Path()
+		}
+		req = policy.NewToolRequest(a, policyDryRunID, policy.Surface, *caller, toolUse(*tool, *title, ws, paths))
+	}
 	out := policyEvalJSON(pol, req, pol.Decide(req))
 	if *asJSON {
 		if !printJSON(e, cmdPolicyEval.name, out) {
@@ -115,6 +142,10 @@ func runPolicyEval(e *env, args []string) int {
 		return 0
 	}
 	fmt.Fprintf(e.stdout, "decision: %s\n", out.Decision)
+	fmt.Fprintf(e.stdout, "action: %s\n", out.Action)
+	if out.Tool != nil {
+		fmt.Fprintf(e.stdout, "tool: %s, paths %s (top dirs %s), outside %s, workspace %s\n", out.Tool.Kind, policyList(out.Tool.Paths), policyList(out.Tool.TopDirs()), policyList(out.Tool.Outside), out.Tool.Workspace)
+	}
 	fmt.Fprintf(e.stdout, "agent: %s (%s)\n", out.Agent, out.File)
 	fmt.Fprintf(e.stdout, "mode: %s\n", out.Mode)
 	fmt.Fprintf(e.stdout, "digest: %s\n", out.Digest)
@@ -149,22 +180,24 @@ func policyReadResponse(name string) ([]byte, error) {
 }
 
 type policyEvalOutput struct {
-	Decision string      `json:"decision"`
-	Mode     policy.Mode `json:"mode"`
-	Digest   string      `json:"digest"`
-	Policies []string    `json:"policies"`
-	Errors   []string    `json:"errors"`
-	Reason   string      `json:"reason"`
-	Agent    string      `json:"agent"`
-	AgentID  string      `json:"agent_id"`
-	File     string      `json:"file"`
-	RunID    string      `json:"run_id"`
-	Bytes    int         `json:"response_bytes"`
+	Decision string          `json:"decision"`
+	Action   string          `json:"action"`
+	Tool     *policy.ToolUse `json:"tool,omitempty"`
+	Mode     policy.Mode     `json:"mode"`
+	Digest   string          `json:"digest"`
+	Policies []string        `json:"policies"`
+	Errors   []string        `json:"errors"`
+	Reason   string          `json:"reason"`
+	Agent    string          `json:"agent"`
+	AgentID  string          `json:"agent_id"`
+	File     string          `json:"file"`
+	RunID    string          `json:"run_id"`
+	Bytes    int             `json:"response_bytes"`
 }
 
 func policyEvalJSON(set *policy.Set, req policy.Request, d policy.Decision) policyEvalOutput {
 	return policyEvalOutput{
-		Decision: d.Verdict(), Mode: set.Mode, Digest: set.Digest,
+		Decision: d.Verdict(), Action: req.Action, Tool: req.Tool, Mode: set.Mode, Digest: set.Digest,
 		Policies: append([]string{}, d.Policies...), Errors: append([]string{}, d.Errors...), Reason: d.Reason,
 		Agent: req.Agent, AgentID: req.AgentID, File: req.File, RunID: req.RunID, Bytes: len(req.Response),
 	}
@@ -250,4 +283,27 @@ func policyCheckJSON(set *policy.Set) policyCheckOutput {
 		out.Problems = append(out.Problems, policyProblemJSON{File: p.File, Line: p.Line, Column: p.Column, Message: p.Message})
 	}
 	return out
+}
+
+// toolUse builds the use_tool request's subject: each path made relative to the
+// workspace; an absolute path outside it, or a relative one that leaves it, is outside.
+func toolUse(kind, title, workspace string, paths []string) policy.ToolUse {
+	t := policy.ToolUse{Kind: kind, Title: title, Workspace: workspace, Paths: []string{}}
+	for _, p := range paths {
+		if filepath.IsAbs(p) {
+			rel, err := filepath.Rel(workspace, p)
+			if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+				t.Outside = append(t.Outside, p)
+				continue
+			}
+			p = rel
+		}
+		p = filepath.Clean(p)
+		if p == ".." || strings.HasPrefix(p, "../") {
+			t.Outside = append(t.Outside, p)
+			continue
+		}
+		t.Paths = append(t.Paths, p)
+	}
+	return t
 }

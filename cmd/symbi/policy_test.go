@@ -117,7 +117,7 @@ func TestPolicyCheckJSON(t *testing.T) {
 	if got.Mode != "deny_all" || len(got.Problems) != 1 || got.Problems[0].File != "policies/broken.cedar" || got.Problems[0].Line != 1 || got.Problems[0].Column != 9 {
 		t.Fatalf("output %+v", got)
 	}
-	if len(got.Files) != 4 || got.Files[0].File != "policies/broken.cedar" {
+	if len(got.Files) != 5 || got.Files[0].File != "policies/broken.cedar" {
 		t.Fatalf("files %+v", got.Files)
 	}
 
@@ -249,5 +249,42 @@ func TestPolicyEvalText(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestPolicyEvalUseTool dry-runs use_tool decisions against the repository's example
+// policies (policies/tools.cedar): read anywhere, edit only under src/, never execute, and
+// never a path outside the workspace.
+func TestPolicyEvalUseTool(t *testing.T) {
+	ws := t.TempDir()
+	tests := []struct {
+		args     []string
+		code     int
+		decision string
+		out      string
+	}{
+		{[]string{"--tool", "read", "--path", "docs/a.md"}, 0, "allow", "policies: tools-read-search\n"},
+		{[]string{"--tool", "edit", "--path", "src/a.go", "--workspace", ws}, 0, "allow", "policies: tools-edit-src\n"},
+		{[]string{"--tool", "edit", "--path", filepath.Join(ws, "src/a.go"), "--workspace", ws}, 0, "allow", "paths src/a.go (top dirs src)"},
+		{[]string{"--tool", "edit", "--path", "src/a.go", "--path", "README.md"}, 0, "deny", "reason: denied: no permit matched\n"},
+		{[]string{"--tool", "execute", "--path", "src/run.sh"}, 0, "deny", "policies: tools-no-execute\n"},
+		{[]string{"--tool", "read", "--path", "/etc/passwd", "--workspace", ws}, 0, "deny", "outside the workspace"},
+		{[]string{"--tool", "read", "--path", "src/../../x"}, 0, "deny", "outside the workspace"},
+		{[]string{"--tool", "teleport"}, 0, "deny", "not one of"},
+		{[]string{"--tool", "read", "--response", "x"}, 2, "", ""},
+		{[]string{"--path", "x"}, 2, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			args := append([]string{"policy", "eval", "--project", "../..", "--agent", "reviewer", "--action", "use_tool"}, tt.args...)
+			code, out, errOut := runCLI(t, "", args...)
+			if code != tt.code || tt.code == 0 && (!strings.Contains(out, "decision: "+tt.decision) || !strings.Contains(out, tt.out)) || tt.code != 0 && errOut == "" {
+				t.Fatalf("exit %d (want %d)\n%s%s", code, tt.code, out, errOut)
+			}
+		})
+	}
+	code, _, errOut := runCLI(t, "", "policy", "eval", "--project", "../..", "--agent", "reviewer", "--tool", "read", "--response", "x")
+	if code != 2 || !strings.Contains(errOut, "--action use_tool") {
+		t.Fatalf("--tool without --action use_tool: exit %d: %s", code, errOut)
 	}
 }

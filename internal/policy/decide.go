@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"iter"
+	"slices"
 	"strings"
 
 	cedar "github.com/cedar-policy/cedar-go"
@@ -18,7 +19,48 @@ const (
 // The actions a decision can be about. Each has a default for a project without policy
 // files: only respond is permitted there (the built-in default); every other action is
 // denied unless a policy permits it, so a new action can never fail open.
-const ActionRespond = "respond"
+const (
+	ActionRespond = "respond"
+	ActionUseTool = "use_tool" // a delegated agent's tool call or file access (Tool::"<kind>")
+)
+
+// ToolKinds are the ACP tool kinds, the ids of the Tool entities of use_tool.
+var ToolKinds = []string{"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "other"}
+
+// ToolUse is what a use_tool request is about: one permission a delegated agent asks for,
+// or one file it reads or writes through symbi.
+type ToolUse struct {
+	Kind  string // one of ToolKinds: the resource Tool::"<kind>"
+	Title string // the agent's title for the call
+	// Paths are the locations the call names, relative to the workspace ("." for the
+	// workspace itself). Outside lists the ones that are not inside it: any one denies,
+	// whatever the policies say.
+	Paths          []string
+	Outside        []string
+	Workspace      string // the workspace's absolute path
+	RawInputSHA256 string // hex SHA-256 of the call's raw input ("" when it had none)
+}
+
+// TopDirs returns the first component of each path ("." for a file at the workspace's
+// top), sorted and without repeats: the context member top_dirs, which lets a policy say
+// "only under src/" (["src"].containsAll(context.top_dirs)) in a language without
+// quantifiers over sets.
+func (t *ToolUse) TopDirs() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range t.Paths {
+		top, _, found := strings.Cut(p, "/")
+		if !found {
+			top = "."
+		}
+		if !seen[top] {
+			seen[top] = true
+			out = append(out, top)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 // permittedWithoutPolicies lists the actions the built-in default permits.
 var permittedWithoutPolicies = map[string]bool{ActionRespond: true}
@@ -37,6 +79,7 @@ type Request struct {
 	Response          string   // the exact text
 	Surface           string   // the transport the run was asked for on: context.surface
 	Caller            string   // who asked for the run ("stdio" for the local client): context.caller
+	Tool              *ToolUse // for use_tool: the tool call or file access
 }
 
 // Decision is the outcome of Decide.
@@ -90,6 +133,12 @@ func invalid(r Request) (Decision, bool) {
 		return Decision{Reason: "denied: request names no surface or no caller"}, true
 	case r.RunID == "":
 		return Decision{Reason: "denied: request has no run id"}, true
+	case r.Action == ActionUseTool && r.Tool == nil:
+		return Decision{Reason: "denied: use_tool request names no tool"}, true
+	case r.Action == ActionUseTool && !slices.Contains(ToolKinds, r.Tool.Kind):
+		return Decision{Reason: fmt.Sprintf("denied: tool kind %q is not one of %v", r.Tool.Kind, ToolKinds)}, true
+	case r.Action == ActionUseTool && len(r.Tool.Outside) > 0:
+		return Decision{Reason: fmt.Sprintf("denied: %q is outside the workspace %s (a path outside it is always a deny)", r.Tool.Outside[0], r.Tool.Workspace)}, true
 	}
 	return Decision{}, false
 }
@@ -98,20 +147,33 @@ func invalid(r Request) (Decision, bool) {
 // model in the package comment.
 func cedarRequest(r Request) (cedar.Request, types.EntityMap) {
 	principal := types.NewEntityUID("Agent", types.String(r.Agent))
-	caps := make([]types.Value, len(r.Capabilities))
-	for i, c := range r.Capabilities {
-		caps[i] = types.String(c)
-	}
 	entities := types.EntityMap{
 		principal: {
 			UID: principal,
 			Attributes: types.NewRecord(types.RecordMap{
 				"agent_id":      types.String(r.AgentID),
 				"file":          types.String(r.File),
-				"capabilities":  types.NewSet(caps...),
+				"capabilities":  stringSet(r.Capabilities),
 				"source_sha256": types.String(r.SourceSHA256),
 			}),
 		},
+	}
+	if r.Action == ActionUseTool {
+		return cedar.Request{
+			Principal: principal,
+			Action:    types.NewEntityUID("Action", types.String(r.Action)),
+			Resource:  types.NewEntityUID("Tool", types.String(r.Tool.Kind)),
+			Context: types.NewRecord(types.RecordMap{
+				"surface":          types.String(r.Surface),
+				"caller":           types.String(r.Caller),
+				"run_id":           types.String(r.RunID),
+				"title":            types.String(r.Tool.Title),
+				"paths":            stringSet(r.Tool.Paths),
+				"top_dirs":         stringSet(r.Tool.TopDirs()),
+				"workspace":        types.String(r.Tool.Workspace),
+				"raw_input_sha256": types.String(r.Tool.RawInputSHA256),
+			}),
+		}, entities
 	}
 	req := cedar.Request{
 		Principal: principal,
@@ -128,6 +190,14 @@ func cedarRequest(r Request) (cedar.Request, types.EntityMap) {
 		}),
 	}
 	return req, entities
+}
+
+func stringSet(ss []string) types.Set {
+	vs := make([]types.Value, len(ss))
+	for i, v := range ss {
+		vs[i] = types.String(v)
+	}
+	return types.NewSet(vs...)
 }
 
 // ordered iterates the set's policies in load order, with their ids, so that

@@ -238,7 +238,7 @@ func TestShippedPolicies(t *testing.T) {
 	if s.Mode != ModeCedar {
 		t.Fatalf("mode %s: %s", s.Mode, s.Reason)
 	}
-	wantIDs := []string{"respond", "no-private-keys", "mcp-server-max-response"}
+	wantIDs := []string{"respond", "no-private-keys", "tools-read-search", "tools-edit-src", "tools-no-execute", "mcp-server-max-response"}
 	if !slices.Equal(s.PolicyIDs(), wantIDs) {
 		t.Fatalf("ids %v, want %v", s.PolicyIDs(), wantIDs)
 	}
@@ -280,8 +280,8 @@ func TestSchemaMatchesModel(t *testing.T) {
 		t.Fatalf("resolve: %v", err)
 	}
 	v := validate.New(resolved)
-	for _, caps := range [][]string{nil, {"read", "write"}} {
-		req, entities := cedarRequest(request("assistant", "text", caps...))
+	for _, r := range []Request{request("assistant", "text"), request("assistant", "text", "read", "write"), toolRequest("edit", "src/a.go", "README.md")} {
+		req, entities := cedarRequest(r)
 		if err := v.Request(req); err != nil {
 			t.Errorf("request does not match the schema: %v", err)
 		}
@@ -359,5 +359,61 @@ func TestDecideActions(t *testing.T) {
 				t.Errorf("%s: action %q: %+v, want allow=%v", m.name, tt.action, d, tt.allow)
 			}
 		}
+	}
+}
+
+// toolRequest returns a well-formed use_tool request for the given kind and paths.
+func toolRequest(kind string, paths ...string) Request {
+	r := request("coder", "")
+	r.Action = ActionUseTool
+	r.Tool = &ToolUse{Kind: kind, Title: kind + " something", Paths: paths, Workspace: "/work/ws", RawInputSHA256: digest.SHA256Hex([]byte("{}"))}
+	return r
+}
+
+// TestDecideUseTool: use_tool is denied unless a policy permits it, a path outside the
+// workspace always denies, and the shipped examples say what they promise.
+func TestDecideUseTool(t *testing.T) {
+	shipped := Load(repoRoot(t))
+	outside := toolRequest("read", "src/a.go")
+	outside.Tool.Outside = []string{"/etc/passwd"}
+	unknown := toolRequest("teleport", "x")
+	noTool := toolRequest("read", "x")
+	noTool.Tool = nil
+	tests := []struct {
+		name     string
+		set      *Set
+		req      Request
+		allow    bool
+		policies []string
+		reason   string
+	}{
+		{"default mode denies", loadDir(t, makeProject(t, nil, nil)), toolRequest("read", "a"), false, nil, "permits only respond"},
+		{"a respond permit does not cover use_tool", loadDir(t, makeProject(t, map[string]string{"policies/a.cedar": `@id("r") permit (principal, action == Action::"respond", resource);`}, nil)), toolRequest("read", "a"), false, nil, "no permit matched"},
+		{"read anywhere", shipped, toolRequest("read", "docs/x.md", "a.txt"), true, []string{"tools-read-search"}, "allowed"},
+		{"search with no path", shipped, toolRequest("search"), true, []string{"tools-read-search"}, "allowed"},
+		{"edit under src", shipped, toolRequest("edit", "src/a.go", "src/b/c.go"), true, []string{"tools-edit-src"}, "allowed"},
+		{"edit outside src", shipped, toolRequest("edit", "src/a.go", "README.md"), false, nil, "no permit matched"},
+		{"edit with no path", shipped, toolRequest("edit"), false, nil, "no permit matched"},
+		{"execute is forbidden", shipped, toolRequest("execute", "src"), false, []string{"tools-no-execute"}, "denied by forbid tools-no-execute"},
+		{"delete is not permitted", shipped, toolRequest("delete", "src/a.go"), false, nil, "no permit matched"},
+		{"a path outside the workspace", shipped, outside, false, nil, "outside the workspace"},
+		{"an unknown kind", shipped, unknown, false, nil, "not one of"},
+		{"no tool", shipped, noTool, false, nil, "names no tool"},
+		{"a respond-only attribute errors, and the error denies", loadDir(t, makeProject(t, map[string]string{"policies/a.cedar": `@id("all") permit (principal, action, resource);` + "\n" + `@id("resp") forbid (principal, action, resource) when { context.response like "*x*" };`}, nil)), toolRequest("read", "a"), false, []string{"resp"}, "evaluation error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := tt.set.Decide(tt.req)
+			if d.Allow != tt.allow || !slices.Equal(d.Policies, tt.policies) || !strings.Contains(d.Reason, tt.reason) {
+				t.Fatalf("%+v; want allow %v by %v, reason containing %q", d, tt.allow, tt.policies, tt.reason)
+			}
+		})
+	}
+}
+
+func TestTopDirs(t *testing.T) {
+	tu := &ToolUse{Paths: []string{"src/a.go", "README.md", "src/b/c", "docs/x", "."}}
+	if got := tu.TopDirs(); !slices.Equal(got, []string{".", "docs", "src"}) {
+		t.Fatalf("TopDirs = %q", got)
 	}
 }

@@ -47,6 +47,12 @@
 //	           source_sha256       String  as on the principal
 //	           declaration_sha256  String  hex SHA-256 of the selected declaration
 //
+// A delegated agent's tool call or file access is the action Action::"use_tool" on the
+// resource Tool::"<ACP kind>" (ToolKinds), by the same principal, with the context
+// surface, caller, run_id, title, paths (relative to the workspace), top_dirs (see
+// ToolUse.TopDirs), workspace and raw_input_sha256. A path outside the workspace, an
+// unknown kind or a request without a tool is denied before Cedar.
+//
 // The same model is written as a Cedar schema in policies/symbi.cedarschema.
 //
 // # Decisions

@@ -22,3 +22,12 @@ func NewRequest(a *project.Agent, runID, response, surface, caller string) Reque
 		Caller:            caller,
 	}
 }
+
+// NewToolRequest builds the use_tool request for one tool call or file access of a
+// delegated agent's run.
+func NewToolRequest(a *project.Agent, runID, surface, caller string, t ToolUse) Request {
+	r := NewRequest(a, runID, "", surface, caller)
+	r.Action = ActionUseTool
+	r.Tool = &t
+	return r
+}
