@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -44,6 +45,11 @@ func openRuns(e *env, dir string, writable bool) (m *runs.Manager, closeAll func
 	keyFile := e.getenv("SYMBI_AUDIT_KEY_FILE")
 	var lw *ledger.Writer
 	if writable {
+		// The CLI never creates a ledger: a project without one has no run to resolve.
+		if _, err := os.Lstat(filepath.Join(dir, ".symbiont", ledger.FileName)); err != nil {
+			root.Close()
+			return nil, nil, errcode.Errorf(errcode.NotFound, "the project has no ledger (%v): no run has ended here yet", err)
+		}
 		store, err := journal.OpenStore(root, journal.StoreOptions{KeyFile: keyFile})
 		if err != nil {
 			root.Close()

@@ -553,3 +553,24 @@ func TestSlotFreeOnReturn(t *testing.T) {
 		}
 	}
 }
+
+// TestChangedWithoutJournal: a run that ends without a journal (here: the ledger is
+// unavailable) answers Changed with its Done channel, never with an already closed one,
+// so that a watcher waiting for the next change does not spin; and it has no reason.
+func TestChangedWithoutJournal(t *testing.T) {
+	f := newFixture(t, nil, func(c *Config) { c.LedgerErr = errors.New("the ledger is broken") })
+	run, err := f.runner.Start(Request{Agent: "helper", Prompt: "hi"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-run.Done()
+	if run.Changed() != (<-chan struct{})(run.done) {
+		t.Fatal("Changed is not Done for a run that ended without a journal")
+	}
+	if run.Reason() != "" || run.Audit() != nil || run.Durable().Records != 0 {
+		t.Fatalf("reason %q audit %v durable %+v; want none", run.Reason(), run.Audit(), run.Durable())
+	}
+	if _, err := run.Wait(context.Background()); errcode.Of(err) != errcode.AuditUnavailable {
+		t.Fatalf("outcome %v; want audit_unavailable", err)
+	}
+}

@@ -153,7 +153,17 @@ func (run *Run) Changed() <-chan struct{} {
 	if w := run.p.journal.Load(); w != nil {
 		return w.Changed()
 	}
-	return run.opened
+	select {
+	case <-run.opened:
+		// Opened, yet no journal: it was discarded, or the run ended without one. Nothing
+		// changes any more but the run's end.
+		if w := run.p.journal.Load(); w != nil {
+			return w.Changed()
+		}
+		return run.done
+	default:
+		return run.opened
+	}
 }
 
 // Reason returns the terminated reason the run ended with (completed, policy_denied, …),
@@ -273,7 +283,6 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 	// fail ends the run with err after the journal was opened: it writes terminated when
 	// the writer still can, and withholds any text.
 	fail := func(reason string, err error) (*Result, error) {
-		p.reason = reason
 		werr := r.endRun(w, p, journal.Terminated{Reason: reason, Released: false, DurationMS: ms(time.Since(start)), Error: err.Error()})
 		if werr != nil && reason != reasonAuditFailed {
 			err = errcode.Errorf(errcode.AuditUnavailable, "%v; and the run could not be recorded as such: %v", err, werr)
@@ -361,7 +370,6 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 		return fail(reasonCancelled, errcode.Errorf(errcode.Cancelled, "the caller stopped waiting before the answer was released"))
 	}
 	r.at("releasing")
-	p.reason = reasonCompleted
 	if err := r.endRun(w, p, journal.Terminated{Reason: reasonCompleted, Released: true, DurationMS: ms(time.Since(start))}); err != nil {
 		return journalFailed(err)
 	}
@@ -381,6 +389,7 @@ const maxTerminatedError = 4 << 10
 // recorded must say so, whichever step failed (a refused append does not always stop the
 // writer).
 func (r *Runner) endRun(w *journal.Writer, p *prepared, t journal.Terminated) error {
+	p.reason = reasonAuditFailed
 	prep, err := w.Prepare(clampError(t))
 	if err != nil {
 		return err
@@ -395,18 +404,23 @@ func (r *Runner) endRun(w *journal.Writer, p *prepared, t journal.Terminated) er
 	}
 	if ledgerErr != nil {
 		ledgerErr = errcode.Errorf(errcode.AuditUnavailable, "the project ledger could not record the run: %w", ledgerErr)
-		p.reason = reasonAuditFailed
 		failed := journal.Terminated{Reason: reasonAuditFailed, DurationMS: t.DurationMS,
 			Error: fmt.Sprintf("%v; the run had ended as %s: %s", ledgerErr, t.Reason, t.Error)}
 		if prep, err = w.Prepare(clampError(failed)); err != nil {
 			return err
 		}
 	}
+	// The run's reason is what its journal's terminated record says — or audit_failed when
+	// that record could not be made durable.
+	p.reason = reasonAuditFailed
 	if err := w.AppendPrepared(prep); err != nil {
 		return err
 	}
 	if err := w.Sync(); err != nil {
 		return err
+	}
+	if ledgerErr == nil {
+		p.reason = t.Reason
 	}
 	return ledgerErr
 }

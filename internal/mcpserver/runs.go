@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -134,7 +135,7 @@ func (h *handlers) readRun(ctx context.Context, req *mcp.ReadResourceRequest) (*
 	}
 	st, err := h.cfg.Runs.Status(id)
 	if err != nil {
-		return nil, mcp.ResourceNotFoundError(req.Params.URI)
+		return nil, resourceError(req.Params.URI, err)
 	}
 	raw, err := json.Marshal(st)
 	if err != nil {
@@ -150,33 +151,47 @@ func (h *handlers) subscribe(ctx context.Context, req *mcp.SubscribeRequest) err
 		return mcp.ResourceNotFoundError(req.Params.URI)
 	}
 	if _, err := h.cfg.Runs.Status(id); err != nil {
-		return mcp.ResourceNotFoundError(req.Params.URI)
+		return resourceError(req.Params.URI, err)
 	}
 	h.subsMu.Lock()
 	defer h.subsMu.Unlock()
 	if h.subs == nil {
-		h.subs = map[string]int{}
+		h.subs = map[string]map[*mcp.ServerSession]bool{}
 	}
-	h.subs[req.Params.URI]++
+	if h.subs[req.Params.URI] == nil {
+		h.subs[req.Params.URI] = map[*mcp.ServerSession]bool{}
+	}
+	h.subs[req.Params.URI][req.Session] = true
 	return nil
 }
 
 func (h *handlers) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
 	h.subsMu.Lock()
 	defer h.subsMu.Unlock()
-	if h.subs[req.Params.URI] > 1 {
-		h.subs[req.Params.URI]--
-	} else {
+	delete(h.subs[req.Params.URI], req.Session)
+	if len(h.subs[req.Params.URI]) == 0 {
 		delete(h.subs, req.Params.URI)
 	}
 	return nil
 }
 
-// subscribed reports whether some session subscribed to uri.
+// subscribed reports whether some session subscribed to uri (a session that ended
+// without unsubscribing still counts: the SDK then sends nothing to it).
 func (h *handlers) subscribed(uri string) bool {
 	h.subsMu.Lock()
 	defer h.subsMu.Unlock()
-	return h.subs[uri] > 0
+	return len(h.subs[uri]) > 0
+}
+
+// resourceError is the answer to reading or subscribing to a run resource that cannot be
+// had: not found for a run that does not exist (or a URI that names none), else the coded
+// error itself — a ledger that no longer verifies is not "not found".
+func resourceError(uri string, err error) error {
+	switch errcode.Of(err) {
+	case errcode.RunNotFound, errcode.InvalidRequest, errcode.NotFound:
+		return mcp.ResourceNotFoundError(uri)
+	}
+	return fmt.Errorf("%s", errcode.Text(err))
 }
 
 // updater sends notifications/resources/updated for runs that changed, coalescing: a run

@@ -19,7 +19,7 @@ type handlers struct {
 	// subs counts the subscriptions to each run resource, so that runs nobody follows
 	// send no notifications.
 	subsMu sync.Mutex
-	subs   map[string]int
+	subs   map[string]map[*mcp.ServerSession]bool
 }
 
 type invokeInput struct {

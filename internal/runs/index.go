@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -62,6 +63,9 @@ func (m *Manager) ledgerTail() (err error) {
 	}
 	fd, err := unix.Open(m.ledgerPath, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if os.IsNotExist(err) {
+		if m.ledgerLines > 0 {
+			return m.stopLedger(fmt.Errorf("the file was removed after %d lines were read", m.ledgerLines))
+		}
 		return nil // no run has ended yet
 	}
 	if err != nil {
@@ -75,6 +79,13 @@ func (m *Manager) ledgerTail() (err error) {
 	}
 	if !st.Mode().IsRegular() {
 		return m.stopLedger(fmt.Errorf("not a regular file"))
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		id := [2]uint64{uint64(sys.Dev), sys.Ino}
+		if m.ledgerLines > 0 && id != m.ledgerID {
+			return m.stopLedger(fmt.Errorf("the file was replaced after %d lines were read", m.ledgerLines))
+		}
+		m.ledgerID = id
 	}
 	if st.Size() < m.ledgerOff {
 		return m.stopLedger(fmt.Errorf("the file shrank from %d to %d bytes", m.ledgerOff, st.Size()))
@@ -128,9 +139,14 @@ func (m *Manager) apply(l *ledger.Line) (added string) {
 		}
 		r, isNew := m.record(e.RunID)
 		r.agentID, r.agent, r.file, r.caller = e.AgentID, e.Agent, e.File, e.Caller
-		r.ended, r.reason, r.released, r.records, r.head, r.endedAt = true, e.Reason, e.Released, e.Records, e.Head, formatTime(l.Time)
-		r.prevHead = e.PrevHead
-		r.external = false
+		r.prevHead, r.endedAt, r.ended = e.PrevHead, formatTime(l.Time), true
+		if r.live == nil {
+			// This process's run in flight records its own end when it has one (its
+			// watcher): the entry is written before the journal's terminated record, which
+			// may yet fail.
+			r.reason, r.released, r.records, r.head = e.Reason, e.Released, e.Records, e.Head
+		}
+		r.external, r.facts, r.verified = false, nil, nil
 		if isNew {
 			return e.RunID
 		}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"strconv"
 	"time"
 
@@ -121,6 +122,23 @@ type facts struct {
 	head               string
 	textRetained       bool // the response text is in the journal
 	problem            error
+	size, ino          int64 // of the file the facts were read from (fileID)
+}
+
+// current reports whether the journal at path is still the file, of the same size, the
+// facts were read from.
+func (f *facts) current(path string) bool {
+	size, ino := fileID(path)
+	return f.ino != 0 && size == f.size && ino == f.ino
+}
+
+// fileID returns the size and inode of the file at path (0, 0 if it cannot be had).
+func fileID(path string) (size, ino int64) {
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) != nil {
+		return 0, 0
+	}
+	return st.Size, int64(st.Ino)
 }
 
 // readFacts verifies every complete line of a journal's bytes (up to max lines; max < 0:

@@ -1,12 +1,17 @@
 package runs
 
 import (
+	"slices"
+
+	"golang.org/x/sys/unix"
+
 	"context"
 	"crypto/ed25519"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"symbi/internal/policy"
 	"sync"
 	"time"
 
@@ -46,6 +51,9 @@ type Manager struct {
 	ledgerOff    int64
 	ledgerLines  int64
 	ledgerErr    error
+	ledgerID     [2]uint64         // device and inode of the ledger file read
+	names        map[string]string // the governed directory's journals by run id (listing)
+	namesStamp   [3]int64          // the directory's mtime and size when names was read
 	listeners    map[int]func(runID string)
 	nextListener int
 }
@@ -220,6 +228,49 @@ func (m *Manager) watch(lr *invoke.Run) {
 	}()
 }
 
+// listing returns the journal file names of the governed directory by run id, read again
+// only when the directory's modification time or size has changed; m.mu is held.
+func (m *Manager) listing() (map[string]string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(m.gov, &st); err != nil {
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "the governed directory: %v", err)
+	}
+	stamp := [3]int64{st.Mtim.Sec, st.Mtim.Nsec, st.Size}
+	if m.names != nil && stamp == m.namesStamp {
+		return m.names, nil
+	}
+	ents, err := os.ReadDir(m.gov)
+	if err != nil {
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "reading the governed directory: %v", err)
+	}
+	names := make(map[string]string, len(ents))
+	for _, ent := range ents {
+		if _, runID, ok := splitName(ent.Name()); ok && ent.Type().IsRegular() {
+			names[runID] = ent.Name()
+		}
+	}
+	m.names, m.namesStamp = names, stamp
+	return names, nil
+}
+
+// agentIDs returns the agent ids the index and the registry know; m.mu is held.
+func (m *Manager) agentIDs() map[string]bool {
+	ids := map[string]bool{}
+	for _, r := range m.runs {
+		if r.agentID != "" {
+			ids[r.agentID] = true
+		}
+	}
+	if m.cfg.Registry != nil {
+		for _, e := range m.cfg.Registry.Entries() {
+			if a, err := m.cfg.Registry.Resolve(e.Name); err == nil && a.Admission != nil && a.Admission.Agent != "" {
+				ids[policy.AgentID(a.Admission.Agent)] = true
+			}
+		}
+	}
+	return ids
+}
+
 // adopt enters lr, which holds a durable record, in the index; m.mu is held.
 func (m *Manager) adopt(lr *invoke.Run) *run {
 	a := lr.Audit()
@@ -227,6 +278,12 @@ func (m *Manager) adopt(lr *invoke.Run) *run {
 		return nil
 	}
 	r, isNew := m.record(a.RunID)
+	if !isNew && r.external {
+		// Seen on disk before this process entered it: it is this process's run.
+		isNew = true
+		m.order = slices.DeleteFunc(m.order, func(id string) bool { return id == a.RunID })
+		r.external, r.facts, r.verified = false, nil, nil
+	}
 	if isNew {
 		r.agent, r.agentID, r.caller = lr.Agent()
 		r.file = filepath.Base(a.Path)
@@ -288,16 +345,31 @@ func (m *Manager) lookup(id string) (*run, error) {
 		}
 		r = m.runs[id]
 	}
-	if r == nil {
-		// Another process's run, begun after this index was built.
-		matches, _ := filepath.Glob(filepath.Join(m.gov, "*."+id+".jsonl"))
-		for _, p := range matches {
-			if agentID, runID, ok := splitName(filepath.Base(p)); ok && runID == id {
-				r, _ = m.record(id)
-				r.agentID, r.file, r.external = agentID, filepath.Base(p), true
-				m.insert(id)
+	if r == nil && m.gov != "" {
+		// Another process's run, begun after this index was built: its journal is
+		// <agent_id>.<run_id>.jsonl for one of the agents known here (no directory scan
+		// and no pattern: an unknown id costs one lstat per agent).
+		name := ""
+		for agentID := range m.agentIDs() {
+			var st unix.Stat_t
+			if n := journal.FileName(agentID, id); unix.Lstat(filepath.Join(m.gov, n), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+				name = n
 				break
 			}
+		}
+		if name == "" {
+			// An agent not known here: the directory's listing, read again only when the
+			// directory has changed since.
+			names, err := m.listing()
+			if err != nil {
+				return nil, err
+			}
+			name = names[id]
+		}
+		if agentID, _, ok := splitName(name); ok {
+			r, _ = m.record(id)
+			r.agentID, r.file, r.external = agentID, name, true
+			m.insert(id)
 		}
 	}
 	if r == nil {

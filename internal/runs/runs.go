@@ -118,6 +118,8 @@ type Status struct {
 	// JournalProblem says why the journal could not be read, or which line does not
 	// verify: what it says beyond that point is not served.
 	JournalProblem string `json:"journal_problem,omitempty" jsonschema:"why the journal could not be read or does not verify, if so"`
+
+	unended bool // the ledger recorded an end the journal, whole and verified, lacks
 }
 
 // Event is one journal record of a run.

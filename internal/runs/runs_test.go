@@ -516,9 +516,12 @@ func TestJournalAltered(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tt.bad < 0 {
-				if st.JournalProblem != "" {
-					t.Fatalf("journal_problem %q, want none", st.JournalProblem)
+				// Every whole line verifies, but the terminated record is gone: the end was
+				// never (durably) written, so nothing was released, whatever the ledger says.
+				if st.Status != runs.StatusAuditFailed || st.Released || st.Text != nil || !strings.Contains(st.JournalProblem, "no terminated record") {
+					t.Fatalf("status %s released %v journal_problem %q; want audit_failed, not released, no terminated record", st.Status, st.Released, st.JournalProblem)
 				}
+				return
 			} else if lineN := fmt.Sprintf("journal line %d: ", tt.bad+1); !strings.Contains(st.JournalProblem, lineN) || !strings.Contains(st.JournalProblem, tt.why) {
 				t.Fatalf("journal_problem %q, want %q ... %q", st.JournalProblem, lineN, tt.why)
 			}
@@ -574,11 +577,12 @@ func TestJournalTruncated(t *testing.T) {
 		name    string
 		keep    int
 		problem bool
+		unended bool // the end the ledger recorded was never written: audit_failed, done
 	}{
-		{"whole", 5, false},
-		{"last line missing (stopped before it)", 4, false},
-		{"last two lines deleted", 3, true},
-		{"only the started line left", 1, true},
+		{"whole", 5, false, false},
+		{"last line missing (stopped before it)", 4, false, true},
+		{"last two lines deleted", 3, true, false},
+		{"only the started line left", 1, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -592,7 +596,11 @@ func TestJournalTruncated(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := st.JournalProblem != ""; got != tt.problem {
+			if tt.unended {
+				if st.Status != runs.StatusAuditFailed || st.Released || st.Text != nil || !strings.Contains(st.JournalProblem, "no terminated record") {
+					t.Fatalf("status %s released %v text %v journal_problem %q; want audit_failed, nothing released", st.Status, st.Released, st.Text, st.JournalProblem)
+				}
+			} else if got := st.JournalProblem != ""; got != tt.problem {
 				t.Fatalf("journal_problem %q; want a problem: %v", st.JournalProblem, tt.problem)
 			}
 			if tt.problem && !strings.Contains(st.JournalProblem, fmt.Sprintf("the journal has %d records", tt.keep)) {
@@ -884,7 +892,9 @@ func TestExternal(t *testing.T) {
 		t.Fatalf("resolve an abandoned run: %v", err)
 	}
 
-	// A whole journal whose ledger entry was never written.
+	// A whole journal whose ledger entry was never written: a run's entry is durable before
+	// its terminated record, so the journal was placed here or its entry lost. Its end is
+	// reported, with the problem, and its text is not served.
 	for _, reason := range []string{runs.StatusCompleted, runs.StatusTimeout} {
 		id := newRunID(t)
 		p.journalRun(t, "beta", id, records("beta", reason, "text", true), false)
@@ -893,8 +903,8 @@ func TestExternal(t *testing.T) {
 			if err != nil || st.Status != reason || st.Reason != errText[reason] || st.Records != 5-boolInt(reason == runs.StatusTimeout) {
 				t.Fatalf("%s: %+v, %v", reason, st, err)
 			}
-			if reason == runs.StatusCompleted && (st.Text == nil || *st.Text != "text" || !st.Released) {
-				t.Fatalf("%s: text %v released %v", reason, deref(st.Text), st.Released)
+			if st.Text != nil || st.Released || !strings.Contains(st.JournalProblem, "no entry for this finished run") {
+				t.Fatalf("%s: text %v released %v journal_problem %q", reason, deref(st.Text), st.Released, st.JournalProblem)
 			}
 		}
 	}
@@ -1425,4 +1435,52 @@ func TestJournalAlteredAfterRead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReviewRegressions: a journal cut short after its facts were read is noticed at the
+// next answer; a removed ledger fails every answer closed; another process's run of an
+// agent this index does not know is found (through the directory's listing, not a glob
+// pattern).
+func TestReviewRegressions(t *testing.T) {
+	t.Run("journal cut short after its facts were read", func(t *testing.T) {
+		p := newTestProject(t, nil)
+		id := p.run(t, "alpha", runs.StatusCompleted)
+		m := p.open(t)
+		if st, err := m.Status(id); err != nil || st.JournalProblem != "" || st.Text == nil {
+			t.Fatalf("before: %+v, %v", st, err)
+		}
+		path := p.journalPath("alpha", id)
+		writeFile(t, path, bytes.Join(completeLines(readFile(t, path))[:2], nil))
+		st, err := m.Status(id)
+		if err != nil || st.JournalProblem == "" || st.Text != nil || st.Released {
+			t.Fatalf("after cutting the journal: %+v, %v; want a journal_problem and no text", st, err)
+		}
+		if _, err := events(t, m, id, 2, 100); errcode.Of(err) != errcode.AuditUnavailable {
+			t.Fatalf("events at the cut: %v; want audit_unavailable", err)
+		}
+	})
+	t.Run("ledger removed", func(t *testing.T) {
+		p := newTestProject(t, nil)
+		id := p.run(t, "alpha", runs.StatusCompleted)
+		m := p.open(t)
+		if err := os.Remove(p.ledgerPath()); err != nil {
+			t.Fatal(err)
+		}
+		_, err := m.Status(id)
+		wantCode(t, err, errcode.AuditUnavailable, "removed")
+		_, err = m.List(runs.Filter{})
+		wantCode(t, err, errcode.AuditUnavailable, "removed")
+	})
+	t.Run("another process's run of an agent the index does not know", func(t *testing.T) {
+		p := newTestProject(t, nil)
+		m := p.open(t)
+		// A run of an agent the index has never seen, begun after it was built.
+		id := newRunID(t)
+		w := p.journalRun(t, "gamma[1]*?", id, records("gamma[1]*?", runs.StatusCompleted, "x", true)[:2], true)
+		defer w.Close()
+		st, err := m.Status(id)
+		if err != nil || st.Status != runs.StatusRunning {
+			t.Fatalf("another process's run: %+v, %v", st, err)
+		}
+	})
 }

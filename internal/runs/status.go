@@ -34,6 +34,9 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 		running = journal.InProgress(st.Journal)
 	}
 	f := snap.facts
+	if f != nil && !f.current(st.Journal) {
+		f = nil // the file changed since its facts were read: read it again
+	}
 	var data []byte
 	if f == nil && !snap.pruned {
 		var err error
@@ -41,6 +44,7 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 			f = &facts{problem: err}
 		} else {
 			f = readFacts(data, snap.id, snap.agentID, bound, m.pub)
+			f.size, f.ino = fileID(st.Journal)
 			// A journal changes no more once its run has ended: a finished run's facts,
 			// and those of a journal another process has terminated, are kept.
 			if lr == nil && !running && (snap.ended || snap.external && f.terminated) {
@@ -68,15 +72,31 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 	if f.problem != nil {
 		st.JournalProblem = f.problem.Error()
 	}
+	// Released only when the journal itself, verified and whole, ends with a terminated
+	// record saying so: a ledger entry is written before that record, and a run whose
+	// record never became durable released nothing.
+	released := f.terminated && f.released && f.problem == nil
 	switch {
 	case running:
 		st.Status = StatusRunning
+	case snap.ended && snap.reason != "" && !f.terminated && f.problem == nil && !snap.pruned:
+		// The ledger recorded the run's end, but its journal has no terminated record: the
+		// end was never written (a failed write, or a crash just after the ledger entry).
+		st.Status = StatusAuditFailed
+		st.JournalProblem = "the ledger recorded this run as " + snap.reason + ", but its journal has no terminated record: the end was never written, and nothing was released"
+		st.unended = true
 	case snap.ended && snap.reason != "":
-		st.Status, st.Released = snap.reason, snap.released
+		st.Status, st.Released = snap.reason, released || snap.pruned && snap.released
 	case f.terminated: // a recovered entry, or a journal the ledger does not know
-		st.Status, st.Released = f.reason, f.released
+		st.Status, st.Released = f.reason, released
 	default:
 		st.Status = StatusAbandoned
+	}
+	if snap.external && f.terminated && !running && st.JournalProblem == "" {
+		// The ledger entry of a run is written before its terminated record: a finished
+		// journal the ledger does not know was placed here, or its entry was lost.
+		st.JournalProblem = "the project ledger has no entry for this finished run (a journal placed in the directory, or a lost ledger entry); its text is not served"
+		st.Released = false
 	}
 	if snap.external {
 		st.Records, st.Head = f.records, f.head
@@ -95,10 +115,16 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 		retained := f.textRetained
 		st.TextRetained = &retained
 		if withText && retained {
+			var err error
 			if data == nil {
-				data, _ = m.readJournal(snap)
+				data, err = m.readJournal(snap)
 			}
-			if text, ok, err := releasedText(data, snap.id, snap.agentID, m.pub); err == nil && ok {
+			var text string
+			var ok bool
+			if err == nil {
+				text, ok, err = releasedText(data, snap.id, snap.agentID, m.pub)
+			}
+			if err == nil && ok {
 				st.Text = &text
 			} else if err != nil {
 				st.JournalProblem = err.Error()
@@ -200,11 +226,12 @@ func (m *Manager) events(snap *run, after int64, limit int) (*Events, error) {
 		out.Events = append(out.Events, Event{Seq: l.seq, Type: l.typ, Time: l.time, Line: string(l.raw)})
 	}
 	ended := st.Status != StatusRunning && st.Status != StatusAwaitingApproval
-	if ended && len(lines) == 0 && err == nil && st.JournalProblem != "" {
+	problem := st.JournalProblem != "" && !st.unended // a journal that verifies but never ended is whole
+	if ended && len(lines) == 0 && err == nil && problem {
 		// Every line verifies, but the journal is not what the ledger recorded of the run.
 		return nil, errcode.Errorf(errcode.AuditUnavailable, "run %s: %s; nothing after it is served", snap.id, st.JournalProblem)
 	}
-	out.Done = ended && out.NextCursor >= all && err == nil && st.JournalProblem == ""
+	out.Done = ended && out.NextCursor >= all && err == nil && !problem
 	return out, nil
 }
 
