@@ -105,17 +105,49 @@ func openErr(rel string, err error) error {
 // open resolves the checked components beneath the pinned root with flags added to
 // O_NOFOLLOW|O_CLOEXEC|O_NOCTTY and returns the descriptor.
 func (p *Project) open(rel string, parts []string, flags int) (int, error) {
-	flags |= unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NOCTTY
-	if !p.walk {
-		fd, err := openBeneath(p.fd, strings.Join(parts, "/"), flags)
-		if err == nil {
-			return fd, nil
-		}
-		if !errors.Is(err, errNoOpenat2) {
-			return -1, openErr(rel, err)
+	fd, err := OpenBeneath(p.fd, parts, flags, p.walk)
+	if err != nil {
+		return -1, openErr(rel, err)
+	}
+	return fd, nil
+}
+
+// OpenBeneath opens the path made of parts beneath the directory dirfd the way the
+// confined reader does, without following a symbolic link anywhere, and returns the
+// descriptor; flags are added to O_NOFOLLOW|O_CLOEXEC, and O_NOCTTY unless they hold
+// O_PATH. Each part must be one
+// file name: not empty, not "." or "..", without "/" or a NUL byte (EINVAL otherwise),
+// and there must be at least one.
+//
+// It uses openat2 with RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS. When
+// walk is set, or where openat2 is unavailable (ENOSYS, or EPERM from a sandbox), it
+// walks instead: each directory component is opened with openat(O_PATH|O_NOFOLLOW) and
+// checked with fstat, the last one opened with O_NOFOLLOW. Errors are the system's, so
+// callers map them to their own rules: ELOOP for a symbolic link in the path, ENOTDIR for
+// a component that is not a directory, ENOENT, EXDEV for a resolution that would leave
+// dirfd. As with openat, O_PATH|O_NOFOLLOW opens a last component that is a symbolic link
+// itself: callers that pass it check the result with fstat. It serves the workspace's
+// confined reader and writer as well as the project's.
+func OpenBeneath(dirfd int, parts []string, flags int, walk bool) (int, error) {
+	if len(parts) == 0 {
+		return -1, unix.EINVAL
+	}
+	for _, c := range parts {
+		if c == "" || c == "." || c == ".." || strings.ContainsAny(c, "/\x00") {
+			return -1, unix.EINVAL
 		}
 	}
-	return p.walkOpen(rel, parts, flags)
+	flags |= unix.O_NOFOLLOW | unix.O_CLOEXEC
+	if flags&unix.O_PATH == 0 {
+		flags |= unix.O_NOCTTY // openat2 refuses O_PATH with any flag it ignores
+	}
+	if !walk {
+		fd, err := openBeneath(dirfd, strings.Join(parts, "/"), flags)
+		if !errors.Is(err, errNoOpenat2) {
+			return fd, err
+		}
+	}
+	return walkOpen(dirfd, parts, flags)
 }
 
 var errNoOpenat2 = errors.New("openat2 unavailable")
@@ -149,11 +181,11 @@ func openBeneath(dirfd int, path string, flags int) (int, error) {
 // walkOpen is the fallback: it opens each directory component with
 // openat(O_PATH|O_NOFOLLOW), which opens a link itself, checks with fstat that it is a directory
 // and not a link, and opens the last component with O_NOFOLLOW. The components are
-// already free of "..", "." and hidden names, so the walk cannot leave the root.
-func (p *Project) walkOpen(rel string, parts []string, flags int) (int, error) {
-	dir := p.fd
+// already free of "..", "." and "/", so the walk cannot leave dirfd.
+func walkOpen(dirfd int, parts []string, flags int) (int, error) {
+	dir := dirfd
 	closeDir := func() {
-		if dir != p.fd {
+		if dir != dirfd {
 			unix.Close(dir)
 		}
 	}
@@ -161,30 +193,26 @@ func (p *Project) walkOpen(rel string, parts []string, flags int) (int, error) {
 	for _, c := range parts[:len(parts)-1] {
 		fd, err := openatRetry(dir, c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC)
 		if err != nil {
-			return -1, openErr(rel, err)
+			return -1, err
 		}
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
 			unix.Close(fd)
-			return -1, refuse(rel, ErrUnreadable, err)
+			return -1, err
 		}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
 		case unix.S_IFLNK:
 			unix.Close(fd)
-			return -1, refuse(rel, ErrSymlink, nil)
+			return -1, unix.ELOOP
 		default:
 			unix.Close(fd)
-			return -1, refuse(rel, ErrNotExist, nil)
+			return -1, unix.ENOTDIR
 		}
 		closeDir()
 		dir = fd
 	}
-	fd, err := openatRetry(dir, parts[len(parts)-1], flags)
-	if err != nil {
-		return -1, openErr(rel, err)
-	}
-	return fd, nil
+	return openatRetry(dir, parts[len(parts)-1], flags)
 }
 
 func openatRetry(dir int, name string, flags int) (int, error) {
@@ -212,7 +240,7 @@ func (p *Project) Read(rel string, limit int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, err := readOpened(fd, rel, limit)
+	data, err := ReadOpened(fd, rel, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -236,12 +264,14 @@ func ReadAt(dirfd int, name, rel string, limit int64) ([]byte, error) {
 	if err != nil {
 		return nil, openErr(rel, err)
 	}
-	return readOpened(fd, rel, limit)
+	return ReadOpened(fd, rel, limit)
 }
 
-// readOpened checks the opened descriptor fd — a regular file with one link, at most
-// limit bytes — and reads it; it closes fd.
-func readOpened(fd int, rel string, limit int64) ([]byte, error) {
+// ReadOpened checks the opened descriptor fd — a regular file with one link, at most
+// limit bytes — and reads it; it closes fd in every case. rel names the file in errors,
+// which wrap the rule that refused (ErrSymlink, ErrNotRegular, ErrHardLink, ErrTooLarge
+// or ErrUnreadable) with its errcode. It does not check UTF-8.
+func ReadOpened(fd int, rel string, limit int64) ([]byte, error) {
 	f := os.NewFile(uintptr(fd), rel)
 	defer f.Close()
 	var st unix.Stat_t

@@ -1,0 +1,302 @@
+// Package workspace serves the file-system requests of a delegated agent
+// (fs/read_text_file and fs/write_text_file of the Agent Client Protocol), confined to
+// the run's workspace directory.
+//
+// # Choosing the workspace
+//
+// Resolve checks the workspace a caller names against the roots granted at start: the
+// path must be absolute and, after resolving symbolic links, an existing directory equal
+// to or inside one of the roots (themselves resolved). It returns the resolved path, which
+// contains no symbolic link.
+//
+// # Pinning
+//
+// Open opens that path once as a directory descriptor, refusing a symbolic link in any of
+// its components (so the directory Resolve checked is the one pinned, even if a link is
+// swapped in between the two calls). Every later read and write resolves from the pinned
+// descriptor: renaming or replacing the directory afterwards cannot redirect them.
+//
+// # Paths
+//
+// Rel maps a path an agent sends — absolute (as ACP sends them) or relative — to a clean
+// relative path inside the workspace, lexically, before any file system access: an empty
+// path or a NUL byte is refused (invalid_request), and so is any path that leads outside
+// the workspace, by ".." or by being an absolute path elsewhere (protected_path). ".."
+// components that stay inside are resolved lexically. The workspace itself is ".".
+//
+// # Reads and writes
+//
+// ReadText and WriteText accept what Rel accepts and resolve the result with openat2
+// RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS beneath the pinned
+// descriptor, or, where openat2 is unavailable, with a component walk using O_NOFOLLOW
+// (project.OpenBeneath, shared with the project's confined reader). A symbolic link
+// anywhere in the path is refused, even one that points inside the workspace. Reads accept
+// a regular file with one link, at most the caller's byte limit, valid UTF-8. Writes
+// create or replace a regular file with one link through a temporary file in the same
+// directory and renameat, so a reader sees the old content or the new, never a part; the
+// file and the directory are fsynced.
+//
+// Every error carries an errcode code and wraps one Err* rule (test with errors.Is):
+// protected_path for a refused path (outside, symbolic link, hard link, not a regular
+// file, not readable or writable), not_found for a missing file or parent directory,
+// limit_exceeded for a size over the limit, invalid_request for a malformed path, a bad
+// line or limit, or content that is not UTF-8. The package is Linux only.
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"symbi/internal/errcode"
+	"symbi/internal/project"
+)
+
+// The rules Resolve refuses a workspace by; its errors carry errcode.InvalidRequest.
+var (
+	ErrWorkspaceNotAbsolute = errors.New(`refused by rule "absolute workspace": the workspace path must be absolute, without a NUL byte`)
+	ErrWorkspaceNotDir      = errors.New(`refused by rule "existing directory": the workspace must be an existing directory`)
+	ErrWorkspaceNotInRoot   = errors.New(`refused by rule "inside a workspace root": after resolving symbolic links the workspace must be a granted root or inside one`)
+	ErrBadRoot              = errors.New(`refused by rule "valid workspace roots": a workspace root must be an absolute path to an existing directory, and at least one must be granted`)
+)
+
+// The rules Open, Rel, ReadText and WriteText refuse by. The rules about files are the
+// project's confined reader's own (the same values), so errors.Is matches either name.
+var (
+	ErrBadPath    = errors.New(`refused by rule "well-formed path": the path is empty, contains a NUL byte or is too long`)
+	ErrOutside    = errors.New(`refused by rule "inside the workspace": the path leads outside the workspace`)
+	ErrSymlink    = project.ErrSymlink
+	ErrHardLink   = project.ErrHardLink
+	ErrNotRegular = project.ErrNotRegular
+	ErrNotUTF8    = project.ErrNotUTF8
+	ErrTooLarge   = project.ErrTooLarge
+	ErrUnreadable = project.ErrUnreadable
+	ErrUnwritable = errors.New(`refused by rule "writable": the file cannot be created or written`)
+	ErrNotExist   = errors.New(`refused by rule "existing file": no such file in the workspace`)
+	ErrNoParent   = errors.New(`refused by rule "existing parent": the parent directory does not exist in the workspace`)
+	ErrLineRange  = errors.New(`refused by rule "line and limit": line is 1-based and limit is not negative`)
+)
+
+// Resolve returns the workspace for a run: path must be absolute and, after resolving
+// symbolic links, an existing directory equal to or inside one of roots, which are
+// absolute paths to existing directories, resolved the same way. It returns the
+// resolved path, free of symbolic links, for Open. Every error carries
+// errcode.InvalidRequest and wraps one of the ErrWorkspace* rules or ErrBadRoot.
+func Resolve(path string, roots []string) (string, error) {
+	if !filepath.IsAbs(path) || strings.IndexByte(path, 0) >= 0 {
+		return "", errcode.Errorf(errcode.InvalidRequest, "workspace %q: %w", path, ErrWorkspaceNotAbsolute)
+	}
+	if len(roots) == 0 {
+		return "", errcode.Errorf(errcode.InvalidRequest, "workspace %q: %w (none is granted)", path, ErrBadRoot)
+	}
+	resolved := make([]string, 0, len(roots))
+	for _, r := range roots {
+		rr, err := resolveDir(r)
+		if err != nil {
+			return "", errcode.Errorf(errcode.InvalidRequest, "workspace root %q: %w (%v)", r, ErrBadRoot, err)
+		}
+		resolved = append(resolved, rr)
+	}
+	real, err := resolveDir(path)
+	if err != nil {
+		return "", errcode.Errorf(errcode.InvalidRequest, "workspace %q: %w (%v)", path, ErrWorkspaceNotDir, err)
+	}
+	for _, r := range resolved {
+		if within(real, r) {
+			return real, nil
+		}
+	}
+	if real != path {
+		return "", errcode.Errorf(errcode.InvalidRequest, "workspace %q (resolved %q): %w", path, real, ErrWorkspaceNotInRoot)
+	}
+	return "", errcode.Errorf(errcode.InvalidRequest, "workspace %q: %w", path, ErrWorkspaceNotInRoot)
+}
+
+// resolveDir resolves the symbolic links of the absolute path dir and checks that it is
+// a directory.
+func resolveDir(dir string) (string, error) {
+	if !filepath.IsAbs(dir) || strings.IndexByte(dir, 0) >= 0 {
+		return "", errors.New("not an absolute path")
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", err
+	}
+	st, err := os.Stat(real)
+	if err != nil {
+		return "", err
+	}
+	if !st.IsDir() {
+		return "", errors.New("not a directory")
+	}
+	return real, nil
+}
+
+// within reports whether the clean absolute path p is root or lies under it, lexically.
+func within(p, root string) bool {
+	if p == root || root == "/" {
+		return true
+	}
+	return strings.HasPrefix(p, root) && p[len(root)] == '/'
+}
+
+// Workspace is an opened, pinned workspace directory. Its methods may be called
+// concurrently; after Close they fail.
+type Workspace struct {
+	path string
+	dir  *os.File
+	// walk forces the component-by-component fallback instead of openat2.
+	walk bool
+}
+
+// Open pins dir, an absolute clean path without a symbolic link in any component (what
+// Resolve returns): the directory is opened once (O_DIRECTORY) and moving or replacing it
+// later cannot redirect reads or writes. A symbolic link in dir is refused
+// (errcode.ProtectedPath), a missing directory is errcode.NotFound, any other refusal
+// errcode.InvalidRequest.
+func Open(dir string) (*Workspace, error) {
+	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || strings.IndexByte(dir, 0) >= 0 {
+		return nil, errcode.Errorf(errcode.InvalidRequest, "workspace %q: %w (and clean)", dir, ErrWorkspaceNotAbsolute)
+	}
+	slash, err := openRetry(unix.AT_FDCWD, "/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, errcode.Errorf(errcode.Internal, "workspace %q: open /: %w", dir, err)
+	}
+	fd := slash
+	if dir != "/" {
+		fd, err = openDir(slash, strings.Split(dir[1:], "/"), false)
+		unix.Close(slash)
+	}
+	if err != nil {
+		switch {
+		case errors.Is(err, unix.ELOOP):
+			return nil, errcode.Errorf(errcode.ProtectedPath, "workspace %q: %w (pass the path Resolve returns)", dir, ErrSymlink)
+		case errors.Is(err, unix.ENOENT):
+			return nil, errcode.Errorf(errcode.NotFound, "workspace %q: %w", dir, ErrWorkspaceNotDir)
+		case errors.Is(err, unix.ENOTDIR):
+			return nil, errcode.Errorf(errcode.InvalidRequest, "workspace %q: %w", dir, ErrWorkspaceNotDir)
+		}
+		return nil, errcode.Errorf(errcode.InvalidRequest, "workspace %q: %w (%v)", dir, ErrWorkspaceNotDir, err)
+	}
+	return &Workspace{path: dir, dir: os.NewFile(uintptr(fd), dir)}, nil
+}
+
+// Path returns the absolute path of the workspace at open time.
+func (w *Workspace) Path() string { return w.path }
+
+// Close releases the pinned directory descriptor.
+func (w *Workspace) Close() error {
+	if err := w.dir.Close(); err != nil {
+		return fmt.Errorf("close workspace %s: %w", w.path, err)
+	}
+	return nil
+}
+
+// withDir runs f with the pinned descriptor, which cannot be closed (and its number
+// reused) while f runs.
+func (w *Workspace) withDir(f func(dirfd int) error) error {
+	rc, err := w.dir.SyscallConn()
+	if err != nil {
+		return errcode.Errorf(errcode.Internal, "workspace %s: %w", w.path, err)
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+		return errcode.Errorf(errcode.Internal, "workspace %s: %w", w.path, err)
+	}
+	return ferr
+}
+
+// Rel maps p, a path an agent sends, to a clean relative path inside the workspace with
+// "/" separators, lexically, without touching the file system. An absolute p must be the
+// workspace path (Path) or lie under it; a relative p is taken from the workspace. ".."
+// components are resolved lexically and refused when they lead outside. The workspace
+// itself maps to ".". An empty p or one with a NUL byte is refused with ErrBadPath
+// (errcode.InvalidRequest); a path outside with ErrOutside (errcode.ProtectedPath).
+func (w *Workspace) Rel(p string) (string, error) {
+	if p == "" || strings.IndexByte(p, 0) >= 0 {
+		return "", errcode.Errorf(errcode.InvalidRequest, "%q: %w", p, ErrBadPath)
+	}
+	if p[0] == '/' {
+		c := filepath.Clean(p)
+		switch {
+		case c == w.path:
+			return ".", nil
+		case w.path == "/":
+			return c[1:], nil
+		case strings.HasPrefix(c, w.path) && c[len(w.path)] == '/':
+			return c[len(w.path)+1:], nil
+		}
+		return "", errcode.Errorf(errcode.ProtectedPath, "%q: %w", p, ErrOutside)
+	}
+	c := filepath.Clean(p)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", errcode.Errorf(errcode.ProtectedPath, "%q: %w", p, ErrOutside)
+	}
+	return c, nil
+}
+
+// openDir opens the directory made of parts beneath dirfd without following a symbolic
+// link and returns a descriptor for reading it (O_RDONLY|O_DIRECTORY). A symbolic link
+// is ELOOP, something else than a directory ENOTDIR, whichever resolution ran.
+func openDir(dirfd int, parts []string, walk bool) (int, error) {
+	// O_PATH|O_NOFOLLOW opens a last component that is a link itself, so fstat tells a
+	// link from a file: O_DIRECTORY would report both as ENOTDIR.
+	pfd, err := project.OpenBeneath(dirfd, parts, unix.O_PATH, walk)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(pfd, &st); err != nil {
+		return -1, err
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+	case unix.S_IFLNK:
+		return -1, unix.ELOOP
+	default:
+		return -1, unix.ENOTDIR
+	}
+	return openRetry(pfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+}
+
+func openRetry(dirfd int, name string, flags int) (int, error) {
+	for {
+		fd, err := unix.Openat(dirfd, name, flags, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
+
+// refuse builds the error for rel refused by rule with code.
+func refuse(code errcode.Code, rel string, rule error, detail error) error {
+	if detail != nil {
+		return errcode.Errorf(code, "%q: %w (%v)", rel, rule, detail)
+	}
+	return errcode.Errorf(code, "%q: %w", rel, rule)
+}
+
+// openErr maps an error of project.OpenBeneath or openDir to a rule. notExist is the rule
+// for a missing component.
+func openErr(rel string, err error, notExist error) error {
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
+		return refuse(errcode.NotFound, rel, notExist, nil)
+	case errors.Is(err, unix.ELOOP):
+		return refuse(errcode.ProtectedPath, rel, ErrSymlink, nil)
+	case errors.Is(err, unix.EXDEV):
+		return refuse(errcode.ProtectedPath, rel, ErrOutside, nil)
+	case errors.Is(err, unix.ENXIO), errors.Is(err, unix.ENODEV), errors.Is(err, unix.EOPNOTSUPP):
+		// open(2) of a unix socket fails with ENXIO; of a missing device, ENXIO/ENODEV.
+		return refuse(errcode.ProtectedPath, rel, ErrNotRegular, err)
+	case errors.Is(err, unix.ENAMETOOLONG), errors.Is(err, unix.EINVAL):
+		return refuse(errcode.InvalidRequest, rel, ErrBadPath, err)
+	default:
+		return refuse(errcode.ProtectedPath, rel, ErrUnreadable, err)
+	}
+}
