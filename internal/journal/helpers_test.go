@@ -106,15 +106,22 @@ func agentID(name string) string {
 // returns the writer (synced, closed).
 func writeRun(t testing.TB, s *Store, r run, runID string, n int) *Writer {
 	t.Helper()
-	w, err := s.Create(agentID(r.agent), runID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.now = fixedClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	recs := r.records()
 	if n >= 0 {
 		recs = recs[:n]
 	}
+	return writeRecords(t, s, r.agent, runID, recs)
+}
+
+// writeRecords writes recs to a new journal of agent with a fixed clock and returns the
+// writer (synced, closed).
+func writeRecords(t testing.TB, s *Store, agent, runID string, recs []Record) *Writer {
+	t.Helper()
+	w, err := s.Create(agentID(agent), runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.now = fixedClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	for _, rec := range recs {
 		if err := w.Append(rec); err != nil {
 			t.Fatal(err)
@@ -195,4 +202,32 @@ func createJournal(t testing.TB, runID string) (*Store, *Writer) {
 	}
 	t.Cleanup(func() { w.Close() })
 	return s, w
+}
+
+// delegatedRecords are the records of a sample delegated run: the agent reads a file it
+// was allowed to, is refused a command, and answers; the answer is released.
+func delegatedRecords() []Record {
+	answer := "src/a.go reads its config once; the test command was not run."
+	return []Record{
+		Started{Agent: "coder", File: "agents/coder.symbi", SourceSHA256: sum("source"), DeclarationSHA256: sum("decl"),
+			Mode: "delegated", Surface: "mcp-server", Caller: "stdio", ServerVersion: "test", DeadlineMS: 600000,
+			InlinePolicies: []string{}, InlinePoliciesSHA256: sum(""), PolicyMode: "cedar", PolicyDigest: sum("policies"),
+			PromptSHA256: sum("Review src/a.go"), PromptBytes: 15, InstructionsSHA256: sum(""), Prompt: "Review src/a.go"},
+		SessionStarted{Executor: "fake", Command: []string{"/usr/local/bin/fake-acp-agent"}, Workspace: "/work/ws",
+			ProtocolVersion: 1, AgentName: "fake-acp-agent", AgentVersion: "1.0.0", SessionID: "s-1", Mode: "default",
+			PromptSHA256: sum("prompt"), PromptBytes: 6},
+		AgentThought{TextSHA256: sum("Reading the file."), Bytes: 17, Chunks: 3, Text: "Reading the file."},
+		ToolCall{ToolCallID: "call-1", Kind: "read", Title: "Read src/a.go", Status: "pending", Paths: []string{"src/a.go"}, RawInputSHA256: sum("{}"), RawInputBytes: 2},
+		PermissionDecided{RequestID: "fs-1", ToolCallID: "call-1", Kind: "read", Title: "fs/read_text_file src/a.go", Paths: []string{"src/a.go"},
+			Decision: "allow", PolicyIDs: []string{"tools-read-search"}},
+		FSRead{RequestID: "fs-1", Path: "src/a.go", Bytes: 120, SHA256: sum("package a")},
+		ToolCallUpdate{ToolCallID: "call-1", Status: "completed", RawOutputSHA256: sum("package a"), RawOutputBytes: 120, Excerpt: "package a"},
+		PermissionDecided{RequestID: "perm-1", ToolCallID: "call-2", Kind: "execute", Title: "go test ./...", Paths: []string{"."},
+			Decision: "deny", PolicyIDs: []string{"tools-no-execute"}, OptionID: "reject-once"},
+		Plan{Entries: []PlanEntry{{Content: "Read the file", Priority: "high", Status: "completed"}, {Content: "Answer", Priority: "high", Status: "in_progress"}}},
+		AgentMessage{TextSHA256: sum(answer), Bytes: int64(len(answer)), Chunks: 7, Text: answer},
+		SessionFinished{Outcome: "completed", StopReason: "end_turn", TextSHA256: sum(answer), TextBytes: int64(len(answer)), Text: answer},
+		PolicyEvaluated{Action: "respond", Decision: "allow", PolicyIDs: []string{"respond"}, TextSHA256: sum(answer), TextBytes: int64(len(answer))},
+		Terminated{Reason: "completed", Released: true, DurationMS: 4200},
+	}
 }

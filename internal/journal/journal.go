@@ -202,6 +202,28 @@ func normalize(r Record) Record {
 		return v
 	case *PolicyEvaluated:
 		return normalize(*v)
+	case SessionStarted:
+		if v.Command == nil {
+			v.Command = []string{}
+		}
+		return v
+	case ToolCall:
+		if v.Paths == nil {
+			v.Paths = []string{}
+		}
+		return v
+	case Plan:
+		if v.Entries == nil {
+			v.Entries = []PlanEntry{}
+		}
+		return v
+	case PermissionDecided:
+		for _, l := range []*[]string{&v.Paths, &v.Outside, &v.PolicyIDs, &v.Errors} {
+			if *l == nil {
+				*l = []string{}
+			}
+		}
+		return v
 	}
 	return r
 }

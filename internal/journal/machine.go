@@ -17,9 +17,10 @@ type Step struct {
 	CallID     string // inference_requested, inference_finished
 	Outcome    string // inference_finished: completed, error, timeout, cancelled
 	TextSHA256 string // inference_finished, policy_evaluated
-	Decision   string // policy_evaluated: allow, deny
+	Decision   string // policy_evaluated, permission_decided: allow, deny
 	Reason     string // terminated
 	Released   bool   // terminated
+	RequestID  string // permission_decided, fs_read, fs_write
 }
 
 // Machine is the state machine of one run, shared by the writer (which refuses to write
@@ -37,17 +38,31 @@ type Step struct {
 //     reason completed only when released; reason policy_denied only after a deny;
 //     reason inference_failed only after an outcome error, timeout only after an outcome
 //     timeout;
+//   - a delegated run (delegated.go) has session_started where a model run has
+//     inference_requested — once, right after started, never in a run that made a model
+//     request — and session_finished where it has inference_finished: once, after
+//     session_started (or directly after started when no session could be opened), with
+//     an outcome as inference_finished's and the final answer's text_sha256, which
+//     policy_evaluated and terminated then follow as for a model run;
+//   - agent_message, agent_thought, tool_call, tool_call_update, plan, permission_decided,
+//     fs_read and fs_write stand only between session_started and session_finished;
+//     permission_decided has a request_id used once and a decision of allow or deny; an
+//     fs_read or fs_write names the request_id of an earlier permission_decided that
+//     allowed it, once;
 //   - records of other types (a later version's) may stand anywhere after started and
 //     before terminated; the machine does not read them.
 //
-// A Machine is a small value: copy it to try a step without committing to it.
+// A Machine is a small value: copy it to try a step without committing to it (its maps
+// are written only by a step that succeeds, after every check).
 type Machine struct {
 	started, requested, finished, decided, ended bool
+	session                                      bool // session_started seen
 
 	callID     string
 	outcome    string
 	textSHA256 string
 	decision   string
+	grants     map[string]string // permission_decided request_id → decision ("used" once an fs record used an allow)
 }
 
 // Next checks that s can follow the records fed so far and, if so, records it. A refusal
@@ -76,6 +91,8 @@ func (m *Machine) step(s Step) error {
 		m.started = true
 	case TypeInferenceRequested:
 		switch {
+		case m.session || m.finished:
+			return errors.New("inference_requested in a delegated run")
 		case m.requested:
 			return errors.New("a second inference_requested: one run makes one request")
 		case s.CallID == "":
@@ -109,6 +126,60 @@ func (m *Machine) step(s Step) error {
 			return fmt.Errorf("policy_evaluated judged text %s, but the text received was %s", s.TextSHA256, m.textSHA256)
 		}
 		m.decided, m.decision = true, s.Decision
+	case TypeSessionStarted:
+		switch {
+		case m.session:
+			return errors.New("a second session_started")
+		case m.requested:
+			return errors.New("session_started in a run that made a model request: a run is a model run or a delegated one")
+		}
+		m.session = true
+	case TypeSessionFinished:
+		switch {
+		case m.requested:
+			return errors.New("session_finished in a run that made a model request")
+		case m.finished:
+			return errors.New("a second session_finished")
+		}
+		switch s.Outcome {
+		case "completed", "error", "timeout", "cancelled":
+		default:
+			return fmt.Errorf("session_finished with outcome %q (want completed, error, timeout or cancelled)", s.Outcome)
+		}
+		if !m.session && (s.Outcome == "completed" || s.Outcome == "timeout") {
+			return fmt.Errorf("session_finished with outcome %s, but no session was started", s.Outcome)
+		}
+		m.finished, m.outcome, m.textSHA256 = true, s.Outcome, s.TextSHA256
+	case TypeAgentMessage, TypeAgentThought, TypeToolCall, TypeToolCallUpdate, TypePlan, TypePermissionDecided, TypeFSRead, TypeFSWrite:
+		switch {
+		case !m.session:
+			return fmt.Errorf("%s without session_started", s.Type)
+		case m.finished:
+			return fmt.Errorf("%s after session_finished", s.Type)
+		}
+		switch s.Type {
+		case TypePermissionDecided:
+			switch {
+			case s.RequestID == "":
+				return errors.New("permission_decided without a request_id")
+			case m.grants[s.RequestID] != "":
+				return fmt.Errorf("a second permission_decided for request %q", s.RequestID)
+			case s.Decision != "allow" && s.Decision != "deny":
+				return fmt.Errorf("permission_decided with decision %q (want allow or deny)", s.Decision)
+			}
+			m.grant(s.RequestID, s.Decision)
+		case TypeFSRead, TypeFSWrite:
+			switch m.grants[s.RequestID] {
+			case "allow":
+			case "used":
+				return fmt.Errorf("%s for request %q, whose permission was already used", s.Type, s.RequestID)
+			case "deny":
+				return fmt.Errorf("%s for request %q, which was denied", s.Type, s.RequestID)
+			default:
+				return fmt.Errorf("%s for request %q, without a permission_decided before it", s.Type, s.RequestID)
+			}
+			m.grant(s.RequestID, "used")
+		}
 	case TypeTerminated:
 		switch {
 		case s.Released && m.decision != "allow":
@@ -129,6 +200,17 @@ func (m *Machine) step(s Step) error {
 	return nil
 }
 
+// grant records a permission's state; it is the last thing a successful step does, so a
+// Machine copied before a failed step is unchanged (the map is copied on write).
+func (m *Machine) grant(id, state string) {
+	g := make(map[string]string, len(m.grants)+1)
+	for k, v := range m.grants {
+		g[k] = v
+	}
+	g[id] = state
+	m.grants = g
+}
+
 // stepOf is the step of a record the writer is given.
 func stepOf(r Record) Step {
 	s := Step{Type: r.Type()}
@@ -141,6 +223,14 @@ func stepOf(r Record) Step {
 		s.Decision, s.TextSHA256 = r.Decision, r.TextSHA256
 	case Terminated:
 		s.Reason, s.Released = r.Reason, r.Released
+	case SessionFinished:
+		s.Outcome, s.TextSHA256 = r.Outcome, r.TextSHA256
+	case PermissionDecided:
+		s.RequestID, s.Decision = r.RequestID, r.Decision
+	case FSRead:
+		s.RequestID = r.RequestID
+	case FSWrite:
+		s.RequestID = r.RequestID
 	}
 	return s
 }

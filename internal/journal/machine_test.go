@@ -2,6 +2,7 @@ package journal
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -19,6 +20,15 @@ func TestMachine(t *testing.T) {
 		end       = func(reason string) Step { return Step{Type: TypeTerminated, Reason: reason} }
 		outcome   = func(o string) Step { return Step{Type: TypeInferenceFinished, CallID: "c1", Outcome: o} }
 		unknown   = Step{Type: "approval_requested"}
+		// A delegated run.
+		session    = Step{Type: TypeSessionStarted}
+		message    = Step{Type: TypeAgentMessage}
+		call       = Step{Type: TypeToolCall}
+		grant      = func(id, d string) Step { return Step{Type: TypePermissionDecided, RequestID: id, Decision: d} }
+		read       = func(id string) Step { return Step{Type: TypeFSRead, RequestID: id} }
+		write      = func(id string) Step { return Step{Type: TypeFSWrite, RequestID: id} }
+		answered   = Step{Type: TypeSessionFinished, Outcome: "completed", TextSHA256: "t1"}
+		sessionEnd = func(o string) Step { return Step{Type: TypeSessionFinished, Outcome: o} }
 	)
 	tests := []struct {
 		name  string
@@ -34,6 +44,28 @@ func TestMachine(t *testing.T) {
 		{"journal failed early", []Step{started, end("audit_failed")}, ""},
 		{"crashed", []Step{started, requested}, ""},
 		{"a later version's record", []Step{started, unknown, requested, finished, unknown, allowed, released}, ""},
+
+		{"delegated, released", []Step{started, session, message, call, grant("p1", "allow"), grant("fs1", "allow"), read("fs1"), grant("fs2", "deny"), message, answered, allowed, released}, ""},
+		{"delegated, denied", []Step{started, session, answered, denied, end("policy_denied")}, ""},
+		{"delegated, the agent failed", []Step{started, session, call, sessionEnd("error"), end("inference_failed")}, ""},
+		{"delegated, no session could be opened", []Step{started, sessionEnd("error"), end("inference_failed")}, ""},
+		{"delegated, cancelled mid-session", []Step{started, session, message, sessionEnd("cancelled"), end("cancelled")}, ""},
+		{"delegated, crashed", []Step{started, session, message}, ""},
+
+		{"a file read without a decision", []Step{started, session, read("fs1")}, "without a permission_decided"},
+		{"a file write after a deny", []Step{started, session, grant("fs1", "deny"), write("fs1")}, "which was denied"},
+		{"one allow used twice", []Step{started, session, grant("fs1", "allow"), read("fs1"), write("fs1")}, "already used"},
+		{"a request decided twice", []Step{started, session, grant("p1", "deny"), grant("p1", "allow")}, "a second permission_decided"},
+		{"a decision without a request id", []Step{started, session, grant("", "allow")}, "without a request_id"},
+		{"an unknown permission decision", []Step{started, session, grant("p1", "always")}, `decision "always"`},
+		{"agent records before the session", []Step{started, message}, "without session_started"},
+		{"agent records after the session", []Step{started, session, answered, call}, "after session_finished"},
+		{"two sessions", []Step{started, session, session}, "a second session_started"},
+		{"a model request in a delegated run", []Step{started, session, requested}, "in a delegated run"},
+		{"a session in a model run", []Step{started, requested, session}, "made a model request"},
+		{"an answer without a session", []Step{started, answered}, "no session was started"},
+		{"a delegated release without a decision", []Step{started, session, answered, released}, "no policy_evaluated allowed"},
+		{"judged other text than the agent's answer", []Step{started, session, answered, {Type: TypePolicyEvaluated, Decision: "allow", TextSHA256: "t2"}}, "judged text t2"},
 
 		{"released after a deny", []Step{started, requested, finished, denied, released}, "no policy_evaluated allowed"},
 		{"released without a decision", []Step{started, requested, finished, released}, "no policy_evaluated allowed"},
@@ -72,7 +104,7 @@ func TestMachine(t *testing.T) {
 					t.Fatalf("step %d (%s) accepted; want a refusal containing %q", i, s.Type, tt.want)
 				case !errors.Is(err, ErrImpossible) || !strings.Contains(err.Error(), tt.want):
 					t.Fatalf("step %d (%s): %v; want ErrImpossible containing %q", i, s.Type, err, tt.want)
-				case m != before:
+				case !reflect.DeepEqual(m, before):
 					t.Fatalf("a refused step changed the machine")
 				}
 			}

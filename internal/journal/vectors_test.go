@@ -8,6 +8,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -21,9 +22,10 @@ const vectorSeed = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae
 
 // Run ids of the vectors.
 const (
-	allowedRun = "0b7e8a52-6f1d-4c3a-9e2b-5d4c3b2a1f00"
-	deniedRun  = "1c8f9b63-7a2e-4d4b-8f3c-6e5d4c3b2a11"
-	crashedRun = "2d9a0c74-8b3f-4e5c-9a4d-7f6e5d4c3b22"
+	allowedRun   = "0b7e8a52-6f1d-4c3a-9e2b-5d4c3b2a1f00"
+	deniedRun    = "1c8f9b63-7a2e-4d4b-8f3c-6e5d4c3b2a11"
+	crashedRun   = "2d9a0c74-8b3f-4e5c-9a4d-7f6e5d4c3b22"
+	delegatedRun = "3e0b1d85-9c40-4f6d-8b5e-8a7f6e5d4c33"
 )
 
 // vectorCase is one entry of expected.json.
@@ -56,6 +58,9 @@ func buildVectors(t *testing.T) (map[string][]byte, expectedFile) {
 	allowedW := writeRun(t, s, allowedRunDef, allowedRun, -1)
 	writeRun(t, s, deniedRunDef, deniedRun, -1)
 	writeRun(t, s, crashedRunDef, crashedRun, 3)
+	dr := delegatedRecords()
+	writeRecords(t, s, "coder", delegatedRun, dr)
+	delegated := mustRead(t, filepath.Join(s.Dir(), agentID("coder")+"."+delegatedRun+".jsonl"))
 	allowed := mustRead(t, filepath.Join(s.Dir(), agentID("greeter")+"."+allowedRun+".jsonl"))
 	denied := mustRead(t, filepath.Join(s.Dir(), agentID("greeter")+"."+deniedRun+".jsonl"))
 	crashed := mustRead(t, filepath.Join(s.Dir(), agentID("auditor")+"."+crashedRun+".jsonl"))
@@ -90,6 +95,13 @@ func buildVectors(t *testing.T) (map[string][]byte, expectedFile) {
 		"impossible/completed-not-released.jsonl":    {ar[0], ar[1], ar[2], ar[3], Terminated{Reason: "completed", DurationMS: 42}},
 		"impossible/two-requests.jsonl":              {ar[0], ar[1], ar[1], ar[2], ar[3], ar[4]},
 	}
+	// Delegated: a file read nothing allowed (the allow removed), and one after a deny.
+	deniedRead := dr[4].(PermissionDecided)
+	deniedRead.Decision = "deny"
+	delegatedImpossible := map[string][]Record{
+		"impossible/read-without-permission.jsonl": append(slices.Clone(dr[:4]), dr[5:]...),
+		"impossible/read-after-deny.jsonl":         append(append(slices.Clone(dr[:4]), deniedRead), dr[5:]...),
+	}
 	files := map[string][]byte{
 		"allowed.jsonl":            allowed,
 		"denied.jsonl":             denied,
@@ -109,6 +121,10 @@ func buildVectors(t *testing.T) (map[string][]byte, expectedFile) {
 	}
 	for name, recs := range impossible {
 		files[name] = forge(key, allowedRunDef.agent, allowedRun, recs)
+	}
+	files["delegated.jsonl"] = delegated
+	for name, recs := range delegatedImpossible {
+		files[name] = forge(key, "coder", delegatedRun, recs)
 	}
 	rc := allowedW.Receipt()
 	exp := expectedFile{
@@ -135,6 +151,9 @@ func buildVectors(t *testing.T) (map[string][]byte, expectedFile) {
 			{File: "impossible/decision-on-other-text.jsonl", Exit: 1, Description: "the policy judged text whose hash is not the received text's"},
 			{File: "impossible/completed-not-released.jsonl", Exit: 1, Description: "reason completed without a release"},
 			{File: "impossible/two-requests.jsonl", Exit: 1, Description: "two inference_requested records: one run makes one request"},
+			{File: "delegated.jsonl", Exit: 0, Description: "a complete delegated run: a session, a thought, a tool call, a file read after an allow, a command denied, a plan, the answer released"},
+			{File: "impossible/read-without-permission.jsonl", Exit: 1, Description: "the delegated run with its permission_decided removed: a file read nothing allowed"},
+			{File: "impossible/read-after-deny.jsonl", Exit: 1, Description: "the delegated run with the read's permission denied, yet the file read"},
 			{File: "governed/" + FileName(agentID("greeter"), allowedRun), Exit: 0, Description: "the allowed run under the name its writer gave it: <agent_id>.<run_id>.jsonl"},
 			{File: "governed/" + FileName(agentID("greeter"), deniedRun), Exit: 1, Description: "the allowed run copied over the denied run's file: the name does not match the records"},
 			{File: "governed/" + FileName(agentID("auditor"), crashedRun), Exit: 2, Description: "the crashed run under its own name"},

@@ -352,6 +352,10 @@ var stepMembers = map[string][]string{
 	TypeInferenceFinished:  {"call_id", "outcome", "text_sha256"},
 	TypePolicyEvaluated:    {"decision", "text_sha256"},
 	TypeTerminated:         {"reason", "released"},
+	TypeSessionFinished:    {"outcome", "text_sha256"},
+	TypePermissionDecided:  {"request_id", "decision"},
+	TypeFSRead:             {"request_id"},
+	TypeFSWrite:            {"request_id"},
 }
 
 // decodeStep reads what the state machine needs of a record's data. The members must be
@@ -391,6 +395,8 @@ func decodeStep(typ string, data json.RawMessage) (Step, error) {
 			s.Decision = v
 		case "reason":
 			s.Reason = v
+		case "request_id":
+			s.RequestID = v
 		}
 	}
 	return s, nil
