@@ -1,0 +1,167 @@
+package executors
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"symbi/internal/errcode"
+)
+
+// binDir makes a directory with an executable "agent-acp", a non-executable "notexec" and
+// a directory "adir", and returns it.
+func binDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "agent-acp"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notexec"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "adir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestParse(t *testing.T) {
+	bin := binDir(t)
+	env := func(path string) func(string) string {
+		return func(k string) string {
+			if k == "PATH" {
+				return path
+			}
+			return ""
+		}
+	}
+	abs := filepath.Join(bin, "agent-acp")
+	tests := []struct {
+		name string
+		path string // PATH
+		json string
+		want map[string]Executor
+		err  string
+	}{
+		{"a bare name found in PATH", "/nonexistent:" + bin, `{"executors":{"claude_code":{"command":["agent-acp","--flag"],"pin_mode":"default"}}}`,
+			map[string]Executor{"claude_code": {Name: "claude_code", Command: []string{abs, "--flag"}, PinMode: "default"}}, ""},
+		{"an absolute path", "", `{"executors":{"codex":{"command":["` + abs + `"]}}}`,
+			map[string]Executor{"codex": {Name: "codex", Command: []string{abs}}}, ""},
+		{"no executors", "", `{"executors":{}}`, map[string]Executor{}, ""},
+		{"a relative PATH entry is never searched", ".:" + "rel/bin", `{"executors":{"a":{"command":["agent-acp"]}}}`, nil, "absolute entries of PATH"},
+		{"a relative command path", bin, `{"executors":{"a":{"command":["./agent-acp"]}}}`, nil, "relative path"},
+		{"not executable", "", `{"executors":{"a":{"command":["` + filepath.Join(bin, "notexec") + `"]}}}`, nil, "not executable"},
+		{"a directory", "", `{"executors":{"a":{"command":["` + filepath.Join(bin, "adir") + `"]}}}`, nil, "not a regular file"},
+		{"missing", "", `{"executors":{"a":{"command":["/nonexistent/x"]}}}`, nil, "no such file"},
+		{"empty command", bin, `{"executors":{"a":{"command":[]}}}`, nil, "command is empty"},
+		{"no command", bin, `{"executors":{"a":{}}}`, nil, "command is empty"},
+		{"an empty program", bin, `{"executors":{"a":{"command":[""]}}}`, nil, "command[0] is empty"},
+		{"a NUL byte in an argument", bin, `{"executors":{"a":{"command":["agent-acp","x\u0000y"]}}}`, nil, "NUL"},
+		{"a bad name", bin, `{"executors":{"Claude":{"command":["agent-acp"]}}}`, nil, "executor name"},
+		{"a name with a slash", bin, `{"executors":{"a/b":{"command":["agent-acp"]}}}`, nil, "executor name"},
+		{"an unknown member", bin, `{"executors":{"a":{"command":["agent-acp"],"shell":true}}}`, nil, "unknown field"},
+		{"an unknown top-level member", bin, `{"executors":{},"extra":1}`, nil, "unknown field"},
+		{"a member twice", bin, `{"executors":{"a":{"command":["agent-acp"]},"a":{"command":["agent-acp"]}}}`, nil, "duplicate member"},
+		{"command as a string", bin, `{"executors":{"a":{"command":"agent-acp --x"}}}`, nil, "cannot unmarshal"},
+		{"no executors member", bin, `{}`, nil, `want {"executors"`},
+		{"not JSON", bin, `{"executors":`, nil, "not valid JSON"},
+		{"trailing data", bin, `{"executors":{}} {}`, nil, "not valid JSON"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := Parse([]byte(tt.json), env(tt.path))
+			if tt.err != "" {
+				if err == nil || !errors.Is(err, ErrInvalid) || errcode.Of(err) != errcode.InvalidRequest || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("error %v; want ErrInvalid (invalid_request) containing %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(r.Names(), sortedKeys(tt.want)) {
+				t.Fatalf("names %v", r.Names())
+			}
+			for name, want := range tt.want {
+				got, ok := r.Get(name)
+				if !ok || got.Name != want.Name || !slices.Equal(got.Command, want.Command) || got.PinMode != want.PinMode {
+					t.Fatalf("%s: %+v, want %+v", name, got, want)
+				}
+			}
+		})
+	}
+}
+
+func sortedKeys(m map[string]Executor) []string {
+	out := []string{}
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestLoadFile(t *testing.T) {
+	bin := binDir(t)
+	getenv := func(string) string { return bin }
+	good := `{"executors":{"a":{"command":["agent-acp"]}}}`
+	dir := t.TempDir()
+	write := func(name string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(good), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if r, err := Load(write("ok.json", 0o644), getenv); err != nil || len(r.Names()) != 1 {
+		t.Fatalf("a 0644 file: %v", err)
+	}
+	for _, tc := range []struct {
+		path func() string
+		want string
+	}{
+		{func() string { return write("gw.json", 0o664) }, "group or others write"},
+		{func() string { return write("ow.json", 0o646) }, "group or others write"},
+		{func() string {
+			l := filepath.Join(dir, "link.json")
+			os.Symlink(write("target.json", 0o644), l)
+			return l
+		}, "too many levels of symbolic links"},
+		{func() string { return dir }, "not a regular file"},
+		{func() string { return filepath.Join(dir, "absent.json") }, "no such file"},
+	} {
+		if _, err := Load(tc.path(), getenv); err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrInvalid) {
+			t.Errorf("error %v; want %q", err, tc.want)
+		}
+	}
+	var nilReg *Registry
+	if _, ok := nilReg.Get("a"); ok || nilReg.Names() != nil {
+		t.Error("a nil registry has executors")
+	}
+}
+
+// FuzzParse: no input panics, and whatever is accepted names only absolute, executable
+// programs.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{`{"executors":{"a":{"command":["/bin/sh","-c","x"]}}}`, `{"executors":{}}`, `{"executors":{"a":{"command":["sh"],"pin_mode":"m"}}}`, `{}`, `[`, `{"executors":{"a":{"command":["x"]},"a":{}}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := Parse(data, func(string) string { return "/bin:/usr/bin" })
+		if err != nil {
+			return
+		}
+		for _, n := range r.Names() {
+			e, _ := r.Get(n)
+			if !validName(n) || len(e.Command) == 0 || !filepath.IsAbs(e.Command[0]) || executable(e.Command[0]) != nil {
+				t.Fatalf("accepted %+v", e)
+			}
+		}
+	})
+}
