@@ -341,6 +341,10 @@ func (m *Manager) lookup(id string) (*run, error) {
 		// recorded) is current, and a ledger that no longer verifies fails the answer
 		// closed. Only this process's run in flight is answered without it.
 		if err := m.ledgerTail(); err != nil {
+			if errcode.Of(err) == errcode.NotFound && r == nil {
+				// The project has never run anything: no run has this id.
+				return nil, errcode.Errorf(errcode.RunNotFound, "%w: %s (%v)", ErrNotFound, id, err)
+			}
 			return nil, err
 		}
 		r = m.runs[id]
