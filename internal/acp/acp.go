@@ -1,0 +1,1007 @@
+// Package acp runs one delegated session: a coding agent started as a subprocess in a
+// workspace, driven over the Agent Client Protocol (client side of
+// github.com/coder/acp-go-sdk), every permission it asks for and every file it reads or
+// writes through symbi decided by the caller's use_tool gate and journaled (and fsynced)
+// before the agent hears the answer.
+//
+// Run is independent of the server: the caller has written the run's started record,
+// builds the prompt, binds the policy gate, and afterwards writes policy_evaluated and
+// terminated. Run writes session_started (or not, when the session cannot be opened),
+// what the agent does, and session_finished.
+//
+// Process discipline: the agent runs argv (no shell) in the workspace, in its own process
+// group. Cancelling ctx sends session/cancel, answers pending permission requests
+// cancelled, waits Config.Grace for the turn to end, then SIGTERMs the group, waits Grace
+// again and SIGKILLs it. Whatever happens, when Run returns the whole group has been
+// SIGKILLed and the agent reaped.
+package acp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	sdk "github.com/coder/acp-go-sdk"
+	"golang.org/x/sys/unix"
+
+	"symbi/internal/executors"
+	"symbi/internal/journal"
+	"symbi/internal/policy"
+	"symbi/internal/workspace"
+)
+
+// Journal is where the session's records go; *journal.Writer satisfies it.
+type Journal interface {
+	Append(journal.Record) error
+	Sync() error
+}
+
+// Decider is the use_tool gate; the caller binds the agent, the run and the caller.
+type Decider func(t policy.ToolUse) policy.Decision
+
+// Defaults of Config's bounds.
+const (
+	DefaultGrace        = 5 * time.Second
+	DefaultMaxFileBytes = 1 << 20
+	// DefaultMaxTextBytes bounds the final answer so that session_finished, with the
+	// text in clear and JSON escaping at its worst, still fits one journal record.
+	DefaultMaxTextBytes = 128 << 10
+	// updateQueue is the bound of the updates waiting to be journaled.
+	updateQueue = 1024
+	// maxLineBytes is the longest line accepted from the agent (the SDK's own bound).
+	maxLineBytes = 10 << 20
+	stderrBytes  = 8 << 10
+)
+
+// Config is one delegated session.
+type Config struct {
+	Executor     *executors.Executor
+	Workspace    *workspace.Workspace
+	Journal      Journal
+	Decide       Decider
+	Prompt       string        // the full prompt text sent
+	HashesOnly   bool          // journal digests only, no clear text
+	Grace        time.Duration // cancel → TERM → KILL grace (default DefaultGrace)
+	MaxFileBytes int64         // fs read/write limit (default DefaultMaxFileBytes)
+	MaxTextBytes int64         // final answer limit (default DefaultMaxTextBytes); past it the run ends with an error
+	Env          []string      // the agent's environment (nil: this process's)
+}
+
+// Outcomes of a session.
+const (
+	OutcomeCompleted = "completed"
+	OutcomeError     = "error"
+	OutcomeTimeout   = "timeout"
+	OutcomeCancelled = "cancelled"
+)
+
+// Result is how the session ended.
+type Result struct {
+	Outcome    string // completed, error, timeout or cancelled
+	StopReason string // ACP's stop reason ("" without one)
+	Text       string // the agent's message text of the last turn
+	Err        error  // why, when not completed; wraps a journal error as is
+	Stderr     string // the tail of the agent's stderr
+}
+
+// ErrJournal wraps every failure to append to or sync the journal (with the journal's
+// own error): the caller ends the run audit_failed.
+var ErrJournal = errors.New("journal failed")
+
+// Run runs one session of cfg.Executor in cfg.Workspace with cfg.Prompt.
+func Run(ctx context.Context, cfg Config) Result {
+	if cfg.Grace <= 0 {
+		cfg.Grace = DefaultGrace
+	}
+	if cfg.MaxFileBytes <= 0 {
+		cfg.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if cfg.MaxTextBytes <= 0 {
+		cfg.MaxTextBytes = DefaultMaxTextBytes
+	}
+	r := &runner{cfg: cfg, aborted: make(chan struct{}), cancelled: make(chan struct{}),
+		updates: make(chan update, updateQueue)}
+	return r.run(ctx)
+}
+
+type update struct {
+	n    sdk.SessionNotification
+	done chan struct{} // a drain marker: flush, then close done
+}
+
+type runner struct {
+	cfg  Config
+	conn *sdk.ClientSideConnection
+	cmd  *exec.Cmd
+	sid  sdk.SessionId
+
+	stderr  tailBuffer
+	exited  chan struct{} // closed when the agent process has exited (not reaped)
+	stdoutR *os.File
+	eof     atomic.Bool // the agent's stdout ended (set before the SDK is told)
+	died    bool        // the agent had exited before the final kill (set by kill)
+
+	abortOnce sync.Once
+	abortErr  error
+	aborted   chan struct{}
+
+	cancelOnce sync.Once
+	cancelled  chan struct{} // closed once session/cancel is under way
+
+	updates chan update
+	open    atomic.Bool // session_started is durable (and sid set): requests are served
+	closed  atomic.Bool // no more in-session records
+
+	permN, fsN atomic.Int64
+
+	mu       sync.Mutex // journal appends and the coalescing buffer
+	bufKind  string     // journal.TypeAgentMessage or TypeAgentThought, "" when empty
+	buf      strings.Builder
+	bufN     int64
+	text     strings.Builder // the final answer
+	tooLarge bool
+}
+
+func (r *runner) abort(err error) {
+	r.abortOnce.Do(func() {
+		r.abortErr = err
+		close(r.aborted)
+	})
+}
+
+func (r *runner) abortedErr() error {
+	select {
+	case <-r.aborted:
+		return r.abortErr
+	default:
+		return nil
+	}
+}
+
+// appendLocked appends rec; r.mu is held.
+func (r *runner) appendLocked(rec journal.Record) error {
+	if err := r.cfg.Journal.Append(rec); err != nil {
+		err = fmt.Errorf("%w: %s: %w", ErrJournal, rec.Type(), err)
+		r.abort(err)
+		return err
+	}
+	return nil
+}
+
+func (r *runner) sync() error {
+	if err := r.cfg.Journal.Sync(); err != nil {
+		err = fmt.Errorf("%w: sync: %w", ErrJournal, err)
+		r.abort(err)
+		return err
+	}
+	return nil
+}
+
+// record appends an in-session record (after flushing coalesced text, so the journal
+// keeps the wire's order) and, when durable is set, syncs.
+func (r *runner) record(rec journal.Record, durable bool) error {
+	r.mu.Lock()
+	if r.closed.Load() {
+		r.mu.Unlock()
+		return errors.New("the session is over")
+	}
+	err := r.flushLocked()
+	if err == nil {
+		err = r.appendLocked(rec)
+	}
+	r.mu.Unlock()
+	if err == nil && durable {
+		err = r.sync()
+	}
+	return err
+}
+
+func (r *runner) flushLocked() error {
+	if r.bufKind == "" {
+		return nil
+	}
+	t := r.buf.String()
+	msg := journal.AgentMessage{TextSHA256: sha(t), Bytes: int64(len(t)), Chunks: r.bufN}
+	if !r.cfg.HashesOnly {
+		msg.Text = t
+	}
+	var rec journal.Record = msg
+	if r.bufKind == journal.TypeAgentThought {
+		rec = journal.AgentThought(msg)
+	}
+	r.bufKind, r.bufN = "", 0
+	r.buf.Reset()
+	return r.appendLocked(rec)
+}
+
+// addText coalesces one chunk; r.mu is held.
+func (r *runner) addTextLocked(kind, t string) error {
+	if r.bufKind != kind {
+		if err := r.flushLocked(); err != nil {
+			return err
+		}
+	}
+	for {
+		r.bufKind = kind
+		room := journal.MaxChunkBytes - r.buf.Len()
+		if len(t) <= room {
+			r.buf.WriteString(t)
+			r.bufN++
+			break
+		}
+		cut := room
+		for cut > 0 && !utf8.RuneStart(t[cut]) {
+			cut--
+		}
+		r.buf.WriteString(t[:cut])
+		t = t[cut:]
+		if err := r.flushLocked(); err != nil {
+			return err
+		}
+	}
+	if r.buf.Len() >= journal.MaxChunkBytes {
+		return r.flushLocked()
+	}
+	return nil
+}
+
+// journaler journals the queued updates, flushing coalesced text at least once a second.
+func (r *runner) journaler(stop <-chan struct{}) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			r.mu.Lock()
+			var err error
+			if !r.closed.Load() {
+				err = r.flushLocked()
+			}
+			r.mu.Unlock()
+			if err != nil {
+				return
+			}
+		case u := <-r.updates:
+			if u.done != nil {
+				r.mu.Lock()
+				_ = r.flushLocked()
+				r.mu.Unlock()
+				close(u.done)
+				continue
+			}
+			if err := r.handle(u.n.Update); err != nil {
+				r.abort(err)
+				return
+			}
+		}
+	}
+}
+
+func (r *runner) handle(u sdk.SessionUpdate) error {
+	if r.closed.Load() {
+		return nil
+	}
+	switch {
+	case u.AgentMessageChunk != nil:
+		t := textOf(u.AgentMessageChunk.Content)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.closed.Load() {
+			return nil
+		}
+		if int64(r.text.Len()+len(t)) > r.cfg.MaxTextBytes {
+			return fmt.Errorf("the agent's answer exceeds %d bytes", r.cfg.MaxTextBytes)
+		}
+		r.text.WriteString(t)
+		return r.addTextLocked(journal.TypeAgentMessage, t)
+	case u.AgentThoughtChunk != nil:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.closed.Load() {
+			return nil
+		}
+		return r.addTextLocked(journal.TypeAgentThought, textOf(u.AgentThoughtChunk.Content))
+	case u.ToolCall != nil:
+		tc := u.ToolCall
+		in, inN := rawDigest(tc.RawInput)
+		paths, outside := r.paths(tc.Locations)
+		return r.record(journal.ToolCall{ToolCallID: cut(string(tc.ToolCallId), journal.MaxTitleBytes), Kind: kindOf(&tc.Kind),
+			Title: cut(tc.Title, journal.MaxTitleBytes), Status: cut(string(tc.Status), journal.MaxTitleBytes),
+			Paths: capPaths(append(paths, outside...)), RawInputSHA256: in, RawInputBytes: inN}, false)
+	case u.ToolCallUpdate != nil:
+		tu := u.ToolCallUpdate
+		rec := journal.ToolCallUpdate{ToolCallID: cut(string(tu.ToolCallId), journal.MaxTitleBytes)}
+		if tu.Status != nil {
+			rec.Status = cut(string(*tu.Status), journal.MaxTitleBytes)
+		}
+		if tu.RawOutput != nil {
+			b, _ := json.Marshal(tu.RawOutput)
+			rec.RawOutputSHA256, rec.RawOutputBytes = sha(string(b)), int64(len(b))
+			ex := string(b)
+			if s, ok := tu.RawOutput.(string); ok {
+				ex = s
+			}
+			if !r.cfg.HashesOnly {
+				rec.Excerpt = cut(ex, journal.MaxExcerptBytes)
+			}
+		}
+		return r.record(rec, false)
+	case u.Plan != nil:
+		entries := []journal.PlanEntry{}
+		for i, e := range u.Plan.Entries {
+			if i == journal.MaxPlanEntries {
+				break
+			}
+			entries = append(entries, journal.PlanEntry{Content: cut(e.Content, journal.MaxTitleBytes),
+				Priority: cut(string(e.Priority), journal.MaxTitleBytes), Status: cut(string(e.Status), journal.MaxTitleBytes)})
+		}
+		return r.record(journal.Plan{Entries: entries}, false)
+	case u.CurrentModeUpdate != nil:
+		if pin := r.cfg.Executor.PinMode; pin != "" && string(u.CurrentModeUpdate.CurrentModeId) != pin {
+			return fmt.Errorf("the agent left the pinned mode %q for %q", pin, u.CurrentModeUpdate.CurrentModeId)
+		}
+	}
+	return nil
+}
+
+func (r *runner) run(ctx context.Context) Result {
+	cfg := r.cfg
+	switch {
+	case cfg.Journal == nil:
+		return Result{Outcome: OutcomeError, Err: errors.New("acp: no journal")}
+	case cfg.Executor == nil || len(cfg.Executor.Command) == 0 || cfg.Workspace == nil || cfg.Decide == nil:
+		return r.noSession(errors.New("acp: incomplete configuration (executor, command, workspace, decider)"))
+	}
+	if err := r.start(); err != nil {
+		return r.noSession(err)
+	}
+	defer r.stdoutR.Close()
+
+	// The handshake, bounded by ctx and by any abort.
+	hctx, hcancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-r.aborted:
+		case <-r.exited:
+		case <-hctx.Done():
+		}
+		hcancel()
+	}()
+	started, err := r.handshake(hctx)
+	hcancel()
+	if err != nil {
+		outcome := OutcomeError
+		if a := r.abortedErr(); a != nil {
+			err = a
+		} else if ctx.Err() != nil {
+			err = fmt.Errorf("%w before the session opened", ctx.Err())
+			if errors.Is(ctx.Err(), context.Canceled) {
+				outcome = OutcomeCancelled
+			}
+		} else if isClosed(r.exited) {
+			err = fmt.Errorf("the agent exited during the handshake: %w", err)
+		}
+		r.kill()
+		return r.noSessionOutcome(outcome, r.withStderr(err))
+	}
+	r.mu.Lock()
+	err = r.appendLocked(started)
+	r.mu.Unlock()
+	if err == nil {
+		err = r.sync()
+	}
+	if err != nil {
+		r.kill()
+		return Result{Outcome: OutcomeError, Err: err, Stderr: r.stderr.String()}
+	}
+	r.open.Store(true)
+
+	stop := make(chan struct{})
+	jdone := make(chan struct{})
+	go func() { defer close(jdone); r.journaler(stop) }()
+	stopJournaler := sync.OnceFunc(func() { close(stop); <-jdone })
+	defer stopJournaler()
+
+	pctx, pcancel := context.WithCancel(context.Background())
+	defer pcancel()
+	type presult struct {
+		resp sdk.PromptResponse
+		err  error
+	}
+	pch := make(chan presult, 1)
+	go func() {
+		resp, err := r.conn.Prompt(pctx, sdk.PromptRequest{SessionId: r.sid, Prompt: []sdk.ContentBlock{sdk.TextBlock(cfg.Prompt)}})
+		pch <- presult{resp, err}
+	}()
+
+	var (
+		pr       presult
+		gotResp  bool
+		outcome  string
+		whyNot   error
+		termNote string
+	)
+	select {
+	case pr = <-pch:
+		gotResp = true
+		if pr.err != nil && isClosed(r.conn.Done()) && !r.eof.Load() && r.abortedErr() == nil {
+			// The SDK closed the connection while the agent was still writing: its
+			// notification queue overflowed.
+			r.abort(fmt.Errorf("the agent floods updates: the ACP connection overflowed and closed (%w)", pr.err))
+		}
+	case <-r.aborted:
+	case <-ctx.Done():
+		outcome = OutcomeCancelled
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			outcome = OutcomeTimeout
+		}
+		whyNot = ctx.Err()
+		r.cancelOnce.Do(func() { close(r.cancelled) })
+		cctx, ccancel := context.WithTimeout(context.Background(), cfg.Grace)
+		_ = r.conn.Cancel(cctx, sdk.CancelNotification{SessionId: r.sid})
+		ccancel()
+		grace := time.NewTimer(cfg.Grace)
+		select {
+		case pr = <-pch:
+			gotResp = true
+		case <-r.aborted:
+		case <-grace.C:
+			termNote = "the agent did not end its turn within the grace period: its process group was terminated"
+			_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGTERM)
+			grace.Reset(cfg.Grace)
+			select {
+			case <-r.exited:
+			case <-grace.C:
+				termNote = "the agent did not end its turn within the grace period nor exit on SIGTERM: its process group was killed"
+			}
+		}
+		grace.Stop()
+	}
+
+	// The turn is over (or abandoned): drain what the SDK has handed over, then close
+	// the session to further records.
+	if gotResp && r.abortedErr() == nil {
+		done := make(chan struct{})
+		select {
+		case r.updates <- update{done: done}:
+			select {
+			case <-done:
+			case <-r.aborted:
+			}
+		case <-r.aborted:
+		}
+	}
+	r.mu.Lock()
+	if !errors.Is(r.abortedErr(), ErrJournal) {
+		_ = r.flushLocked()
+	}
+	r.closed.Store(true)
+	text := r.text.String()
+	r.mu.Unlock()
+	stopJournaler()
+
+	r.kill()
+	pcancel()
+
+	res := Result{Text: text}
+	switch a := r.abortedErr(); {
+	case a != nil:
+		res.Outcome, res.Err = OutcomeError, a
+	case outcome != "":
+		res.Outcome = outcome
+		if gotResp && pr.err == nil {
+			res.StopReason = string(pr.resp.StopReason)
+		}
+		res.Err = whyNot
+		if termNote != "" {
+			res.Err = fmt.Errorf("%w; %s", whyNot, termNote)
+		}
+	case pr.err != nil:
+		err := fmt.Errorf("session/prompt failed: %w", pr.err)
+		if r.died && r.cmd.ProcessState != nil {
+			err = fmt.Errorf("session/prompt failed (the agent exited: %s): %w", r.cmd.ProcessState, pr.err)
+		}
+		res.Outcome, res.Err = OutcomeError, r.withStderr(err)
+	default:
+		res.StopReason = string(pr.resp.StopReason)
+		res.Outcome = OutcomeCompleted
+		if pr.resp.StopReason == sdk.StopReasonCancelled {
+			res.Outcome, res.Err = OutcomeCancelled, errors.New("the agent ended its turn cancelled")
+		}
+	}
+	res.Stderr = r.stderr.String()
+	if errors.Is(res.Err, ErrJournal) {
+		return res // the writer is stopped: nothing more can be written
+	}
+	fin := journal.SessionFinished{Outcome: res.Outcome, StopReason: res.StopReason, TextSHA256: sha(text), TextBytes: int64(len(text))}
+	if res.Err != nil {
+		fin.Error = cut(res.Err.Error(), journal.MaxTitleBytes)
+	}
+	if !cfg.HashesOnly {
+		fin.Text = text
+	}
+	if err := r.finish(fin); err != nil {
+		res.Outcome, res.Err = OutcomeError, err
+	}
+	return res
+}
+
+// finish writes session_finished and syncs.
+func (r *runner) finish(fin journal.SessionFinished) error {
+	if err := r.cfg.Journal.Append(fin); err != nil {
+		return fmt.Errorf("%w: session_finished: %w", ErrJournal, err)
+	}
+	if err := r.cfg.Journal.Sync(); err != nil {
+		return fmt.Errorf("%w: sync: %w", ErrJournal, err)
+	}
+	return nil
+}
+
+// noSession ends a run whose session could not be opened: session_finished, outcome
+// error, right after the caller's started.
+func (r *runner) noSession(err error) Result {
+	return r.noSessionOutcome(OutcomeError, err)
+}
+
+func (r *runner) noSessionOutcome(outcome string, err error) Result {
+	res := Result{Outcome: outcome, Err: err, Stderr: r.stderr.String()}
+	if ferr := r.finish(journal.SessionFinished{Outcome: outcome, TextSHA256: sha(""),
+		Error: cut(err.Error(), journal.MaxTitleBytes)}); ferr != nil {
+		res.Outcome, res.Err = OutcomeError, fmt.Errorf("%w (and %w)", ferr, err)
+	}
+	return res
+}
+
+func (r *runner) withStderr(err error) error {
+	if s := strings.TrimSpace(r.stderr.String()); s != "" {
+		if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+			s = s[i+1:]
+		}
+		return fmt.Errorf("%w (agent stderr: %s)", err, cut(s, 512))
+	}
+	return err
+}
+
+// start starts the agent in its own process group with the stdout checker.
+func (r *runner) start() error {
+	argv := r.cfg.Executor.Command
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return err
+	}
+	r.cmd = &exec.Cmd{Path: argv[0], Args: slices.Clone(argv), Env: r.cfg.Env, Dir: r.cfg.Workspace.Path(),
+		Stdin: inR, Stdout: outW, Stderr: &r.stderr, SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		WaitDelay: r.cfg.Grace}
+	err = r.cmd.Start()
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		return fmt.Errorf("starting the agent %q: %w", argv[0], err)
+	}
+	r.stdoutR = outR
+	r.exited = make(chan struct{})
+	pid := r.cmd.Process.Pid
+	go func() {
+		defer close(r.exited)
+		var info unix.Siginfo
+		for {
+			err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+			if err != unix.EINTR {
+				return
+			}
+		}
+	}()
+	pr, pw := io.Pipe()
+	go r.checkLines(outR, pw)
+	r.conn = sdk.NewClientSideConnection(&client{r}, inW, pr)
+	go func() {
+		<-r.conn.Done()
+		inW.Close()
+	}()
+	return nil
+}
+
+// checkLines passes the agent's stdout to the SDK line by line; a line that is not JSON
+// (which the SDK would skip silently) or is too long ends the run.
+func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
+	br := bufio.NewReaderSize(src, 64<<10)
+	var line []byte
+	for {
+		frag, err := br.ReadSlice('\n')
+		line = append(line, frag...)
+		if err == bufio.ErrBufferFull {
+			if len(line) > maxLineBytes {
+				r.abort(fmt.Errorf("malformed ACP: a line of more than %d bytes", maxLineBytes))
+				dst.CloseWithError(errors.New("line too long"))
+				return
+			}
+			continue
+		}
+		if len(line) > 0 {
+			if t := bytes.TrimSpace(line); len(t) > 0 && !json.Valid(t) {
+				r.abort(fmt.Errorf("malformed ACP: the agent wrote a line that is not JSON: %q", cut(string(t), 80)))
+				dst.CloseWithError(errors.New("malformed ACP"))
+				return
+			}
+			if _, werr := dst.Write(line); werr != nil {
+				return
+			}
+			line = line[:0]
+		}
+		if err != nil {
+			r.eof.Store(true)
+			dst.Close()
+			return
+		}
+	}
+}
+
+// kill SIGKILLs the whole process group, then reaps the agent: the leader is reaped only
+// after the group kill, so its pid (the group id) cannot have been reused.
+func (r *runner) kill() {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return
+	}
+	r.died = isClosed(r.exited)
+	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+	_ = r.cmd.Wait()
+	r.stdoutR.Close()
+}
+
+func (r *runner) handshake(ctx context.Context) (journal.SessionStarted, error) {
+	cfg := r.cfg
+	ini, err := r.conn.Initialize(ctx, sdk.InitializeRequest{
+		ProtocolVersion:    sdk.ProtocolVersionNumber,
+		ClientCapabilities: sdk.ClientCapabilities{Fs: sdk.FileSystemCapabilities{ReadTextFile: true, WriteTextFile: true}},
+		ClientInfo:         &sdk.Implementation{Name: "symbi", Version: "1"},
+	})
+	if err != nil {
+		return journal.SessionStarted{}, fmt.Errorf("initialize: %w", err)
+	}
+	if ini.ProtocolVersion != sdk.ProtocolVersionNumber {
+		return journal.SessionStarted{}, fmt.Errorf("initialize: the agent speaks protocol version %d, not %d", ini.ProtocolVersion, sdk.ProtocolVersionNumber)
+	}
+	sess, err := r.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: cfg.Workspace.Path(), McpServers: []sdk.McpServer{}})
+	if err != nil {
+		return journal.SessionStarted{}, fmt.Errorf("session/new: %w", err)
+	}
+	r.sid = sess.SessionId
+	if pin := cfg.Executor.PinMode; pin != "" {
+		var offered []string
+		if sess.Modes != nil {
+			for _, m := range sess.Modes.AvailableModes {
+				offered = append(offered, string(m.Id))
+			}
+		}
+		if !slices.Contains(offered, pin) {
+			return journal.SessionStarted{}, fmt.Errorf("the agent does not offer the pinned mode %q (offered: %s)", pin, strings.Join(offered, ", "))
+		}
+		if _, err := r.conn.SetSessionMode(ctx, sdk.SetSessionModeRequest{SessionId: r.sid, ModeId: sdk.SessionModeId(pin)}); err != nil {
+			return journal.SessionStarted{}, fmt.Errorf("session/set_mode %q: %w", pin, err)
+		}
+	}
+	st := journal.SessionStarted{Executor: cfg.Executor.Name, Command: slices.Clone(cfg.Executor.Command),
+		Workspace: cfg.Workspace.Path(), ProtocolVersion: int64(ini.ProtocolVersion), SessionID: cut(string(r.sid), journal.MaxTitleBytes),
+		Mode: cfg.Executor.PinMode, PromptSHA256: sha(cfg.Prompt), PromptBytes: int64(len(cfg.Prompt))}
+	if ini.AgentInfo != nil {
+		st.AgentName, st.AgentVersion = cut(ini.AgentInfo.Name, journal.MaxTitleBytes), cut(ini.AgentInfo.Version, journal.MaxTitleBytes)
+	}
+	return st, nil
+}
+
+// paths maps ACP locations to workspace-relative paths; the ones Rel refuses are outside.
+func (r *runner) paths(locs []sdk.ToolCallLocation) (paths, outside []string) {
+	paths, outside = []string{}, []string{}
+	for _, l := range locs {
+		if rel, err := r.cfg.Workspace.Rel(l.Path); err == nil {
+			paths = append(paths, rel)
+		} else {
+			outside = append(outside, cut(l.Path, journal.MaxTitleBytes))
+		}
+	}
+	return capPaths(paths), capPaths(outside)
+}
+
+// decide runs the gate, unless the session is being cancelled first (nil).
+func (r *runner) decide(ctx context.Context, t policy.ToolUse) *policy.Decision {
+	ch := make(chan policy.Decision, 1)
+	go func() { ch <- r.cfg.Decide(t) }()
+	select {
+	case d := <-ch:
+		if len(t.Outside) > 0 && d.Allow {
+			d.Allow = false
+			d.Reason = "a path is outside the workspace"
+		}
+		return &d
+	case <-r.cancelled:
+	case <-r.aborted:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *runner) live() bool {
+	select {
+	case <-r.cancelled:
+		return false
+	case <-r.aborted:
+		return false
+	default:
+		return r.open.Load() && !r.closed.Load()
+	}
+}
+
+// client is the acp.Client symbi offers the agent.
+type client struct{ r *runner }
+
+var _ sdk.Client = (*client)(nil)
+
+func (c *client) SessionUpdate(_ context.Context, n sdk.SessionNotification) error {
+	r := c.r
+	if r.closed.Load() {
+		return nil
+	}
+	select {
+	case r.updates <- update{n: n}:
+	default:
+		r.abort(fmt.Errorf("the agent floods updates: more than %d wait to be journaled", updateQueue))
+	}
+	return nil
+}
+
+func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, error) {
+	r := c.r
+	cancelled := sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeCancelled()}
+	if !r.live() {
+		return cancelled, nil
+	}
+	if req.SessionId != r.sid {
+		return sdk.RequestPermissionResponse{}, sdk.NewInvalidParams(map[string]any{"error": "unknown session"})
+	}
+	tc := req.ToolCall
+	title := ""
+	if tc.Title != nil {
+		title = cut(*tc.Title, journal.MaxTitleBytes)
+	}
+	in, _ := rawDigest(tc.RawInput)
+	paths, outside := r.paths(tc.Locations)
+	t := policy.ToolUse{Kind: kindOf(tc.Kind), Title: title, Paths: paths, Outside: outside,
+		Workspace: r.cfg.Workspace.Path(), RawInputSHA256: in}
+	d := r.decide(ctx, t)
+	if d == nil {
+		return cancelled, nil
+	}
+	rec := journal.PermissionDecided{RequestID: "perm-" + strconv.FormatInt(r.permN.Add(1), 10),
+		ToolCallID: cut(string(tc.ToolCallId), journal.MaxTitleBytes), Kind: t.Kind, Title: title, Paths: paths, Outside: outside,
+		PolicyIDs: nonNil(d.Policies), Errors: nonNil(d.Errors)}
+	want := sdk.PermissionOptionKindRejectOnce
+	if d.Allow {
+		rec.Decision, want = "allow", sdk.PermissionOptionKindAllowOnce
+	} else {
+		rec.Decision = "deny"
+	}
+	for _, o := range req.Options {
+		if o.Kind == want && len(o.OptionId) <= journal.MaxTitleBytes {
+			rec.OptionID = string(o.OptionId)
+			break
+		}
+	}
+	if rec.OptionID == "" {
+		// What the journal says is what the agent heard: not an allow.
+		rec.Decision = "deny"
+		rec.Errors = append(rec.Errors, fmt.Sprintf("symbi: the agent offered no %s option; answered cancelled", want))
+	}
+	if err := r.record(rec, true); err != nil {
+		return sdk.RequestPermissionResponse{}, sdk.NewInternalError(map[string]any{"error": "symbi could not record the decision"})
+	}
+	if rec.OptionID == "" {
+		return cancelled, nil
+	}
+	return sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeSelected(sdk.PermissionOptionId(rec.OptionID))}, nil
+}
+
+// gateFS decides and journals an fs request; it returns the request id and the relative
+// path when allowed, or the JSON-RPC error to answer.
+func (r *runner) gateFS(ctx context.Context, sid sdk.SessionId, kind, method, path string) (string, string, error) {
+	if !r.live() {
+		return "", "", sdk.NewRequestCancelled(map[string]any{"error": "the session is ending"})
+	}
+	if sid != r.sid {
+		return "", "", sdk.NewInvalidParams(map[string]any{"error": "unknown session"})
+	}
+	paths, outside := r.paths([]sdk.ToolCallLocation{{Path: path}})
+	title := cut(method+" "+path, journal.MaxTitleBytes)
+	t := policy.ToolUse{Kind: kind, Title: title, Paths: paths, Outside: outside, Workspace: r.cfg.Workspace.Path()}
+	d := r.decide(ctx, t)
+	if d == nil {
+		return "", "", sdk.NewRequestCancelled(map[string]any{"error": "the session is ending"})
+	}
+	rec := journal.PermissionDecided{RequestID: "fs-" + strconv.FormatInt(r.fsN.Add(1), 10), Kind: kind,
+		Title: title, Paths: paths, Outside: outside, Decision: "deny", PolicyIDs: nonNil(d.Policies), Errors: nonNil(d.Errors)}
+	if d.Allow {
+		rec.Decision = "allow"
+	}
+	if err := r.record(rec, true); err != nil {
+		return "", "", sdk.NewInternalError(map[string]any{"error": "symbi could not record the decision"})
+	}
+	if !d.Allow {
+		why := d.Reason
+		if len(outside) > 0 {
+			why = "the path is outside the workspace"
+		}
+		return "", "", &sdk.RequestError{Code: -32001, Message: "denied by policy", Data: map[string]any{"path": path, "reason": why}}
+	}
+	return rec.RequestID, paths[0], nil
+}
+
+func fsError(err error) error {
+	return sdk.NewInvalidParams(map[string]any{"error": err.Error()})
+}
+
+func (c *client) ReadTextFile(ctx context.Context, req sdk.ReadTextFileRequest) (sdk.ReadTextFileResponse, error) {
+	r := c.r
+	id, rel, err := r.gateFS(ctx, req.SessionId, "read", "fs/read_text_file", req.Path)
+	if err != nil {
+		return sdk.ReadTextFileResponse{}, err
+	}
+	content, size, sum, err := r.cfg.Workspace.ReadText(rel, req.Line, req.Limit, r.cfg.MaxFileBytes)
+	if err != nil {
+		return sdk.ReadTextFileResponse{}, fsError(err)
+	}
+	if err := r.record(journal.FSRead{RequestID: id, Path: rel, Bytes: size, SHA256: sum}, true); err != nil {
+		return sdk.ReadTextFileResponse{}, sdk.NewInternalError(map[string]any{"error": "symbi could not record the read"})
+	}
+	return sdk.ReadTextFileResponse{Content: content}, nil
+}
+
+func (c *client) WriteTextFile(ctx context.Context, req sdk.WriteTextFileRequest) (sdk.WriteTextFileResponse, error) {
+	r := c.r
+	id, rel, err := r.gateFS(ctx, req.SessionId, "edit", "fs/write_text_file", req.Path)
+	if err != nil {
+		return sdk.WriteTextFileResponse{}, err
+	}
+	size, sum, err := r.cfg.Workspace.WriteText(rel, req.Content, r.cfg.MaxFileBytes)
+	if err != nil {
+		return sdk.WriteTextFileResponse{}, fsError(err)
+	}
+	if err := r.record(journal.FSWrite{RequestID: id, Path: rel, Bytes: size, SHA256: sum}, true); err != nil {
+		return sdk.WriteTextFileResponse{}, sdk.NewInternalError(map[string]any{"error": "symbi could not record the write"})
+	}
+	return sdk.WriteTextFileResponse{}, nil
+}
+
+func (c *client) CreateTerminal(context.Context, sdk.CreateTerminalRequest) (sdk.CreateTerminalResponse, error) {
+	return sdk.CreateTerminalResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodTerminalCreate)
+}
+
+func (c *client) KillTerminal(context.Context, sdk.KillTerminalRequest) (sdk.KillTerminalResponse, error) {
+	return sdk.KillTerminalResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodTerminalKill)
+}
+
+func (c *client) TerminalOutput(context.Context, sdk.TerminalOutputRequest) (sdk.TerminalOutputResponse, error) {
+	return sdk.TerminalOutputResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodTerminalOutput)
+}
+
+func (c *client) ReleaseTerminal(context.Context, sdk.ReleaseTerminalRequest) (sdk.ReleaseTerminalResponse, error) {
+	return sdk.ReleaseTerminalResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodTerminalRelease)
+}
+
+func (c *client) WaitForTerminalExit(context.Context, sdk.WaitForTerminalExitRequest) (sdk.WaitForTerminalExitResponse, error) {
+	return sdk.WaitForTerminalExitResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodTerminalWaitForExit)
+}
+
+// ---------------------------------------------------------------------------------------
+
+func sha(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// rawDigest is the SHA-256 and size of json.Marshal(v); "" and 0 when v is nil.
+func rawDigest(v any) (string, int64) {
+	if v == nil {
+		return "", 0
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", 0
+	}
+	return sha(string(b)), int64(len(b))
+}
+
+func kindOf(k *sdk.ToolKind) string {
+	if k != nil && slices.Contains(policy.ToolKinds, string(*k)) {
+		return string(*k)
+	}
+	return "other"
+}
+
+func textOf(b sdk.ContentBlock) string {
+	if b.Text != nil {
+		return b.Text.Text
+	}
+	return ""
+}
+
+// cut bounds s to n bytes at a rune boundary, making it valid UTF-8.
+func cut(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func capPaths(p []string) []string {
+	if len(p) > journal.MaxPaths {
+		return p[:journal.MaxPaths]
+	}
+	return p
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return slices.Clone(s)
+}
+
+// tailBuffer keeps the last stderrBytes written.
+type tailBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > stderrBytes {
+		t.b = append(t.b[:0], t.b[len(t.b)-stderrBytes:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
