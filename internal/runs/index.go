@@ -114,7 +114,12 @@ func (m *Manager) ledgerTail() (err error) {
 		}
 		m.ledgerLines++
 		m.ledgerOff += int64(len(raw))
-		if id := m.apply(l); id != "" {
+		id, err := m.apply(l)
+		if err != nil {
+			m.insert(added...)
+			return m.stopLedger(fmt.Errorf("line %d: %v", m.ledgerLines, err))
+		}
+		if id != "" {
 			added = append(added, id)
 		}
 	}
@@ -130,12 +135,17 @@ func (m *Manager) stopLedger(err error) error {
 }
 
 // apply takes one verified ledger line into the index and returns the run id it added.
-func (m *Manager) apply(l *ledger.Line) (added string) {
+// A signed entry this version cannot read, or one naming a journal that is not its run's
+// file, is an error: the ledger is not what a server writes.
+func (m *Manager) apply(l *ledger.Line) (added string, err error) {
 	switch l.Type {
 	case ledger.TypeRun:
 		var e ledger.Run
-		if json.Unmarshal(l.Data, &e) != nil {
-			return ""
+		if err := json.Unmarshal(l.Data, &e); err != nil {
+			return "", fmt.Errorf("a run entry this version cannot read: %v", err)
+		}
+		if err := checkEntry(e.RunID, e.AgentID, e.File); err != nil {
+			return "", err
 		}
 		r, isNew := m.record(e.RunID)
 		r.agentID, r.agent, r.file, r.caller = e.AgentID, e.Agent, e.File, e.Caller
@@ -148,21 +158,24 @@ func (m *Manager) apply(l *ledger.Line) (added string) {
 		}
 		r.external, r.facts, r.verified = false, nil, nil
 		if isNew {
-			return e.RunID
+			return e.RunID, nil
 		}
 	case ledger.TypeRecovered:
 		var e ledger.Recovered
-		if json.Unmarshal(l.Data, &e) != nil {
-			return ""
+		if err := json.Unmarshal(l.Data, &e); err != nil {
+			return "", fmt.Errorf("a recovered entry this version cannot read: %v", err)
+		}
+		if err := checkEntry(e.RunID, e.AgentID, e.File); err != nil {
+			return "", err
 		}
 		r, isNew := m.record(e.RunID)
 		if r.ended && r.recovered == "" {
-			return "" // a run entry says more
+			return "", nil // a run entry says more
 		}
 		r.agentID, r.file, r.recovered, r.records, r.head = e.AgentID, e.File, e.State, e.Records, e.Head
 		r.ended, r.external, r.facts = true, false, nil
 		if isNew {
-			return e.RunID
+			return e.RunID, nil
 		}
 	case ledger.TypePruned:
 		var e ledger.Pruned
@@ -185,7 +198,15 @@ func (m *Manager) apply(l *ledger.Line) (added string) {
 			}
 		}
 	}
-	return ""
+	return "", nil
+}
+
+// checkEntry checks that an entry's run id is one and its file is the run's journal name.
+func checkEntry(runID, agentID, file string) error {
+	if !validID(runID) || !validID(agentID) || file != journal.FileName(agentID, runID) {
+		return fmt.Errorf("an entry for run %q names the file %q, not its journal <agent_id>.<run_id>.jsonl", clip(runID), clip(file))
+	}
+	return nil
 }
 
 // record returns the index entry of id, creating it (not yet in order) when absent.

@@ -2,6 +2,7 @@ package runs
 
 import (
 	"slices"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -38,7 +39,8 @@ type Config struct {
 // Manager answers for a project's runs. Its methods are safe for concurrent use.
 type Manager struct {
 	cfg        Config
-	gov        string // the governed directory
+	waiters    atomic.Int64 // run_events calls waiting (MaxWaiters)
+	gov        string       // the governed directory
 	pub        ed25519.PublicKey
 	ledgerPath string
 	watchers   sync.WaitGroup

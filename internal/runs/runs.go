@@ -72,6 +72,10 @@ const (
 	DefaultLimit = 100              // events per run_events page, runs per list_runs page
 	MaxLimit     = 1000             // the largest page
 	MaxWait      = 30 * time.Second // the longest run_events long poll
+	// MaxWaiters bounds the run_events calls waiting at once: beyond it, a call answers at
+	// once with what there is, as with wait_ms 0 (each waiter reads the journal again at
+	// every durable change of its run).
+	MaxWaiters = 256
 	// MaxRunIDBytes bounds a run id argument (run ids are ASCII letters, digits, '-', '_').
 	MaxRunIDBytes = 128
 )

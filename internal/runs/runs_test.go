@@ -1484,3 +1484,22 @@ func TestReviewRegressions(t *testing.T) {
 		}
 	})
 }
+
+// TestLedgerEntryNamesAnotherFile: a signed entry whose file is not its run's journal name
+// (a path, another run's file) is not what a server writes; answers fail closed.
+func TestLedgerEntryNamesAnotherFile(t *testing.T) {
+	for _, file := range []string{"../../etc/passwd", "x.jsonl"} {
+		t.Run(file, func(t *testing.T) {
+			p := newTestProject(t, nil)
+			id := p.run(t, "alpha", runs.StatusCompleted)
+			if _, err := p.lw.Append(ledger.Run{RunID: newRunID(t), AgentID: policy.AgentID("alpha"), Agent: "alpha", File: file, Reason: "completed", Released: true}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := runs.Open(runs.Config{Root: p.root, Ledger: p.lw})
+			wantCode(t, err, errcode.AuditUnavailable, "not its journal")
+			m := runs.New(runs.Config{Root: p.root})
+			_, err = m.Status(id)
+			wantCode(t, err, errcode.AuditUnavailable, "not its journal")
+		})
+	}
+}

@@ -150,6 +150,12 @@ func (m *Manager) Events(ctx context.Context, runID string, after int64, limit i
 		return nil, errcode.Errorf(errcode.InvalidRequest, "wait_ms is %d; it must be 0..%d", wait.Milliseconds(), MaxWait.Milliseconds())
 	}
 	var timer <-chan time.Time
+	if wait > 0 && m.waiters.Add(1) > MaxWaiters {
+		m.waiters.Add(-1)
+		wait = 0 // too many waiting already: answer at once
+	} else if wait > 0 {
+		defer m.waiters.Add(-1)
+	}
 	if wait > 0 {
 		t := time.NewTimer(wait)
 		defer t.Stop()
