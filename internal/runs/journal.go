@@ -44,14 +44,13 @@ type verified struct {
 // that does not verify is served, whatever the cursor. known, when not nil, is a prefix
 // verified before: when the journal still begins with exactly those bytes (same SHA-256)
 // its lines are not verified again. A final fragment without "\n" is never taken. On a
-// problem, the lines before it are returned with it. total is the number of complete
-// lines up to to; done is the prefix verified now.
-func read(data []byte, runID, agentID string, from, to int64, pub ed25519.PublicKey, known *verified) (lines []line, total int64, done *verified, err error) {
+// problem, the lines before it are returned with it. done is the prefix verified now.
+func read(data []byte, runID, agentID string, from, to int64, pub ed25519.PublicKey, known *verified) (lines []line, done *verified, err error) {
 	prev := journal.ZeroHash
 	var msg []byte
 	var n, off int64
 	if known != nil && known.agentID == agentID && known.n <= from && known.off <= int64(len(data)) && sha256.Sum256(data[:known.off]) == known.sum {
-		n, off, prev, total = known.n, known.off, known.head, known.n
+		n, off, prev = known.n, known.off, known.head
 	}
 	defer func() {
 		if n > 0 {
@@ -64,10 +63,9 @@ func read(data []byte, runID, agentID string, from, to int64, pub ed25519.Public
 			break
 		}
 		raw := data[off : off+int64(i)+1]
-		total = n + 1
 		l, err := verifyLine(raw, n, prev, runID, agentID, pub, &msg)
 		if err != nil {
-			return lines, total, nil, fmt.Errorf("journal line %d: %w", n+1, err)
+			return lines, nil, fmt.Errorf("journal line %d: %w", n+1, err)
 		}
 		hash := digest.SHA256Hex(raw)
 		if n >= from {
@@ -76,7 +74,7 @@ func read(data []byte, runID, agentID string, from, to int64, pub ed25519.Public
 		}
 		prev, off = hash, off+int64(len(raw))
 	}
-	return lines, total, nil, nil
+	return lines, nil, nil
 }
 
 // verifyLine checks raw's signature, then its place in the run's chain.
@@ -145,7 +143,7 @@ func fileID(path string) (size, ino int64) {
 // all) and gathers its facts. A line that does not verify ends the reading: problem says
 // which and why.
 func readFacts(data []byte, runID, agentID string, max int64, pub ed25519.PublicKey) *facts {
-	lines, _, _, err := read(data, runID, agentID, 0, max, pub, nil)
+	lines, _, err := read(data, runID, agentID, 0, max, pub, nil)
 	f := &facts{problem: err}
 	for _, l := range lines {
 		d := l.data
@@ -178,7 +176,7 @@ func readFacts(data []byte, runID, agentID string, max int64, pub ed25519.Public
 // its inference_finished record, every line verified. ok is false when the journal holds
 // only the text's digest.
 func releasedText(data []byte, runID, agentID string, pub ed25519.PublicKey) (text string, ok bool, err error) {
-	lines, _, _, err := read(data, runID, agentID, 0, -1, pub, nil)
+	lines, _, err := read(data, runID, agentID, 0, -1, pub, nil)
 	if err != nil {
 		return "", false, err
 	}

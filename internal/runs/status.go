@@ -211,7 +211,11 @@ func (m *Manager) events(snap *run, after int64, limit int) (*Events, error) {
 	if st.Status == StatusRunning && snap.live != nil {
 		bound = st.Records // only what is durable
 	}
-	lines, total, done, err := read(data, snap.id, snap.agentID, after, min(after+int64(limit), boundOr(bound, after+int64(limit))), m.pub, snap.verified)
+	to := after + int64(limit)
+	if bound >= 0 && bound < to {
+		to = bound // only what is durable
+	}
+	lines, done, err := read(data, snap.id, snap.agentID, after, to, m.pub, snap.verified)
 	if done != nil {
 		m.mu.Lock()
 		if r := m.runs[snap.id]; r != nil {
@@ -226,7 +230,6 @@ func (m *Manager) events(snap *run, after int64, limit int) (*Events, error) {
 	if after > all {
 		return nil, errcode.Errorf(errcode.InvalidRequest, "after is %d, but run %s has %d events so far", after, snap.id, all)
 	}
-	_ = total
 	out := &Events{Events: make([]Event, 0, len(lines)), NextCursor: after + int64(len(lines)), Status: st.Status}
 	for _, l := range lines {
 		out.Events = append(out.Events, Event{Seq: l.seq, Type: l.typ, Time: l.time, Line: string(l.raw)})
@@ -255,13 +258,6 @@ func receiptProblem(f *facts, r *run) error {
 		return fmt.Errorf("the journal has %d records with head %q; the ledger recorded %d with head %q: truncated or replaced", f.records, f.head, r.records, r.head)
 	}
 	return nil
-}
-
-func boundOr(bound, v int64) int64 {
-	if bound < 0 {
-		return v
-	}
-	return bound
 }
 
 // countLines counts the complete lines of data, at most bound (bound < 0: all).
