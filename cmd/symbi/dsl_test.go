@@ -101,7 +101,7 @@ func TestDSLParse(t *testing.T) {
 		{"reader", "metadata { description = \"reader\", executor = \"orga\" } agent reader() { capabilities =\n[\"read\"] with sandbox = \"docker\", timeout = 3.seconds {} }", 0, true, ""},
 		{"selection", "agent a {}\nagent a {}", 0, false, `selection at 2:1: agent "a" is declared more than once`},
 		{"rule 2", "agent a {}\nschedule s {}", 0, false, `rule 2 at 2:1: top-level schedule "s" requires an executable route`},
-		{"rule 3", "metadata { executor = \"shell\" }\nagent a {}", 0, false, `rule 3 at 1:23: executor "shell" is an alternate executor; only "orga" is supported`},
+		{"rule 3", "metadata { executor = \"shell\" }\nagent a {}", 0, false, `rule 3 at 1:23: executor "shell" is not registered with this server (symbi mcp --executors FILE); only "orga" runs without one`},
 		{"rule 4", "agent a(x: int) {}", 0, false, `rule 4 at 1:9: agent "a" declares parameters`},
 		{"rule 5", "agent a { with sandbox = \"vm\" {} }", 0, false, `rule 5 at 1:16: sandbox "vm" is not one of docker|tier1, gvisor|tier2, firecracker|tier3, e2b`},
 		{"rule 6", "agent a { policy p { audit: true } }", 0, false, `rule 6 at 1:22: unsupported policy: "audit" rule in policy "p" (only allow and deny)`},

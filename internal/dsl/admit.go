@@ -40,6 +40,20 @@ type Admission struct {
 	Definition   []byte        // what the model is sent as the agent's definition (admitted only; see definitionOf)
 	Policies     []string      // names of in-scope inline policies: top-level then the agent's
 	PolicyDigest string        // lowercase hex SHA-256 over the in-scope policies' source, in order
+	// Executor is the metadata executor a delegated agent names ("" for a conversational
+	// one, or "orga"); it is admitted only when the server registered it (Options).
+	Executor string
+}
+
+// Delegated reports whether a is an admitted delegated agent: one a registered coding
+// agent runs over ACP, instead of a model answering once.
+func (a *Admission) Delegated() bool { return a.Admitted && a.Executor != "" && a.Executor != "orga" }
+
+// Options are what admission needs to know of the server.
+type Options struct {
+	// Executors reports whether an executor name is registered (symbi mcp --executors).
+	// nil: none is.
+	Executors func(name string) bool
 }
 
 // refusal is returned by a rule check that refuses.
@@ -82,21 +96,25 @@ func (a *Admission) apply(rs []*refusal) *Admission {
 
 // AdmitSource parses src then admits it as the registration named stem; a syntax error
 // is a rule-1 refusal at its position.
-func AdmitSource(name, stem string, src []byte) *Admission {
+func AdmitSource(name, stem string, src []byte, opts ...Options) *Admission {
 	f, err := Parse(name, src)
 	if err != nil {
 		a := &Admission{}
 		e := Errors(err)[0]
 		return a.apply([]*refusal{refuse("rule 1", lexer.Position{Line: e.Line, Column: e.Column}, "%s", e.Msg)})
 	}
-	return Admit(f, stem)
+	return Admit(f, stem, opts...)
 }
 
 // Admit considers f as the registration named stem (the file name without .symbi or
 // .dsl): it selects the agent (exactly one agent is selected whatever the stem; among
 // several, the stem must name exactly one), then applies admission rules 2–6.
-func Admit(f *File, stem string) *Admission {
+func Admit(f *File, stem string, opts ...Options) *Admission {
 	a := &Admission{}
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
 	agent, r := selectAgent(f, stem)
 	if agent != nil {
 		a.Agent = agent.Name
@@ -108,7 +126,7 @@ func Admit(f *File, stem string) *Admission {
 	if r != nil {
 		rs = append(rs, r)
 	}
-	checks := []func(*File, *Agent, *Admission) []*refusal{topLevel, metadataRule}
+	checks := []func(*File, *Agent, *Admission) []*refusal{topLevel, func(f *File, ag *Agent, a *Admission) []*refusal { return metadataRule(f, a, o) }}
 	if agent != nil { // the agent's own rules need the agent
 		checks = append(checks, agentShape, withRule, policyRule)
 	}
@@ -248,7 +266,7 @@ func topLevel(f *File, _ *Agent, _ *Admission) []*refusal {
 var metadataKeys = map[string]bool{"description": true, "version": true, "author": true, "executor": true}
 
 // Rule 3: metadata keys and values.
-func metadataRule(f *File, _ *Agent, _ *Admission) []*refusal {
+func metadataRule(f *File, a *Admission, o Options) []*refusal {
 	var rs []*refusal
 	for _, it := range f.Items {
 		if it.Metadata == nil {
@@ -274,8 +292,10 @@ func metadataRule(f *File, _ *Agent, _ *Admission) []*refusal {
 			switch {
 			case err != nil:
 				rs = append(rs, refuse("rule 3", e.Value.Pos, "metadata %s: %v", e.Key, err))
-			case e.Key == "executor" && s != "orga":
-				rs = append(rs, refuse("rule 3", e.Value.Pos, "executor %q is an alternate executor; only \"orga\" is supported", s))
+			case e.Key == "executor" && s != "orga" && (o.Executors == nil || !o.Executors(s)):
+				rs = append(rs, refuse("rule 3", e.Value.Pos, "executor %q is not registered with this server (symbi mcp --executors FILE); only \"orga\" runs without one", s))
+			case e.Key == "executor":
+				a.Executor = s
 			}
 		}
 	}

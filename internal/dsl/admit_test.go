@@ -58,7 +58,7 @@ func TestAdmission(t *testing.T) {
 		{"metadata not a string", "a", "metadata { version = 2 }\nagent a {}", "rule 3", `rule 3 at 1:22: metadata version must be a string literal`},
 		{"metadata array", "a", "metadata { author = [\"x\"] }\nagent a {}", "rule 3", `rule 3 at 1:21: metadata author must be a string literal`},
 		{"metadata repeated", "a", "metadata { version = \"1\", version = \"2\" }\nagent a {}", "rule 3", `rule 3 at 1:27: metadata key "version" is repeated`},
-		{"alternate executor", "a", "metadata { executor = \"python\" }\nagent a {}", "rule 3", `rule 3 at 1:23: executor "python" is an alternate executor; only "orga" is supported`},
+		{"alternate executor", "a", "metadata { executor = \"python\" }\nagent a {}", "rule 3", `rule 3 at 1:23: executor "python" is not registered with this server (symbi mcp --executors FILE); only "orga" runs without one`},
 
 		// Refused: rule 4.
 		{"parameters", "a", "agent a(x: String) {}", "rule 4", `rule 4 at 1:9: agent "a" declares parameters`},
@@ -295,5 +295,25 @@ func TestErrorPositions(t *testing.T) {
 		if got := fmt.Sprintf("%d:%d: %s", errs[0].Line, errs[0].Column, errs[0].Msg); got != tt.want {
 			t.Errorf("%s:\n got %s\nwant %s", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestAdmitDelegated: an executor the server registered admits the definition as a
+// delegated agent; any other is refused by rule 3, naming the flag.
+func TestAdmitDelegated(t *testing.T) {
+	src := []byte("metadata { executor = \"claude_code\" }\nagent coder { capabilities = [\"code\"] }\n")
+	registered := dsl.Options{Executors: func(n string) bool { return n == "claude_code" }}
+	a := dsl.AdmitSource("agents/coder.symbi", "coder", src, registered)
+	if !a.Admitted || !a.Delegated() || a.Executor != "claude_code" || a.Agent != "coder" {
+		t.Fatalf("registered executor: %+v", a)
+	}
+	for _, o := range []dsl.Options{{}, {Executors: func(string) bool { return false }}} {
+		a := dsl.AdmitSource("agents/coder.symbi", "coder", src, o)
+		if a.Admitted || a.Delegated() || a.Rule != "rule 3" || !strings.Contains(a.Reason, "--executors") {
+			t.Fatalf("unregistered executor: %+v", a)
+		}
+	}
+	if a := dsl.AdmitSource("x", "a", []byte("metadata { executor = \"orga\" }\nagent a {}\n")); !a.Admitted || a.Delegated() {
+		t.Fatalf("orga: %+v", a)
 	}
 }
