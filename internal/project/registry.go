@@ -46,7 +46,17 @@ type Entry struct {
 	Invocable    bool     `json:"invocable"`    // whether invoke_agent may run it
 	Reason       string   `json:"reason"`       // why not invocable (the first reason), with line:column; empty when invocable
 	Reasons      []string `json:"reasons"`      // every reason it is not invocable; empty when invocable
+	// Mode is how it answers: text_response (one model call, invoke_agent or start_run) or
+	// delegated (a registered coding agent over ACP, start_run only); "" when refused.
+	Mode     string `json:"mode"`
+	Executor string `json:"executor,omitempty"` // the registered executor of a delegated agent
 }
+
+// The modes of an invocable agent.
+const (
+	ModeTextResponse = "text_response"
+	ModeDelegated    = "delegated"
+)
 
 // Agent is a resolved registration: its entry, the source read at startup, and the
 // admission verdict of the selected definition. It is shared: callers must not modify it.
@@ -70,7 +80,11 @@ type Registry struct {
 // confined reader (at most AgentFileLimit bytes) in name order, and stops retaining
 // once the total would pass RegistryRetainLimit. Unreadable files are skipped with a
 // warning on log. A missing agents/ gives an empty registry.
-func (p *Project) LoadRegistry(log *slog.Logger) (*Registry, error) {
+func (p *Project) LoadRegistry(log *slog.Logger, opts ...dsl.Options) (*Registry, error) {
+	var o dsl.Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
 	names, err := p.agentFileNames(log)
 	if err != nil {
 		return nil, err
@@ -114,7 +128,7 @@ func (p *Project) LoadRegistry(log *slog.Logger) (*Registry, error) {
 			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < len(files); i = int(next.Add(1) - 1) {
 				f := files[i]
-				r.agents[i] = newAgent(f.rel, f.name, f.src)
+				r.agents[i] = newAgent(f.rel, f.name, f.src, o)
 			}
 		}()
 	}
@@ -197,21 +211,27 @@ func stem(name string) string {
 }
 
 // newAgent parses and admits one agent file.
-func newAgent(rel, name string, src []byte) *Agent {
+func newAgent(rel, name string, src []byte, o dsl.Options) *Agent {
 	st := stem(name)
 	e := Entry{Name: st, File: rel, Agents: []string{}, Capabilities: []string{}, Reasons: []string{}}
 	var adm *dsl.Admission
 	if f, err := dsl.Parse(rel, src); err == nil {
 		e.Agents = append(e.Agents, f.AgentNames()...)
-		adm = dsl.Admit(f, st)
+		adm = dsl.Admit(f, st, o)
 	} else {
-		adm = dsl.AdmitSource(rel, st, src)
+		adm = dsl.AdmitSource(rel, st, src, o)
 	}
 	e.Description = adm.Description
 	if adm.Capabilities != nil {
 		e.Capabilities = adm.Capabilities
 	}
 	e.Invocable, e.Reason, e.Reasons = adm.Admitted, adm.Reason, adm.Reasons
+	switch {
+	case adm.Delegated():
+		e.Mode, e.Executor = ModeDelegated, adm.Executor
+	case adm.Admitted:
+		e.Mode = ModeTextResponse
+	}
 	if e.Reasons == nil {
 		e.Reasons = []string{}
 	}
@@ -227,7 +247,7 @@ func (r *Registry) markAmbiguous() {
 	}
 	for _, a := range r.agents {
 		if fs := files[a.Entry.Name]; len(fs) > 1 {
-			a.Entry.Invocable = false
+			a.Entry.Invocable, a.Entry.Mode, a.Entry.Executor = false, "", ""
 			a.Entry.Reason = ambiguity(a.Entry.Name, fs)
 			a.Entry.Reasons = append([]string{a.Entry.Reason}, a.Entry.Reasons...)
 		}
