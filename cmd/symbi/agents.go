@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"symbi/internal/errcode"
+	"symbi/internal/dsl"
 	"symbi/internal/project"
 )
 
@@ -65,12 +66,12 @@ func registryEntries(e *env, dir string) ([]project.Entry, error) {
 
 // openRegistry opens (pins) the project in dir and takes its registry snapshot, with
 // warnings on log. The caller closes the project.
-func openRegistry(dir string, log *slog.Logger) (*project.Project, *project.Registry, error) {
+func openRegistry(dir string, log *slog.Logger, opts ...dsl.Options) (*project.Project, *project.Registry, error) {
 	p, err := project.Open(dir)
 	if err != nil {
 		return nil, nil, err
 	}
-	reg, err := p.LoadRegistry(log)
+	reg, err := p.LoadRegistry(log, opts...)
 	if err != nil {
 		p.Close()
 		return nil, nil, err

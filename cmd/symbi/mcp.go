@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	"symbi/internal/dsl"
+	"symbi/internal/executors"
 	"symbi/internal/inference"
 	"symbi/internal/invoke"
 	"symbi/internal/ledger"
@@ -34,6 +36,9 @@ func init() {
 		maxRuns := fs.Int("max-runs", invoke.DefaultMaxRuns, "`N` runs in flight at most; a call beyond it fails at once with busy")
 		minFree := byteSize(defaultMinFree)
 		fs.Var(&minFree, "min-free-space", "refuse new runs (audit_unavailable) while the journal file system has less free space than `SIZE` (e.g. 64MiB; 0: no floor)")
+		execFile := fs.String("executors", "", "register the coding agents delegated agents may run, from the JSON `FILE` (docs/executors.md)")
+		var roots listFlag
+		fs.Var(&roots, "workspace-root", "a `DIR` inside which delegated runs' workspaces must be (repeatable; default: the project directory)")
 		if code, ok := parseFlags(fs, args); !ok {
 			return code
 		}
@@ -47,7 +52,7 @@ func init() {
 			return 2
 		}
 		log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lv}))
-		if err := serveMCP(e, serveOptions{dir: *dir, maxRuns: *maxRuns, minFree: uint64(minFree)}, log); err != nil {
+		if err := serveMCP(e, serveOptions{dir: *dir, maxRuns: *maxRuns, minFree: uint64(minFree), executors: *execFile, roots: roots}, log); err != nil {
 			log.Error("symbi mcp stopped", "err", err)
 			return 1
 		}
@@ -62,9 +67,11 @@ const defaultMinFree = 64 << 20
 
 // serveOptions are the flags of symbi mcp.
 type serveOptions struct {
-	dir     string
-	maxRuns int
-	minFree uint64
+	dir       string
+	maxRuns   int
+	minFree   uint64
+	executors string   // --executors FILE
+	roots     []string // --workspace-root
 }
 
 // serveMCP serves the project until stdin closes or SIGTERM, SIGINT or SIGHUP arrives,
@@ -75,7 +82,15 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	// failed stderr write loses a log line; a failed stdout write means no one can be
 	// answered, so it ends the session like a signal does (below).
 	signal.Ignore(syscall.SIGPIPE)
-	p, reg, err := openRegistry(o.dir, log)
+	var execs *executors.Registry
+	if o.executors != "" {
+		var err error
+		if execs, err = executors.Load(o.executors, e.getenv); err != nil {
+			return err
+		}
+		log.Info("executors registered", "names", execs.Names())
+	}
+	p, reg, err := openRegistry(o.dir, log, dsl.Options{Executors: func(n string) bool { _, ok := execs.Get(n); return ok }})
 	if err != nil {
 		return err
 	}
@@ -109,6 +124,7 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 		Ledger: lw, LedgerErr: ledgerErr,
 		Project: p, Registry: reg, Policies: pol, Provider: prov, ProviderErr: provErr,
 		KeyFile: e.getenv("SYMBI_AUDIT_KEY_FILE"), HashesOnly: hashesOnly, MinFreeBytes: o.minFree, MaxRuns: o.maxRuns, Log: log,
+		Executors: execs, WorkspaceRoots: o.roots,
 	})
 	// Runs: every run of this server and every run the ledger records, started through
 	// runner (invoke_agent and start_run share it).

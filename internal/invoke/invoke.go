@@ -33,6 +33,7 @@ import (
 	"sync"
 	"time"
 
+	"symbi/internal/executors"
 	"symbi/internal/inference"
 	"symbi/internal/ledger"
 	"symbi/internal/policy"
@@ -86,7 +87,12 @@ type Config struct {
 	// LedgerErr, when set, is why the project ledger could not be opened: every run is
 	// then refused (audit_unavailable) before its journal is created.
 	LedgerErr error
-	Log       *slog.Logger
+	// Executors are the coding agents the operator registered (--executors); nil: none.
+	Executors *executors.Registry
+	// WorkspaceRoots are the directories a delegated run's workspace must be inside
+	// (--workspace-root); none: the project directory.
+	WorkspaceRoots []string
+	Log            *slog.Logger
 }
 
 // DefaultMaxRuns is the default bound on runs in flight (symbi mcp --max-runs).
@@ -148,6 +154,11 @@ type Request struct {
 	// the policy context.
 	Surface string
 	Caller  string
+	// Workspace is a delegated run's workspace (absolute; default the project directory).
+	Workspace string
+	// Async says the run was started to be observed (start_run), not awaited: only such
+	// runs may be delegated.
+	Async bool
 }
 
 // CallerStdio names the one caller of a stdio server: the client that started it.

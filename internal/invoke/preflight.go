@@ -10,6 +10,7 @@ import (
 	"symbi/internal/journal"
 	"symbi/internal/policy"
 	"symbi/internal/project"
+	"symbi/internal/workspace"
 )
 
 // prepared is the outcome of preflight: everything a run needs before its journal exists.
@@ -23,7 +24,8 @@ type prepared struct {
 	name    string // declared name
 	agentID string
 	conv    inference.Conversation
-	exec    *modelExecutor // the executor the definition's route names
+	exec    Executor       // the executor the definition's route names
+	model   *modelExecutor // exec, when it is the model executor (the benchmark's ungoverned path)
 }
 
 func (r *Runner) preflight(req Request) (*prepared, error) {
@@ -42,6 +44,12 @@ func (r *Runner) preflight(req Request) (*prepared, error) {
 	agent, err := r.cfg.Registry.Resolve(req.Agent)
 	if err != nil {
 		return nil, err
+	}
+	if agent.Admission.Delegated() {
+		return r.preflightDelegated(req, agent)
+	}
+	if req.Workspace != "" {
+		return nil, errcode.Errorf(errcode.InvalidRequest, "workspace is for delegated agents; %q answers with one model call", req.Agent)
 	}
 	if r.cfg.Provider == nil {
 		if r.cfg.ProviderErr != nil {
@@ -65,7 +73,57 @@ func (r *Runner) preflight(req Request) (*prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.exec = &modelExecutor{provider: r.cfg.Provider, call: call, deadline: deadline, maxTokens: inference.MaxOutputTokens, hashesOnly: r.cfg.HashesOnly, at: r.at}
+	p.model = &modelExecutor{provider: r.cfg.Provider, call: call, deadline: deadline, maxTokens: inference.MaxOutputTokens, hashesOnly: r.cfg.HashesOnly, at: r.at}
+	p.exec = p.model
+	return p, nil
+}
+
+// preflightDelegated prepares a delegated agent's run: start_run only, a registered
+// executor, and a workspace inside the granted roots.
+func (r *Runner) preflightDelegated(req Request, agent *project.Agent) (*prepared, error) {
+	adm := agent.Admission
+	if !req.Async {
+		return nil, errcode.Errorf(errcode.RefusedDefinition, "agent %q is delegated (executor %s): its work is long, so it runs only through start_run", req.Agent, adm.Executor)
+	}
+	ex, ok := r.cfg.Executors.Get(adm.Executor)
+	if !ok {
+		return nil, errcode.Errorf(errcode.RefusedDefinition, "executor %q is not registered with this server (symbi mcp --executors FILE)", adm.Executor)
+	}
+	roots := r.cfg.WorkspaceRoots
+	if len(roots) == 0 {
+		roots = []string{r.cfg.Project.Path()}
+	}
+	path := req.Workspace
+	if path == "" {
+		path = r.cfg.Project.Path()
+	}
+	ws, err := workspace.Resolve(path, roots)
+	if err != nil {
+		return nil, err
+	}
+	deadline := DefaultDelegatedDeadline
+	if adm.Timeout > 0 {
+		deadline = adm.Timeout
+	}
+	var guidance string
+	if md, err := r.cfg.Project.AgentsMD(); err == nil {
+		guidance = project.Guidance(md)
+	}
+	p := &prepared{req: req, agent: agent, name: adm.Agent, agentID: policy.AgentID(adm.Agent)}
+	p.conv = inference.Conversation{} // nothing goes to a model
+	p.exec = &delegatedExecutor{
+		executor: ex, workspace: ws, deadline: deadline, hashes: r.cfg.HashesOnly,
+		prompt: delegatedPrompt(adm.Agent, adm.Definition, guidance, req.SystemPrompt, req.Prompt),
+		decide: func(runID string, t policy.ToolUse) policy.Decision {
+			return r.cfg.Policies.Decide(policy.NewToolRequest(agent, runID, req.Surface, req.Caller, t))
+		},
+		runID: func() string {
+			if a := p.opened.Load(); a != nil {
+				return a.RunID
+			}
+			return ""
+		},
+	}
 	return p, nil
 }
 

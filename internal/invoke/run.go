@@ -471,9 +471,9 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 // runUngoverned is the benchmark-only path: the same preflight and provider call, with no
 // journal and no policy. It is reachable only from this package's tests.
 func (r *Runner) runUngoverned(ctx context.Context, p *prepared) (*Result, error) {
-	callCtx, cancel := context.WithTimeout(ctx, p.exec.deadline)
+	callCtx, cancel := context.WithTimeout(ctx, p.model.deadline)
 	defer cancel()
-	resp, err := p.exec.call.Do(callCtx)
+	resp, err := p.model.call.Do(callCtx)
 	if err != nil {
 		return nil, &Error{Err: err}
 	}

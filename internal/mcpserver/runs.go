@@ -31,9 +31,16 @@ type startOutput struct {
 	Audit   *invoke.Audit `json:"audit" jsonschema:"the run's journal: run_id, absolute path, Ed25519 public key (hex), and the durable receipt so far"`
 }
 
-func (h *handlers) startRun(ctx context.Context, req *mcp.CallToolRequest, in invokeInput) (string, startOutput, error) {
+type startInput struct {
+	Agent        string `json:"agent" jsonschema:"the agent's registry name: its file name without .symbi/.dsl"`
+	Prompt       string `json:"prompt" jsonschema:"the question or task for the agent (at most 64 KiB)"`
+	SystemPrompt string `json:"system_prompt,omitempty" jsonschema:"optional caller instructions, passed as labelled caller input (at most 64 KiB)"`
+	Workspace    string `json:"workspace,omitempty" jsonschema:"delegated agents only: the absolute workspace directory, inside a root the server granted (default: the project)"`
+}
+
+func (h *handlers) startRun(ctx context.Context, req *mcp.CallToolRequest, in startInput) (string, startOutput, error) {
 	st, audit, err := h.cfg.Runs.Start(ctx, invoke.Request{Agent: in.Agent, Prompt: in.Prompt, SystemPrompt: in.SystemPrompt,
-		Surface: Surface, Caller: h.cfg.caller()})
+		Workspace: in.Workspace, Async: true, Surface: Surface, Caller: h.cfg.caller()})
 	if err != nil {
 		return "", startOutput{}, err
 	}

@@ -1,0 +1,107 @@
+package invoke
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"symbi/internal/acp"
+	"symbi/internal/digest"
+	"symbi/internal/errcode"
+	"symbi/internal/executors"
+	"symbi/internal/journal"
+	"symbi/internal/policy"
+	"symbi/internal/workspace"
+)
+
+// DefaultDelegatedDeadline bounds a delegated run whose definition sets no `with
+// timeout`: coding agents work for minutes, not seconds.
+const DefaultDelegatedDeadline = 30 * time.Minute
+
+// ModeDelegated is the started record's mode of a delegated run.
+const ModeDelegated = "delegated"
+
+// delegatedExecutor hands the run to a registered coding agent over ACP (internal/acp):
+// every permission it asks for and every file it reads or writes through symbi is a
+// use_tool decision, journaled before the agent hears it; its final answer is judged by
+// the respond gate like a model's.
+type delegatedExecutor struct {
+	executor  *executors.Executor
+	workspace string // resolved
+	prompt    string
+	deadline  time.Duration
+	hashes    bool
+	decide    func(runID string, t policy.ToolUse) policy.Decision
+	runID     func() string
+}
+
+func (d *delegatedExecutor) Describe(s *journal.Started) {
+	s.Mode = ModeDelegated
+	s.Provider, s.Model = "acp", d.executor.Name
+	s.DeadlineMS = ms(d.deadline)
+}
+
+func (d *delegatedExecutor) Execute(ctx context.Context, w *journal.Writer, progress func(Stage)) (Output, error) {
+	// Journal, then act: started is durable before any process is started.
+	if err := w.Sync(); err != nil {
+		return Output{}, &ExecError{reasonAuditFailed, err}
+	}
+	ws, err := workspace.Open(d.workspace)
+	if err != nil {
+		return d.noSession(w, fmt.Errorf("workspace %s: %w", d.workspace, err))
+	}
+	defer ws.Close()
+	runID := d.runID()
+	callCtx, cancel := context.WithTimeout(ctx, d.deadline)
+	defer cancel()
+	progress(StageRequestSent)
+	res := acp.Run(callCtx, acp.Config{
+		Executor: d.executor, Workspace: ws, Journal: w, Prompt: d.prompt, HashesOnly: d.hashes,
+		Decide: func(t policy.ToolUse) policy.Decision { return d.decide(runID, t) },
+	})
+	progress(StageResponseReceived)
+	switch {
+	case errors.Is(res.Err, acp.ErrJournal):
+		return Output{}, &ExecError{reasonAuditFailed, res.Err}
+	case res.Outcome == acp.OutcomeCompleted:
+		return Output{Text: res.Text, TextSHA256: digest.SHA256Hex([]byte(res.Text)), TextBytes: int64(len(res.Text))}, nil
+	case res.Outcome == acp.OutcomeTimeout:
+		return Output{}, &ExecError{reasonTimeout, errcode.Errorf(errcode.Timeout, "the delegated agent did not finish before the deadline (%s): %v", d.deadline, res.Err)}
+	case res.Outcome == acp.OutcomeCancelled:
+		return Output{}, &ExecError{reasonCancelled, cancelledError(ctx, "while the delegated agent worked")}
+	}
+	return Output{}, &ExecError{reasonInferenceFailed, errcode.Errorf(errcode.InferenceFailed, "the delegated agent failed: %v", res.Err)}
+}
+
+// noSession records a session that could not be opened (session_finished right after
+// started) and fails the run.
+func (d *delegatedExecutor) noSession(w *journal.Writer, err error) (Output, error) {
+	rec := journal.SessionFinished{Outcome: acp.OutcomeError, TextSHA256: digest.SHA256Hex(nil), Error: err.Error()}
+	if werr := w.Append(rec); werr != nil {
+		return Output{}, &ExecError{reasonAuditFailed, werr}
+	}
+	if werr := w.Sync(); werr != nil {
+		return Output{}, &ExecError{reasonAuditFailed, werr}
+	}
+	return Output{}, &ExecError{reasonInferenceFailed, errcode.Errorf(errcode.InferenceFailed, "%v", err)}
+}
+
+// delegatedPrompt is what the agent is asked: its definition, the caller's labelled
+// instructions, then the task.
+func delegatedPrompt(name string, definition []byte, guidance, systemPrompt, prompt string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "You are the agent %q. Your definition, in the Symbiont agent DSL, follows.\n\n%s\n", name, definition)
+	if guidance != "" || systemPrompt != "" {
+		b.WriteString("\nCaller instructions (caller input, not part of the definition):\n")
+		if guidance != "" {
+			b.WriteString(guidance + "\n")
+		}
+		if systemPrompt != "" {
+			b.WriteString(systemPrompt + "\n")
+		}
+	}
+	b.WriteString("\nTask:\n" + prompt + "\n")
+	return b.String()
+}
