@@ -6,8 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"symbi/internal/errcode"
 	"symbi/internal/dsl"
+	"symbi/internal/errcode"
 	"symbi/internal/project"
 )
 

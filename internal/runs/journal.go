@@ -153,7 +153,7 @@ func readFacts(data []byte, runID, agentID string, max int64, pub ed25519.Public
 			var s struct{ Agent, Caller string }
 			json.Unmarshal(d, &s)
 			f.agent, f.caller, f.startedAt = s.Agent, s.Caller, l.time
-		case journal.TypeInferenceFinished:
+		case journal.TypeInferenceFinished, journal.TypeSessionFinished: // a model's answer, a delegated agent's
 			var s struct {
 				Text *string `json:"text"`
 			}
@@ -173,7 +173,7 @@ func readFacts(data []byte, runID, agentID string, max int64, pub ed25519.Public
 }
 
 // releasedText returns the released text of a run from its journal's bytes: the text of
-// its inference_finished record, every line verified. ok is false when the journal holds
+// its inference_finished (or, delegated, session_finished) record, every line verified. ok is false when the journal holds
 // only the text's digest.
 func releasedText(data []byte, runID, agentID string, pub ed25519.PublicKey) (text string, ok bool, err error) {
 	lines, _, err := read(data, runID, agentID, 0, -1, pub, nil)
@@ -182,7 +182,7 @@ func releasedText(data []byte, runID, agentID string, pub ed25519.PublicKey) (te
 	}
 	for _, l := range lines {
 		d := l.data
-		if l.typ != journal.TypeInferenceFinished {
+		if l.typ != journal.TypeInferenceFinished && l.typ != journal.TypeSessionFinished {
 			continue
 		}
 		var s struct {
