@@ -97,3 +97,66 @@ func TestE2EDelegatedRun(t *testing.T) {
 		t.Fatalf("journal lacks the decisions:\n%s", b)
 	}
 }
+
+// TestE2EDelegatedShutdown: closing stdin while a delegated agent hangs, ignoring
+// session/cancel and SIGTERM, with a background child: the server kills the agent's whole
+// process group, finishes the run's journal (terminated, cancelled) and exits 0.
+func TestE2EDelegatedShutdown(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "fake-acp-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, "../fake-acp-agent").CombinedOutput(); err != nil {
+		t.Fatalf("building the fake agent: %v\n%s", err, out)
+	}
+	dir := newE2EProject(t)
+	writeFile(t, filepath.Join(dir, "agents", "coder.symbi"), "metadata { executor = \"fake\" }\nagent coder {}\n")
+	execFile := filepath.Join(t.TempDir(), "executors.json")
+	writeFile(t, execFile, `{"executors":{"fake":{"command":["`+bin+`"]}}}`)
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	script := filepath.Join(t.TempDir(), "script.json")
+	writeFile(t, script, `{"ignore_sigterm": true, "steps": [
+		{"spawn_background": ["sleep", "1000"], "pid_file": "`+pidFile+`"},
+		{"tool_call": {"id": "t1", "kind": "think", "title": "working"}},
+		{"hang": true, "ignore_cancel": true}]}`)
+	s := startSymbiPatient(t, dir, append(modelEnv(nil), "FAKE_ACP_SCRIPT="+script), "--executors", execFile)
+	res := s.call(t, "start_run", map[string]any{"agent": "coder", "prompt": "work"})
+	var st struct {
+		RunID string `json:"run_id"`
+		Audit struct{ Path string } `json:"audit"`
+	}
+	raw, _ := json.Marshal(res.StructuredContent)
+	if res.IsError || json.Unmarshal(raw, &st) != nil {
+		t.Fatalf("start_run: %s", text(res))
+	}
+	// Wait until the agent is working (its tool call, after the child was spawned, is an
+	// event), then leave.
+	for cursor := int64(0); ; {
+		res := s.call(t, "run_events", map[string]any{"run_id": st.RunID, "after": cursor, "wait_ms": 30000})
+		var page runs.Events
+		raw, _ := json.Marshal(res.StructuredContent)
+		if res.IsError || json.Unmarshal(raw, &page) != nil || page.Done {
+			t.Fatalf("run_events: %s", text(res))
+		}
+		if strings.Contains(text(res), `"type":"tool_call"`) {
+			break
+		}
+		cursor = page.NextCursor
+	}
+	s.session.Close() // closes stdin, and waits for the process to exit by itself
+	if st := s.cmd.ProcessState; st == nil || !st.Exited() || st.ExitCode() != 0 {
+		t.Fatalf("symbi mcp ended with %v, want exit 0", st)
+	}
+	recs := records(t, st.Audit.Path)
+	last := recs[len(recs)-1]
+	if last["type"] != "terminated" || last["data"].(map[string]any)["reason"] != "cancelled" {
+		t.Fatalf("last record %v", last)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(string(b))
+	if _, err := os.Stat("/proc/" + pid); err == nil {
+		if stat, _ := os.ReadFile("/proc/" + pid + "/stat"); !strings.Contains(string(stat), ") Z ") {
+			t.Fatalf("the agent's background child %s survived", pid)
+		}
+	}
+}

@@ -156,6 +156,7 @@ type runner struct {
 	bufN     int64
 	text     strings.Builder // the final answer
 	tooLarge bool
+	unsynced atomic.Bool // records appended since the last sync
 }
 
 func (r *runner) abort(err error) {
@@ -181,10 +182,12 @@ func (r *runner) appendLocked(rec journal.Record) error {
 		r.abort(err)
 		return err
 	}
+	r.unsynced.Store(true)
 	return nil
 }
 
 func (r *runner) sync() error {
+	r.unsynced.Store(false)
 	if err := r.cfg.Journal.Sync(); err != nil {
 		err = fmt.Errorf("%w: sync: %w", ErrJournal, err)
 		r.abort(err)
@@ -276,6 +279,11 @@ func (r *runner) journaler(stop <-chan struct{}) {
 				err = r.flushLocked()
 			}
 			r.mu.Unlock()
+			// What was appended is made durable at least once a second: a run's observers
+			// (run_events, subscriptions) see only durable records.
+			if err == nil && r.unsynced.Load() {
+				err = r.sync()
+			}
 			if err != nil {
 				return
 			}
