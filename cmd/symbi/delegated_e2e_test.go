@@ -119,7 +119,7 @@ func TestE2EDelegatedShutdown(t *testing.T) {
 	s := startSymbiPatient(t, dir, append(modelEnv(nil), "FAKE_ACP_SCRIPT="+script), "--executors", execFile)
 	res := s.call(t, "start_run", map[string]any{"agent": "coder", "prompt": "work"})
 	var st struct {
-		RunID string `json:"run_id"`
+		RunID string                `json:"run_id"`
 		Audit struct{ Path string } `json:"audit"`
 	}
 	raw, _ := json.Marshal(res.StructuredContent)
