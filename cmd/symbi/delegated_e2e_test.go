@@ -76,11 +76,13 @@ func TestE2EDelegatedRun(t *testing.T) {
 		}
 		cursor, done = page.NextCursor, page.Done
 	}
+	// The agent's own reports and symbi's decisions run concurrently, so only the order
+	// the journal's state machine requires is asserted: a decision before the read, and
+	// the session, gate and end last.
 	got := strings.Join(types, ",")
-	for _, want := range []string{"session_started", "permission_decided,fs_read", "permission_decided", "session_finished,policy_evaluated,terminated"} {
-		if !strings.Contains(got, want) {
-			t.Fatalf("events %s lack %s", got, want)
-		}
+	if !strings.HasPrefix(got, "started,session_started,") || !strings.HasSuffix(got, ",session_finished,policy_evaluated,terminated") ||
+		strings.Count(got, "permission_decided") != 2 || strings.Index(got, "permission_decided") > strings.Index(got, "fs_read") {
+		t.Fatalf("events %s", got)
 	}
 	res = s.call(t, "run_status", map[string]any{"run_id": st.RunID})
 	var status runs.Status
