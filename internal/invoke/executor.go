@@ -16,8 +16,8 @@ import (
 // Executor is what a run hands its work to: it produces the text to be judged, journaling
 // each of its steps through the run's writer before it acts on it ("journal, then act"),
 // and it never releases anything — the run decides, after the policy gate. The model
-// executor (one provider call) is the only one today; a delegated executor (an ACP coding
-// agent) arrives with delegation.
+// executor makes one provider call; the delegated executor (delegated.go) hands the work
+// to a registered coding agent over ACP.
 type Executor interface {
 	// Describe fills the executor's fields of the started record: the mode of the answer
 	// and what produces it, with the limits in force.

@@ -22,7 +22,9 @@
 //     outcome and the journal's terminated always agree (Run.Wait).
 //   - Executor is the boundary between the run and what produces its text: it journals its
 //     own steps, each before it acts, and never releases anything. The model executor calls
-//     an inference provider once; a delegated executor (an ACP agent) is the next.
+//     an inference provider once; the delegated executor runs a registered coding agent
+//     over ACP in a workspace (start_run only), each of its permissions a use_tool
+//     decision journaled before the agent hears it.
 //   - Request carries the caller and the surface, which reach the started record and the
 //     policy context.
 package invoke
