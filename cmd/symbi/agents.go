@@ -8,6 +8,7 @@ import (
 
 	"symbi/internal/dsl"
 	"symbi/internal/errcode"
+	"symbi/internal/executors"
 	"symbi/internal/project"
 )
 
@@ -17,6 +18,7 @@ func init() {
 		fs := newFlags(e, c)
 		dir := fs.String("project", ".", "the project `DIR`")
 		asJSON := fs.Bool("json", false, "print the entries as a JSON array")
+		execFile := fs.String("executors", "", "the executors `FILE` the server is started with, so delegated agents show as such")
 		if code, ok := parseFlags(fs, args); !ok {
 			return code
 		}
@@ -24,7 +26,16 @@ func init() {
 			fs.Usage()
 			return 2
 		}
-		entries, err := registryEntries(e, *dir)
+		var opts []dsl.Options
+		if *execFile != "" {
+			execs, err := executors.Load(*execFile, e.getenv)
+			if err != nil {
+				fmt.Fprintf(e.stderr, "symbi agents list: %s\n", errcode.Text(err))
+				return 1
+			}
+			opts = append(opts, dsl.Options{Executors: func(n string) bool { _, ok := execs.Get(n); return ok }})
+		}
+		entries, err := registryEntries(e, *dir, opts...)
 		if err != nil {
 			fmt.Fprintf(e.stderr, "symbi agents list: %s\n", errcode.Text(err))
 			return 1
@@ -39,6 +50,9 @@ func init() {
 		fmt.Fprintln(tw, "NAME\tINVOCABLE\tFILE\tAGENTS\tDESCRIPTION OR REASON")
 		for _, en := range entries {
 			inv, detail := "yes", en.Description
+			if en.Mode == project.ModeDelegated {
+				inv = "delegated (" + en.Executor + ")"
+			}
 			if !en.Invocable {
 				inv, detail = "no", en.Reason
 			}
@@ -55,8 +69,8 @@ func init() {
 
 // registryEntries takes the registry snapshot of the project in dir, with warnings
 // on stderr.
-func registryEntries(e *env, dir string) ([]project.Entry, error) {
-	p, reg, err := openRegistry(dir, slog.New(slog.NewTextHandler(e.stderr, nil)))
+func registryEntries(e *env, dir string, opts ...dsl.Options) ([]project.Entry, error) {
+	p, reg, err := openRegistry(dir, slog.New(slog.NewTextHandler(e.stderr, nil)), opts...)
 	if err != nil {
 		return nil, err
 	}

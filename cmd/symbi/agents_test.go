@@ -205,3 +205,20 @@ func TestFirstRunMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentsListExecutors: with the server's executors file, a delegated agent is listed
+// as such; without it, refused by rule 3 naming the flag.
+func TestAgentsListExecutors(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "agents", "coder.symbi"), "metadata { executor = \"fake\" }\nagent coder {}\n")
+	execFile := filepath.Join(t.TempDir(), "executors.json")
+	writeFile(t, execFile, `{"executors":{"fake":{"command":["/bin/sh"]}}}`)
+	code, out, errOut := runCLI(t, "", "agents", "list", "--project", dir, "--executors", execFile)
+	if code != 0 || !strings.Contains(out, "delegated (fake)") {
+		t.Fatalf("with --executors: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = runCLI(t, "", "agents", "list", "--project", dir)
+	if code != 0 || !strings.Contains(out, "--executors") || strings.Contains(out, "delegated") {
+		t.Fatalf("without --executors: exit %d\n%s", code, out)
+	}
+}
