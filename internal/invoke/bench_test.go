@@ -12,13 +12,11 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"symbi/internal/inference"
+	"symbi/internal/benchfix"
 	"symbi/internal/invoke"
 	"symbi/internal/ledger"
-	"symbi/internal/loopback"
 	"symbi/internal/mcpserver"
 	"symbi/internal/policy"
-	"symbi/internal/project"
 	"symbi/internal/runs"
 )
 
@@ -30,38 +28,8 @@ import (
 // run in the project ledger.
 func benchSessions(b *testing.B, withLedger **mcp.ClientSession) (gov, ungov *mcp.ClientSession) {
 	b.Helper()
-	dir := b.TempDir()
-	files := map[string]string{
-		"agents/helper.symbi":    "metadata { description = \"answers\" }\nagent helper { capabilities = [\"answer\"] }\n",
-		"policies/respond.cedar": "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n@id(\"no-keys\") forbid (principal, action == Action::\"respond\", resource) when { context.response like \"*PRIVATE KEY*\" };\n",
-	}
-	for rel, content := range files {
-		p := filepath.Join(dir, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
-	model := loopback.New(loopback.WithReply(loopback.Reply{Text: "ok"}))
-	if err := model.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(model.Close)
-	prov, err := inference.NewOpenAI(model.URL(), "", "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := project.Open(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { p.Close() })
-	reg, err := p.LoadRegistry(nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	fx := benchfix.New(b)
+	p, reg, prov := fx.Project, fx.Registry, fx.Provider
 	cfg := invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov}
 	connect := func(r *invoke.Runner) *mcp.ClientSession {
 		srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: r, Registry: reg})})

@@ -3,8 +3,6 @@ package mcpserver_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -12,13 +10,11 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"symbi/internal/inference"
+	"symbi/internal/benchfix"
 	"symbi/internal/invoke"
 	"symbi/internal/ledger"
-	"symbi/internal/loopback"
 	"symbi/internal/mcpserver"
 	"symbi/internal/policy"
-	"symbi/internal/project"
 	"symbi/internal/runs"
 )
 
@@ -27,38 +23,8 @@ import (
 // connected over an in-memory transport, and the server's run manager.
 func benchServer(b *testing.B) (*mcp.ClientSession, *runs.Manager) {
 	b.Helper()
-	dir := b.TempDir()
-	files := map[string]string{
-		"agents/helper.symbi":    "metadata { description = \"answers\" }\nagent helper { capabilities = [\"answer\"] }\n",
-		"policies/respond.cedar": "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n@id(\"no-keys\") forbid (principal, action == Action::\"respond\", resource) when { context.response like \"*PRIVATE KEY*\" };\n",
-	}
-	for rel, content := range files {
-		p := filepath.Join(dir, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
-	model := loopback.New(loopback.WithReply(loopback.Reply{Text: "ok"}))
-	if err := model.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(model.Close)
-	prov, err := inference.NewOpenAI(model.URL(), "", "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := project.Open(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { p.Close() })
-	reg, err := p.LoadRegistry(nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	fx := benchfix.New(b)
+	p, reg, prov := fx.Project, fx.Registry, fx.Provider
 	lw, _, err := ledger.OpenProject(p.Root(), "")
 	if err != nil {
 		b.Fatal(err)
