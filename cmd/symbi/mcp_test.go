@@ -159,6 +159,13 @@ func startSymbi(t *testing.T, dir string, env []string, copts *mcp.ClientOptions
 // connectSymbi starts cmd, a symbi mcp command line, and connects the go-sdk client.
 func connectSymbi(t *testing.T, cmd *exec.Cmd, copts *mcp.ClientOptions, sopts ...*mcp.ClientSessionOptions) *server {
 	t.Helper()
+	return connectSymbiTerminate(t, cmd, copts, 0, sopts...)
+}
+
+// connectSymbiTerminate is connectSymbi whose session, on Close, waits terminate (0: the
+// SDK's default) for the process to exit after stdin closes before signalling it.
+func connectSymbiTerminate(t *testing.T, cmd *exec.Cmd, copts *mcp.ClientOptions, terminate time.Duration, sopts ...*mcp.ClientSessionOptions) *server {
+	t.Helper()
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "symbi-e2e", Version: "1"}, copts)
@@ -168,7 +175,7 @@ func connectSymbi(t *testing.T, cmd *exec.Cmd, copts *mcp.ClientOptions, sopts .
 	if len(sopts) > 0 {
 		so = sopts[0]
 	}
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, so)
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: terminate}, so)
 	if err != nil {
 		t.Fatalf("connect: %v\nstderr:\n%s", err, stderr.String())
 	}

@@ -46,22 +46,7 @@ func startSymbiPatient(t *testing.T, dir string, env []string, flags ...string) 
 	t.Helper()
 	cmd := exec.Command(symbiBin, append([]string{"mcp", "--project", dir, "--log-level", "debug"}, flags...)...)
 	cmd.Env = env
-	stderr := &syncBuffer{}
-	cmd.Stderr = stderr
-	client := mcp.NewClient(&mcp.Implementation{Name: "symbi-runs-e2e", Version: "1"}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
-	defer cancel()
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: hangGuard}, nil)
-	if err != nil {
-		t.Fatalf("connect: %v\nstderr:\n%s", err, stderr.String())
-	}
-	t.Cleanup(func() {
-		cs.Close()
-		if t.Failed() {
-			t.Logf("symbi stderr:\n%s", stderr.String())
-		}
-	})
-	return &server{session: cs, stderr: stderr, cmd: cmd}
+	return connectSymbiTerminate(t, cmd, nil, hangGuard)
 }
 
 // runsModel is a loopback model for runs: prompts containing "hang" are never answered
