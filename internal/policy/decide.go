@@ -215,7 +215,11 @@ func (o ordered) All() iter.Seq2[cedar.PolicyID, *cedar.Policy] {
 }
 
 func (s *Set) decideCedar(r Request) Decision {
-	req, entities := cedarRequest(r)
+	return s.decideCedarRequest(cedarRequest(r))
+}
+
+// decideCedarRequest authorizes one Cedar request against the set, failing closed.
+func (s *Set) decideCedarRequest(req cedar.Request, entities types.EntityMap) Decision {
 	decision, diag := cedar.Authorize(ordered{s}, entities, req)
 	var d Decision
 	if len(diag.Errors) > 0 {

@@ -36,6 +36,11 @@ type loader struct {
 func Load(root *os.File) *Set {
 	l := &loader{set: &Set{}, ids: map[string]string{}}
 	l.load(root)
+	return l.finish()
+}
+
+// finish computes the digest and the mode of the loaded set.
+func (l *loader) finish() *Set {
 	s := l.set
 	sum := sha256.Sum256(l.digest)
 	s.Digest = hex.EncodeToString(sum[:])
@@ -63,16 +68,11 @@ func (l *loader) fail(file string, format string, args ...any) {
 	l.problems = append(l.problems, Problem{File: file, Message: fmt.Sprintf(format, args...)})
 }
 
+// load reads the respond and use_tool policies: policies/*.cedar, then
+// policies/mcp-server/*.cedar.
 func (l *loader) load(root *os.File) {
-	rootFD, err := dupFD(root)
-	if err != nil {
-		l.fail(Dir, "cannot use the project directory descriptor: %v", err)
-		return
-	}
-	defer unix.Close(rootFD)
-
-	dir, ok := l.openDir(rootFD, Dir, Dir)
-	if !ok || dir == nil {
+	dir, ok := l.openPolicies(root)
+	if !ok {
 		return
 	}
 	defer dir.Close()
@@ -81,19 +81,46 @@ func (l *loader) load(root *os.File) {
 		return
 	}
 	l.readFiles(dir, Dir, names)
-	if !hasSurface {
+	if hasSurface {
+		l.loadSub(dir, surfaceEntry, SurfaceDir)
+	}
+}
+
+// loadAccess reads the run-access policies: policies/access/*.cedar only.
+func (l *loader) loadAccess(root *os.File) {
+	dir, ok := l.openPolicies(root)
+	if !ok {
 		return
 	}
-	sub, ok := l.openDir(int(dir.Fd()), surfaceEntry, SurfaceDir)
+	defer dir.Close()
+	l.loadSub(dir, accessEntry, AccessDir)
+}
+
+// openPolicies opens policies/ under the project's directory descriptor. ok is false
+// when it is missing or unusable (a problem is then recorded).
+func (l *loader) openPolicies(root *os.File) (*os.File, bool) {
+	rootFD, err := dupFD(root)
+	if err != nil {
+		l.fail(Dir, "cannot use the project directory descriptor: %v", err)
+		return nil, false
+	}
+	defer unix.Close(rootFD)
+	dir, ok := l.openDir(rootFD, Dir, Dir)
+	return dir, ok && dir != nil
+}
+
+// loadSub reads the *.cedar files of the subdirectory name of dir, when it exists.
+func (l *loader) loadSub(dir *os.File, name, rel string) {
+	sub, ok := l.openDir(int(dir.Fd()), name, rel)
 	if !ok || sub == nil {
 		return
 	}
 	defer sub.Close()
-	subNames, _, ok := l.list(sub, SurfaceDir)
+	names, _, ok := l.list(sub, rel)
 	if !ok {
 		return
 	}
-	l.readFiles(sub, SurfaceDir, subNames)
+	l.readFiles(sub, rel, names)
 }
 
 // dupFD returns a close-on-exec duplicate of f's descriptor, so that Load never
@@ -161,6 +188,8 @@ func (l *loader) list(dir *os.File, rel string) (names []string, hasSurface, ok 
 			names = append(names, name)
 		case rel == Dir && name == surfaceEntry:
 			hasSurface = true
+		case rel == Dir && name == accessEntry:
+			// The run-access policies, a set of their own (LoadAccess).
 		case strings.HasSuffix(strings.ToLower(name), ".cedar"):
 			// An operator who renamed or moved a forbid by mistake must not open the gate:
 			// what looks like a policy but would not be loaded stops the set.

@@ -101,6 +101,10 @@ const (
 	Dir          = "policies"
 	SurfaceDir   = "policies/mcp-server"
 	surfaceEntry = "mcp-server"
+	// AccessDir holds the run-access policies, a set of their own (LoadAccess): Load
+	// does not read it.
+	AccessDir   = "policies/access"
+	accessEntry = "access"
 )
 
 // Limits on what Load reads.
@@ -120,6 +124,10 @@ type Set struct {
 
 	policies []Policy
 	compiled []*cedar.Policy // parallel to policies
+	// mentions are the actions some policy's scope names (every action for a policy
+	// whose scope is the bare "action"): access sets only.
+	mentions  map[string]bool
+	anyAction bool
 }
 
 // Policy describes one loaded policy.
