@@ -286,12 +286,13 @@ func runRunsResolve(e *env, args []string) int {
 	return 0
 }
 
-// cliCaller names a person resolving at a terminal: "cli:<user name>".
-func cliCaller() string {
+// cliCaller names a person resolving at a terminal: "cli:<user name>", authenticated by
+// the operating system ("os": whoever may write the project's ledger).
+func cliCaller() runs.Caller {
 	if u, err := user.Current(); err == nil && u.Username != "" {
-		return "cli:" + u.Username
+		return runs.Caller{ID: "cli:" + u.Username, Auth: "os"}
 	}
-	return fmt.Sprintf("cli:uid-%d", os.Getuid())
+	return runs.Caller{ID: fmt.Sprintf("cli:uid-%d", os.Getuid()), Auth: "os"}
 }
 
 func exitJSON(e *env, name string, v any) int {

@@ -32,6 +32,8 @@ const (
 	Busy              Code = "busy"
 	RunNotFound       Code = "run_not_found"
 	InvalidTransition Code = "invalid_transition"
+	AccessDenied      Code = "access_denied"
+	RateLimited       Code = "rate_limited"
 	Internal          Code = "internal"
 )
 

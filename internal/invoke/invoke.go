@@ -152,10 +152,12 @@ type Request struct {
 	Prompt       string
 	SystemPrompt string
 	// Surface names the transport the run was asked for on (default "mcp-server");
-	// Caller names who asked (default CallerStdio). Both go into the started record and
-	// the policy context.
-	Surface string
-	Caller  string
+	// Caller names who asked (default CallerStdio) and CallerAuth how it was
+	// authenticated (default CallerStdio when Caller is empty). They go into the started
+	// record, the run's ledger entry and the policy context.
+	Surface    string
+	Caller     string
+	CallerAuth string
 	// Workspace is a delegated run's workspace (absolute; default the project directory).
 	Workspace string
 	// Async says the run was started to be observed (start_run), not awaited: only such

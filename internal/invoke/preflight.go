@@ -115,7 +115,9 @@ func (r *Runner) preflightDelegated(req Request, agent *project.Agent) (*prepare
 		executor: ex, workspace: ws, deadline: deadline, hashes: r.cfg.HashesOnly,
 		prompt: delegatedPrompt(adm.Agent, adm.Definition, guidance, req.SystemPrompt, req.Prompt),
 		decide: func(runID string, t policy.ToolUse) policy.Decision {
-			return r.cfg.Policies.Decide(policy.NewToolRequest(agent, runID, req.Surface, req.Caller, t))
+			tr := policy.NewToolRequest(agent, runID, req.Surface, req.Caller, t)
+			tr.CallerAuth = req.CallerAuth
+			return r.cfg.Policies.Decide(tr)
 		},
 		runID: func() string {
 			if a := p.opened.Load(); a != nil {

@@ -73,7 +73,7 @@ func (r *Runner) Start(req Request, progress func(Stage)) (*Run, error) {
 		req.Surface = policy.Surface
 	}
 	if req.Caller == "" {
-		req.Caller = CallerStdio
+		req.Caller, req.CallerAuth = CallerStdio, CallerStdio
 	}
 	p, err := r.preflight(req)
 	if err != nil {
@@ -132,9 +132,10 @@ func (run *Run) Done() <-chan struct{} { return run.done }
 // journal is created, or for a run that ended without one).
 func (run *Run) Audit() *Audit { return run.p.opened.Load() }
 
-// Agent returns the declared name and agent_id of the run's agent, and its caller.
-func (run *Run) Agent() (name, agentID, caller string) {
-	return run.p.name, run.p.agentID, run.p.req.Caller
+// Agent returns the declared name and agent_id of the run's agent, its caller and how
+// the caller was authenticated.
+func (run *Run) Agent() (name, agentID, caller, callerAuth string) {
+	return run.p.name, run.p.agentID, run.p.req.Caller, run.p.req.CallerAuth
 }
 
 // Durable returns the receipt of the run's journal records made durable so far (zero
@@ -314,6 +315,7 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 		DeclarationSHA256:    p.agent.DeclarationSHA256,
 		Surface:              p.req.Surface,
 		Caller:               p.req.Caller,
+		CallerAuth:           p.req.CallerAuth,
 		ServerVersion:        buildinfo.Version,
 		InlinePolicies:       adm.Policies,
 		InlinePoliciesSHA256: adm.PolicyDigest,
@@ -346,6 +348,7 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 	}
 
 	req := policy.NewRequest(p.agent, runID, out.Text, p.req.Surface, p.req.Caller)
+	req.CallerAuth = p.req.CallerAuth
 	decision := r.cfg.Policies.Decide(req)
 	if err := w.Append(journal.PolicyEvaluated{
 		Action:     req.Action,
@@ -399,7 +402,7 @@ func (r *Runner) endRun(w *journal.Writer, p *prepared, t journal.Terminated) er
 		_, ledgerErr = r.cfg.Ledger.Append(ledger.Run{
 			RunID: p.opened.Load().RunID, AgentID: p.agentID, Agent: p.name, File: filepath.Base(w.Path()),
 			Reason: t.Reason, Released: t.Released, Records: int64(prep.Receipt.Records), Head: prep.Receipt.Head,
-			PrevHead: w.Receipt().Head, Caller: p.req.Caller,
+			PrevHead: w.Receipt().Head, Caller: p.req.Caller, CallerAuth: p.req.CallerAuth,
 		})
 	}
 	if ledgerErr != nil {

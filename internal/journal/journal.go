@@ -98,6 +98,7 @@ type Started struct {
 	Mode                 string   `json:"mode"`                   // "text_response"
 	Surface              string   `json:"surface"`                // "mcp-server"
 	Caller               string   `json:"caller,omitempty"`       // who asked for the run: "stdio"
+	CallerAuth           string   `json:"caller_auth,omitempty"`  // how it was authenticated: "stdio", "token", "jwt", "none"
 	ServerVersion        string   `json:"server_version"`         // symbi version
 	MaxOutputTokens      int64    `json:"max_output_tokens"`      // limit in force
 	DeadlineMS           int64    `json:"deadline_ms"`            // deadline in force, milliseconds

@@ -77,6 +77,9 @@ type Run struct {
 	Head     string `json:"head"`
 	PrevHead string `json:"prev_head"` // the journal's head before its last line (terminated)
 	Caller   string `json:"caller"`
+	// CallerAuth is how the caller was authenticated ("stdio", "token", "jwt", "none");
+	// absent in entries written before it was recorded.
+	CallerAuth string `json:"caller_auth,omitempty"`
 }
 
 // Resolution is a caller's judgement of a finished run; the latest for a run wins.
@@ -85,6 +88,7 @@ type Resolution struct {
 	Resolution string `json:"resolution"` // accepted, rejected, needs_followup, superseded
 	Note       string `json:"note"`
 	Caller     string `json:"caller"`
+	CallerAuth string `json:"caller_auth,omitempty"` // as in Run
 }
 
 // Approval is a person's decision at a run's human gate.

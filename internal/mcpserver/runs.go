@@ -14,6 +14,7 @@ import (
 
 	"symbi/internal/errcode"
 	"symbi/internal/invoke"
+	"symbi/internal/policy"
 	"symbi/internal/runs"
 )
 
@@ -39,8 +40,12 @@ type startInput struct {
 }
 
 func (h *handlers) startRun(ctx context.Context, req *mcp.CallToolRequest, in startInput) (string, startOutput, error) {
+	by := h.cfg.caller(req.Extra)
+	if err := h.cfg.Runs.AuthorizeStart(by, in.Agent); err != nil {
+		return "", startOutput{}, err
+	}
 	st, audit, err := h.cfg.Runs.Start(ctx, invoke.Request{Agent: in.Agent, Prompt: in.Prompt, SystemPrompt: in.SystemPrompt,
-		Workspace: in.Workspace, Async: true, Surface: Surface, Caller: h.cfg.caller()})
+		Workspace: in.Workspace, Async: true, Surface: Surface, Caller: by.ID, CallerAuth: by.Auth})
 	if err != nil {
 		return "", startOutput{}, err
 	}
@@ -67,6 +72,9 @@ func (h *handlers) runEvents(ctx context.Context, req *mcp.CallToolRequest, in e
 	if err != nil {
 		return "", nil, err
 	}
+	if _, err := h.cfg.Runs.Authorize(h.cfg.caller(req.Extra), policy.ActionReadRun, in.RunID); err != nil {
+		return "", nil, err
+	}
 	evs, err := h.cfg.Runs.Events(ctx, in.RunID, in.After, limit, time.Duration(in.WaitMS)*time.Millisecond)
 	if err != nil {
 		return "", nil, err
@@ -75,7 +83,7 @@ func (h *handlers) runEvents(ctx context.Context, req *mcp.CallToolRequest, in e
 }
 
 func (h *handlers) runStatus(ctx context.Context, req *mcp.CallToolRequest, in runInput) (string, *runs.Status, error) {
-	st, err := h.cfg.Runs.Status(in.RunID)
+	st, err := h.cfg.Runs.Authorize(h.cfg.caller(req.Extra), policy.ActionReadRun, in.RunID)
 	if err != nil {
 		return "", nil, err
 	}
@@ -93,6 +101,9 @@ type cancelOutput struct {
 }
 
 func (h *handlers) cancelRun(ctx context.Context, req *mcp.CallToolRequest, in runInput) (string, *cancelOutput, error) {
+	if _, err := h.cfg.Runs.Authorize(h.cfg.caller(req.Extra), policy.ActionCancelRun, in.RunID); err != nil {
+		return "", nil, err
+	}
 	st, already, err := h.cfg.Runs.Cancel(ctx, in.RunID)
 	if err != nil {
 		return "", nil, err
@@ -113,7 +124,8 @@ func (h *handlers) listRuns(ctx context.Context, req *mcp.CallToolRequest, in li
 	if err != nil {
 		return "", nil, err
 	}
-	page, err := h.cfg.Runs.List(runs.Filter{Agent: in.Agent, Status: in.Status, Resolution: in.Resolution, After: in.After, Limit: limit})
+	by := h.cfg.caller(req.Extra)
+	page, err := h.cfg.Runs.List(runs.Filter{Agent: in.Agent, Status: in.Status, Resolution: in.Resolution, After: in.After, Limit: limit, Reader: &by})
 	if err != nil {
 		return "", nil, err
 	}
@@ -127,7 +139,11 @@ type resolveInput struct {
 }
 
 func (h *handlers) resolveRun(ctx context.Context, req *mcp.CallToolRequest, in resolveInput) (string, *runs.Status, error) {
-	st, err := h.cfg.Runs.Resolve(in.RunID, in.Resolution, in.Note, h.cfg.caller())
+	by := h.cfg.caller(req.Extra)
+	if _, err := h.cfg.Runs.Authorize(by, policy.ActionResolveRun, in.RunID); err != nil {
+		return "", nil, err
+	}
+	st, err := h.cfg.Runs.Resolve(in.RunID, in.Resolution, in.Note, by)
 	if err != nil {
 		return "", nil, err
 	}
@@ -140,7 +156,7 @@ func (h *handlers) readRun(ctx context.Context, req *mcp.ReadResourceRequest) (*
 	if !ok {
 		return nil, mcp.ResourceNotFoundError(req.Params.URI)
 	}
-	st, err := h.cfg.Runs.Status(id)
+	st, err := h.cfg.Runs.Authorize(h.cfg.caller(req.Extra), policy.ActionReadRun, id)
 	if err != nil {
 		return nil, resourceError(req.Params.URI, err)
 	}
@@ -157,7 +173,7 @@ func (h *handlers) subscribe(ctx context.Context, req *mcp.SubscribeRequest) err
 	if !ok {
 		return mcp.ResourceNotFoundError(req.Params.URI)
 	}
-	if _, err := h.cfg.Runs.Status(id); err != nil {
+	if _, err := h.cfg.Runs.Authorize(h.cfg.caller(req.Extra), policy.ActionReadRun, id); err != nil {
 		return resourceError(req.Params.URI, err)
 	}
 	h.subsMu.Lock()

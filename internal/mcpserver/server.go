@@ -17,6 +17,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -37,17 +38,33 @@ type Config struct {
 	Runs    *runs.Manager
 	Schemas *schemapin.Verifier
 	Log     *slog.Logger
-	// Caller names who calls this server, in each run's started record and policy context:
-	// "" is the one client of a stdio server (invoke.CallerStdio).
-	Caller string
+	// Caller is who calls this server when a request carries no verified bearer token:
+	// the zero value is the one client of a stdio server (invoke.CallerStdio). With
+	// authentication, each request's caller comes from its token (auth.FromTokenInfo).
+	Caller runs.Caller
+	// Rate, when positive, is the requests a second each caller may make (tool calls,
+	// resource reads and subscriptions), with a burst of one second's worth; past it a
+	// request is refused with rate_limited.
+	Rate float64
+	// Now is the clock of the rate limiter (default time.Now).
+	Now func() time.Time
 }
 
 // Surface is the surface runs asked for over MCP are recorded under.
 const Surface = "mcp-server"
 
-func (c Config) caller() string {
-	if c.Caller == "" {
-		return invoke.CallerStdio
+// caller returns who made a request: the caller its verified bearer token names, else
+// the server's configured caller.
+func (c Config) caller(extra *mcp.RequestExtra) runs.Caller {
+	if extra != nil && extra.TokenInfo != nil {
+		if method, _ := extra.TokenInfo.Extra["auth_method"].(string); extra.TokenInfo.UserID != "" && method != "" { // TODO(auth): auth.FromTokenInfo
+			return runs.Caller{ID: extra.TokenInfo.UserID, Auth: method}
+		}
+		// A token that verified but names nobody: an identity no policy can be about.
+		return runs.Caller{ID: "", Auth: "unknown"}
+	}
+	if c.Caller.ID == "" {
+		return runs.Caller{ID: invoke.CallerStdio, Auth: invoke.CallerStdio}
 	}
 	return c.Caller
 }
@@ -90,6 +107,13 @@ func New(cfg Config) *mcp.Server {
 	addTool(s, &mcp.Tool{Name: "verify_schema", Title: "Verify a SchemaPin tool schema", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}, Description: "Verify a SchemaPin-signed tool schema: ECDSA P-256 over SHA-256 of the canonical schema JSON. Key inline (public_key_pem, offline) or from an HTTPS URL (public_key_url; private, loopback and metadata hosts refused). An invalid signature is a result with verified=false, not a tool error."}, h.verifySchema)
 	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: RunURITemplate, Name: "run", Title: "A governed run",
 		Description: "run_status's JSON for one run; subscribe for notifications/resources/updated at each new journal event, its end and each resolution.", MIMEType: "application/json"}, h.readRun)
+	if cfg.Rate > 0 {
+		now := cfg.Now
+		if now == nil {
+			now = time.Now
+		}
+		s.AddReceivingMiddleware(newRateLimiter(cfg.Rate, now).middleware(&h.cfg))
+	}
 	u := &updater{s: s, h: h}
 	cfg.Runs.OnChange(u.changed)
 	if _, err := cfg.Project.AgentsMD(); err == nil {

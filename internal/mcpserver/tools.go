@@ -35,10 +35,14 @@ type invokeOutput struct {
 }
 
 func (h *handlers) invokeAgent(ctx context.Context, req *mcp.CallToolRequest, in invokeInput) (string, invokeOutput, error) {
+	by := h.cfg.caller(req.Extra)
+	if err := h.cfg.Runs.AuthorizeStart(by, in.Agent); err != nil {
+		return "", invokeOutput{}, err
+	}
 	report, stop := progressReporter(ctx, req)
 	defer stop()
 	res, err := h.cfg.Runs.Invoke(ctx, invoke.Request{Agent: in.Agent, Prompt: in.Prompt, SystemPrompt: in.SystemPrompt,
-		Surface: Surface, Caller: h.cfg.caller()}, report)
+		Surface: Surface, Caller: by.ID, CallerAuth: by.Auth}, report)
 	if err != nil {
 		return "", invokeOutput{}, err
 	}

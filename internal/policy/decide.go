@@ -79,6 +79,7 @@ type Request struct {
 	Response          string   // the exact text
 	Surface           string   // the transport the run was asked for on: context.surface
 	Caller            string   // who asked for the run ("stdio" for the local client): context.caller
+	CallerAuth        string   // how the caller was authenticated: context.caller_auth
 	Tool              *ToolUse // for use_tool: the tool call or file access
 }
 
@@ -166,6 +167,7 @@ func cedarRequest(r Request) (cedar.Request, types.EntityMap) {
 			Context: types.NewRecord(types.RecordMap{
 				"surface":          types.String(r.Surface),
 				"caller":           types.String(r.Caller),
+				"caller_auth":      types.String(r.CallerAuth),
 				"run_id":           types.String(r.RunID),
 				"title":            types.String(r.Tool.Title),
 				"paths":            stringSet(r.Tool.Paths),
@@ -182,6 +184,7 @@ func cedarRequest(r Request) (cedar.Request, types.EntityMap) {
 		Context: types.NewRecord(types.RecordMap{
 			"surface":            types.String(r.Surface),
 			"caller":             types.String(r.Caller),
+			"caller_auth":        types.String(r.CallerAuth),
 			"mode":               types.String(ResponseMode),
 			"response":           types.String(r.Response),
 			"response_bytes":     types.Long(len(r.Response)),

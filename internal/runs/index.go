@@ -21,7 +21,7 @@ import (
 
 // run is what the index knows of one run. Fields are guarded by Manager.mu.
 type run struct {
-	id, agentID, agent, file, caller string
+	id, agentID, agent, file, caller, callerAuth string
 
 	// From a run ledger entry, or from this process's run when it ended.
 	ended    bool
@@ -148,7 +148,7 @@ func (m *Manager) apply(l *ledger.Line) (added string, err error) {
 			return "", err
 		}
 		r, isNew := m.record(e.RunID)
-		r.agentID, r.agent, r.file, r.caller = e.AgentID, e.Agent, e.File, e.Caller
+		r.agentID, r.agent, r.file, r.caller, r.callerAuth = e.AgentID, e.Agent, e.File, e.Caller, e.CallerAuth
 		r.prevHead, r.endedAt, r.ended = e.PrevHead, formatTime(l.Time), true
 		if r.live == nil {
 			// This process's run in flight records its own end when it has one (its
@@ -191,7 +191,7 @@ func (m *Manager) apply(l *ledger.Line) (added string, err error) {
 			if prev := m.resolutions[e.RunID]; prev != nil {
 				revisions = prev.Revisions + 1
 			}
-			res := &Resolution{Value: e.Resolution, Note: e.Note, Caller: e.Caller, Time: formatTime(l.Time), Revisions: revisions}
+			res := &Resolution{Value: e.Resolution, Note: e.Note, Caller: e.Caller, CallerAuth: e.CallerAuth, Time: formatTime(l.Time), Revisions: revisions}
 			m.resolutions[e.RunID] = res
 			if r := m.runs[e.RunID]; r != nil {
 				r.resolution = res

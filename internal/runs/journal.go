@@ -111,6 +111,7 @@ func verifyLine(raw []byte, seq int64, prev, runID, agentID string, pub ed25519.
 // facts are what a run's journal says of it, every line read verified.
 type facts struct {
 	agent, caller      string
+	callerAuth         string
 	startedAt, endedAt string
 	terminated         bool
 	reason             string // the terminated reason
@@ -150,9 +151,13 @@ func readFacts(data []byte, runID, agentID string, max int64, pub ed25519.Public
 		f.records, f.head = l.seq+1, l.hash
 		switch l.typ {
 		case journal.TypeStarted:
-			var s struct{ Agent, Caller string }
+			var s struct {
+				Agent      string `json:"agent"`
+				Caller     string `json:"caller"`
+				CallerAuth string `json:"caller_auth"`
+			}
 			json.Unmarshal(d, &s)
-			f.agent, f.caller, f.startedAt = s.Agent, s.Caller, l.time
+			f.agent, f.caller, f.callerAuth, f.startedAt = s.Agent, s.Caller, s.CallerAuth, l.time
 		case journal.TypeInferenceFinished, journal.TypeSessionFinished: // a model's answer, a delegated agent's
 			var s struct {
 				Text *string `json:"text"`

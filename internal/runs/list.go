@@ -69,6 +69,9 @@ func (m *Manager) List(f Filter) (*Page, error) {
 			if f.Status != "" && st.Status != f.Status || f.Agent != "" && st.Agent != f.Agent && st.AgentID != f.Agent && !agentIDs[st.AgentID] {
 				continue
 			}
+			if f.Reader != nil && !m.decide(*f.Reader, policy.ActionReadRun, st).Allow {
+				continue
+			}
 			if len(page.Runs) == f.Limit {
 				page.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(cursorPrefix + page.Runs[len(page.Runs)-1].RunID))
 				return page, nil

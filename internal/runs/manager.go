@@ -33,7 +33,13 @@ type Config struct {
 	Registry *project.Registry
 	// Ledger receives resolution entries; nil refuses resolve.
 	Ledger *ledger.Writer
-	Log    *slog.Logger
+	// Access is the project's run-access policy set (policy.LoadAccess); nil applies the
+	// built-in defaults. Only Authorize, AuthorizeStart and List with a Reader consult it.
+	Access *policy.Set
+	// MaxRunsPerCaller bounds the runs one caller may have in flight in this server
+	// (start_run and invoke_agent alike); 0 means no bound beyond the server's own.
+	MaxRunsPerCaller int
+	Log              *slog.Logger
 }
 
 // Manager answers for a project's runs. Its methods are safe for concurrent use.
@@ -44,6 +50,9 @@ type Manager struct {
 	pub        ed25519.PublicKey
 	ledgerPath string
 	watchers   sync.WaitGroup
+
+	perCallerMu sync.Mutex
+	perCaller   map[string]int // runs in flight by caller id (MaxRunsPerCaller)
 
 	mu           sync.Mutex
 	runs         map[string]*run
@@ -125,11 +134,16 @@ func (m *Manager) Close() { m.watchers.Wait() }
 // Start starts a governed run and returns once its started record is durable: the run
 // then goes on, owned by the server, whatever becomes of the request that started it.
 func (m *Manager) Start(ctx context.Context, req invoke.Request) (*Status, *invoke.Audit, error) {
-	lr, err := m.runner().Start(req, nil)
+	release, err := m.admit(req.Caller)
 	if err != nil {
 		return nil, nil, err
 	}
-	m.watch(lr)
+	lr, err := m.runner().Start(req, nil)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	m.watch(lr, release)
 	for {
 		changed := lr.Changed() // taken before Durable is read: no change is missed
 		if lr.Durable().Records > 0 {
@@ -163,18 +177,23 @@ func (m *Manager) Start(ctx context.Context, req invoke.Request) (*Status, *invo
 		return m.build(&snap, false), &audit, nil
 	}
 	// Running: what the caller needs is known without reading the journal back.
-	return &Status{RunID: snap.id, Agent: snap.agent, AgentID: snap.agentID, Status: StatusRunning, Caller: snap.caller,
+	return &Status{RunID: snap.id, Agent: snap.agent, AgentID: snap.agentID, Status: StatusRunning, Caller: snap.caller, CallerAuth: snap.callerAuth,
 		Records: int64(rc.Records), Head: rc.Head, Journal: audit.Path}, &audit, nil
 }
 
 // Invoke starts a governed run and waits for its outcome: invoke_agent. The run is
 // cancelled when ctx ends (its caller is gone), as invoke.Run.Await says.
 func (m *Manager) Invoke(ctx context.Context, req invoke.Request, progress func(invoke.Stage)) (*invoke.Result, error) {
-	lr, err := m.runner().Start(req, progress)
+	release, err := m.admit(req.Caller)
 	if err != nil {
 		return nil, err
 	}
-	m.watch(lr)
+	lr, err := m.runner().Start(req, progress)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	m.watch(lr, release)
 	return lr.Await(ctx)
 }
 
@@ -186,11 +205,13 @@ func (m *Manager) runner() *invoke.Runner {
 }
 
 // watch follows lr until it ends: it enters the run in the index at its first durable
-// record, reports each new durable event, and records how the run ended.
-func (m *Manager) watch(lr *invoke.Run) {
+// record, reports each new durable event, and records how the run ended. release is
+// called when the run has ended.
+func (m *Manager) watch(lr *invoke.Run, release func()) {
 	m.watchers.Add(1)
 	go func() {
 		defer m.watchers.Done()
+		defer release()
 		var id string
 		var seen int
 		for {
@@ -287,7 +308,7 @@ func (m *Manager) adopt(lr *invoke.Run) *run {
 		r.external, r.facts, r.verified = false, nil, nil
 	}
 	if isNew {
-		r.agent, r.agentID, r.caller = lr.Agent()
+		r.agent, r.agentID, r.caller, r.callerAuth = lr.Agent()
 		r.file = filepath.Base(a.Path)
 		r.live = lr
 		m.insert(a.RunID)
@@ -425,7 +446,7 @@ func (m *Manager) Cancel(ctx context.Context, runID string) (st *Status, already
 
 // Resolve records a caller's resolution of a finished run: a signed resolution ledger
 // entry, durable before the answer. A later call revises it; every entry stays.
-func (m *Manager) Resolve(runID, value, note, caller string) (*Status, error) {
+func (m *Manager) Resolve(runID, value, note string, by Caller) (*Status, error) {
 	if !contains(Resolutions, value) {
 		return nil, errcode.Errorf(errcode.InvalidRequest, "resolution %q: want one of %v", clip(value), Resolutions)
 	}
@@ -442,7 +463,7 @@ func (m *Manager) Resolve(runID, value, note, caller string) (*Status, error) {
 	if m.cfg.Ledger == nil {
 		return nil, errcode.Errorf(errcode.AuditUnavailable, "no project ledger is open, so the resolution cannot be recorded")
 	}
-	if _, err := m.cfg.Ledger.Append(ledger.Resolution{RunID: runID, Resolution: value, Note: note, Caller: caller}); err != nil {
+	if _, err := m.cfg.Ledger.Append(ledger.Resolution{RunID: runID, Resolution: value, Note: note, Caller: by.ID, CallerAuth: by.Auth}); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()

@@ -88,11 +88,12 @@ var (
 
 // Resolution is the latest resolution of a run.
 type Resolution struct {
-	Value     string `json:"value" jsonschema:"accepted, rejected, needs_followup or superseded"`
-	Note      string `json:"note,omitempty" jsonschema:"the caller's note (at most 4 KiB)"`
-	Caller    string `json:"caller" jsonschema:"who resolved it"`
-	Time      string `json:"time" jsonschema:"when (RFC 3339 UTC, the ledger entry's time)"`
-	Revisions int    `json:"revisions" jsonschema:"how many resolution entries the run has, this one included"`
+	Value      string `json:"value" jsonschema:"accepted, rejected, needs_followup or superseded"`
+	Note       string `json:"note,omitempty" jsonschema:"the caller's note (at most 4 KiB)"`
+	Caller     string `json:"caller" jsonschema:"who resolved it"`
+	CallerAuth string `json:"caller_auth,omitempty" jsonschema:"how that caller was authenticated: stdio, token, jwt or none"`
+	Time       string `json:"time" jsonschema:"when (RFC 3339 UTC, the ledger entry's time)"`
+	Revisions  int    `json:"revisions" jsonschema:"how many resolution entries the run has, this one included"`
 }
 
 // Status is what is known of one run.
@@ -113,7 +114,8 @@ type Status struct {
 	Head         string      `json:"head" jsonschema:"hex SHA-256 of the last durable journal line"`
 	StartedAt    string      `json:"started_at" jsonschema:"the started record's time"`
 	EndedAt      string      `json:"ended_at,omitempty" jsonschema:"the terminated record's time"`
-	Caller       string      `json:"caller" jsonschema:"who started the run"`
+	Caller       string      `json:"caller" jsonschema:"who started the run: stdio, or the authenticated caller's id over HTTP"`
+	CallerAuth   string      `json:"caller_auth,omitempty" jsonschema:"how the caller was authenticated: stdio, token, jwt or none (absent in runs recorded before it was)"`
 	Resolution   *Resolution `json:"resolution,omitempty" jsonschema:"the latest resolution, if any"`
 	Journal      string      `json:"journal" jsonschema:"the journal's absolute path"`
 	// JournalPruned is set when the journal was removed by symbi audit prune: the ledger
@@ -155,4 +157,6 @@ type Filter struct {
 	Resolution string // a resolution value, or Unresolved
 	After      string // a cursor from an earlier page
 	Limit      int    // 1..MaxLimit; 0 means DefaultLimit
+	// Reader, when set, keeps only the runs it may read (the read_run access decision).
+	Reader *Caller
 }

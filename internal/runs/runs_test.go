@@ -342,7 +342,10 @@ func TestRunIDArgument(t *testing.T) {
 		{"Status", func(id string) error { _, err := m.Status(id); return err }},
 		{"Events", func(id string) error { _, err := events(t, m, id, 0, 0); return err }},
 		{"Cancel", func(id string) error { _, _, err := m.Cancel(context.Background(), id); return err }},
-		{"Resolve", func(id string) error { _, err := m.Resolve(id, "accepted", "", "tester"); return err }},
+		{"Resolve", func(id string) error {
+			_, err := m.Resolve(id, "accepted", "", runs.Caller{ID: "tester", Auth: "stdio"})
+			return err
+		}},
 	}
 	tests := []struct {
 		name string
@@ -761,7 +764,7 @@ func TestLedgerAltered(t *testing.T) {
 				wantCode(t, err, errcode.AuditUnavailable, tt.want...)
 				_, err = events(t, m, id, 0, 10)
 				wantCode(t, err, errcode.AuditUnavailable, tt.want...)
-				_, err = m.Resolve(id, "accepted", "", "tester")
+				_, err = m.Resolve(id, "accepted", "", runs.Caller{ID: "tester", Auth: "stdio"})
 				wantCode(t, err, errcode.AuditUnavailable, tt.want...)
 				_, _, err = m.Cancel(context.Background(), id)
 				wantCode(t, err, errcode.AuditUnavailable, tt.want...)
@@ -862,7 +865,7 @@ func TestExternal(t *testing.T) {
 	if err != nil || len(evs.Events) != 0 || evs.Done {
 		t.Fatalf("in progress, at the end: %+v, %v; want none, not done", evs, err)
 	}
-	_, err = m.Resolve(live, "accepted", "", "tester")
+	_, err = m.Resolve(live, "accepted", "", runs.Caller{ID: "tester", Auth: "stdio"})
 	wantCode(t, err, errcode.InvalidTransition, "running")
 	if !errors.Is(err, runs.ErrTransition) {
 		t.Fatalf("%v is not ErrTransition", err)
@@ -888,7 +891,7 @@ func TestExternal(t *testing.T) {
 	if err != nil || len(evs.Events) != 0 || !evs.Done || evs.Status != runs.StatusAbandoned {
 		t.Fatalf("abandoned, at the end: %+v, %v; want done", evs, err)
 	}
-	if _, err := m.Resolve(live, "rejected", "", "tester"); err != nil {
+	if _, err := m.Resolve(live, "rejected", "", runs.Caller{ID: "tester", Auth: "stdio"}); err != nil {
 		t.Fatalf("resolve an abandoned run: %v", err)
 	}
 
@@ -992,7 +995,7 @@ func TestResolve(t *testing.T) {
 	for _, v := range runs.Resolutions {
 		for _, note := range []string{"", "looks right", strings.Repeat("n", ledger.MaxNoteBytes)} {
 			revisions++
-			st, err := m.Resolve(id, v, note, "tester")
+			st, err := m.Resolve(id, v, note, runs.Caller{ID: "tester", Auth: "stdio"})
 			if err != nil {
 				t.Fatalf("%s %d-byte note: %v", v, len(note), err)
 			}
@@ -1019,7 +1022,7 @@ func TestResolve(t *testing.T) {
 	for _, tt := range refused {
 		t.Run(tt.name, func(t *testing.T) {
 			before := len(readFile(t, p.ledgerPath()))
-			_, err := m.Resolve(id, tt.value, tt.note, "tester")
+			_, err := m.Resolve(id, tt.value, tt.note, runs.Caller{ID: "tester", Auth: "stdio"})
 			wantCode(t, err, tt.code)
 			if after := len(readFile(t, p.ledgerPath())); after != before {
 				t.Fatalf("a refused resolution wrote %d bytes to the ledger", after-before)
@@ -1043,7 +1046,7 @@ func TestResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = ro.Resolve(id, "accepted", "", "tester")
+	_, err = ro.Resolve(id, "accepted", "", runs.Caller{ID: "tester", Auth: "stdio"})
 	wantCode(t, err, errcode.AuditUnavailable, "no project ledger")
 
 	// Cancel of a finished run answers with its status.

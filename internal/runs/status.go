@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"symbi/internal/errcode"
+	"symbi/internal/invoke"
 	"symbi/internal/journal"
 )
 
@@ -15,7 +16,7 @@ const abandonedReason = "the journal has no terminated record and no server is w
 // build makes the Status of snap, reading (and, for a finished run, caching) its
 // journal's facts. withText adds the released text.
 func (m *Manager) build(snap *run, withText bool) *Status {
-	st := &Status{RunID: snap.id, Agent: snap.agent, AgentID: snap.agentID, Caller: snap.caller,
+	st := &Status{RunID: snap.id, Agent: snap.agent, AgentID: snap.agentID, Caller: snap.caller, CallerAuth: snap.callerAuth,
 		Records: snap.records, Head: snap.head, Resolution: snap.resolution, Journal: m.journalPath(snap), JournalPruned: snap.pruned}
 	lr := snap.live
 	running := false
@@ -66,7 +67,11 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 		st.Agent = f.agent
 	}
 	if st.Caller == "" {
-		st.Caller = f.caller
+		st.Caller, st.CallerAuth = f.caller, f.callerAuth
+	}
+	if st.Caller == "" {
+		// Runs recorded before callers were: only stdio servers existed then.
+		st.Caller = invoke.CallerStdio
 	}
 	st.StartedAt, st.EndedAt = f.startedAt, f.endedAt
 	if f.problem != nil {

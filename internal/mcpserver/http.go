@@ -1,0 +1,109 @@
+package mcpserver
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+)
+
+// The paths of the HTTP server.
+const (
+	// MCPPath serves MCP Streamable HTTP.
+	MCPPath = "/mcp"
+	// MetadataPath serves the OAuth 2.0 protected resource metadata (RFC 9728), also at
+	// MetadataPath+MCPPath (the form for a resource with a path).
+	MetadataPath = "/.well-known/oauth-protected-resource"
+)
+
+// SessionIdle is how long an HTTP session may go without a request before the server
+// closes it (its subscriptions end with it; a client reconnects with a new session).
+const SessionIdle = 30 * time.Minute
+
+// HTTPOptions configure NewHTTPHandler.
+type HTTPOptions struct {
+	// Verifier checks each request's bearer token and names its caller (internal/auth);
+	// nil serves without authentication, which the caller of NewHTTPHandler allows only
+	// on loopback addresses (CheckListenAddr).
+	Verifier sdkauth.TokenVerifier
+	// PublicURL is the server's base URL as clients reach it ("https://symbi.example.com"):
+	// the protected resource is PublicURL+MCPPath, and 401 answers point to its metadata.
+	PublicURL string
+	// AuthorizationServers are the issuers the metadata names (JWT mode); empty for
+	// static tokens.
+	AuthorizationServers []string
+	Log                  *slog.Logger
+}
+
+// NewHTTPHandler serves s over MCP Streamable HTTP at MCPPath: one MCP server, a session
+// per client, requests of at most MaxMessageBytes, the SDK's DNS-rebinding protection
+// (a request to a loopback address must name a loopback Host) and cross-origin
+// protection (a browser request from another origin is refused). With a Verifier, every
+// request to MCPPath needs a valid bearer token (401 with WWW-Authenticate pointing to
+// the metadata otherwise), and the metadata is served at MetadataPath.
+func NewHTTPHandler(s *mcp.Server, o HTTPOptions) http.Handler {
+	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{
+		Logger:              o.Log,
+		MaxRequestBodyBytes: MaxMessageBytes,
+		SessionTimeout:      SessionIdle,
+	})
+	h = http.NewCrossOriginProtection().Handler(h)
+	mux := http.NewServeMux()
+	if o.Verifier != nil {
+		base := strings.TrimSuffix(o.PublicURL, "/")
+		meta := sdkauth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
+			Resource:               base + MCPPath,
+			AuthorizationServers:   o.AuthorizationServers,
+			BearerMethodsSupported: []string{"header"},
+			ResourceName:           "symbi governed agent runs",
+		})
+		mux.Handle(MetadataPath, meta)
+		mux.Handle(MetadataPath+MCPPath, meta)
+		h = sdkauth.RequireBearerToken(o.Verifier, &sdkauth.RequireBearerTokenOptions{
+			ResourceMetadataURL: base + MetadataPath + MCPPath,
+		})(h)
+	}
+	mux.Handle(MCPPath, h)
+	return mux
+}
+
+// CheckListenAddr refuses an address symbi may not listen on: without authentication
+// only loopback addresses ("127.0.0.1:8080", "[::1]:8080", "localhost:8080"), so that no
+// one else on the network can run agents as this server's operator. An address without a
+// host (":8080") listens on every interface.
+func CheckListenAddr(addr string, authenticated bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--http %q: want HOST:PORT: %v", addr, err)
+	}
+	if authenticated {
+		return nil
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || !ip.Unmap().IsLoopback() {
+		if host == "" {
+			host = "every interface"
+		}
+		return fmt.Errorf("--http %q listens on %s, which is not a loopback address: without authentication symbi serves HTTP only on 127.0.0.1, ::1 or localhost; configure --auth-tokens or --auth-jwks to serve other addresses", addr, host)
+	}
+	return nil
+}
+
+// ShutdownHTTP stops srv accepting at once, then waits until ctx ends for its requests to
+// finish (long polls and event streams end with their sessions) before closing the rest.
+func ShutdownHTTP(ctx context.Context, srv *http.Server) {
+	if err := srv.Shutdown(ctx); err != nil {
+		srv.Close()
+	}
+}

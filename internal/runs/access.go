@@ -1,0 +1,98 @@
+package runs
+
+import (
+	"sync"
+
+	"symbi/internal/errcode"
+	"symbi/internal/policy"
+)
+
+// Caller is who asks for something of a run, and how it was authenticated: "stdio" for
+// the client of a stdio server, else the token's name or the JWT's subject.
+type Caller struct {
+	ID   string // the caller's id: principal Caller::"<id>"
+	Auth string // "stdio", "token", "jwt" or "none"
+}
+
+// access returns the project's run-access policies: the configured set, or, when none
+// was given, the built-in defaults.
+func (m *Manager) access() *policy.Set {
+	if m.cfg.Access != nil {
+		return m.cfg.Access
+	}
+	return &policy.Set{Mode: policy.ModeDefault}
+}
+
+// AuthorizeStart decides whether by may start a run of the agent named name (its
+// registry name; the decision is about its declared name). A name the registry does not
+// resolve to an admitted agent is not decided here: starting it fails with its own error.
+// A denial is an access_denied error naming the deciding policies.
+func (m *Manager) AuthorizeStart(by Caller, name string) error {
+	if m.cfg.Registry == nil {
+		return errcode.Errorf(errcode.Internal, "no agent registry to decide start_run with")
+	}
+	a, err := m.cfg.Registry.Resolve(name)
+	if err != nil || a.Admission == nil || a.Admission.Agent == "" {
+		// No agent to decide about: starting fails anyway, with the precise reason (an
+		// invalid or unknown name, a refused definition).
+		return nil
+	}
+	agent := a.Admission.Agent
+	return denied(by, policy.ActionStartRun, "agent "+agent, m.access().DecideAccess(policy.AccessRequest{
+		Action: policy.ActionStartRun, Caller: by.ID, CallerAuth: by.Auth, Agent: agent}))
+}
+
+// Authorize decides whether by may take action (read_run, cancel_run, resolve_run,
+// approve_run) on the run, and returns the run's status (with its text) it decided on. A
+// run that does not exist is run_not_found; a denial is access_denied.
+func (m *Manager) Authorize(by Caller, action, runID string) (*Status, error) {
+	st, err := m.Status(runID)
+	if err != nil {
+		return nil, err
+	}
+	if err := denied(by, action, "run "+runID, m.decide(by, action, st)); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// decide is the access decision for action on the run whose status is st.
+func (m *Manager) decide(by Caller, action string, st *Status) policy.Decision {
+	return m.access().DecideAccess(policy.AccessRequest{Action: action, Caller: by.ID, CallerAuth: by.Auth,
+		Run: &policy.RunResource{ID: st.RunID, Owner: st.Caller, Agent: st.Agent, Status: st.Status}})
+}
+
+// denied turns a denial into an access_denied error, or returns nil for an allow.
+func denied(by Caller, action, what string, d policy.Decision) error {
+	if d.Allow {
+		return nil
+	}
+	return errcode.Errorf(errcode.AccessDenied, "caller %q may not %s %s: %s", by.ID, action, what, d.Reason)
+}
+
+// admit counts a run of caller in flight against MaxRunsPerCaller: a caller already at
+// the bound is refused with busy. release uncounts it (once).
+func (m *Manager) admit(caller string) (release func(), err error) {
+	if m.cfg.MaxRunsPerCaller <= 0 {
+		return func() {}, nil
+	}
+	m.perCallerMu.Lock()
+	defer m.perCallerMu.Unlock()
+	if m.perCaller[caller] >= m.cfg.MaxRunsPerCaller {
+		return nil, errcode.Errorf(errcode.Busy, "caller %q already has %d runs in flight, the most one caller may have (--max-runs-per-caller); retry when one ends", caller, m.cfg.MaxRunsPerCaller)
+	}
+	if m.perCaller == nil {
+		m.perCaller = map[string]int{}
+	}
+	m.perCaller[caller]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.perCallerMu.Lock()
+			defer m.perCallerMu.Unlock()
+			if m.perCaller[caller]--; m.perCaller[caller] == 0 {
+				delete(m.perCaller, caller)
+			}
+		})
+	}, nil
+}
