@@ -114,6 +114,91 @@ func conformanceModel(t *testing.T) *loopback.Server {
 	return m
 }
 
+// confDelegated is the conformance suite's delegated agent: the fake ACP agent
+// (cmd/fake-acp-agent), registered as executor "fake" with --executors, behind the
+// project's agent "coder", with a workspace in a granted --workspace-root. Its exported
+// fields are what sdk-client.mjs reads as cfg.delegated.
+type confDelegated struct {
+	Agent     string `json:"agent"`
+	Executor  string `json:"executor"`
+	Workspace string `json:"workspace"` // inside the granted root: holds File
+	Resolved  string `json:"resolved"`  // Workspace, symbolic links resolved
+	File      string `json:"file"`      // relative to Workspace
+	Content   string `json:"content"`   // File's
+	Prompt    string `json:"prompt"`
+	Answer    string `json:"answer"`   // the agent's message: the run's text
+	Outside   string `json:"outside"`  // a directory outside every root
+	Relative  string `json:"relative"` // Workspace as a relative path
+	Symlink   string `json:"symlink"`  // a link inside the root to Outside
+	// Args are the server's flags: --executors FILE --workspace-root ROOT.
+	Args []string `json:"-"`
+	// Script is the fake agent's script (FAKE_ACP_SCRIPT) for a run that completes: it
+	// thinks, reports a read tool call, reads File through fs/read_text_file (expecting
+	// Content), is refused an execute permission (policies/tools.cedar forbids execute)
+	// and answers Answer. Hang's agent never finishes its turn.
+	Script, Hang string `json:"-"`
+}
+
+// confFakeAgent builds cmd/fake-acp-agent once for t (and its subtests).
+func confFakeAgent(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "fake-acp-agent")
+	if out, err := exec.Command("go", "build", "-o", bin, "../fake-acp-agent").CombinedOutput(); err != nil {
+		t.Fatalf("building the fake ACP agent: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// confDelegate adds the delegated agent to the project dir, runs by the fake agent bin:
+// agents/coder.symbi naming executor "fake", the repository's policies/tools.cedar, the
+// executors file, a workspace root holding the workspace and a link out of it, a
+// directory outside, and the scripts.
+func confDelegate(t *testing.T, bin, dir string) *confDelegated {
+	t.Helper()
+	writeFile(t, filepath.Join(dir, "agents", "coder.symbi"),
+		"metadata { executor = \"fake\", description = \"reviews code in a workspace\" }\nagent coder { capabilities = [\"code\"] }\n")
+	tools, err := os.ReadFile(filepath.Join("..", "..", "policies", "tools.cedar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "policies", "tools.cedar"), string(tools))
+	tmp := t.TempDir()
+	root, outside := filepath.Join(tmp, "root"), filepath.Join(tmp, "outside")
+	d := &confDelegated{Agent: "coder", Executor: "fake", Workspace: filepath.Join(root, "ws"), File: "notes.txt",
+		Content: "hello from the workspace\n", Prompt: "Summarize notes.txt", Answer: "notes.txt says hello from the workspace.",
+		Outside: outside, Relative: "ws", Symlink: filepath.Join(root, "escape")}
+	writeFile(t, filepath.Join(d.Workspace, d.File), d.Content)
+	writeFile(t, filepath.Join(outside, "secret.txt"), "outside\n")
+	if err := os.Symlink(outside, d.Symlink); err != nil {
+		t.Fatal(err)
+	}
+	if d.Resolved, err = filepath.EvalSymlinks(d.Workspace); err != nil {
+		t.Fatal(err)
+	}
+	execFile := filepath.Join(tmp, "executors.json")
+	ex, _ := json.Marshal(map[string]any{"executors": map[string]any{d.Executor: map[string]any{"command": []string{bin}}}})
+	writeFile(t, execFile, string(ex))
+	if err := os.Chmod(execFile, 0o644); err != nil { // neither group nor others may write it
+		t.Fatal(err)
+	}
+	d.Args = []string{"--executors", execFile, "--workspace-root", root}
+	script, _ := json.Marshal(map[string]any{
+		"forbid_terminal": true, "require_fs": true, "expect_prompt_contains": []string{d.Prompt},
+		"steps": []map[string]any{
+			{"thought": "Reading the notes."},
+			{"tool_call": map[string]any{"id": "t0", "kind": "read", "title": "read " + d.File, "locations": []string{"$CWD/" + d.File}}},
+			{"read": "$CWD/" + d.File, "expect_content": d.Content},
+			{"permission": map[string]any{"tool_call_id": "t1", "kind": "execute", "title": "go test ./...", "locations": []string{"$CWD"}}, "expect": "reject"},
+			{"message": d.Answer},
+			{"stop_reason": "end_turn"},
+		},
+	})
+	d.Script, d.Hang = filepath.Join(tmp, "script.json"), filepath.Join(tmp, "hang.json")
+	writeFile(t, d.Script, string(script))
+	writeFile(t, d.Hang, `{"steps": [{"thought": "Working."}, {"hang": true}]}`)
+	return d
+}
+
 type checkResult struct {
 	Check  string `json:"check"`
 	OK     bool   `json:"ok"`
@@ -124,22 +209,27 @@ type checkResult struct {
 // version: initialize, tools/list under the SDK's own validation, every tool with good
 // and bad arguments (structuredContent validated by the SDK against each outputSchema),
 // resources, progress, and cancellation through an AbortSignal — whose journal must then
-// end with terminated, reason cancelled. Every journal the run leaves must verify.
+// end with terminated, reason cancelled — and a delegated agent (the fake ACP agent,
+// registered with --executors) run by start_run in a workspace of a granted
+// --workspace-root, and refused workspaces. Every journal the run leaves must verify.
 func TestConformanceTypeScriptSDK(t *testing.T) {
 	node := nodeClients(t)
 	schemapinDir, err := filepath.Abs(schemaVectorDir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	fake := confFakeAgent(t)
 	for _, version := range conformanceVersions {
 		t.Run(version, func(t *testing.T) {
 			t.Parallel()
 			dir := newE2EProject(t)
 			model := conformanceModel(t)
+			d := confDelegate(t, fake, dir)
 			cfg, _ := json.Marshal(map[string]any{
 				"symbi": symbiBin, "project": dir, "protocolVersion": version, "schemapin": schemapinDir,
+				"args": d.Args, "delegated": d,
 				"env": map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
-					"OPENAI_BASE_URL": model.URL(), "CHAT_MODEL": "loopback-test"},
+					"OPENAI_BASE_URL": model.URL(), "CHAT_MODEL": "loopback-test", "FAKE_ACP_SCRIPT": d.Script},
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
@@ -173,7 +263,11 @@ func TestConformanceTypeScriptSDK(t *testing.T) {
 				"list_runs/ok", "list_runs/filters", "resolve_run/bad leaves the run running",
 				"resources/list", "resources/read", "resources/read unknown", "resources/templates/list",
 				"resources/read run", "resources/read unknown run", "resources/subscribe", "resources/subscribe unknown run",
-				"progress", "cancel", "still serving"} {
+				"progress", "cancel", "still serving",
+				"delegated/list_agents", "delegated/start_run", "delegated/run_events", "delegated/run_status",
+				"delegated/resources/read run", "delegated/list_runs", "invoke_agent/bad delegated agent",
+				"start_run/bad workspace outside every root", "start_run/bad relative workspace",
+				"start_run/bad workspace a symbolic link out of the root"} {
 				if !ran[want] {
 					t.Errorf("check %q did not run", want)
 				}
@@ -252,11 +346,20 @@ func verifyJournals(t *testing.T, dir string) {
 // exit code, stdout and stderr.
 func inspector(t *testing.T, node, dir string, model *loopback.Server, args ...string) (int, []byte, string) {
 	t.Helper()
+	return confInspector(t, node, dir, []string{"OPENAI_BASE_URL=" + model.URL(), "CHAT_MODEL=loopback-test"}, nil, args...)
+}
+
+// confInspector is inspector with the server's environment env (KEY=VALUE, given with
+// the Inspector's -e) and symbi mcp's further flags serverArgs.
+func confInspector(t *testing.T, node, dir string, env, serverArgs []string, args ...string) (int, []byte, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	argv := []string{filepath.Join("node_modules", "@modelcontextprotocol", "inspector", "cli", "build", "cli.js"), "--cli",
-		"-e", "OPENAI_BASE_URL=" + model.URL(), "-e", "CHAT_MODEL=loopback-test",
-		symbiBin, "mcp", "--project", dir}
+	argv := []string{filepath.Join("node_modules", "@modelcontextprotocol", "inspector", "cli", "build", "cli.js"), "--cli"}
+	for _, kv := range env {
+		argv = append(argv, "-e", kv)
+	}
+	argv = append(append(argv, symbiBin, "mcp", "--project", dir), serverArgs...)
 	cmd := exec.CommandContext(ctx, node, append(argv, args...)...)
 	cmd.Dir = conformanceDir
 	var stderr bytes.Buffer
@@ -541,6 +644,193 @@ func TestConformanceInspectorCLI(t *testing.T) {
 	verifyJournals(t, dir)
 }
 
+// TestConformanceInspectorCLIDelegated drives a delegated agent with the MCP Inspector's
+// CLI mode, the server started with --executors (the fake ACP agent) and
+// --workspace-root, each invocation its own server process on the same project: list
+// the agent, be refused invoke_agent, start it in a workspace, be refused workspaces
+// outside the roots. The run start_run begins is cancelled when that invocation's server
+// exits (its agent never finishes its turn) and the next invocations answer for it from
+// the ledger; a run that completes is run with the go-sdk client and then read through
+// the Inspector: run_status with its text, run_events, the run resource.
+func TestConformanceInspectorCLIDelegated(t *testing.T) {
+	node := nodeClients(t)
+	dir := newE2EProject(t)
+	model := conformanceModel(t)
+	d := confDelegate(t, confFakeAgent(t), dir)
+	// run tries one Inspector invocation, its server's agent running script, as a subtest:
+	// it must exit 0 and print a result that passes check.
+	run := func(name, script string, args []string, check func(r inspectorResult) error) {
+		t.Run(name, func(t *testing.T) {
+			env := []string{"OPENAI_BASE_URL=" + model.URL(), "CHAT_MODEL=loopback-test", "FAKE_ACP_SCRIPT=" + script}
+			code, out, stderr := confInspector(t, node, dir, env, d.Args, args...)
+			if code != 0 {
+				t.Fatalf("inspector exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+			}
+			var r inspectorResult
+			if err := json.Unmarshal(out, &r); err != nil {
+				t.Fatalf("inspector printed %q: %v", out, err)
+			}
+			if err := check(r); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	run("list_agents", d.Script, confToolCall("list_agents"), func(r inspectorResult) error {
+		agents, _ := r.StructuredContent["agents"].([]any)
+		for _, a := range agents {
+			if e, _ := a.(map[string]any); e["name"] == d.Agent {
+				if r.IsError || e["mode"] != "delegated" || e["executor"] != d.Executor || e["invocable"] != true {
+					return fmt.Errorf("entry %v", e)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("%s is not listed: %+v", d.Agent, r)
+	})
+	run("invoke_agent delegated", d.Script, confToolCall("invoke_agent", "agent="+d.Agent, "prompt=x"), func(r inspectorResult) error {
+		if err := toolError("refused_definition")(r); err != nil {
+			return err
+		}
+		if !strings.Contains(r.Content[0].Text, "start_run") {
+			return fmt.Errorf("the refusal does not name start_run: %s", r.Content[0].Text)
+		}
+		return nil
+	})
+	var started, startedJournal string
+	run("start_run", d.Hang, confToolCall("start_run", "agent="+d.Agent, "prompt="+d.Prompt, "workspace="+d.Workspace), func(r inspectorResult) error {
+		sc := r.StructuredContent
+		a, _ := sc["audit"].(map[string]any)
+		if r.IsError || sc["status"] != "running" || sc["agent"] != d.Agent || a == nil || a["run_id"] != sc["run_id"] {
+			return fmt.Errorf("result %+v", r)
+		}
+		started, _ = sc["run_id"].(string)
+		startedJournal, _ = a["path"].(string)
+		return nil
+	})
+	if started == "" {
+		t.Fatal("start_run gave no run id")
+	}
+	// Its server cancelled it at exit: wait for the record, as a client would for its
+	// events.
+	deadline := time.Now().Add(hangGuard)
+	for lastRecordType(t, startedJournal) != "terminated" && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if recs := records(t, startedJournal); recs[len(recs)-1]["type"] != "terminated" || recs[len(recs)-1]["data"].(map[string]any)["reason"] != "cancelled" {
+		t.Fatalf("start_run's run, left running when its server exited: records %v, want it to end terminated, reason cancelled", types(recs))
+	}
+	for _, bad := range []struct{ name, workspace, rule string }{
+		{"outside every root", d.Outside, "inside a workspace root"},
+		{"relative", d.Relative, "absolute workspace"},
+		{"a symbolic link out of the root", d.Symlink, "inside a workspace root"},
+	} {
+		run("start_run workspace "+bad.name, d.Script, confToolCall("start_run", "agent="+d.Agent, "prompt=x", "workspace="+bad.workspace), func(r inspectorResult) error {
+			if err := toolError("invalid_request")(r); err != nil {
+				return err
+			}
+			if !strings.Contains(r.Content[0].Text, bad.rule) {
+				return fmt.Errorf("the error does not name rule %q: %s", bad.rule, r.Content[0].Text)
+			}
+			return nil
+		})
+	}
+
+	// A delegated run that completes, begun and followed with the go-sdk client.
+	cmd := exec.Command(symbiBin, append([]string{"mcp", "--project", dir}, d.Args...)...)
+	cmd.Env = append(modelEnv(model), "FAKE_ACP_SCRIPT="+d.Script)
+	s := connectSymbi(t, cmd, nil)
+	res := s.call(t, "start_run", map[string]any{"agent": d.Agent, "prompt": d.Prompt, "workspace": d.Workspace})
+	completed, _ := res.StructuredContent.(map[string]any)["run_id"].(string)
+	if res.IsError || completed == "" {
+		t.Fatalf("start_run: %s", text(res))
+	}
+	for cursor, done := 0.0, false; !done; {
+		res := s.call(t, "run_events", map[string]any{"run_id": completed, "after": cursor, "wait_ms": 30000})
+		page, _ := res.StructuredContent.(map[string]any)
+		if res.IsError || page == nil {
+			t.Fatalf("run_events: %s", text(res))
+		}
+		cursor, _ = page["next_cursor"].(float64)
+		done, _ = page["done"].(bool)
+	}
+	s.session.Close()
+
+	run("run_status", d.Script, confToolCall("run_status", "run_id="+completed), func(r inspectorResult) error {
+		sc := r.StructuredContent
+		if r.IsError || sc["status"] != "completed" || sc["released"] != true || sc["text"] != d.Answer || sc["agent"] != d.Agent {
+			return fmt.Errorf("result %+v", r)
+		}
+		return nil
+	})
+	run("run_events", d.Script, confToolCall("run_events", "run_id="+completed, "limit=1000"), func(r inspectorResult) error {
+		sc := r.StructuredContent
+		evs, _ := sc["events"].([]any)
+		var got []string
+		for _, e := range evs {
+			ev, _ := e.(map[string]any)
+			got = append(got, fmt.Sprint(ev["type"]))
+		}
+		all := "," + strings.Join(got, ",") + ","
+		if r.IsError || sc["done"] != true || sc["status"] != "completed" || !strings.HasPrefix(all, ",started,session_started,") ||
+			!strings.HasSuffix(all, ",session_finished,policy_evaluated,terminated,") {
+			return fmt.Errorf("events %s: %+v", all, r)
+		}
+		for _, want := range []string{"agent_thought", "tool_call", "permission_decided", "fs_read", "agent_message"} {
+			if !strings.Contains(all, ","+want+",") {
+				return fmt.Errorf("no %s event: %s", want, all)
+			}
+		}
+		return nil
+	})
+	run("run_status of the cancelled run", d.Script, confToolCall("run_status", "run_id="+started), func(r inspectorResult) error {
+		if sc := r.StructuredContent; r.IsError || sc["status"] != "cancelled" || sc["released"] != false || sc["agent"] != d.Agent || sc["ended_at"] == nil {
+			return fmt.Errorf("result %+v", r)
+		}
+		return nil
+	})
+	run("resources/read run", d.Script, []string{"--method", "resources/read", "--uri", "symbi://runs/" + completed}, func(r inspectorResult) error {
+		if len(r.Contents) != 1 || r.Contents[0].URI != "symbi://runs/"+completed || r.Contents[0].MIMEType != "application/json" {
+			return fmt.Errorf("contents %+v", r.Contents)
+		}
+		var st struct {
+			RunID  string `json:"run_id"`
+			Status string `json:"status"`
+			Text   string `json:"text"`
+		}
+		if err := json.Unmarshal([]byte(r.Contents[0].Text), &st); err != nil || st.RunID != completed || st.Status != "completed" || st.Text != d.Answer {
+			return fmt.Errorf("contents %q: %v", r.Contents[0].Text, err)
+		}
+		return nil
+	})
+	// The refused start_runs started no run.
+	run("list_runs", d.Script, confToolCall("list_runs", "agent="+d.Agent), func(r inspectorResult) error {
+		runs, _ := r.StructuredContent["runs"].([]any)
+		var ids []string
+		for _, x := range runs {
+			ids = append(ids, fmt.Sprint(x.(map[string]any)["run_id"]))
+		}
+		sort.Strings(ids)
+		want := []string{started, completed}
+		sort.Strings(want)
+		if r.IsError || strings.Join(ids, ",") != strings.Join(want, ",") {
+			return fmt.Errorf("runs of %s %v, want %v", d.Agent, ids, want)
+		}
+		return nil
+	})
+
+	// Every journal the invocations left verifies complete.
+	verifyJournals(t, dir)
+}
+
+// confToolCall is the Inspector's arguments calling tool with args (KEY=VALUE).
+func confToolCall(tool string, args ...string) []string {
+	argv := []string{"--method", "tools/call", "--tool-name", tool}
+	if len(args) > 0 {
+		argv = append(append(argv, "--tool-arg"), args...)
+	}
+	return argv
+}
+
 // toolError checks that the Inspector printed a tool error (isError, never a protocol
 // error) whose text and structured error carry code.
 func toolError(code string) func(r inspectorResult) error {
@@ -580,7 +870,7 @@ type inspectorResult struct {
 // TestConformanceGoSDK is the go-sdk client at its default protocol version (2026-07-28,
 // negotiated with server/discover): every tool's structuredContent — of good calls and of
 // tool errors — validates against the tool's advertised outputSchema, which the go-sdk
-// client itself does not check.
+// client itself does not check. A delegated agent's results too.
 func TestConformanceGoSDK(t *testing.T) {
 	dir := newE2EProject(t)
 	model := conformanceModel(t)
@@ -682,4 +972,32 @@ func TestConformanceGoSDK(t *testing.T) {
 	check("cancel_run", map[string]any{"run_id": unknown}, true)
 	check("list_runs", map[string]any{"after": "x"}, true)
 	check("resolve_run", map[string]any{"run_id": id, "resolution": "maybe"}, true)
+
+	// A delegated agent, on a server started with --executors and --workspace-root: the
+	// checks above go to it from here on.
+	dd := newE2EProject(t)
+	d := confDelegate(t, confFakeAgent(t), dd)
+	cmd := exec.Command(symbiBin, append([]string{"mcp", "--project", dd}, d.Args...)...)
+	cmd.Env = append(modelEnv(model), "FAKE_ACP_SCRIPT="+d.Script)
+	s = connectSymbi(t, cmd, nil)
+	listed := false
+	for _, a := range check("list_agents", map[string]any{}, false)["agents"].([]any) {
+		if e := a.(map[string]any); e["name"] == d.Agent {
+			listed = e["mode"] == "delegated" && e["executor"] == d.Executor && e["invocable"] == true
+		}
+	}
+	if !listed {
+		t.Errorf("list_agents does not list %s as delegated, executor %s", d.Agent, d.Executor)
+	}
+	check("invoke_agent", map[string]any{"agent": d.Agent, "prompt": "x"}, true)
+	id, _ = check("start_run", map[string]any{"agent": d.Agent, "prompt": d.Prompt, "workspace": d.Workspace}, false)["run_id"].(string)
+	for done := false; !done; {
+		done, _ = check("run_events", map[string]any{"run_id": id, "wait_ms": 30000, "limit": 1000}, false)["done"].(bool)
+	}
+	if v := check("run_status", map[string]any{"run_id": id}, false); v["status"] != "completed" || v["text"] != d.Answer {
+		t.Errorf("the delegated run: %v", v)
+	}
+	for _, ws := range []string{d.Outside, d.Relative, d.Symlink} {
+		check("start_run", map[string]any{"agent": d.Agent, "prompt": "x", "workspace": ws}, true)
+	}
 }

@@ -12,6 +12,20 @@
 // "hold:NAME" only once a request "release:NAME" has arrived (before or after it), and
 // anything else with "loopback answer: " and the prompt.
 //
+// With "delegated" (and "args" naming --executors FILE and --workspace-root ROOT, and the
+// env naming FAKE_ACP_SCRIPT) the delegated agent's checks run too:
+//
+//   "args": ["--executors", "/path/executors.json", "--workspace-root", "/path/root"],
+//   "delegated": {"agent": "coder", "executor": "fake", "workspace": "/path/root/ws",
+//     "resolved": "/path/root/ws" (symbolic links resolved), "file": "notes.txt" (in the
+//     workspace), "content": its content, "prompt": "...", "answer": "...",
+//     "outside": "/elsewhere", "relative": "ws",
+//     "symlink": "/path/root/escape" (a link to a directory outside the root)}
+//
+// The fake ACP agent's script (cmd/symbi's conformance test writes it) must think, report
+// a read tool call, read file through fs/read_text_file, be refused an execute permission
+// and answer with exactly "answer".
+//
 // Each check prints one JSON line {"check", "ok", "detail"}; the process exits 0 when it
 // has run every check (failures included) and 1 when it could not run them.
 
@@ -80,7 +94,7 @@ function expectOK(res) {
 async function connect() {
   const transport = new StdioClientTransport({
     command: cfg.symbi,
-    args: ["mcp", "--project", cfg.project],
+    args: ["mcp", "--project", cfg.project, ...(cfg.args ?? [])],
     env: cfg.env,
     stderr: "pipe",
   });
@@ -289,7 +303,14 @@ async function main() {
     const res = await call(client, "list_agents", {});
     expectOK(res);
     const names = res.structuredContent.agents.map((a) => `${a.name}:${a.invocable}`);
-    assert(names.join(",") === "dup:false,dup:false,helper:true,refused:false,slow:true", `agents ${names}`);
+    const want = ["dup:false", "dup:false", "helper:true", "refused:false", "slow:true"];
+    if (cfg.delegated) {
+      want.push(`${cfg.delegated.agent}:true`);
+      want.sort(); // the registry lists by name
+    }
+    assert(names.join(",") === want.join(","), `agents ${names}, want ${want}`);
+    const helper = res.structuredContent.agents.find((a) => a.name === "helper");
+    assert(helper.mode === "text_response" && helper.executor === undefined, `helper: mode ${helper.mode}, executor ${helper.executor}`);
   });
   await check("parse_dsl/ok", async () => {
     const res = await call(client, "parse_dsl", { content: "agent a {\n  capabilities = [\"x\"]\n}\n" });
@@ -512,11 +533,30 @@ async function main() {
     ["resolve_run", { run_id: "$done", resolution: "accepted", note: "n".repeat(4097) }, "limit_exceeded"],
     ["resolve_run", { run_id: "$running", resolution: "accepted" }, "invalid_transition"],
   ];
-  for (const [tool, args, code] of bad) {
-    const label = JSON.stringify(args).slice(0, 60);
+  // The delegated agent's, named (their paths are long), each error text naming the rule
+  // (the clear message) it refuses by.
+  const d = cfg.delegated;
+  if (d) {
+    const ws = (workspace, agent = d.agent) => ({ agent, prompt: "x", workspace });
+    bad.push(
+      ["invoke_agent", { agent: d.agent, prompt: "x" }, "refused_definition", "delegated agent", "runs only through start_run"],
+      ["start_run", ws(d.outside), "invalid_request", "workspace outside every root", "inside a workspace root"],
+      ["start_run", ws(d.relative), "invalid_request", "relative workspace", "absolute workspace"],
+      ["start_run", ws(d.symlink), "invalid_request", "workspace a symbolic link out of the root", "inside a workspace root"],
+      ["start_run", ws(`${d.symlink}/.`), "invalid_request", "workspace through a symbolic link out of the root", "inside a workspace root"],
+      ["start_run", ws(`${d.workspace}/../../outside`), "invalid_request", "workspace .. out of the root", "inside a workspace root"],
+      ["start_run", ws(`${d.workspace}/${d.file}`), "invalid_request", "workspace a file", "existing directory"],
+      ["start_run", ws(`${d.workspace}/missing`), "invalid_request", "workspace missing", "existing directory"],
+      ["start_run", { agent: d.agent, prompt: "x" }, "invalid_request", "no workspace: the project, outside the granted roots", "inside a workspace root"],
+      ["start_run", ws(d.workspace, "helper"), "invalid_request", "workspace for a text_response agent", "workspace is for delegated agents"],
+    );
+  }
+  for (const [tool, args, code, name, mentions] of bad) {
+    const label = name ?? JSON.stringify(args).slice(0, 60);
     await check(`${tool}/bad ${label}`, async () => {
       const res = await call(client, tool, Object.fromEntries(Object.entries(args).map(([k, v]) => [k, k === "run_id" ? runArg(v) : v])));
       expectToolError(res, code);
+      if (mentions) assert(textOf(res).includes(mentions), `the error does not say ${JSON.stringify(mentions)}: ${textOf(res)}`);
       if (code === "run_not_found") {
         assert(textOf(res).includes(MISSING_RUN), `the error does not name the run: ${textOf(res)}`);
       }
@@ -645,6 +685,88 @@ async function main() {
     }
     return refused.join("; ");
   });
+
+  // Delegated agents: the fake ACP agent, registered with --executors, run by start_run in
+  // a workspace of a granted --workspace-root; every result validated by the SDK against
+  // its tool's outputSchema as any other. (The refused calls are in the table above.)
+  if (d) {
+    await check("delegated/list_agents", async () => {
+      const { agents } = await callOK(client, "list_agents", {});
+      const e = agents.find((a) => a.name === d.agent);
+      assert(e && e.invocable === true && e.mode === "delegated" && e.executor === d.executor && e.reason === "" &&
+        e.reasons.length === 0 && e.file === `agents/${d.agent}.symbi` && e.agents.join() === d.agent, `entry ${JSON.stringify(e)}`);
+      const refused = agents.find((a) => a.name === "refused");
+      assert(refused.mode === "" && refused.executor === undefined, `a refused agent's mode ${JSON.stringify(refused.mode)}, executor ${refused.executor}`);
+      return `${e.name}: mode ${e.mode}, executor ${e.executor}`;
+    });
+    let run;
+    await check("delegated/start_run", async () => {
+      const sc = await callOK(client, "start_run", { agent: d.agent, prompt: d.prompt, workspace: d.workspace });
+      assert(sc.status === "running" && UUID.test(sc.run_id) && sc.agent === d.agent && UUID.test(sc.agent_id),
+        `start_run ${JSON.stringify(sc)}`);
+      const a = sc.audit;
+      assert(a && a.run_id === sc.run_id && a.path.endsWith(`.${sc.run_id}.jsonl`) && HEX64.test(a.public_key) && a.records >= 1,
+        `audit ${JSON.stringify(a)}`);
+      run = sc;
+      return sc.run_id;
+    });
+    let events;
+    await check("delegated/run_events", async () => {
+      assert(run, "start_run gave no run");
+      // Pages of 2, each a long poll (wait_ms 30000) until done; every event verifies.
+      const r = await readEvents(client, run.run_id, 2, publicKey(run.audit.public_key));
+      events = r.events;
+      assert(r.last.status === "completed" && r.last.done === true, `last page: status ${r.last.status}, done ${r.last.done}`);
+      const types = events.map((e) => e.type);
+      const recs = events.map((e) => JSON.parse(e.line).payload);
+      // The agent's reports and symbi's decisions run concurrently: only the order the
+      // journal's state machine requires is asserted.
+      assert(types[0] === "started" && types[1] === "session_started" &&
+        types.slice(-3).join() === "session_finished,policy_evaluated,terminated", `event types ${types}`);
+      for (const want of ["agent_thought", "tool_call", "permission_decided", "fs_read", "agent_message"]) {
+        assert(types.includes(want), `no ${want} event: ${types}`);
+      }
+      const session = recs[1].data;
+      assert(session.executor === d.executor && session.workspace === d.resolved && session.agent_name === "fake-acp-agent" &&
+        session.session_id && Array.isArray(session.command), `session_started ${JSON.stringify(session)}`);
+      const read = recs.find((p) => p.type === "fs_read").data;
+      const allowed = recs.findIndex((p) => p.type === "permission_decided" && p.data.request_id === read.request_id);
+      assert(read.path === d.file && read.bytes === Buffer.byteLength(d.content) &&
+        read.sha256 === createHash("sha256").update(d.content).digest("hex"), `fs_read ${JSON.stringify(read)}`);
+      assert(allowed >= 0 && allowed < types.indexOf("fs_read") && recs[allowed].data.decision === "allow" && recs[allowed].data.kind === "read",
+        `the read's decision ${JSON.stringify(recs[allowed])}`);
+      const denied = recs.find((p) => p.type === "permission_decided" && p.data.kind === "execute")?.data;
+      assert(denied?.decision === "deny" && denied.policy_ids.includes("tools-no-execute") && denied.tool_call_id === "t1",
+        `the execute permission's decision ${JSON.stringify(denied)}`);
+      const said = recs.filter((p) => p.type === "agent_message").map((p) => p.data.text).join("");
+      assert(said === d.answer, `agent_message text ${JSON.stringify(said)}`);
+      const finished = recs[recs.length - 3].data;
+      assert(finished.outcome === "completed" && finished.stop_reason === "end_turn", `session_finished ${JSON.stringify(finished)}`);
+      const end = recs[recs.length - 1].data;
+      assert(end.reason === "completed" && end.released === true, `terminated ${JSON.stringify(end)}`);
+      return `${events.length} events in ${r.pages} pages of 2: ${types.join(",")}`;
+    });
+    await check("delegated/run_status", async () => {
+      assert(run, "start_run gave no run");
+      const st = await callOK(client, "run_status", { run_id: run.run_id });
+      assert(st.status === "completed" && st.released === true && st.text === d.answer && st.agent === d.agent &&
+        st.agent_id === run.agent_id && st.journal === run.audit.path && st.caller === "stdio" && st.ended_at &&
+        (events === undefined || st.records === events.length), `run_status ${JSON.stringify(st)}`);
+    });
+    await check("delegated/resources/read run", async () => {
+      assert(run, "start_run gave no run");
+      const st = await readRun(client, run.run_id);
+      const tool = await callOK(client, "run_status", { run_id: run.run_id });
+      assert(st.status === "completed" && st.text === d.answer, `resource ${JSON.stringify(st)}`);
+      assert(JSON.stringify(st) === JSON.stringify(tool), `the resource is not run_status: ${JSON.stringify(st)} vs ${JSON.stringify(tool)}`);
+    });
+    await check("delegated/list_runs", async () => {
+      assert(run, "start_run gave no run");
+      // The refused start_runs (the table above) started no run.
+      const runs = await listAll(client, { agent: d.agent }, 1);
+      assert(runs.length === 1 && runs[0].run_id === run.run_id && runs[0].status === "completed", `runs of ${d.agent}: ${JSON.stringify(runs)}`);
+    });
+  }
 
   // Progress: symbi sends one notification per stage, in order, each before the result.
   // The SDK (1.x) dispatches notifications a microtask later than responses, so a
