@@ -28,7 +28,7 @@ const shutdownGrace = 15 * time.Second
 const transportGrace = 5 * time.Second
 
 func init() {
-	c := &command{name: "mcp", summary: "serve the project's agents over MCP on stdin/stdout (governed invoke_agent)"}
+	c := &command{name: "mcp", summary: "serve the project's agents over MCP on stdin/stdout, or Streamable HTTP with --http (governed runs)"}
 	c.run = func(e *env, args []string) int {
 		fs := newFlags(e, c)
 		dir := fs.String("project", ".", "the project `DIR` to serve")
@@ -39,11 +39,17 @@ func init() {
 		execFile := fs.String("executors", "", "register the coding agents delegated agents may run, from the JSON `FILE` (docs/executors.md)")
 		var roots listFlag
 		fs.Var(&roots, "workspace-root", "a `DIR` inside which delegated runs' workspaces must be (repeatable; default: the project directory)")
+		var h httpFlags
+		h.register(fs)
 		if code, ok := parseFlags(fs, args); !ok {
 			return code
 		}
 		if *maxRuns < 1 {
 			fmt.Fprintf(e.stderr, "symbi mcp: --max-runs %d: want 1 or more\n", *maxRuns)
+			return 2
+		}
+		if err := h.check(); err != nil {
+			fmt.Fprintf(e.stderr, "symbi mcp: %v\n", err)
 			return 2
 		}
 		var lv slog.Level
@@ -52,7 +58,7 @@ func init() {
 			return 2
 		}
 		log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lv}))
-		if err := serveMCP(e, serveOptions{dir: *dir, maxRuns: *maxRuns, minFree: uint64(minFree), executors: *execFile, roots: roots}, log); err != nil {
+		if err := serveMCP(e, serveOptions{dir: *dir, maxRuns: *maxRuns, minFree: uint64(minFree), executors: *execFile, roots: roots, http: h}, log); err != nil {
 			log.Error("symbi mcp stopped", "err", err)
 			return 1
 		}
@@ -72,6 +78,7 @@ type serveOptions struct {
 	minFree   uint64
 	executors string   // --executors FILE
 	roots     []string // --workspace-root
+	http      httpFlags
 }
 
 // serveMCP serves the project until stdin closes or SIGTERM, SIGINT or SIGHUP arrives,
@@ -128,14 +135,21 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	})
 	// Runs: every run of this server and every run the ledger records, started through
 	// runner (invoke_agent and start_run share it).
-	rm := runs.New(runs.Config{Root: p.Root(), KeyFile: e.getenv("SYMBI_AUDIT_KEY_FILE"), Runner: runner, Registry: reg, Ledger: lw, Log: log})
-	server := mcpserver.New(mcpserver.Config{
-		Project: p, Registry: reg, Runs: rm, Schemas: schemapin.NewVerifier(e.getenv), Log: log,
-	})
-	attrs := []any{"project", p.Path(), "agents", len(reg.Entries()), "policy_mode", pol.Mode, "policy_digest", pol.Digest}
+	access := policy.LoadAccess(p.Root())
+	if access.Mode == policy.ModeDenyAll {
+		log.Warn("access policy set is deny_all: every run access will be denied until it is fixed", "reason", access.Reason)
+	}
+	rm := runs.New(runs.Config{Root: p.Root(), KeyFile: e.getenv("SYMBI_AUDIT_KEY_FILE"), Runner: runner, Registry: reg, Ledger: lw, Log: log,
+		Access: access, MaxRunsPerCaller: o.http.maxPerCaller})
+	cfg := mcpserver.Config{Project: p, Registry: reg, Runs: rm, Schemas: schemapin.NewVerifier(e.getenv), Log: log, Rate: o.http.rate}
+	attrs := []any{"project", p.Path(), "agents", len(reg.Entries()), "policy_mode", pol.Mode, "policy_digest", pol.Digest, "access_mode", access.Mode}
 	if prov != nil {
 		attrs = append(attrs, "provider", prov.Name(), "model", prov.Model())
 	}
+	if o.http.addr != "" {
+		return serveHTTP(e, o.http, cfg, runner, log, attrs)
+	}
+	server := mcpserver.New(cfg)
 	log.Info("serving", attrs...)
 
 	sigCtx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)

@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
+	"symbi/internal/auth"
 	"symbi/internal/errcode"
 	"symbi/internal/invoke"
 	"symbi/internal/policy"
@@ -16,7 +18,7 @@ import (
 )
 
 var cmdPolicyCheck = &command{name: "policy check", summary: "load the project's Cedar policies and list files and policy ids (exit 1 if unusable)"}
-var cmdPolicyEval = &command{name: "policy eval", summary: "dry-run a decision: respond for an agent's answer, or use_tool for a delegated agent's tool call (exit 0 when decided, 1 when not)"}
+var cmdPolicyEval = &command{name: "policy eval", summary: "dry-run a decision: respond for an agent's answer, use_tool for a delegated agent's tool call, or a run-access action (exit 0 when decided, 1 when not)"}
 
 func init() {
 	cmdPolicyCheck.run = runPolicyCheck
@@ -37,36 +39,53 @@ func runPolicyCheck(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "symbi policy check: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	set, code := policyLoad(e, "policy check", *dir)
+	set, access, code := policyLoad(e, "policy check", *dir)
 	if set == nil {
 		return code
 	}
 	if *asJSON {
-		if !printJSON(e, cmdPolicyCheck.name, policyCheckJSON(set)) {
+		out := policyCheckJSON(set)
+		acc := policyCheckJSON(access)
+		out.Access = &acc
+		if !printJSON(e, cmdPolicyCheck.name, out) {
 			return 1
 		}
 	} else {
-		policyPrintCheck(e, set)
+		policyPrintCheck(e, set, "no policy files: the built-in default permits respond")
+		fmt.Fprintf(e.stdout, "\naccess (%s):\n", policy.AccessDir)
+		policyPrintCheck(e, access, "no access policy files: the built-in defaults decide run access (start: anyone; read, cancel, resolve: own runs; approve: others' runs)")
 	}
+	code = 0
 	if set.Mode == policy.ModeDenyAll {
 		for _, p := range set.Problems {
 			fmt.Fprintln(e.stderr, p.String())
 		}
 		fmt.Fprintf(e.stderr, "symbi policy check: deny_all: every response would be denied: %s\n", set.Reason)
-		return 1
+		code = 1
 	}
-	return 0
+	if access.Mode == policy.ModeDenyAll {
+		for _, p := range access.Problems {
+			fmt.Fprintln(e.stderr, p.String())
+		}
+		fmt.Fprintf(e.stderr, "symbi policy check: access deny_all: every run access would be denied: %s\n", access.Reason)
+		code = 1
+	}
+	return code
 }
 
 // runPolicyEval runs symbi policy eval.
 func runPolicyEval(e *env, args []string) int {
 	fs := newFlags(e, cmdPolicyEval)
 	dir := fs.String("project", ".", "the project `DIR`")
-	agent := fs.String("agent", "", "the `AGENT`, by its file stem (required)")
-	caller := fs.String("caller", invoke.CallerStdio, "the `CALLER` the decision is made for (context.caller)")
+	agent := fs.String("agent", "", "the `AGENT`, by its file stem (required, except for the run actions)")
+	caller := fs.String("caller", invoke.CallerStdio, "the `CALLER` the decision is made for (context.caller; the principal of access actions)")
+	callerAuth := fs.String("caller-auth", "", "how the caller was authenticated: stdio, token, jwt or none (`METHOD`; default stdio for the caller stdio, else token)")
+	runOwner := fs.String("run-owner", invoke.CallerStdio, "run actions: the `CALLER` that started the run (resource.owner)")
+	runAgent := fs.String("run-agent", "", "run actions: the run's agent, declared `NAME` (resource.agent)")
+	runStatus := fs.String("run-status", "completed", "run actions: the run's `STATUS` (resource.status)")
 	response := fs.String("response", "", "respond: the answer `TEXT`")
 	responseFile := fs.String("response-file", "", "respond: read the answer text from `FILE`")
-	action := fs.String("action", policy.ActionRespond, "the `ACTION`: respond or use_tool")
+	action := fs.String("action", policy.ActionRespond, "the `ACTION`: respond, use_tool, or an access action: "+strings.Join(policy.AccessActions, ", "))
 	tool := fs.String("tool", "", "use_tool: the tool `KIND` ("+strings.Join(policy.ToolKinds, ", ")+")")
 	title := fs.String("title", "", "use_tool: the call's `TITLE`")
 	var paths listFlag
@@ -78,6 +97,16 @@ func runPolicyEval(e *env, args []string) int {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *callerAuth == "" {
+		*callerAuth = auth.MethodToken
+		if *caller == invoke.CallerStdio {
+			*callerAuth = auth.MethodStdio
+		}
+	}
+	if slices.Contains(policy.AccessActions, *action) {
+		return runAccessEval(e, set, fs.Args(), *dir, *asJSON, policy.AccessRequest{Action: *action, Caller: *caller, CallerAuth: *callerAuth},
+			*agent, &policy.RunResource{ID: policyDryRunID, Owner: *runOwner, Agent: *runAgent, Status: *runStatus})
+	}
 	useTool := *action == policy.ActionUseTool
 	switch {
 	case fs.NArg() != 0:
@@ -87,7 +116,10 @@ func runPolicyEval(e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "symbi policy eval: --agent is required")
 		return 2
 	case *action != policy.ActionRespond && !useTool:
-		fmt.Fprintf(e.stderr, "symbi policy eval: --action %q: want respond or use_tool\n", *action)
+		fmt.Fprintf(e.stderr, "symbi policy eval: --action %q: want respond, use_tool or one of %s\n", *action, strings.Join(policy.AccessActions, ", "))
+		return 2
+	case set["run-owner"] || set["run-agent"] || set["run-status"]:
+		fmt.Fprintln(e.stderr, "symbi policy eval: --run-owner, --run-agent and --run-status go with the run actions")
 		return 2
 	case !useTool && set["response"] == set["response-file"]:
 		fmt.Fprintln(e.stderr, "symbi policy eval: give exactly one of --response and --response-file")
@@ -134,6 +166,7 @@ func runPolicyEval(e *env, args []string) int {
 		}
 		req = policy.NewToolRequest(a, policyDryRunID, policy.Surface, *caller, toolUse(*tool, *title, ws, paths))
 	}
+	req.CallerAuth = *callerAuth
 	out := policyEvalJSON(pol, req, pol.Decide(req))
 	if *asJSON {
 		if !printJSON(e, cmdPolicyEval.name, out) {
@@ -210,23 +243,23 @@ func policyList(s []string) string {
 	return strings.Join(s, ", ")
 }
 
-// policyLoad pins the project directory and loads its policies; on failure it
-// reports on stderr and returns (nil, 1).
-func policyLoad(e *env, name, dir string) (*policy.Set, int) {
+// policyLoad pins the project directory and loads its policies and its access policies;
+// on failure it reports on stderr and returns (nil, nil, 1).
+func policyLoad(e *env, name, dir string) (*policy.Set, *policy.Set, int) {
 	p, err := project.Open(dir)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "symbi %s: %s\n", name, errcode.Text(err))
-		return nil, 1
+		return nil, nil, 1
 	}
 	defer p.Close()
-	return policy.Load(p.Root()), 0
+	return policy.Load(p.Root()), policy.LoadAccess(p.Root()), 0
 }
 
-func policyPrintCheck(e *env, set *policy.Set) {
+func policyPrintCheck(e *env, set *policy.Set, noFiles string) {
 	fmt.Fprintf(e.stdout, "mode: %s\n", set.Mode)
 	fmt.Fprintf(e.stdout, "digest: %s\n", set.Digest)
 	if set.Mode == policy.ModeDefault {
-		fmt.Fprintln(e.stdout, "no policy files: the built-in default permits respond")
+		fmt.Fprintln(e.stdout, noFiles)
 		return
 	}
 	byFile := map[string][]policy.Policy{}
@@ -266,6 +299,8 @@ type policyCheckOutput struct {
 	Reason   string              `json:"reason,omitempty"`
 	Files    []policyFileJSON    `json:"files"`
 	Problems []policyProblemJSON `json:"problems"`
+	// Access is the run-access set (policies/access), in the same form.
+	Access *policyCheckOutput `json:"access,omitempty"`
 }
 
 func policyCheckJSON(set *policy.Set) policyCheckOutput {
@@ -306,4 +341,85 @@ func toolUse(kind, title, workspace string, paths []string) policy.ToolUse {
 		t.Paths = append(t.Paths, p)
 	}
 	return t
+}
+
+// runAccessEval dry-runs a run-access decision against the project's policies/access.
+func runAccessEval(e *env, set map[string]bool, args []string, dir string, asJSON bool, req policy.AccessRequest, agent string, run *policy.RunResource) int {
+	isStart := req.Action == policy.ActionStartRun
+	switch {
+	case len(args) != 0:
+		fmt.Fprintf(e.stderr, "symbi policy eval: unexpected arguments %q\n", args)
+		return 2
+	case set["response"] || set["response-file"] || set["tool"] || set["title"] || set["path"] || set["workspace"]:
+		fmt.Fprintf(e.stderr, "symbi policy eval: --response, --response-file, --tool, --title, --path and --workspace do not go with --action %s\n", req.Action)
+		return 2
+	case isStart && agent == "":
+		fmt.Fprintln(e.stderr, "symbi policy eval: --agent is required with --action start_run")
+		return 2
+	case isStart && (set["run-owner"] || set["run-agent"] || set["run-status"]):
+		fmt.Fprintln(e.stderr, "symbi policy eval: --run-owner, --run-agent and --run-status go with the run actions, not start_run")
+		return 2
+	case !isStart && set["agent"]:
+		fmt.Fprintf(e.stderr, "symbi policy eval: --agent goes with start_run; name the run's agent with --run-agent\n")
+		return 2
+	}
+	p, reg, err := openRegistry(dir, slog.New(slog.NewTextHandler(e.stderr, nil)))
+	if err != nil {
+		fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
+		return 1
+	}
+	defer p.Close()
+	if isStart {
+		a, err := reg.Resolve(agent)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
+			return 1
+		}
+		req.Agent = a.Admission.Agent
+	} else {
+		req.Run = run
+	}
+	set2 := policy.LoadAccess(p.Root())
+	if set2.Mode == policy.ModeDenyAll {
+		fmt.Fprintf(e.stderr, "symbi policy eval: access policies unusable, every access is denied: %s\n", set2.Reason)
+	}
+	d := set2.DecideAccess(req)
+	out := accessEvalOutput{Decision: d.Verdict(), Action: req.Action, Caller: req.Caller, CallerAuth: req.CallerAuth, Agent: req.Agent, Run: req.Run,
+		Mode: set2.Mode, Digest: set2.Digest, Mentioned: set2.Mode == policy.ModeCedar && set2.Mentions(req.Action),
+		Policies: append([]string{}, d.Policies...), Errors: append([]string{}, d.Errors...), Reason: d.Reason}
+	if asJSON {
+		if !printJSON(e, cmdPolicyEval.name, out) {
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(e.stdout, "decision: %s\n", out.Decision)
+	fmt.Fprintf(e.stdout, "action: %s\n", out.Action)
+	fmt.Fprintf(e.stdout, "caller: %s (%s)\n", out.Caller, out.CallerAuth)
+	if isStart {
+		fmt.Fprintf(e.stdout, "agent: %s\n", out.Agent)
+	} else {
+		fmt.Fprintf(e.stdout, "run: owner %s, agent %q, status %s\n", run.Owner, run.Agent, run.Status)
+	}
+	fmt.Fprintf(e.stdout, "mode: %s\n", out.Mode)
+	fmt.Fprintf(e.stdout, "digest: %s\n", out.Digest)
+	fmt.Fprintf(e.stdout, "policies: %s\n", policyList(out.Policies))
+	fmt.Fprintf(e.stdout, "errors: %s\n", policyList(out.Errors))
+	fmt.Fprintf(e.stdout, "reason: %s\n", out.Reason)
+	return 0
+}
+
+type accessEvalOutput struct {
+	Decision   string              `json:"decision"`
+	Action     string              `json:"action"`
+	Caller     string              `json:"caller"`
+	CallerAuth string              `json:"caller_auth"`
+	Agent      string              `json:"agent,omitempty"`
+	Run        *policy.RunResource `json:"run,omitempty"`
+	Mode       policy.Mode         `json:"mode"`
+	Digest     string              `json:"digest"`
+	Mentioned  bool                `json:"mentioned" jsonschema:"whether an access policy mentions the action (else the built-in default decided)"`
+	Policies   []string            `json:"policies"`
+	Errors     []string            `json:"errors"`
+	Reason     string              `json:"reason"`
 }

@@ -12,7 +12,8 @@ import (
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/modelcontextprotocol/go-sdk/oauthex"
+
+	"symbi/internal/auth"
 )
 
 // The paths of the HTTP server.
@@ -21,7 +22,7 @@ const (
 	MCPPath = "/mcp"
 	// MetadataPath serves the OAuth 2.0 protected resource metadata (RFC 9728), also at
 	// MetadataPath+MCPPath (the form for a resource with a path).
-	MetadataPath = "/.well-known/oauth-protected-resource"
+	MetadataPath = auth.MetadataPath
 )
 
 // SessionIdle is how long an HTTP session may go without a request before the server
@@ -59,16 +60,14 @@ func NewHTTPHandler(s *mcp.Server, o HTTPOptions) http.Handler {
 	mux := http.NewServeMux()
 	if o.Verifier != nil {
 		base := strings.TrimSuffix(o.PublicURL, "/")
-		meta := sdkauth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
-			Resource:               base + MCPPath,
-			AuthorizationServers:   o.AuthorizationServers,
-			BearerMethodsSupported: []string{"header"},
-			ResourceName:           "symbi governed agent runs",
-		})
+		meta := sdkauth.ProtectedResourceMetadataHandler(auth.Metadata(base+MCPPath, o.AuthorizationServers))
 		mux.Handle(MetadataPath, meta)
 		mux.Handle(MetadataPath+MCPPath, meta)
 		h = sdkauth.RequireBearerToken(o.Verifier, &sdkauth.RequireBearerTokenOptions{
 			ResourceMetadataURL: base + MetadataPath + MCPPath,
+			// The verifiers allow this much clock skew on exp themselves; the middleware's
+			// own expiry check must agree.
+			ClockSkew: auth.Leeway,
 		})(h)
 	}
 	mux.Handle(MCPPath, h)

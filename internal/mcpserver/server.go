@@ -22,6 +22,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"symbi/internal/auth"
 	"symbi/internal/buildinfo"
 	"symbi/internal/errcode"
 	"symbi/internal/invoke"
@@ -57,8 +58,8 @@ const Surface = "mcp-server"
 // the server's configured caller.
 func (c Config) caller(extra *mcp.RequestExtra) runs.Caller {
 	if extra != nil && extra.TokenInfo != nil {
-		if method, _ := extra.TokenInfo.Extra["auth_method"].(string); extra.TokenInfo.UserID != "" && method != "" { // TODO(auth): auth.FromTokenInfo
-			return runs.Caller{ID: extra.TokenInfo.UserID, Auth: method}
+		if c, ok := auth.FromTokenInfo(extra.TokenInfo); ok {
+			return runs.Caller{ID: c.ID, Auth: c.Method}
 		}
 		// A token that verified but names nobody: an identity no policy can be about.
 		return runs.Caller{ID: "", Auth: "unknown"}

@@ -34,6 +34,9 @@ func keyServer(t *testing.T) http.Handler {
 	})
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done() // never answers: only the client's timeout or cancellation ends it
+		// Abort rather than return: a handler that returns answers 200 with an empty
+		// body, which the client can still read while it closes the connection.
+		panic(http.ErrAbortHandler)
 	})
 	mux.HandleFunc("/missing", http.NotFound)
 	return mux

@@ -32,13 +32,13 @@
 // .well-known/schemapin.json. A key whose fingerprint — "sha256:" + hex SHA-256 of the
 // DER SubjectPublicKeyInfo — is listed in revoked_keys fails verification.
 //
-// Fetching a key URL: https only (http with SYMBI_SCHEMAPIN_ALLOW_INSECURE=1), no
-// proxy, no redirects, a body of at most MaxKeyDocBytes, one timeout (DefaultTimeout)
-// for the whole exchange. Every connection's resolved address is checked as it is
-// made: loopback, private, link-local, carrier-grade NAT and other special-purpose
-// addresses are refused unless SYMBI_SCHEMAPIN_ALLOW_PRIVATE=1; unspecified, multicast,
-// broadcast and cloud metadata addresses (169.254.169.254, fd00:ec2::254) are always
-// refused.
+// Fetching a key URL follows the rules of package safefetch: https only (http with
+// SYMBI_SCHEMAPIN_ALLOW_INSECURE=1), no proxy, no redirects, a body of at most
+// MaxKeyDocBytes, one timeout (DefaultTimeout) for the whole exchange. Every
+// connection's resolved address is checked as it is made: loopback, private,
+// link-local, carrier-grade NAT and other special-purpose addresses are refused unless
+// SYMBI_SCHEMAPIN_ALLOW_PRIVATE=1; unspecified, multicast, broadcast and cloud metadata
+// addresses (169.254.169.254, fd00:ec2::254) are always refused.
 //
 // Outcome: a missing, undecodable or wrong signature, or a revoked key, is a Result
 // with Verified false and the reason in Message. Malformed input, exceeded limits and

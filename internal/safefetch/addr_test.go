@@ -1,4 +1,4 @@
-package schemapin
+package safefetch
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ func TestCheckAddr(t *testing.T) {
 	tests := []struct {
 		addr         string
 		refused      string // substring of the refusal without opt-in; "" = allowed
-		refusedOptIn bool   // still refused with SYMBI_SCHEMAPIN_ALLOW_PRIVATE=1
+		refusedOptIn bool   // still refused with AllowPrivate
 	}{
 		{"93.184.215.14", "", false},
 		{"2606:4700::1111", "", false},
@@ -48,15 +48,18 @@ func TestCheckAddr(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.addr, func(t *testing.T) {
 			a := netip.MustParseAddr(tt.addr)
-			err := checkAddr(a, false)
+			err := checkAddr(a, false, "set X=1 to allow")
 			if tt.refused == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
 				}
 			} else if !errors.Is(err, ErrRefusedAddress) || !strings.Contains(err.Error(), tt.refused) {
 				t.Fatalf("error %v, want refusal naming %q", err, tt.refused)
+			} else if hinted := strings.HasSuffix(err.Error(), " (set X=1 to allow)"); hinted == tt.refusedOptIn {
+				// The hint names the opt-in only where the opt-in would help.
+				t.Fatalf("error %q: hinted %v, want %v", err, hinted, !tt.refusedOptIn)
 			}
-			if err := checkAddr(a, true); (err != nil) != tt.refusedOptIn {
+			if err := checkAddr(a, true, ""); (err != nil) != tt.refusedOptIn {
 				t.Fatalf("with opt-in: error %v, want refused=%v", err, tt.refusedOptIn)
 			}
 		})

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"symbi/internal/auth"
+	"symbi/internal/invoke"
+	"symbi/internal/mcpserver"
+	"symbi/internal/runs"
+)
+
+// httpFlags are symbi mcp's flags for serving Streamable HTTP (docs/http.md).
+type httpFlags struct {
+	addr              string
+	tlsCert, tlsKey   string
+	publicURL         string
+	tokens            string
+	jwks, issuer, aud string
+	claim             string
+	jwksAllowPrivate  bool
+	jwksAllowInsecure bool
+	maxPerCaller      int
+	rate              float64
+}
+
+func (h *httpFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&h.addr, "http", "", "serve MCP Streamable HTTP at `ADDR` (HOST:PORT; path /mcp) instead of stdio; without authentication only loopback addresses")
+	fs.StringVar(&h.tlsCert, "tls-cert", "", "with --http: serve HTTPS with the certificate chain in `FILE` (PEM)")
+	fs.StringVar(&h.tlsKey, "tls-key", "", "with --http: the private key of --tls-cert, `FILE` (PEM)")
+	fs.StringVar(&h.publicURL, "public-url", "", "with --http: the base `URL` clients reach the server at, for the OAuth protected resource metadata (default: from --http and TLS)")
+	fs.StringVar(&h.tokens, "auth-tokens", "", "with --http: require bearer tokens listed (hashed) in `FILE`; see symbi token add")
+	fs.StringVar(&h.jwks, "auth-jwks", "", "with --http: require JWT bearer tokens signed by a key of the JWKS at `URL`")
+	fs.StringVar(&h.issuer, "auth-issuer", "", "with --auth-jwks: the `ISSUER` (iss) tokens must name")
+	fs.StringVar(&h.aud, "auth-audience", "", "with --auth-jwks: the `AUDIENCE` (aud) tokens must include")
+	fs.StringVar(&h.claim, "auth-claim", "sub", "with --auth-jwks: the `CLAIM` that names the caller")
+	fs.BoolVar(&h.jwksAllowPrivate, "auth-jwks-allow-private", false, "with --auth-jwks: allow the JWKS URL to resolve to a private or loopback address")
+	fs.BoolVar(&h.jwksAllowInsecure, "auth-jwks-allow-insecure", false, "with --auth-jwks: allow an http:// JWKS URL")
+	fs.IntVar(&h.maxPerCaller, "max-runs-per-caller", 0, "`N` runs in flight at most per caller; a call beyond it fails with busy (0: only --max-runs)")
+	fs.Float64Var(&h.rate, "rate", 0, "`N` requests a second at most per caller (tool calls, resource reads), bursts of one second's worth; beyond it rate_limited (0: no limit)")
+}
+
+// check refuses inconsistent flags (a usage error).
+func (h *httpFlags) check() error {
+	switch {
+	case h.addr == "" && (h.tlsCert != "" || h.tlsKey != "" || h.publicURL != "" || h.tokens != "" || h.jwks != ""):
+		return errors.New("--tls-cert, --tls-key, --public-url, --auth-tokens and --auth-jwks go with --http")
+	case (h.tlsCert == "") != (h.tlsKey == ""):
+		return errors.New("--tls-cert and --tls-key go together")
+	case h.tokens != "" && h.jwks != "":
+		return errors.New("give one of --auth-tokens and --auth-jwks, not both")
+	case h.jwks != "" && (h.issuer == "" || h.aud == ""):
+		return errors.New("--auth-jwks needs --auth-issuer and --auth-audience")
+	case h.jwks == "" && (h.issuer != "" || h.aud != "" || h.jwksAllowPrivate || h.jwksAllowInsecure):
+		return errors.New("--auth-issuer, --auth-audience and --auth-jwks-allow-* go with --auth-jwks")
+	case h.maxPerCaller < 0:
+		return fmt.Errorf("--max-runs-per-caller %d: want 0 or more", h.maxPerCaller)
+	case h.rate < 0 || h.rate != h.rate:
+		return fmt.Errorf("--rate %v: want 0 or more", h.rate)
+	case h.addr != "":
+		return mcpserver.CheckListenAddr(h.addr, h.authenticated())
+	}
+	return nil
+}
+
+func (h *httpFlags) authenticated() bool { return h.tokens != "" || h.jwks != "" }
+
+// serveHTTP serves cfg over Streamable HTTP until SIGTERM, SIGINT or SIGHUP: it then stops
+// accepting, cancels the runs in flight, waits for their journals to end, and closes.
+func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner, log *slog.Logger, attrs []any) error {
+	opts := mcpserver.HTTPOptions{Log: log}
+	method := "none"
+	switch {
+	case h.tokens != "":
+		tokens, err := auth.LoadTokens(h.tokens)
+		if err != nil {
+			return fmt.Errorf("--auth-tokens: %w", err)
+		}
+		opts.Verifier, method = tokens.Verify, auth.MethodToken
+		attrs = append(attrs, "tokens", tokens.Len())
+	case h.jwks != "":
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		jwt, err := auth.NewJWT(ctx, auth.JWTConfig{JWKSURL: h.jwks, Issuer: h.issuer, Audience: h.aud, Claim: h.claim,
+			AllowPrivate: h.jwksAllowPrivate, AllowInsecure: h.jwksAllowInsecure})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("--auth-jwks: %w", err)
+		}
+		opts.Verifier, opts.AuthorizationServers, method = jwt.Verify, []string{h.issuer}, auth.MethodJWT
+	default:
+		// Everyone who can reach a loopback address is one caller.
+		cfg.Caller = runs.Caller{ID: auth.Anonymous.ID, Auth: auth.Anonymous.Method}
+	}
+	ln, err := net.Listen("tcp", h.addr)
+	if err != nil {
+		return fmt.Errorf("--http %s: %w", h.addr, err)
+	}
+	scheme := "http"
+	if h.tlsCert != "" {
+		scheme = "https"
+	}
+	opts.PublicURL = h.publicURL
+	if opts.PublicURL == "" {
+		opts.PublicURL = scheme + "://" + ln.Addr().String()
+	}
+	server := mcpserver.New(cfg)
+	srv := &http.Server{
+		Handler:           mcpserver.NewHTTPHandler(server, opts),
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	sigCtx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer stop()
+	serveDone := make(chan error, 1)
+	go func() {
+		if h.tlsCert != "" {
+			serveDone <- srv.ServeTLS(ln, h.tlsCert, h.tlsKey)
+		} else {
+			serveDone <- srv.Serve(ln)
+		}
+	}()
+	log.Info("serving", append(attrs, "http", opts.PublicURL+mcpserver.MCPPath, "auth", method)...)
+	var serveErr error
+	select {
+	case serveErr = <-serveDone:
+	case <-sigCtx.Done():
+	}
+	// Stop accepting at once; cancel the runs and let each write terminated; then give
+	// the requests still open (long polls, event streams) transportGrace to end.
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace+transportGrace)
+	defer cancel()
+	shut := make(chan struct{})
+	go func() { mcpserver.ShutdownHTTP(ctx, srv); close(shut) }()
+	shutdownRuns(runner, log)
+	select {
+	case <-shut:
+	case <-time.After(transportGrace):
+		srv.Close()
+		<-shut
+	}
+	stop()
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return fmt.Errorf("HTTP server: %w", serveErr)
+	}
+	return nil
+}

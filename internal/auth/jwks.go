@@ -1,0 +1,208 @@
+package auth
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+
+	"symbi/internal/errcode"
+	"symbi/internal/safefetch"
+)
+
+// Limits on a JWK set.
+const (
+	MaxJWKSBytes = 256 << 10
+	MaxJWKSKeys  = 100
+)
+
+// keySet is the cached JWK set of an issuer and the state of its fetches.
+type keySet struct {
+	url                 string
+	opts                safefetch.Options
+	refresh, minRefetch time.Duration
+
+	mu       sync.Mutex
+	keys     []jose.JSONWebKey // the last good set, never empty after init
+	fetched  time.Time         // when keys were fetched
+	tried    time.Time         // when the last fetch started
+	lastErr  error             // the outcome of the last finished fetch
+	inflight chan struct{}     // closed when the running fetch ends; nil when none runs
+}
+
+func newKeySet(cfg JWTConfig) *keySet {
+	return &keySet{
+		url: cfg.JWKSURL,
+		opts: safefetch.Options{
+			AllowInsecure: cfg.AllowInsecure,
+			AllowPrivate:  cfg.AllowPrivate,
+			InsecureHint:  "use https, or --auth-jwks-allow-insecure",
+			PrivateHint:   "--auth-jwks-allow-private allows it",
+			RootCAs:       cfg.RootCAs,
+			Timeout:       cfg.Timeout,
+			MaxBytes:      MaxJWKSBytes,
+			Accept:        "application/jwk-set+json, application/json",
+		},
+		refresh:    cfg.Refresh,
+		minRefetch: cfg.MinRefetch,
+	}
+}
+
+// init fetches the keys for the first time.
+func (s *keySet) init(ctx context.Context) error {
+	s.tried = time.Now()
+	keys, err := s.fetch(ctx)
+	if err != nil {
+		return err
+	}
+	s.keys, s.fetched = keys, time.Now()
+	return nil
+}
+
+// lookup returns the keys the token's kid names. A kid not in the set starts a fetch,
+// unless one ran less than minRefetch ago, and waits for it; keys older than refresh
+// start one in the background. A token without kid gets the set's only key.
+func (s *keySet) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, error) {
+	s.mu.Lock()
+	now := time.Now()
+	mayFetch := s.inflight == nil && now.Sub(s.tried) >= s.minRefetch
+	if keys := s.match(kid); len(keys) > 0 {
+		if mayFetch && now.Sub(s.fetched) >= s.refresh {
+			s.start()
+		}
+		s.mu.Unlock()
+		return keys, nil
+	}
+	if kid == "" {
+		n := len(s.keys)
+		s.mu.Unlock()
+		return nil, refuse(ErrUnknownKey, "no kid, and the issuer has %d keys", n)
+	}
+	if mayFetch {
+		s.start()
+	}
+	done, lastErr := s.inflight, s.lastErr
+	s.mu.Unlock()
+	if done == nil {
+		// Fetched too recently to fetch again: the last outcome stands.
+		if lastErr != nil {
+			return nil, unavailable(lastErr)
+		}
+		return nil, refuse(ErrUnknownKey, "kid %s is not in the issuer's key set", quote(kid))
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, unavailable(ctx.Err())
+	}
+	s.mu.Lock()
+	keys, lastErr := s.match(kid), s.lastErr
+	s.mu.Unlock()
+	switch {
+	case len(keys) > 0:
+		return keys, nil
+	case lastErr != nil:
+		return nil, unavailable(lastErr)
+	}
+	return nil, refuse(ErrUnknownKey, "kid %s is not in the issuer's key set", quote(kid))
+}
+
+// match returns the keys with id kid, or the only key for "". s.mu is held.
+func (s *keySet) match(kid string) []jose.JSONWebKey {
+	if kid == "" {
+		if len(s.keys) == 1 {
+			return s.keys
+		}
+		return nil
+	}
+	var out []jose.JSONWebKey
+	for _, k := range s.keys {
+		if k.KeyID == kid {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// start starts a fetch in the background. s.mu is held and no fetch runs. The fetch is
+// bounded by its own timeout, not by a request: a caller that stops waiting does not
+// cancel it for the others.
+func (s *keySet) start() {
+	done := make(chan struct{})
+	s.inflight, s.tried = done, time.Now()
+	go func() {
+		keys, err := s.fetch(context.Background())
+		s.mu.Lock()
+		if err == nil {
+			s.keys, s.fetched = keys, time.Now()
+		}
+		s.lastErr, s.inflight = err, nil
+		s.mu.Unlock()
+		close(done)
+	}()
+}
+
+// fetch downloads and parses the key set.
+func (s *keySet) fetch(ctx context.Context) ([]jose.JSONWebKey, error) {
+	body, err := safefetch.Get(ctx, s.url, s.opts)
+	if err != nil {
+		return nil, fmt.Errorf("auth: JWKS %s: %w", s.url, err)
+	}
+	keys, err := parseJWKS(body)
+	if err != nil {
+		return nil, fmt.Errorf("auth: JWKS %s: %w", s.url, err)
+	}
+	return keys, nil
+}
+
+// parseJWKS parses a JWK set and keeps its public signature keys of supported types,
+// skipping the others (RFC 7517 §5).
+func parseJWKS(body []byte) ([]jose.JSONWebKey, error) {
+	var doc struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return nil, errcode.Errorf(errcode.InvalidRequest, "not a JWK set: %v", err)
+	}
+	if len(doc.Keys) > MaxJWKSKeys {
+		return nil, errcode.Errorf(errcode.LimitExceeded, "%d keys, more than %d", len(doc.Keys), MaxJWKSKeys)
+	}
+	var keys []jose.JSONWebKey
+	for _, raw := range doc.Keys {
+		var k jose.JSONWebKey
+		if err := k.UnmarshalJSON(raw); err != nil {
+			continue
+		}
+		if !k.Valid() || keyType(k) == "" || (k.Use != "" && k.Use != "sig") {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, errcode.Errorf(errcode.InvalidRequest, "no usable signature key among its %d keys", len(doc.Keys))
+	}
+	return keys, nil
+}
+
+// keyType names the kind of public key k holds ("RSA", "P-256", "P-384", "P-521",
+// "Ed25519"), or "" for anything else: private and symmetric keys included.
+func keyType(k jose.JSONWebKey) string {
+	switch key := k.Key.(type) {
+	case *rsa.PublicKey:
+		return "RSA"
+	case *ecdsa.PublicKey:
+		switch name := key.Curve.Params().Name; name {
+		case "P-256", "P-384", "P-521":
+			return name
+		}
+	case ed25519.PublicKey:
+		return "Ed25519"
+	}
+	return ""
+}

@@ -1,0 +1,585 @@
+package auth_test
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	jose "github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
+
+	"symbi/internal/auth"
+)
+
+const (
+	issuer   = "https://issuer.example"
+	audience = "https://symbi.example/mcp"
+)
+
+// signer is a test key: its private half signs, its public half is published.
+type signer struct {
+	kid  string
+	alg  jose.SignatureAlgorithm
+	priv crypto.Signer
+}
+
+func (s signer) public() jose.JSONWebKey {
+	return jose.JSONWebKey{Key: s.priv.Public(), KeyID: s.kid, Use: "sig"}
+}
+
+// sign makes a compact JWS of claims with s, with kid unless kid is "-".
+func (s signer) sign(t testing.TB, claims map[string]any) string {
+	t.Helper()
+	key := jose.JSONWebKey{Key: s.priv, KeyID: s.kid}
+	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: s.alg, Key: key}, (&jose.SignerOptions{}).WithType("JWT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := jwt.Signed(sig).Claims(claims).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+var (
+	keysOnce sync.Once
+	rsaKey   *rsa.PrivateKey
+	ecKey    *ecdsa.PrivateKey
+	edKey    ed25519.PrivateKey
+)
+
+// testKeys returns an RSA, an EC P-256 and an Ed25519 signer, made once per process.
+func testKeys(t testing.TB) (rsaS, ecS, edS signer) {
+	keysOnce.Do(func() {
+		rsaKey, _ = rsa.GenerateKey(rand.Reader, 2048)
+		ecKey, _ = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		_, edKey, _ = ed25519.GenerateKey(rand.Reader)
+	})
+	if rsaKey == nil || ecKey == nil || edKey == nil {
+		t.Fatal("key generation failed")
+	}
+	return signer{"rsa-1", jose.RS256, rsaKey}, signer{"ec-1", jose.ES256, ecKey}, signer{"ed-1", jose.EdDSA, edKey}
+}
+
+// jwksServer is an issuer's key endpoint on loopback TLS whose set can change.
+type jwksServer struct {
+	*httptest.Server
+	mu      sync.Mutex
+	body    []byte
+	status  int
+	fetches atomic.Int32
+}
+
+func newJWKSServer(t testing.TB, keys ...jose.JSONWebKey) *jwksServer {
+	s := &jwksServer{}
+	s.setKeys(t, keys...)
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.fetches.Add(1)
+		s.mu.Lock()
+		body, status := s.body, s.status
+		s.mu.Unlock()
+		if status != 0 {
+			http.Error(w, "down", status)
+			return
+		}
+		w.Header().Set("Content-Type", "application/jwk-set+json")
+		w.Write(body)
+	}))
+	s.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes of the untrusted-certificate cases
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *jwksServer) setKeys(t testing.TB, keys ...jose.JSONWebKey) {
+	body, err := json.Marshal(jose.JSONWebKeySet{Keys: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.setBody(body, 0)
+}
+
+func (s *jwksServer) setBody(body []byte, status int) {
+	s.mu.Lock()
+	s.body, s.status = body, status
+	s.mu.Unlock()
+}
+
+func (s *jwksServer) config() auth.JWTConfig {
+	return auth.JWTConfig{
+		JWKSURL:      s.URL + "/jwks",
+		Issuer:       issuer,
+		Audience:     audience,
+		RootCAs:      s.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs,
+		AllowPrivate: true,
+		Timeout:      time.Minute,
+	}
+}
+
+func newJWT(t *testing.T, cfg auth.JWTConfig) *auth.JWT {
+	t.Helper()
+	j, err := auth.NewJWT(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// claims are valid claims for alice, changed by the given pairs (a nil value deletes).
+func claims(kv ...any) map[string]any {
+	now := time.Now().Unix()
+	c := map[string]any{"iss": issuer, "aud": audience, "sub": "alice", "exp": now + 300, "iat": now, "nbf": now - 10}
+	for i := 0; i < len(kv); i += 2 {
+		if kv[i+1] == nil {
+			delete(c, kv[i].(string))
+		} else {
+			c[kv[i].(string)] = kv[i+1]
+		}
+	}
+	return c
+}
+
+// unsigned makes a compact JWS of header and claims with the signature sig.
+func compact(header, claims any, sig []byte) string {
+	h, _ := json.Marshal(header)
+	c, _ := json.Marshal(claims)
+	enc := base64.RawURLEncoding.EncodeToString
+	return enc(h) + "." + enc(c) + "." + enc(sig)
+}
+
+// mangle changes the character at i of part (0 header, 1 payload, 2 signature).
+func mangle(tok string, part, i int) string {
+	parts := strings.Split(tok, ".")
+	b := []byte(parts[part])
+	if b[i] == 'A' {
+		b[i] = 'B'
+	} else {
+		b[i] = 'A'
+	}
+	parts[part] = string(b)
+	return strings.Join(parts, ".")
+}
+
+// resign replaces the payload of tok, keeping its header and signature.
+func swapPayload(tok string, claims map[string]any) string {
+	parts := strings.Split(tok, ".")
+	c, _ := json.Marshal(claims)
+	parts[1] = base64.RawURLEncoding.EncodeToString(c)
+	return strings.Join(parts, ".")
+}
+
+func TestJWTVerify(t *testing.T) {
+	rsaS, ecS, edS := testKeys(t)
+	psS := signer{"rsa-1", jose.PS256, rsaS.priv}
+	rs512 := signer{"rsa-1", jose.RS512, rsaS.priv}
+	srv := newJWKSServer(t, rsaS.public(), ecS.public(), edS.public())
+	cfg := srv.config()
+	j := newJWT(t, cfg)
+	customCfg := cfg
+	customCfg.Claim = "email"
+	custom := newJWT(t, customCfg)
+
+	now := time.Now().Unix()
+	rsaPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: must(x509.MarshalPKIXPublicKey(rsaS.priv.Public()))})
+	hs256 := func(secret []byte) string {
+		h, _ := json.Marshal(map[string]any{"alg": "HS256", "kid": "rsa-1", "typ": "JWT"})
+		c, _ := json.Marshal(claims())
+		in := base64.RawURLEncoding.EncodeToString(h) + "." + base64.RawURLEncoding.EncodeToString(c)
+		m := hmac.New(sha256.New, secret)
+		m.Write([]byte(in))
+		return in + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+	}
+	good := rsaS.sign(t, claims())
+
+	tests := []struct {
+		name   string
+		j      *auth.JWT
+		token  string
+		reason error  // nil: accepted
+		msg    string // substring of the error, or the caller id when accepted
+	}{
+		{"RS256", j, good, nil, "alice"},
+		{"RS512", j, rs512.sign(t, claims()), nil, "alice"},
+		{"PS256", j, psS.sign(t, claims()), nil, "alice"},
+		{"ES256", j, ecS.sign(t, claims()), nil, "alice"},
+		{"EdDSA", j, edS.sign(t, claims()), nil, "alice"},
+		{"audience in an array", j, ecS.sign(t, claims("aud", []string{"other", audience})), nil, "alice"},
+		{"jwt sub with a pipe", j, ecS.sign(t, claims("sub", "auth0|abc123")), nil, "auth0|abc123"},
+		{"expired within the leeway", j, ecS.sign(t, claims("exp", now-10)), nil, "alice"},
+		{"configured claim", custom, ecS.sign(t, claims("email", "alice@example.com")), nil, "alice@example.com"},
+
+		{"wrong issuer", j, ecS.sign(t, claims("iss", "https://evil.example")), auth.ErrIssuer, `iss "https://evil.example", want "https://issuer.example"`},
+		{"issuer with a trailing slash", j, ecS.sign(t, claims("iss", issuer+"/")), auth.ErrIssuer, "want"},
+		{"no issuer", j, ecS.sign(t, claims("iss", nil)), auth.ErrIssuer, `iss ""`},
+		{"wrong audience", j, ecS.sign(t, claims("aud", "https://other.example")), auth.ErrAudience, "aud does not contain"},
+		{"no audience", j, ecS.sign(t, claims("aud", nil)), auth.ErrAudience, "aud does not contain"},
+		{"expired", j, ecS.sign(t, claims("exp", now-120)), auth.ErrExpired, "has passed"},
+		{"no exp", j, ecS.sign(t, claims("exp", nil)), auth.ErrExpired, "no exp claim"},
+		{"nbf in the future", j, ecS.sign(t, claims("nbf", now+120)), auth.ErrNotYetValid, "nbf"},
+		{"iat in the future", j, ecS.sign(t, claims("iat", now+120)), auth.ErrNotYetValid, "iat"},
+		{"exp not a number", j, ecS.sign(t, claims("exp", "tomorrow")), auth.ErrMalformed, "registered claims"},
+		{"missing sub", j, ecS.sign(t, claims("sub", nil)), auth.ErrCallerID, `no "sub" claim`},
+		{"sub not a string", j, ecS.sign(t, claims("sub", 42)), auth.ErrCallerID, "not a string"},
+		{"sub with a space", j, ecS.sign(t, claims("sub", "alice smith")), auth.ErrCallerID, "is not a caller id"},
+		{"sub reserved", j, ecS.sign(t, claims("sub", "stdio")), auth.ErrCallerID, "reserved"},
+		{"configured claim missing", custom, ecS.sign(t, claims()), auth.ErrCallerID, `no "email" claim`},
+		{"scope not a string", j, ecS.sign(t, claims("scope", []string{"a"})), auth.ErrMalformed, "scope"},
+		{"alg none", j, compact(map[string]any{"alg": "none", "kid": "rsa-1"}, claims(), nil), auth.ErrAlgorithm, `alg "none"`},
+		{"HS256 with the public key as secret", j, hs256(rsaPEM), auth.ErrAlgorithm, `alg "HS256"`},
+		{"HS256 with the modulus as secret", j, hs256(rsaKey.N.Bytes()), auth.ErrAlgorithm, `alg "HS256"`},
+		{"unknown kid", j, signer{"nope", jose.ES256, ecKey}.sign(t, claims()), auth.ErrUnknownKey, `kid "nope" is not in the issuer's key set`},
+		{"no kid among several keys", j, signer{"", jose.ES256, ecKey}.sign(t, claims()), auth.ErrUnknownKey, "no kid, and the issuer has 3 keys"},
+		{"kid of a key of another type", j, signer{"rsa-1", jose.ES256, ecKey}.sign(t, claims()), auth.ErrUnknownKey, `key "rsa-1" cannot verify alg ES256`},
+		{"signed by another key under a known kid", j, signer{"ec-1", jose.ES256, must(ecdsa.GenerateKey(elliptic.P256(), rand.Reader))}.sign(t, claims()), auth.ErrSignature, "does not verify"},
+		{"tampered payload", j, swapPayload(good, claims("sub", "mallory")), auth.ErrSignature, "does not verify"},
+		{"tampered payload byte", j, mangle(good, 1, 5), auth.ErrSignature, "does not verify"},
+		{"tampered signature", j, mangle(good, 2, 10), auth.ErrSignature, "does not verify"},
+		{"truncated signature", j, good[:len(good)-4], auth.ErrSignature, "does not verify"},
+		{"not a JWS", j, "not-a-token", auth.ErrMalformed, "not a compact JWS"},
+		{"four parts", j, good + ".x", auth.ErrMalformed, "not a compact JWS"},
+		{"claims not an object", j, rsaSignRaw(t, rsaS, []byte(`["a"]`)), auth.ErrMalformed, "not a JSON object"},
+		{"too long", j, strings.Repeat("a", auth.MaxJWTBytes+1), auth.ErrMalformed, "over the"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ti, err := tt.j.Verify(context.Background(), tt.token, nil)
+			if tt.reason == nil {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				c, ok := auth.FromTokenInfo(ti)
+				if !ok || c.ID != tt.msg || c.Method != auth.MethodJWT {
+					t.Fatalf("caller %+v, %v; want %s by jwt", c, ok, tt.msg)
+				}
+				return
+			}
+			if ti != nil || !errors.Is(err, sdkauth.ErrInvalidToken) || !errors.Is(err, tt.reason) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("got %v, error %v; want ErrInvalidToken and %q with %q", ti, err, tt.reason, tt.msg)
+			}
+		})
+	}
+}
+
+// rsaSignRaw signs payload bytes as they are.
+func rsaSignRaw(t *testing.T, s signer, payload []byte) string {
+	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: s.alg, Key: jose.JSONWebKey{Key: s.priv, KeyID: s.kid}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := sig.Sign(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := obj.CompactSerialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// TestJWTEveryByteMangled: a token with any one character changed is refused.
+func TestJWTEveryByteMangled(t *testing.T) {
+	rsaS, ecS, edS := testKeys(t)
+	srv := newJWKSServer(t, rsaS.public(), ecS.public(), edS.public())
+	cfg := srv.config()
+	cfg.MinRefetch = time.Hour // a mangled kid must not fetch
+	j := newJWT(t, cfg)
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	for _, s := range []signer{rsaS, ecS, edS} {
+		tok := s.sign(t, claims())
+		if _, err := j.Verify(context.Background(), tok, nil); err != nil {
+			t.Fatal(err)
+		}
+		for i := range len(tok) {
+			if tok[i] == '.' {
+				continue
+			}
+			// Flip the highest of the character's six bits: always one that decodes,
+			// even in a segment's last character.
+			b := []byte(tok)
+			b[i] = alphabet[strings.IndexByte(alphabet, b[i])^32]
+			if ti, err := j.Verify(context.Background(), string(b), nil); !errors.Is(err, sdkauth.ErrInvalidToken) {
+				t.Fatalf("%s token with byte %d changed: %v, %v", s.alg, i, ti, err)
+			}
+		}
+	}
+	if n := srv.fetches.Load(); n != 1 {
+		t.Fatalf("%d fetches", n)
+	}
+}
+
+func TestJWTTokenInfo(t *testing.T) {
+	_, ecS, _ := testKeys(t)
+	srv := newJWKSServer(t, ecS.public())
+	j := newJWT(t, srv.config())
+	exp := time.Now().Add(5 * time.Minute).Unix()
+	ti, err := j.Verify(context.Background(), ecS.sign(t, claims("exp", exp, "scope", "runs:read  runs:write")), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ti.UserID != "alice" || ti.Expiration.Unix() != exp || fmt.Sprint(ti.Scopes) != "[runs:read runs:write]" || ti.Extra[auth.ExtraMethod] != auth.MethodJWT {
+		t.Fatalf("TokenInfo %+v", ti)
+	}
+	// With one key in the set, a token without kid uses it.
+	if _, err := j.Verify(context.Background(), signer{"", jose.ES256, ecKey}.sign(t, claims()), nil); err != nil {
+		t.Fatalf("no kid, one key: %v", err)
+	}
+}
+
+// TestJWTKeyRotation: a token naming a new kid makes the set be fetched again.
+func TestJWTKeyRotation(t *testing.T) {
+	rsaS, ecS, _ := testKeys(t)
+	srv := newJWKSServer(t, rsaS.public())
+	cfg := srv.config()
+	cfg.MinRefetch = time.Nanosecond
+	j := newJWT(t, cfg)
+	if n := srv.fetches.Load(); n != 1 {
+		t.Fatalf("%d fetches at start, want 1", n)
+	}
+	rotated := signer{"ec-2", jose.ES256, ecS.priv}
+	tok := rotated.sign(t, claims())
+	if _, err := j.Verify(context.Background(), tok, nil); !errors.Is(err, auth.ErrUnknownKey) {
+		t.Fatalf("before rotation: %v", err)
+	}
+	srv.setKeys(t, rsaS.public(), rotated.public())
+	if _, err := j.Verify(context.Background(), tok, nil); err != nil {
+		t.Fatalf("after rotation: %v", err)
+	}
+	if n := srv.fetches.Load(); n != 3 {
+		t.Fatalf("%d fetches, want 3", n)
+	}
+	// Known keys are not fetched again.
+	for range 5 {
+		if _, err := j.Verify(context.Background(), rsaS.sign(t, claims()), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := srv.fetches.Load(); n != 3 {
+		t.Fatalf("%d fetches after known kids, want 3", n)
+	}
+}
+
+// TestJWTUnknownKidFlood: unknown kids do not fetch more than once per MinRefetch.
+func TestJWTUnknownKidFlood(t *testing.T) {
+	_, ecS, _ := testKeys(t)
+	srv := newJWKSServer(t, ecS.public())
+	cfg := srv.config()
+	cfg.MinRefetch = time.Hour
+	j := newJWT(t, cfg)
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			tok := signer{fmt.Sprintf("k%d", i), jose.ES256, ecKey}.sign(t, claims())
+			if _, err := j.Verify(context.Background(), tok, nil); !errors.Is(err, auth.ErrUnknownKey) || !errors.Is(err, sdkauth.ErrInvalidToken) {
+				t.Errorf("kid k%d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := srv.fetches.Load(); n != 1 {
+		t.Fatalf("%d fetches, want only the first", n)
+	}
+}
+
+// TestJWTKeysUnavailable: an issuer that stops answering keeps the last good keys, and an
+// unknown kid is then a server error, not a refusal.
+func TestJWTKeysUnavailable(t *testing.T) {
+	_, ecS, _ := testKeys(t)
+	srv := newJWKSServer(t, ecS.public())
+	cfg := srv.config()
+	cfg.MinRefetch = time.Nanosecond
+	j := newJWT(t, cfg)
+	srv.setBody(nil, http.StatusServiceUnavailable)
+	tok := signer{"new", jose.ES256, ecKey}.sign(t, claims())
+	_, err := j.Verify(context.Background(), tok, nil)
+	if !errors.Is(err, auth.ErrKeysUnavailable) || errors.Is(err, sdkauth.ErrInvalidToken) || !strings.Contains(err.Error(), "HTTP 503") {
+		t.Fatalf("unknown kid while the issuer is down: %v", err)
+	}
+	if _, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil); err != nil {
+		t.Fatalf("known kid while the issuer is down: %v", err)
+	}
+	// A set without a usable key is a failed fetch too.
+	srv.setBody([]byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0","kid":"new"}]}`), 0)
+	if _, err := j.Verify(context.Background(), tok, nil); !errors.Is(err, auth.ErrKeysUnavailable) || !strings.Contains(err.Error(), "no usable signature key") {
+		t.Fatalf("unknown kid with an unusable set: %v", err)
+	}
+	if _, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil); err != nil {
+		t.Fatalf("known kid after an unusable set: %v", err)
+	}
+}
+
+// TestJWTRefresh: keys older than Refresh are fetched again, and a removed key then stops
+// verifying.
+func TestJWTRefresh(t *testing.T) {
+	rsaS, ecS, _ := testKeys(t)
+	srv := newJWKSServer(t, rsaS.public(), ecS.public())
+	cfg := srv.config()
+	cfg.Refresh = time.Nanosecond
+	cfg.MinRefetch = time.Nanosecond
+	j := newJWT(t, cfg)
+	srv.setKeys(t, rsaS.public())
+	tok := ecS.sign(t, claims())
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := j.Verify(context.Background(), tok, nil)
+		if errors.Is(err, auth.ErrUnknownKey) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the removed key still verifies")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestNewJWTRefused(t *testing.T) {
+	_, ecS, _ := testKeys(t)
+	srv := newJWKSServer(t, ecS.public())
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{ecS.public()}})
+	}))
+	defer plain.Close()
+	with := func(f func(*auth.JWTConfig)) auth.JWTConfig { c := srv.config(); f(&c); return c }
+	tests := []struct {
+		name string
+		cfg  auth.JWTConfig
+		msg  string
+	}{
+		{"private address not allowed", with(func(c *auth.JWTConfig) { c.AllowPrivate = false }), "is a loopback address (--auth-jwks-allow-private allows it)"},
+		{"plain http", with(func(c *auth.JWTConfig) { c.JWKSURL = plain.URL }), "plain http is refused (use https, or --auth-jwks-allow-insecure)"},
+		{"untrusted certificate", with(func(c *auth.JWTConfig) { c.RootCAs = nil }), "certificate"},
+		{"no JWKS URL", with(func(c *auth.JWTConfig) { c.JWKSURL = "" }), "JWKS URL is required"},
+		{"no issuer", with(func(c *auth.JWTConfig) { c.Issuer = "" }), "issuer is required"},
+		{"no audience", with(func(c *auth.JWTConfig) { c.Audience = "" }), "audience is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := auth.NewJWT(context.Background(), tt.cfg); err == nil || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("error %v, want %q", err, tt.msg)
+			}
+		})
+	}
+	// Plain http on loopback, with both opt-ins.
+	if _, err := auth.NewJWT(context.Background(), with(func(c *auth.JWTConfig) { c.JWKSURL = plain.URL; c.AllowInsecure = true })); err != nil {
+		t.Fatalf("plain http with opt-ins: %v", err)
+	}
+}
+
+// TestJWKSKeysSkipped: a set's keys that are not public signature keys are not used.
+func TestJWKSKeysSkipped(t *testing.T) {
+	rsaS, ecS, edS := testKeys(t)
+	srv := newJWKSServer(t)
+	private := jose.JSONWebKey{Key: ecS.priv, KeyID: "ec-1"}
+	enc := rsaS.public()
+	enc.Use = "enc"
+	restricted := edS.public()
+	restricted.Algorithm = "ES256"
+	set := map[string]any{"keys": []any{
+		json.RawMessage(`{"kty":"oct","k":"c2VjcmV0","kid":"hmac"}`),
+		json.RawMessage(`{"kty":"XYZ","kid":"future"}`),
+		private, enc, restricted,
+		jose.JSONWebKey{Key: must(ecdsa.GenerateKey(elliptic.P256(), rand.Reader)).Public(), KeyID: "other"},
+	}}
+	body, _ := json.Marshal(set)
+	srv.setBody(body, 0)
+	cfg := srv.config()
+	cfg.MinRefetch = time.Hour
+	j := newJWT(t, cfg)
+	for _, s := range []signer{ecS, rsaS, edS} {
+		if _, err := j.Verify(context.Background(), s.sign(t, claims()), nil); !errors.Is(err, auth.ErrUnknownKey) {
+			t.Errorf("%s: %v, want ErrUnknownKey", s.kid, err)
+		}
+	}
+	srv.setBody([]byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}`), 0)
+	if _, err := auth.NewJWT(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "no usable signature key among its 1 keys") {
+		t.Fatalf("an unusable set: %v", err)
+	}
+	srv.setBody([]byte(`[]`), 0)
+	if _, err := auth.NewJWT(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "not a JWK set") {
+		t.Fatalf("not a set: %v", err)
+	}
+}
+
+// TestMiddleware: the verifiers behind go-sdk's RequireBearerToken answer 200 with the
+// caller, 401 with a WWW-Authenticate naming the metadata, and 500 when the keys cannot
+// be had.
+func TestMiddleware(t *testing.T) {
+	_, ecS, _ := testKeys(t)
+	srv := newJWKSServer(t, ecS.public())
+	cfg := srv.config()
+	cfg.MinRefetch = time.Nanosecond
+	j := newJWT(t, cfg)
+	handler := sdkauth.RequireBearerToken(j.Verify, &sdkauth.RequireBearerTokenOptions{
+		ResourceMetadataURL: "https://symbi.example" + auth.MetadataPath,
+		ClockSkew:           auth.Leeway,
+	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, ok := auth.FromTokenInfo(sdkauth.TokenInfoFromContext(r.Context()))
+		fmt.Fprintf(w, "%s %s %v", c.ID, c.Method, ok)
+	}))
+	mcp := httptest.NewServer(handler)
+	defer mcp.Close()
+	call := func(token string) (int, string, string) {
+		req, _ := http.NewRequest(http.MethodGet, mcp.URL, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(body)), resp.Header.Get("WWW-Authenticate")
+	}
+	if code, body, _ := call(ecS.sign(t, claims("exp", time.Now().Unix()-5))); code != 200 || body != "alice jwt true" {
+		t.Fatalf("good token: %d %q", code, body)
+	}
+	code, body, www := call(ecS.sign(t, claims("aud", "other")))
+	if code != 401 || !strings.Contains(body, "invalid token: wrong audience") || www != `Bearer resource_metadata="https://symbi.example/.well-known/oauth-protected-resource"` {
+		t.Fatalf("bad audience: %d %q %q", code, body, www)
+	}
+	srv.setBody(nil, http.StatusBadGateway)
+	if code, body, _ := call(signer{"new", jose.ES256, ecKey}.sign(t, claims())); code != 500 || !strings.Contains(body, "issuer keys unavailable") {
+		t.Fatalf("keys unavailable: %d %q", code, body)
+	}
+}
+
+func TestMetadata(t *testing.T) {
+	b, err := json.Marshal(auth.Metadata(audience, []string{issuer}))
+	if err != nil || string(b) != `{"resource":"https://symbi.example/mcp","authorization_servers":["https://issuer.example"],"bearer_methods_supported":["header"]}` {
+		t.Fatalf("%s %v", b, err)
+	}
+}

@@ -1,0 +1,77 @@
+package safefetch
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Addresses refused even with Options.AllowPrivate.
+var metadataAddrs = []netip.Addr{
+	netip.MustParseAddr("169.254.169.254"), // AWS, GCP, Azure, OpenStack instance metadata
+	netip.MustParseAddr("fd00:ec2::254"),   // AWS instance metadata over IPv6
+	netip.MustParseAddr("fd00:ec2::23"),    // AWS DNS over IPv6
+	netip.MustParseAddr("169.254.170.2"),   // AWS ECS task credentials
+	netip.MustParseAddr("168.63.129.16"),   // Azure WireServer (a public address)
+	netip.MustParseAddr("100.100.100.200"), // Alibaba Cloud metadata
+}
+
+// Private ranges, refused unless Options.AllowPrivate (loopback, link-local, private,
+// unspecified and multicast are checked through netip methods).
+var privatePrefixes = []struct {
+	prefix netip.Prefix
+	what   string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), "\"this network\""},
+	{netip.MustParsePrefix("100.64.0.0/10"), "carrier-grade NAT"},
+	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol assignments"},
+	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},
+	{netip.MustParsePrefix("64:ff9b::/96"), "NAT64"},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "NAT64"},
+	{netip.MustParsePrefix("fec0::/10"), "site-local"},
+	{netip.MustParsePrefix("::/96"), "IPv4-compatible IPv6"},
+	{netip.MustParsePrefix("2002::/16"), "6to4"},
+}
+
+// checkAddr reports why addr may not be connected to, or nil; privateHint ends the
+// refusal of an address that allowPrivate would permit.
+func checkAddr(addr netip.Addr, allowPrivate bool, privateHint string) error {
+	addr = addr.Unmap()
+	for _, m := range metadataAddrs {
+		if addr == m {
+			return fmt.Errorf("%w: %s is a cloud metadata address", ErrRefusedAddress, addr)
+		}
+	}
+	var what string
+	switch {
+	case addr.IsUnspecified():
+		what = "unspecified"
+	case addr.IsMulticast():
+		what = "multicast"
+	case addr.Is4() && addr == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		what = "broadcast"
+	}
+	if what != "" {
+		return fmt.Errorf("%w: %s is a %s address", ErrRefusedAddress, addr, what)
+	}
+	if allowPrivate {
+		return nil
+	}
+	switch {
+	case addr.IsLoopback():
+		what = "loopback"
+	case addr.IsPrivate():
+		what = "private"
+	case addr.IsLinkLocalUnicast():
+		what = "link-local"
+	}
+	for _, p := range privatePrefixes {
+		if what == "" && p.prefix.Contains(addr) {
+			what = p.what
+		}
+	}
+	if what != "" {
+		return fmt.Errorf("%w: %s is a %s address%s", ErrRefusedAddress, addr, what, hint(privateHint))
+	}
+	return nil
+}
