@@ -35,19 +35,25 @@ type sizes struct {
 	loadN     int // invocations of the load harness
 	loadConc  int // their concurrency
 	inFlight  int // runs in flight when the shutdown harness sends a signal
+	// The acp harness: SIGKILLs, delegated runs started before each, the kill moment's
+	// bound, and the delegated runs of the concurrency case.
+	acpKills, acpKillRuns, acpKillMaxMS, acpConc int
 }
 
 var (
-	fullSizes  = sizes{kills: 200, crashConc: 8, killMaxMS: 400, loadN: 10000, loadConc: 64, inFlight: 8}
-	shortSizes = sizes{kills: 20, crashConc: 4, killMaxMS: 300, loadN: 500, loadConc: 16, inFlight: 4}
+	fullSizes = sizes{kills: 200, crashConc: 8, killMaxMS: 400, loadN: 10000, loadConc: 64, inFlight: 8,
+		acpKills: 20, acpKillRuns: 4, acpKillMaxMS: 1000, acpConc: 50}
+	shortSizes = sizes{kills: 20, crashConc: 4, killMaxMS: 300, loadN: 500, loadConc: 16, inFlight: 4,
+		acpKills: 3, acpKillRuns: 3, acpKillMaxMS: 800, acpConc: 10}
 )
 
 // config is what every harness gets.
 type config struct {
-	bin   string
-	seed  uint64
-	sizes sizes
-	log   io.Writer // progress; nil: quiet
+	bin       string
+	fakeAgent string // absolute path of a built cmd/fake-acp-agent (the acp harness)
+	seed      uint64
+	sizes     sizes
+	log       io.Writer // progress; nil: quiet
 }
 
 // harness is one named harness.
@@ -64,6 +70,7 @@ var harnesses = []harness{
 	{"client", runClient},
 	{"load", runLoad},
 	{"shutdown", runShutdown},
+	{"acp", runACP},
 }
 
 // harnessBudget bounds one harness; past it the harness fails instead of hanging.
@@ -298,6 +305,7 @@ type proc struct {
 type procOptions struct {
 	cred      *syscall.Credential // run as another user (nil: as the harness)
 	fsizeByte uint64              // RLIMIT_FSIZE of the server, set right after start (0: none)
+	flags     []string            // more flags of symbi mcp
 }
 
 // startProc starts bin mcp on dir.
@@ -312,7 +320,7 @@ func (h *harnessRun) startProc(bin, dir string, env []string, o procOptions) (*p
 		inW.Close()
 		return nil, err
 	}
-	cmd := exec.Command(bin, "mcp", "--project", dir, "--log-level", "warn")
+	cmd := exec.Command(bin, append([]string{"mcp", "--project", dir, "--log-level", "warn"}, o.flags...)...)
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout = inR, outW
 	p := &proc{cmd: cmd, stdin: inW, stdout: outR, stderr: &syncBuffer{}, done: make(chan struct{})}

@@ -4,13 +4,17 @@
 //
 // Usage:
 //
-//	symbi-stress [-symbi PATH] [-short] [-seed N] [-only NAME[,NAME...]] [-v]
+//	symbi-stress [-symbi PATH] [-fake-agent PATH] [-short] [-seed N] [-only NAME[,NAME...]] [-v]
 //
-// The harnesses are crash, storage, model, client, load and shutdown; docs/reliability.md
-// says what each one does and asserts. Everything runs on 127.0.0.1 and in temporary
-// directories, and every loop is bounded. -short runs the sizes meant for CI (fewer kills,
-// fewer invocations); every invariant is still asserted. The exit status is 0 when every
-// invariant held, 1 when any failed, 2 on a usage error.
+// The harnesses are crash, storage, model, client, load, shutdown and acp;
+// docs/reliability.md says what each one does and asserts. The acp harness runs delegated
+// runs (coding agents over ACP) with the scripted agent of cmd/fake-acp-agent, built
+// beforehand: -fake-agent names it (default: fake-acp-agent next to the -symbi binary, as
+// make stress builds it). Everything runs on 127.0.0.1 and in temporary directories, and
+// every loop is bounded; the acp harness kills any process its agents leave behind. -short
+// runs the sizes meant for CI (fewer kills, fewer invocations); every invariant is still
+// asserted. The exit status is 0 when every invariant held, 1 when any failed, 2 on a usage
+// error.
 package main
 
 import (
@@ -18,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -31,6 +36,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("symbi-stress", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	bin := fs.String("symbi", "bin/symbi", "path of the symbi binary under test")
+	fakeAgent := fs.String("fake-agent", "", "path of a built cmd/fake-acp-agent, for the acp harness (default: fake-acp-agent in the directory of -symbi)")
 	short := fs.Bool("short", false, "run the short sizes (for CI); every invariant is still asserted")
 	seed := fs.Uint64("seed", 0, "seed of the random choices (0: derived from the clock, and reported)")
 	only := fs.String("only", "", "comma-separated harness names to run (default: all)")
@@ -55,6 +61,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg := config{bin: *bin, seed: *seed, sizes: fullSizes}
+	for _, h := range selected {
+		if h.name != "acp" {
+			continue
+		}
+		if *fakeAgent == "" {
+			*fakeAgent = filepath.Join(filepath.Dir(*bin), "fake-acp-agent")
+		}
+		st, err := os.Stat(*fakeAgent)
+		if err == nil && !st.IsDir() {
+			cfg.fakeAgent, err = filepath.Abs(*fakeAgent)
+		}
+		if err != nil || st.IsDir() {
+			fmt.Fprintf(stderr, "symbi-stress: -fake-agent %s: not a binary (build it first: go build -o %s ./cmd/fake-acp-agent, or leave out the acp harness with -only)\n", *fakeAgent, *fakeAgent)
+			return 2
+		}
+	}
 	if *short {
 		cfg.sizes = shortSizes
 	}
@@ -88,7 +110,11 @@ func selectHarnesses(only string) ([]harness, error) {
 		}
 	}
 	for n := range want {
-		return nil, fmt.Errorf("-only: unknown harness %q (have crash, storage, model, client, load, shutdown)", n)
+		var names []string
+		for _, h := range harnesses {
+			names = append(names, h.name)
+		}
+		return nil, fmt.Errorf("-only: unknown harness %q (have %s)", n, strings.Join(names, ", "))
 	}
 	return out, nil
 }

@@ -14,19 +14,21 @@ import (
 
 var seedFlag = flag.Uint64("stress.seed", 1, "seed of TestStressShort")
 
-// TestStressShort builds symbi and runs every harness with the short sizes: it fails if
-// any invariant fails.
+// TestStressShort builds symbi and the fake ACP agent and runs every harness with the
+// short sizes: it fails if any invariant fails.
 func TestStressShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real servers for a minute or more")
 	}
-	bin := filepath.Join(t.TempDir(), "symbi")
-	build := exec.Command("go", "build", "-o", bin, "../symbi")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building symbi: %v\n%s", err, out)
+	dir := t.TempDir()
+	bin, fake := filepath.Join(dir, "symbi"), filepath.Join(dir, "fake-acp-agent")
+	for out, pkg := range map[string]string{bin: "../symbi", fake: "../fake-acp-agent"} {
+		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", pkg, err, b)
+		}
 	}
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"-symbi", bin, "-short", "-seed", strconv.FormatUint(*seedFlag, 10)}, &stdout, &stderr)
+	code := run([]string{"-symbi", bin, "-fake-agent", fake, "-short", "-seed", strconv.FormatUint(*seedFlag, 10)}, &stdout, &stderr)
 	t.Logf("summary:\n%s", stdout.String())
 	if code != 0 {
 		t.Fatalf("symbi-stress -short exited %d\n%s", code, stderr.String())
@@ -53,6 +55,8 @@ func TestUsage(t *testing.T) {
 		{"binary is a directory", []string{"-symbi", t.TempDir()}, "not a binary"},
 		{"stray argument", []string{"-symbi", bin, "extra"}, "unexpected arguments"},
 		{"unknown flag", []string{"-kills", "3"}, "flag provided but not defined"},
+		{"missing fake agent", []string{"-symbi", bin, "-only", "acp", "-fake-agent", filepath.Join(t.TempDir(), "absent")}, "-fake-agent"},
+		{"no fake agent next to symbi", []string{"-symbi", bin, "-only", "load,acp"}, "fake-acp-agent: not a binary"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,7 +76,8 @@ func TestSelectHarnesses(t *testing.T) {
 		only string
 		want string
 	}{
-		{"", "crash,storage,model,client,load,shutdown"},
+		{"", "crash,storage,model,client,load,shutdown,acp"},
+		{"acp,crash", "crash,acp"},
 		{"load", "load"},
 		{"shutdown, crash", "crash,shutdown"},
 	}
