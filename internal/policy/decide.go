@@ -89,6 +89,10 @@ type Decision struct {
 	Policies []string // deciding policy ids, in load order
 	Errors   []string // evaluation errors as "id: message" (any one denies)
 	Reason   string   // one-line human explanation
+	// Gate is set on a deny that a person may turn into an allow: every deciding policy is
+	// a forbid annotated @gate("human") (no ungated forbid matched, no evaluation error).
+	// It names the gating policies' ids, comma-separated.
+	Gate string
 }
 
 // Verdict is the decision's word in journals and reports: "allow" or "deny".
@@ -243,8 +247,23 @@ func (s *Set) decideCedarRequest(req cedar.Request, entities types.EntityMap) De
 		d.Reason = "allowed by permit " + strings.Join(d.Policies, ", ")
 	case len(d.Policies) > 0:
 		d.Reason = "denied by forbid " + strings.Join(d.Policies, ", ")
+		if s.allGated(d.Policies) {
+			d.Gate = strings.Join(d.Policies, ",")
+			d.Reason = "held for human approval by gated forbid " + strings.Join(d.Policies, ", ")
+		}
 	default:
 		d.Reason = "denied: no permit matched"
 	}
 	return d
+}
+
+// allGated reports whether every policy of ids is a gated forbid.
+func (s *Set) allGated(ids []string) bool {
+	for _, id := range ids {
+		i := slices.IndexFunc(s.policies, func(p Policy) bool { return p.ID == id })
+		if i < 0 || s.policies[i].Gate != GateHuman {
+			return false
+		}
+	}
+	return len(ids) > 0
 }

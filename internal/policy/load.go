@@ -333,7 +333,19 @@ func (l *loader) parse(file string, data []byte) {
 		if p.Effect() == cedar.Forbid {
 			effect = "forbid"
 		}
-		l.set.policies = append(l.set.policies, Policy{ID: id, File: file, Line: pos.Line, Column: pos.Column, Effect: effect})
+		gate, hasGate := p.Annotations()["gate"]
+		switch {
+		case !hasGate:
+		case string(gate) != GateHuman:
+			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column,
+				Message: fmt.Sprintf("policy %s: @gate(%q) is not a gate symbi knows (the one gate is @gate(%q))", id, string(gate), GateHuman)})
+			continue
+		case effect != "forbid":
+			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column,
+				Message: fmt.Sprintf("policy %s: @gate goes on a forbid (it turns that denial into a wait for a person); on a permit it would mean nothing", id)})
+			continue
+		}
+		l.set.policies = append(l.set.policies, Policy{ID: id, File: file, Line: pos.Line, Column: pos.Column, Effect: effect, Gate: string(gate)})
 		l.set.compiled = append(l.set.compiled, p)
 	}
 }

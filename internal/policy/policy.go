@@ -137,7 +137,12 @@ type Policy struct {
 	Line   int
 	Column int
 	Effect string // "permit" or "forbid"
+	Gate   string // GateHuman for a gated forbid, else ""
 }
+
+// GateHuman is the one gate: a forbid annotated @gate("human") holds what it denies for a
+// person's decision (approve_run) instead of denying it outright.
+const GateHuman = "human"
 
 // Problem is one reason a configured file or directory could not be used.
 type Problem struct {
