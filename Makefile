@@ -16,14 +16,18 @@ build:
 
 # The main job, end to end, with no credentials and no network: starts a loopback model,
 # serves this repository's example project with symbi mcp, invokes an agent through a
-# real MCP client, verifies the run's journal, and shows a policy denial and a refusal.
+# real MCP client, verifies the run's journal, and shows a policy denial and a refusal;
+# then a delegated run, with the scripted ACP agent (built here) as the coding agent.
 demo: build
-	$(GO) run ./cmd/symbi-demo -symbi $(BIN) -project .
+	$(GO) build -o $(dir $(BIN))fake-acp-agent ./cmd/fake-acp-agent
+	$(GO) run ./cmd/symbi-demo -symbi $(BIN) -fake-agent $(dir $(BIN))fake-acp-agent -project .
 
 # The reliability harnesses at full size (crash, storage, hostile model and client, load,
-# shutdown); see docs/reliability.md. "make test" runs them at short size.
+# shutdown, delegated runs over ACP with the scripted fake agent built next to $(BIN));
+# see docs/reliability.md. "make test" runs them at short size.
 stress: build
-	$(GO) run ./cmd/symbi-stress -symbi $(BIN)
+	$(GO) build -o $(dir $(BIN))fake-acp-agent ./cmd/fake-acp-agent
+	$(GO) run ./cmd/symbi-stress -symbi $(BIN) -fake-agent $(dir $(BIN))fake-acp-agent
 
 # A loopback OpenAI-compatible model for trying symbi mcp by hand (prints its base URL).
 # MODEL_ARGS passes flags: -reply TEXT, -when SUBSTRING=TEXT, -delay 5s, -hang,

@@ -3,9 +3,13 @@
 // project as a real MCP client over stdio, asks an agent a question and prints the
 // answer, verifies the run's journal with "symbi audit verify" using the returned public
 // key and receipt, then shows an answer withheld by the project's Cedar policy and a
-// definition refused before any model call. It needs no credentials and no network.
+// definition refused before any model call, an asynchronous run, and a delegated run: the
+// scripted coding agent cmd/fake-acp-agent, registered with --executors as "coder", works
+// for agents/pair_coder.symbi over the Agent Client Protocol, is allowed a read and
+// denied a command by policies/tools.cedar, and its journal is verified. It needs no
+// credentials and no network.
 //
-//	symbi-demo [-symbi bin/symbi] [-project .] [-agent reviewer]
+//	symbi-demo [-symbi bin/symbi] [-fake-agent bin/fake-acp-agent] [-project .] [-agent reviewer]
 //
 // It exits 0 only when every step behaved as the product promises.
 package main
@@ -34,17 +38,30 @@ const leakyAnswer = "Here is the key you asked for:\n-----BEGIN PRIVATE KEY-----
 
 func main() {
 	symbi := flag.String("symbi", "bin/symbi", "the symbi binary")
+	fakeAgent := flag.String("fake-agent", "bin/fake-acp-agent", "the scripted ACP agent (go build ./cmd/fake-acp-agent) registered as the executor "+delegatedExecutor)
 	project := flag.String("project", ".", "the project to serve")
 	agent := flag.String("agent", "reviewer", "the agent to ask")
 	flag.Parse()
-	if err := demo(os.Stdout, *symbi, *project, *agent); err != nil {
+	if err := demo(os.Stdout, *symbi, *fakeAgent, *project, *agent); err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
 	}
 	fmt.Println("\ndemo: every step behaved as expected")
 }
 
-func demo(out io.Writer, symbi, project, agent string) error {
+func demo(out io.Writer, symbi, fakeAgent, project, agent string) error {
+	// The operator's side of a delegated run: the executors file registering the fake
+	// agent, and the script it follows. Both live in a directory removed at the end.
+	tmp, err := os.MkdirTemp("", "symbi-demo-*")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	deleg, err := prepareDelegation(tmp, fakeAgent, project)
+	if err != nil {
+		return err
+	}
+
 	model := loopback.New(loopback.WithResponder(func(r loopback.Request) loopback.Reply {
 		if strings.Contains(strings.ToLower(r.Prompt), "private key") {
 			return loopback.Reply{Text: leakyAnswer}
@@ -64,8 +81,8 @@ func demo(out io.Writer, symbi, project, agent string) error {
 		return err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(symbi, "mcp", "--project", project)
-	cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+model.URL(), "CHAT_MODEL=loopback-demo", "SYMBI_PROVIDER=openai")
+	cmd := exec.Command(symbi, "mcp", "--project", project, "--executors", deleg.executors)
+	cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+model.URL(), "CHAT_MODEL=loopback-demo", "SYMBI_PROVIDER=openai", "FAKE_ACP_SCRIPT="+deleg.script)
 	cmd.Stderr = logFile
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -75,26 +92,25 @@ func demo(out io.Writer, symbi, project, agent string) error {
 		return fmt.Errorf("starting symbi mcp: %w", err)
 	}
 	defer session.Close()
-	step(out, "symbi mcp serving %s over stdio (its log: %s)", project, logFile.Name())
+	step(out, "symbi mcp serving %s over stdio, --executors %s (its log: %s)", project, deleg.executors, logFile.Name())
 
 	list, err := call(ctx, session, "list_agents", map[string]any{})
 	if err != nil {
 		return err
 	}
 	var agents struct {
-		Agents []struct {
-			Name      string `json:"name"`
-			Invocable bool   `json:"invocable"`
-			Reason    string `json:"reason"`
-		} `json:"agents"`
+		Agents []agentEntry `json:"agents"`
 	}
 	if err := decode(list, &agents); err != nil {
 		return err
 	}
 	for _, a := range agents.Agents {
 		status := "invocable"
-		if !a.Invocable {
+		switch {
+		case !a.Invocable:
 			status = "refused: " + a.Reason
+		case a.Mode == "delegated":
+			status = "delegated to the executor " + a.Executor + ": start_run only"
 		}
 		fmt.Fprintf(out, "    %-16s %s\n", a.Name, status)
 	}
@@ -164,7 +180,12 @@ func demo(out io.Writer, symbi, project, agent string) error {
 		return err
 	}
 
-	// 5. The whole project: the ledger of every run, every journal, and a checkpoint an
+	// 5. A delegated run: a coding agent over ACP, each permission decided by policy.
+	if err := delegatedRun(ctx, out, session, symbi, project, deleg); err != nil {
+		return err
+	}
+
+	// 6. The whole project: the ledger of every run, every journal, and a checkpoint an
 	// auditor saves to catch a later rollback or rewrite.
 	cpFile := filepath.Join(os.TempDir(), "symbi-demo-checkpoint.txt")
 	step(out, "symbi audit checkpoint --project %s > %s", project, cpFile)
@@ -208,48 +229,12 @@ func asyncRun(ctx context.Context, out io.Writer, session *mcp.ClientSession, ag
 		return fmt.Errorf("start_run failed: %s", text(res))
 	}
 	fmt.Fprintf(out, "    run %s is %s; the call has returned, the run goes on\n", started.RunID, started.Status)
-	step(out, "run_events %s, from cursor 0, long-polling (wait_ms 30000)", started.RunID)
-	var cursor int64
-	for {
-		res, err := call(ctx, session, "run_events", map[string]any{"run_id": started.RunID, "after": cursor, "wait_ms": 30000})
-		if err != nil {
-			return err
-		}
-		var page struct {
-			Events []struct {
-				Seq  int64  `json:"seq"`
-				Type string `json:"type"`
-				Line string `json:"line"`
-			} `json:"events"`
-			NextCursor int64  `json:"next_cursor"`
-			Status     string `json:"status"`
-			Done       bool   `json:"done"`
-		}
-		if res.IsError || decode(res, &page) != nil {
-			return fmt.Errorf("run_events failed: %s", text(res))
-		}
-		for _, ev := range page.Events {
-			fmt.Fprintf(out, "    event %d: %-20s (signed line, %d bytes)\n", ev.Seq, ev.Type, len(ev.Line))
-		}
-		cursor = page.NextCursor
-		if page.Done {
-			fmt.Fprintf(out, "    done: status %s, next cursor %d\n", page.Status, cursor)
-			break
-		}
-	}
-	step(out, "run_status %s", started.RunID)
-	res, err = call(ctx, session, "run_status", map[string]any{"run_id": started.RunID})
-	if err != nil {
+	if _, err := followEvents(ctx, out, session, started.RunID); err != nil {
 		return err
 	}
-	var st struct {
-		Status string  `json:"status"`
-		Text   *string `json:"text"`
+	if _, err := completedStatus(ctx, out, session, started.RunID); err != nil {
+		return err
 	}
-	if res.IsError || decode(res, &st) != nil || st.Status != "completed" || st.Text == nil {
-		return fmt.Errorf("run_status: %s", text(res))
-	}
-	fmt.Fprintf(out, "    status: %s\n    text (read back from the journal): %s\n", st.Status, *st.Text)
 	step(out, "resolve_run %s accepted", started.RunID)
 	res, err = call(ctx, session, "resolve_run", map[string]any{"run_id": started.RunID, "resolution": "accepted", "note": "clear and correct"})
 	if err != nil {
@@ -267,6 +252,166 @@ func asyncRun(ctx context.Context, out io.Writer, session *mcp.ClientSession, ag
 	}
 	fmt.Fprintf(out, "    resolution: %s (a signed ledger entry; status stays %s)\n", resolved.Resolution.Value, resolved.Status)
 	return nil
+}
+
+// agentEntry is an entry of list_agents (and of "symbi agents list --json").
+type agentEntry struct {
+	Name      string `json:"name"`
+	Invocable bool   `json:"invocable"`
+	Reason    string `json:"reason"`
+	Mode      string `json:"mode"`
+	Executor  string `json:"executor"`
+}
+
+// event is one run event with its signed journal line decoded (the members the demo
+// prints and checks; docs/journal-format.md has them all).
+type event struct {
+	Seq  int64
+	Type string
+	Data eventData
+}
+
+type eventData struct {
+	Agent        string   `json:"agent"`
+	Mode         string   `json:"mode"`
+	Executor     string   `json:"executor"`
+	AgentName    string   `json:"agent_name"`
+	AgentVersion string   `json:"agent_version"`
+	Workspace    string   `json:"workspace"`
+	CallID       string   `json:"call_id"`
+	Outcome      string   `json:"outcome"`
+	StopReason   string   `json:"stop_reason"`
+	Text         string   `json:"text"`
+	Kind         string   `json:"kind"`
+	Title        string   `json:"title"`
+	Status       string   `json:"status"`
+	Paths        []string `json:"paths"`
+	Path         string   `json:"path"`
+	Bytes        int      `json:"bytes"`
+	Action       string   `json:"action"`
+	Decision     string   `json:"decision"`
+	PolicyIDs    []string `json:"policy_ids"`
+	OptionID     string   `json:"option_id"`
+	Reason       string   `json:"reason"`
+	Released     bool     `json:"released"`
+	Error        string   `json:"error"`
+}
+
+// followEvents reads a run's events from cursor 0 with a long poll until the run is done,
+// printing each one, and returns them.
+func followEvents(ctx context.Context, out io.Writer, session *mcp.ClientSession, runID string) ([]event, error) {
+	step(out, "run_events %s, from cursor 0, long-polling (wait_ms 30000); each event is a signed journal line", runID)
+	var (
+		cursor int64
+		events []event
+	)
+	for {
+		res, err := call(ctx, session, "run_events", map[string]any{"run_id": runID, "after": cursor, "wait_ms": 30000})
+		if err != nil {
+			return nil, err
+		}
+		var page struct {
+			Events []struct {
+				Seq  int64  `json:"seq"`
+				Type string `json:"type"`
+				Line string `json:"line"`
+			} `json:"events"`
+			NextCursor int64  `json:"next_cursor"`
+			Status     string `json:"status"`
+			Done       bool   `json:"done"`
+		}
+		if res.IsError || decode(res, &page) != nil {
+			return nil, fmt.Errorf("run_events failed: %s", text(res))
+		}
+		for _, ev := range page.Events {
+			var line struct {
+				Payload struct {
+					Data eventData `json:"data"`
+				} `json:"payload"`
+			}
+			if err := json.Unmarshal([]byte(ev.Line), &line); err != nil {
+				return nil, fmt.Errorf("event %d: %w", ev.Seq, err)
+			}
+			e := event{Seq: ev.Seq, Type: ev.Type, Data: line.Payload.Data}
+			events = append(events, e)
+			fmt.Fprintf(out, "    event %d: %-19s %s\n", e.Seq, e.Type, e.summary())
+		}
+		cursor = page.NextCursor
+		if page.Done {
+			fmt.Fprintf(out, "    done: status %s, next cursor %d\n", page.Status, cursor)
+			return events, nil
+		}
+	}
+}
+
+// summary is one line saying what the event records.
+func (e event) summary() string {
+	d := e.Data
+	switch e.Type {
+	case "started":
+		return fmt.Sprintf("agent %s, mode %s", d.Agent, d.Mode)
+	case "inference_requested":
+		return "call " + d.CallID
+	case "inference_finished":
+		return "outcome " + d.Outcome
+	case "session_started":
+		return fmt.Sprintf("executor %s (%s %s), workspace %s", d.Executor, d.AgentName, d.AgentVersion, d.Workspace)
+	case "agent_thought", "agent_message":
+		return fmt.Sprintf("%q", clip(d.Text))
+	case "tool_call":
+		return fmt.Sprintf("%s %q %s", d.Kind, d.Title, d.Status)
+	case "tool_call_update":
+		return d.Status
+	case "permission_decided":
+		s := fmt.Sprintf("%s %q %v → %s by %v", d.Kind, d.Title, d.Paths, d.Decision, d.PolicyIDs)
+		if d.OptionID != "" {
+			s += ", answered " + d.OptionID
+		}
+		return s
+	case "fs_read", "fs_write":
+		return fmt.Sprintf("%s, %d bytes", d.Path, d.Bytes)
+	case "session_finished":
+		if d.Error != "" {
+			return fmt.Sprintf("outcome %s: %s", d.Outcome, d.Error)
+		}
+		return fmt.Sprintf("outcome %s, stop reason %s", d.Outcome, d.StopReason)
+	case "policy_evaluated":
+		return fmt.Sprintf("%s → %s by %v", d.Action, d.Decision, d.PolicyIDs)
+	case "terminated":
+		return fmt.Sprintf("%s, released %v", d.Reason, d.Released)
+	}
+	return ""
+}
+
+func clip(s string) string {
+	if r := []rune(s); len(r) > 72 {
+		return string(r[:72]) + "…"
+	}
+	return s
+}
+
+// runStatus is what run_status returns, as far as the demo reads it.
+type runStatus struct {
+	Status  string  `json:"status"`
+	Text    *string `json:"text"`
+	Records int     `json:"records"`
+	Head    string  `json:"head"`
+	Journal string  `json:"journal"`
+}
+
+// completedStatus calls run_status and expects a completed run with its text.
+func completedStatus(ctx context.Context, out io.Writer, session *mcp.ClientSession, runID string) (runStatus, error) {
+	step(out, "run_status %s", runID)
+	var st runStatus
+	res, err := call(ctx, session, "run_status", map[string]any{"run_id": runID})
+	if err != nil {
+		return st, err
+	}
+	if res.IsError || decode(res, &st) != nil || st.Status != "completed" || st.Text == nil {
+		return st, fmt.Errorf("run_status: %s", text(res))
+	}
+	fmt.Fprintf(out, "    status: %s\n    text (read back from the journal): %s\n", st.Status, *st.Text)
+	return st, nil
 }
 
 type audit struct {

@@ -17,9 +17,12 @@ func TestDemo(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "symbi")
-	build := exec.Command("go", "build", "-o", bin, "../symbi")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	fake := filepath.Join(dir, "fake-acp-agent")
+	for target, pkg := range map[string]string{bin: "../symbi", fake: "../fake-acp-agent"} {
+		build := exec.Command("go", "build", "-o", target, pkg)
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
 	}
 	for _, sub := range []string{"agents", "policies"} {
 		if err := os.CopyFS(filepath.Join(dir, "example", sub), os.DirFS(filepath.Join("../..", sub))); err != nil {
@@ -34,13 +37,16 @@ func TestDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := demo(&out, bin, filepath.Join(dir, "example"), "reviewer"); err != nil {
+	if err := demo(&out, bin, fake, filepath.Join(dir, "example"), "reviewer"); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	if strings.Contains(out.String(), "level=") || !strings.Contains(out.String(), "its log: ") {
 		t.Errorf("the server's log is mixed into the narrative, or not named:\n%s", out.String())
 	}
-	for _, want := range []string{"answer: ", "valid and complete", "policy_denied: ", "no-private-keys", "refused_definition: ", "start_run ", "event 4: terminated", "resolution: accepted"} {
+	for _, want := range []string{"answer: ", "valid and complete", "policy_denied: ", "no-private-keys", "refused_definition: ", "start_run ", "event 4: terminated", "resolution: accepted",
+		"pair_coder refused: rule 3 at ", "--executors", "delegated to the executor coder", "runs only through start_run",
+		"read " + delegatedRead + ": allow (policy tools-read-search)", "fs_read", `execute "go test ./..." in .: deny (policy tools-no-execute)`,
+		"text (read back from the journal): " + delegatedAnswer} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}

@@ -34,6 +34,7 @@ func TestAgentsListExampleProject(t *testing.T) {
 		"summarizer":     "",
 		"deploy_bot":     "rule 3 at ",
 		"nightly_digest": "rule 2 at ",
+		"pair_coder":     "rule 3 at ", // delegated: refused without --executors
 		"shell_helper":   "rule 4 at ",
 	}
 	entries := listJSON(t, "../..")
