@@ -231,3 +231,17 @@ func delegatedRecords() []Record {
 		Terminated{Reason: "completed", Released: true, DurationMS: 4200},
 	}
 }
+
+// gatedRecords is a run whose answer a @gate("human") forbid held, approved by another
+// caller, then released.
+func gatedRecords() []Record {
+	r := run{agent: "greeter", prompt: "Write to ACME about the outage.", text: "Dear ACME, the outage is over.", allow: false}
+	recs := r.records()
+	pe := recs[3].(PolicyEvaluated)
+	pe.PolicyIDs, pe.Gate = []string{"customer-names"}, "customer-names"
+	return []Record{recs[0], recs[1], recs[2], pe,
+		ApprovalRequested{Gate: "customer-names", TextSHA256: pe.TextSHA256, TextBytes: pe.TextBytes, TimeoutMS: 86400000},
+		ApprovalDecided{Decision: "approve", Approver: "bob", ApproverAuth: "token", Reason: "checked: no customer data", Via: "approve_run"},
+		Terminated{Reason: "completed", Released: true, DurationMS: 42},
+	}
+}

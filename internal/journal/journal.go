@@ -149,6 +149,8 @@ type PolicyEvaluated struct {
 	Errors     []string `json:"errors"`
 	TextSHA256 string   `json:"text_sha256"`
 	TextBytes  int64    `json:"text_bytes"`
+	// Gate names the gating policies when the deny is held for a person (approval.go).
+	Gate string `json:"gate,omitempty"`
 }
 
 // Terminated is the last record of a run.
@@ -157,6 +159,7 @@ type Terminated struct {
 	Released   bool   `json:"released"`
 	DurationMS int64  `json:"duration_ms"`
 	Error      string `json:"error,omitempty"`
+	Gate       string `json:"gate,omitempty"` // a gate's rejection (policy_denied) or expiry (timeout): the gating policies
 }
 
 // Record type names.

@@ -21,6 +21,7 @@ type Step struct {
 	Reason     string // terminated
 	Released   bool   // terminated
 	RequestID  string // permission_decided, fs_read, fs_write
+	Gate       string // approval_requested
 }
 
 // Machine is the state machine of one run, shared by the writer (which refuses to write
@@ -49,6 +50,11 @@ type Step struct {
 //     permission_decided has a request_id used once and a decision of allow or deny; an
 //     fs_read or fs_write names the request_id of an earlier permission_decided that
 //     allowed it, once;
+//   - approval_requested follows a policy_evaluated that denied, once, naming a gate and
+//     the same text_sha256; approval_decided follows it, once, with a decision of approve
+//     or reject. Then terminated may say released (reason completed) after an approve as
+//     after an allow; policy_denied needs a deny not approved; timeout is also the end of
+//     a wait no decision ended;
 //   - records of other types (a later version's) may stand anywhere after started and
 //     before terminated; the machine does not read them.
 //
@@ -56,7 +62,9 @@ type Step struct {
 // are written only by a step that succeeds, after every check).
 type Machine struct {
 	started, requested, finished, decided, ended bool
-	session                                      bool // session_started seen
+	session                                      bool   // session_started seen
+	gated                                        bool   // approval_requested seen
+	approval                                     string // approval_decided's decision
 
 	callID     string
 	outcome    string
@@ -180,20 +188,44 @@ func (m *Machine) step(s Step) error {
 			}
 			m.grant(s.RequestID, "used")
 		}
+	case TypeApprovalRequested:
+		switch {
+		case !m.decided || m.decision != "deny":
+			return errors.New("approval_requested without a policy_evaluated that denied: only a held deny waits for a person")
+		case m.gated:
+			return errors.New("a second approval_requested")
+		case s.Gate == "":
+			return errors.New("approval_requested names no gate")
+		case s.TextSHA256 != m.textSHA256:
+			return fmt.Errorf("approval_requested holds text %s, but the text judged was %s", s.TextSHA256, m.textSHA256)
+		}
+		m.gated = true
+	case TypeApprovalDecided:
+		switch {
+		case !m.gated:
+			return errors.New("approval_decided without approval_requested")
+		case m.approval != "":
+			return errors.New("a second approval_decided")
+		case s.Decision != "approve" && s.Decision != "reject":
+			return fmt.Errorf("approval_decided with decision %q (want approve or reject)", s.Decision)
+		}
+		m.approval = s.Decision
 	case TypeTerminated:
 		switch {
-		case s.Released && m.decision != "allow":
-			return errors.New("terminated says released, but no policy_evaluated allowed the text")
+		case s.Released && m.decision != "allow" && m.approval != "approve":
+			return errors.New("terminated says released, but no policy_evaluated allowed the text and no person approved it")
 		case s.Released && s.Reason != "completed":
 			return fmt.Errorf("terminated says released with reason %q; a release is reason completed", s.Reason)
 		case s.Reason == "completed" && !s.Released:
 			return errors.New("terminated with reason completed but not released")
 		case s.Reason == "policy_denied" && m.decision != "deny":
 			return errors.New("terminated with reason policy_denied, but no policy_evaluated denied")
+		case s.Reason == "policy_denied" && m.approval == "approve":
+			return errors.New("terminated with reason policy_denied, but a person approved the text")
 		case s.Reason == "inference_failed" && m.outcome != "error":
 			return errors.New("terminated with reason inference_failed, but no inference_finished failed")
-		case s.Reason == "timeout" && m.outcome != "timeout":
-			return errors.New("terminated with reason timeout, but no inference_finished timed out")
+		case s.Reason == "timeout" && m.outcome != "timeout" && !(m.gated && m.approval == ""):
+			return errors.New("terminated with reason timeout, but no inference_finished timed out and no approval was awaited")
 		}
 		m.ended = true
 	}
@@ -227,6 +259,10 @@ func stepOf(r Record) Step {
 		s.Outcome, s.TextSHA256 = r.Outcome, r.TextSHA256
 	case PermissionDecided:
 		s.RequestID, s.Decision = r.RequestID, r.Decision
+	case ApprovalRequested:
+		s.Gate, s.TextSHA256 = r.Gate, r.TextSHA256
+	case ApprovalDecided:
+		s.Decision = r.Decision
 	case FSRead:
 		s.RequestID = r.RequestID
 	case FSWrite:

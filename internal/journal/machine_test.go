@@ -19,7 +19,9 @@ func TestMachine(t *testing.T) {
 		released  = Step{Type: TypeTerminated, Reason: "completed", Released: true}
 		end       = func(reason string) Step { return Step{Type: TypeTerminated, Reason: reason} }
 		outcome   = func(o string) Step { return Step{Type: TypeInferenceFinished, CallID: "c1", Outcome: o} }
-		unknown   = Step{Type: "approval_requested"}
+		unknown   = Step{Type: "note_added"} // a later version's record type
+		held      = Step{Type: TypeApprovalRequested, Gate: "customer-names", TextSHA256: "t1"}
+		decide    = func(d string) Step { return Step{Type: TypeApprovalDecided, Decision: d} }
 		// A delegated run.
 		session    = Step{Type: TypeSessionStarted}
 		message    = Step{Type: TypeAgentMessage}
@@ -57,6 +59,25 @@ func TestMachine(t *testing.T) {
 		{"one allow used twice", []Step{started, session, grant("fs1", "allow"), read("fs1"), write("fs1")}, "already used"},
 		{"a request decided twice", []Step{started, session, grant("p1", "deny"), grant("p1", "allow")}, "a second permission_decided"},
 		{"a decision without a request id", []Step{started, session, grant("", "allow")}, "without a request_id"},
+		{"held, approved, released", []Step{started, requested, finished, denied, held, decide("approve"), released}, ""},
+		{"held, rejected", []Step{started, requested, finished, denied, held, decide("reject"), end("policy_denied")}, ""},
+		{"held, timed out", []Step{started, requested, finished, denied, held, end("timeout")}, ""},
+		{"held, cancelled", []Step{started, requested, finished, denied, held, end("cancelled")}, ""},
+		{"held, approved, cancelled", []Step{started, requested, finished, denied, held, decide("approve"), end("cancelled")}, ""},
+		{"held, crashed while waiting", []Step{started, requested, finished, denied, held}, ""},
+		{"delegated, held, approved", []Step{started, session, answered, denied, held, decide("approve"), released}, ""},
+		{"held after an allow", []Step{started, requested, finished, allowed, held}, "without a policy_evaluated that denied"},
+		{"held before a decision", []Step{started, requested, finished, held}, "without a policy_evaluated that denied"},
+		{"held twice", []Step{started, requested, finished, denied, held, held}, "a second approval_requested"},
+		{"held without a gate", []Step{started, requested, finished, denied, {Type: TypeApprovalRequested, TextSHA256: "t1"}}, "names no gate"},
+		{"held other text", []Step{started, requested, finished, denied, {Type: TypeApprovalRequested, Gate: "g", TextSHA256: "t2"}}, "holds text t2"},
+		{"decided without a request", []Step{started, requested, finished, denied, decide("approve")}, "without approval_requested"},
+		{"decided twice", []Step{started, requested, finished, denied, held, decide("approve"), decide("reject")}, "a second approval_decided"},
+		{"an unknown approval decision", []Step{started, requested, finished, denied, held, decide("maybe")}, `decision "maybe"`},
+		{"released after a rejection", []Step{started, requested, finished, denied, held, decide("reject"), released}, "no person approved"},
+		{"released while waiting", []Step{started, requested, finished, denied, held, released}, "no person approved"},
+		{"denied after an approval", []Step{started, requested, finished, denied, held, decide("approve"), end("policy_denied")}, "a person approved"},
+		{"timeout after a decision", []Step{started, requested, finished, denied, held, decide("reject"), end("timeout")}, "no approval was awaited"},
 		{"an unknown permission decision", []Step{started, session, grant("p1", "always")}, `decision "always"`},
 		{"agent records before the session", []Step{started, message}, "without session_started"},
 		{"agent records after the session", []Step{started, session, answered, call}, "after session_finished"},

@@ -26,6 +26,7 @@ const (
 	deniedRun    = "1c8f9b63-7a2e-4d4b-8f3c-6e5d4c3b2a11"
 	crashedRun   = "2d9a0c74-8b3f-4e5c-9a4d-7f6e5d4c3b22"
 	delegatedRun = "3e0b1d85-9c40-4f6d-8b5e-8a7f6e5d4c33"
+	gatedRun     = "4f1c2e96-0d51-4a7e-9c6f-9b807f6e5d44"
 )
 
 // vectorCase is one entry of expected.json.
@@ -60,6 +61,9 @@ func buildVectors(t *testing.T) (map[string][]byte, expectedFile) {
 	writeRun(t, s, crashedRunDef, crashedRun, 3)
 	dr := delegatedRecords()
 	writeRecords(t, s, "coder", delegatedRun, dr)
+	gr := gatedRecords()
+	writeRecords(t, s, "greeter", gatedRun, gr)
+	gated := mustRead(t, filepath.Join(s.Dir(), agentID("greeter")+"."+gatedRun+".jsonl"))
 	delegated := mustRead(t, filepath.Join(s.Dir(), agentID("coder")+"."+delegatedRun+".jsonl"))
 	allowed := mustRead(t, filepath.Join(s.Dir(), agentID("greeter")+"."+allowedRun+".jsonl"))
 	denied := mustRead(t, filepath.Join(s.Dir(), agentID("greeter")+"."+deniedRun+".jsonl"))
@@ -123,6 +127,18 @@ func buildVectors(t *testing.T) (map[string][]byte, expectedFile) {
 		files[name] = forge(key, allowedRunDef.agent, allowedRun, recs)
 	}
 	files["delegated.jsonl"] = delegated
+	files["gated.jsonl"] = gated
+	rejected := gr[5].(ApprovalDecided)
+	rejected.Decision = "reject"
+	gatedImpossible := map[string][]Record{
+		// The approval removed: a release after a deny that nobody approved.
+		"impossible/released-without-approval.jsonl": {gr[0], gr[1], gr[2], gr[3], gr[4], gr[6]},
+		// Rejected, yet released.
+		"impossible/released-after-rejection.jsonl": {gr[0], gr[1], gr[2], gr[3], gr[4], rejected, gr[6]},
+	}
+	for name, recs := range gatedImpossible {
+		files[name] = forge(key, "greeter", gatedRun, recs)
+	}
 	for name, recs := range delegatedImpossible {
 		files[name] = forge(key, "coder", delegatedRun, recs)
 	}
@@ -154,6 +170,9 @@ func buildVectors(t *testing.T) (map[string][]byte, expectedFile) {
 			{File: "delegated.jsonl", Exit: 0, Description: "a complete delegated run: a session, a thought, a tool call, a file read after an allow, a command denied, a plan, the answer released"},
 			{File: "impossible/read-without-permission.jsonl", Exit: 1, Description: "the delegated run with its permission_decided removed: a file read nothing allowed"},
 			{File: "impossible/read-after-deny.jsonl", Exit: 1, Description: "the delegated run with the read's permission denied, yet the file read"},
+			{File: "gated.jsonl", Exit: 0, Description: "a run whose answer a @gate(\"human\") forbid held: approval_requested, then approval_decided (approve by another caller), the text released"},
+			{File: "impossible/released-without-approval.jsonl", Exit: 1, Description: "the gated run with its approval_decided removed: released after a deny nobody approved"},
+			{File: "impossible/released-after-rejection.jsonl", Exit: 1, Description: "the gated run rejected at the gate, yet released"},
 			{File: "governed/" + FileName(agentID("greeter"), allowedRun), Exit: 0, Description: "the allowed run under the name its writer gave it: <agent_id>.<run_id>.jsonl"},
 			{File: "governed/" + FileName(agentID("greeter"), deniedRun), Exit: 1, Description: "the allowed run copied over the denied run's file: the name does not match the records"},
 			{File: "governed/" + FileName(agentID("auditor"), crashedRun), Exit: 2, Description: "the crashed run under its own name"},

@@ -356,6 +356,8 @@ var stepMembers = map[string][]string{
 	TypePermissionDecided:  {"request_id", "decision"},
 	TypeFSRead:             {"request_id"},
 	TypeFSWrite:            {"request_id"},
+	TypeApprovalRequested:  {"gate", "text_sha256"},
+	TypeApprovalDecided:    {"decision"},
 }
 
 // decodeStep reads what the state machine needs of a record's data. The members must be
@@ -397,6 +399,8 @@ func decodeStep(typ string, data json.RawMessage) (Step, error) {
 			s.Reason = v
 		case "request_id":
 			s.RequestID = v
+		case "gate":
+			s.Gate = v
 		}
 	}
 	return s, nil

@@ -176,7 +176,7 @@ func TestVerifyFiles(t *testing.T) {
 	// Directory mode: eight of the files are of the allowed run, so each is flagged as
 	// one of several journals of one run; alone, allowed.jsonl verifies (TestVectors).
 	want := map[string]int{"allowed.jsonl": 1, "denied.jsonl": 0, "crashed.jsonl": 2, "torn.jsonl": 1, "truncated.jsonl": 1,
-		"tampered-payload.jsonl": 1, "tampered-signature.jsonl": 1, "swapped.jsonl": 1, "spliced.jsonl": 1, "deleted.jsonl": 1, "delegated.jsonl": 0}
+		"tampered-payload.jsonl": 1, "tampered-signature.jsonl": 1, "swapped.jsonl": 1, "spliced.jsonl": 1, "deleted.jsonl": 1, "delegated.jsonl": 0, "gated.jsonl": 0}
 	verifyDirCodes(t, vectorDir, pub, want, "also recorded in")
 	// The governed vector: the allowed run's journal was copied over the denied run's.
 	greeter, auditor := agentID("greeter"), agentID("auditor")

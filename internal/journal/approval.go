@@ -1,0 +1,40 @@
+package journal
+
+// The records of a human gate (docs/runs.md). When the respond decision is a deny that
+// only forbids annotated @gate("human") made, the run does not end: it records
+// approval_requested and waits, its text withheld, for a person's approve_run. The
+// decision is approval_decided; an approval then releases the text (terminated, reason
+// completed), a rejection ends the run withheld (reason policy_denied, with the gate).
+
+// ApprovalRequested is written, and made durable, when a gated deny holds the answer.
+type ApprovalRequested struct {
+	Gate       string `json:"gate"`        // the gating policies' ids, comma-separated
+	TextSHA256 string `json:"text_sha256"` // the text held, as policy_evaluated judged it
+	TextBytes  int64  `json:"text_bytes"`
+	TimeoutMS  int64  `json:"timeout_ms"` // how long the run waits for a decision
+}
+
+// ApprovalDecided is a person's decision at the gate, durable (and in the ledger) before
+// the text is released or the run ends withheld.
+type ApprovalDecided struct {
+	Decision     string `json:"decision"` // "approve" or "reject"
+	Approver     string `json:"approver"` // the deciding caller's id
+	ApproverAuth string `json:"approver_auth"`
+	Reason       string `json:"reason"`
+	Via          string `json:"via"` // "approve_run", or "elicitation" (the requester's own client)
+}
+
+// MaxApprovalReasonBytes bounds an approval's reason.
+const MaxApprovalReasonBytes = 4 << 10
+
+// Human gate record type names.
+const (
+	TypeApprovalRequested = "approval_requested"
+	TypeApprovalDecided   = "approval_decided"
+)
+
+// Type implements Record.
+func (ApprovalRequested) Type() string { return TypeApprovalRequested }
+
+// Type implements Record.
+func (ApprovalDecided) Type() string { return TypeApprovalDecided }
