@@ -524,7 +524,7 @@ func (r *runner) run(ctx context.Context) Result {
 		}
 	case pr.err != nil:
 		err := fmt.Errorf("session/prompt failed: %w", pr.err)
-		if r.died && r.cmd.ProcessState != nil {
+		if r.exitedByItself() {
 			err = fmt.Errorf("session/prompt failed (the agent exited: %s): %w", r.cmd.ProcessState, pr.err)
 		}
 		res.Outcome, res.Err = OutcomeError, r.withStderr(err)
@@ -635,8 +635,8 @@ func (r *runner) start() error {
 	return nil
 }
 
-// checkLines passes the agent's stdout to the SDK line by line; a line that is not JSON
-// (which the SDK would skip silently) or is too long ends the run.
+// checkLines passes the agent's stdout to the SDK line by line; a line that is not a
+// JSON-RPC message (which the SDK would skip silently) or is too long ends the run.
 func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 	br := bufio.NewReaderSize(src, 64<<10)
 	var line []byte
@@ -652,10 +652,12 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 			continue
 		}
 		if len(line) > 0 {
-			if t := bytes.TrimSpace(line); len(t) > 0 && !json.Valid(t) {
-				r.abort(fmt.Errorf("malformed ACP: the agent wrote a line that is not JSON: %q", cut(string(t), 80)))
-				dst.CloseWithError(errors.New("malformed ACP"))
-				return
+			if t := bytes.TrimSpace(line); len(t) > 0 {
+				if why := notMessage(t); why != "" {
+					r.abort(fmt.Errorf("malformed ACP: the agent wrote a line that is %s: %q", why, cut(string(t), 80)))
+					dst.CloseWithError(errors.New("malformed ACP"))
+					return
+				}
 			}
 			if _, werr := dst.Write(line); werr != nil {
 				return
@@ -668,6 +670,40 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 			return
 		}
 	}
+}
+
+// notMessage says why the non-blank line t is not a message the SDK's reader takes — not
+// JSON, or JSON that is not an object with a method (a request or notification) or an id
+// (a response) — or "" when it is one. The SDK logs such a line and skips it.
+func notMessage(t []byte) string {
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+	}
+	err := json.Unmarshal(t, &m)
+	var syntax *json.SyntaxError
+	switch {
+	case errors.As(err, &syntax):
+		return "not JSON"
+	case err != nil, t[0] != '{', m.Method == "" && (len(m.ID) == 0 || string(m.ID) == "null"):
+		return "not a JSON-RPC message"
+	}
+	return ""
+}
+
+// exitedByItself reports, after kill, whether the agent ended by itself rather than by
+// the final SIGKILL: it had been seen exiting before, or its wait status says so (it may
+// have exited just before the kill, its stdout closed, before the exit was seen).
+func (r *runner) exitedByItself() bool {
+	ps := r.cmd.ProcessState
+	if ps == nil {
+		return false
+	}
+	if r.died {
+		return true
+	}
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	return ok && (ws.Exited() || (ws.Signaled() && ws.Signal() != syscall.SIGKILL))
 }
 
 // kill SIGKILLs the whole process group, then reaps the agent: the leader is reaped only
