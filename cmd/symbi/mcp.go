@@ -36,6 +36,7 @@ func init() {
 		maxRuns := fs.Int("max-runs", invoke.DefaultMaxRuns, "`N` runs in flight at most; a call beyond it fails at once with busy")
 		minFree := byteSize(defaultMinFree)
 		fs.Var(&minFree, "min-free-space", "refuse new runs (audit_unavailable) while the journal file system has less free space than `SIZE` (e.g. 64MiB; 0: no floor)")
+		approvalTimeout := fs.Duration("approval-timeout", invoke.DefaultApprovalTimeout, "how long a run whose answer a @gate(\"human\") policy holds waits for approve_run, at least (the agent's own timeout when longer); then it ends with timeout")
 		execFile := fs.String("executors", "", "register the coding agents delegated agents may run, from the JSON `FILE` (docs/executors.md)")
 		var roots listFlag
 		fs.Var(&roots, "workspace-root", "a `DIR` inside which delegated runs' workspaces must be (repeatable; default: the project directory)")
@@ -48,6 +49,10 @@ func init() {
 			fmt.Fprintf(e.stderr, "symbi mcp: --max-runs %d: want 1 or more\n", *maxRuns)
 			return 2
 		}
+		if *approvalTimeout <= 0 {
+			fmt.Fprintf(e.stderr, "symbi mcp: --approval-timeout %s: want a positive duration (e.g. 30m, 24h)\n", *approvalTimeout)
+			return 2
+		}
 		if err := h.check(); err != nil {
 			fmt.Fprintf(e.stderr, "symbi mcp: %v\n", err)
 			return 2
@@ -58,7 +63,7 @@ func init() {
 			return 2
 		}
 		log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lv}))
-		if err := serveMCP(e, serveOptions{dir: *dir, maxRuns: *maxRuns, minFree: uint64(minFree), executors: *execFile, roots: roots, http: h}, log); err != nil {
+		if err := serveMCP(e, serveOptions{dir: *dir, maxRuns: *maxRuns, minFree: uint64(minFree), executors: *execFile, roots: roots, http: h, approvalTimeout: *approvalTimeout}, log); err != nil {
 			log.Error("symbi mcp stopped", "err", err)
 			return 1
 		}
@@ -79,6 +84,8 @@ type serveOptions struct {
 	executors string   // --executors FILE
 	roots     []string // --workspace-root
 	http      httpFlags
+	// approvalTimeout bounds a wait at a human gate (--approval-timeout).
+	approvalTimeout time.Duration
 }
 
 // serveMCP serves the project until stdin closes or SIGTERM, SIGINT or SIGHUP arrives,
@@ -131,7 +138,7 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 		Ledger: lw, LedgerErr: ledgerErr,
 		Project: p, Registry: reg, Policies: pol, Provider: prov, ProviderErr: provErr,
 		KeyFile: e.getenv("SYMBI_AUDIT_KEY_FILE"), HashesOnly: hashesOnly, MinFreeBytes: o.minFree, MaxRuns: o.maxRuns, Log: log,
-		Executors: execs, WorkspaceRoots: o.roots,
+		Executors: execs, WorkspaceRoots: o.roots, ApprovalTimeout: o.approvalTimeout,
 	})
 	// Runs: every run of this server and every run the ledger records, started through
 	// runner (invoke_agent and start_run share it).

@@ -33,6 +33,7 @@ const (
 	RunNotFound       Code = "run_not_found"
 	InvalidTransition Code = "invalid_transition"
 	AccessDenied      Code = "access_denied"
+	ApprovalRequired  Code = "approval_required"
 	RateLimited       Code = "rate_limited"
 	Internal          Code = "internal"
 )

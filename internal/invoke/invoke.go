@@ -83,6 +83,9 @@ type Config struct {
 	// MaxRuns bounds the runs in flight; a call beyond it fails at once with busy.
 	// 0 means DefaultMaxRuns.
 	MaxRuns int
+	// ApprovalTimeout bounds how long a run held at a human gate waits for approve_run
+	// (the agent's own deadline when that is longer); 0 means DefaultApprovalTimeout.
+	ApprovalTimeout time.Duration
 	// Ledger, when set, is the project ledger: each run's entry is made durable before its
 	// journal ends and before its outcome reaches anyone. symbi mcp always sets it.
 	Ledger *ledger.Writer
@@ -99,6 +102,10 @@ type Config struct {
 
 // DefaultMaxRuns is the default bound on runs in flight (symbi mcp --max-runs).
 const DefaultMaxRuns = 64
+
+// DefaultApprovalTimeout is how long a run held at a human gate waits by default (symbi
+// mcp --approval-timeout).
+const DefaultApprovalTimeout = 24 * time.Hour
 
 // Runner executes governed runs. Its zero value is not usable; call New.
 type Runner struct {
@@ -124,6 +131,9 @@ func New(cfg Config) *Runner {
 	}
 	if cfg.MaxRuns <= 0 {
 		cfg.MaxRuns = DefaultMaxRuns
+	}
+	if cfg.ApprovalTimeout <= 0 {
+		cfg.ApprovalTimeout = DefaultApprovalTimeout
 	}
 	base, stop := context.WithCancel(context.Background())
 	return &Runner{cfg: cfg, base: base, stop: stop, terminateBudget: terminateBudget}

@@ -26,6 +26,8 @@ type prepared struct {
 	conv    inference.Conversation
 	exec    Executor       // the executor the definition's route names
 	model   *modelExecutor // exec, when it is the model executor (the benchmark's ungoverned path)
+
+	gate gateState // a human gate's wait (gate.go)
 }
 
 func (r *Runner) preflight(req Request) (*prepared, error) {

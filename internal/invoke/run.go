@@ -114,10 +114,34 @@ func (r *Runner) Invoke(ctx context.Context, req Request, progress func(Stage)) 
 
 // Await waits for the run's outcome on behalf of a caller whose request is ctx: when ctx
 // ends first, the run is cancelled (its caller is gone) and Await returns promptly with a
-// cancelled error while the run finishes its journal in the background.
+// cancelled error while the run finishes its journal in the background. A run held at a
+// human gate is no longer the caller's: Await returns approval_required at once, with the
+// run's audit reference, and the run waits for approve_run, owned by the server.
 func (run *Run) Await(ctx context.Context) (*Result, error) {
 	stop := context.AfterFunc(ctx, func() { run.Cancel(ErrCallerGone) })
 	defer stop()
+	select {
+	case <-run.done:
+		return run.res, run.err
+	case <-run.awaiting():
+		if stop() { // detached before the caller left: the run is the server's now
+			var audit *Audit
+			runID := ""
+			if a := run.Audit(); a != nil {
+				c := *a
+				rc := run.Durable()
+				c.Records, c.Head = rc.Records, rc.Head
+				audit, runID = &c, c.RunID
+			}
+			gate := "(decided already)"
+			if pend := run.Pending(); pend != nil {
+				gate = pend.Gate
+			}
+			return nil, &Error{Audit: audit, Err: errcode.Errorf(errcode.ApprovalRequired,
+				"the answer is held by gate %s for a person's decision: run %s waits for approve_run (follow it with run_status)", gate, runID)}
+		}
+	case <-ctx.Done():
+	}
 	return run.Wait(ctx)
 }
 
@@ -357,10 +381,27 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 		Errors:     decision.Errors,
 		TextSHA256: out.TextSHA256,
 		TextBytes:  out.TextBytes,
+		Gate:       decision.Gate,
 	}); err != nil {
 		return journalFailed(err)
 	}
 	progress(StagePolicyDecided)
+	if !decision.Allow && decision.Gate != "" {
+		wait := max(r.cfg.ApprovalTimeout, time.Duration(started.DeadlineMS)*time.Millisecond)
+		v := r.hold(ctx, w, p, decision.Gate, out, wait)
+		switch {
+		case v.journalErr != nil:
+			return journalFailed(v.journalErr)
+		case v.err != nil:
+			t := journal.Terminated{Reason: v.reason, DurationMS: ms(time.Since(start)), Error: v.err.Error(), Gate: decision.Gate}
+			werr := r.endRun(w, p, t)
+			if werr != nil && v.reason != reasonAuditFailed {
+				v.err = errcode.Errorf(errcode.AuditUnavailable, "%v; and the run could not be recorded as such: %v", v.err, werr)
+			}
+			return nil, &Error{Err: v.err, Audit: audit()}
+		}
+		decision.Allow = true // a person approved the held text: it is released as if allowed
+	}
 	if !decision.Allow {
 		return fail(reasonPolicyDenied, errcode.Errorf(errcode.PolicyDenied, "%s", denial(decision)))
 	}

@@ -141,8 +141,8 @@ type payload struct {
 	Data    Record `json:"data"`
 }
 
-// timeLayout is RFC 3339 in UTC with milliseconds.
-const timeLayout = "2006-01-02T15:04:05.000Z"
+// TimeLayout is the layout of a record's time: RFC 3339 in UTC with milliseconds.
+const TimeLayout = "2006-01-02T15:04:05.000Z"
 
 // Append signs r and writes it as the next line, without fsync (call Sync at the points
 // that must be durable). seq, prev, time, v, run_id and agent_id are assigned by the writer.
@@ -289,7 +289,7 @@ func (w *Writer) line(r Record) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	p := payload{V: Version, RunID: w.runID, Seq: w.seq, Prev: w.prev, Time: w.now().UTC().Format(timeLayout), AgentID: w.agentID, Type: r.Type(), Data: normalize(r)}
+	p := payload{V: Version, RunID: w.runID, Seq: w.seq, Prev: w.prev, Time: w.now().UTC().Format(TimeLayout), AgentID: w.agentID, Type: r.Type(), Data: normalize(r)}
 	if err := enc.Encode(p); err != nil {
 		return nil, errcode.Errorf(errcode.Internal, "journal: encode %s record: %w", r.Type(), err)
 	}

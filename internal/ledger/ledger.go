@@ -98,6 +98,10 @@ type Approval struct {
 	Decision string `json:"decision"` // approve or reject
 	Reason   string `json:"reason"`
 	Approver string `json:"approver"`
+	// ApproverAuth is how the approver was authenticated; Via how the decision came:
+	// "approve_run", or "elicitation" (asked of the requester's own client: not four-eyes).
+	ApproverAuth string `json:"approver_auth,omitempty"`
+	Via          string `json:"via,omitempty"`
 }
 
 // Recovered is appended at start-up for a journal the ledger has no entry for (a crash

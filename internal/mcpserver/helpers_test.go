@@ -88,6 +88,8 @@ type serveOpts struct {
 	schemas *schemapin.Verifier // nil: schemapin.NewVerifier(env)
 	client  *mcp.ClientOptions
 	version string // the protocol version the client offers; "" for the SDK's latest
+	// approvalTimeout bounds a wait at a human gate (0: the default, 24 h).
+	approvalTimeout time.Duration
 }
 
 // serve serves the project at dir the way symbi mcp does and returns a connected client
@@ -131,7 +133,8 @@ func serveStoppable(t *testing.T, dir string, o serveOpts) (cs *mcp.ClientSessio
 		t.Fatal(err)
 	}
 	cleanups = append(cleanups, func() { lw.Close() })
-	runner := invoke.New(invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov, ProviderErr: provErr, Ledger: lw, Log: log})
+	runner := invoke.New(invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov, ProviderErr: provErr, Ledger: lw, Log: log,
+		ApprovalTimeout: o.approvalTimeout})
 	schemas := o.schemas
 	if schemas == nil {
 		schemas = schemapin.NewVerifier(getenv)

@@ -150,6 +150,20 @@ func (h *handlers) resolveRun(ctx context.Context, req *mcp.CallToolRequest, in 
 	return "", st, nil
 }
 
+type approveInput struct {
+	RunID    string `json:"run_id" jsonschema:"the run's id"`
+	Decision string `json:"decision" jsonschema:"approve or reject"`
+	Reason   string `json:"reason,omitempty" jsonschema:"why (at most 4 KiB)"`
+}
+
+func (h *handlers) approveRun(ctx context.Context, req *mcp.CallToolRequest, in approveInput) (string, *runs.Status, error) {
+	st, err := h.cfg.Runs.Approve(ctx, h.cfg.caller(req.Extra), in.RunID, in.Decision, in.Reason)
+	if err != nil {
+		return "", nil, err
+	}
+	return "", st, nil
+}
+
 // readRun serves symbi://runs/{run_id}: run_status's JSON.
 func (h *handlers) readRun(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 	id, ok := strings.CutPrefix(req.Params.URI, RunURIPrefix)

@@ -70,7 +70,7 @@ func TestToolSchemas(t *testing.T) {
 		}
 	}
 	wantTools := []string{"invoke_agent", "list_agents", "parse_dsl", "get_agent_dsl", "get_agents_md", "verify_schema",
-		"start_run", "run_events", "run_status", "cancel_run", "list_runs", "resolve_run"}
+		"start_run", "run_events", "run_status", "cancel_run", "list_runs", "resolve_run", "approve_run"}
 	for _, n := range wantTools {
 		if !names[n] {
 			t.Errorf("tool %s is not listed", n)

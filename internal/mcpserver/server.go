@@ -101,6 +101,8 @@ func New(cfg Config) *mcp.Server {
 		integer("limit", 1, runs.MaxLimit, runs.DefaultLimit), enum("status", runs.Statuses...), enum("resolution", append(slices.Clone(runs.Resolutions), runs.Unresolved)...))
 	addTool(s, &mcp.Tool{Name: "resolve_run", Title: "Resolve a finished run", Description: "Record what you concluded about a finished run: accepted, rejected, needs_followup or superseded, with an optional note (at most 4 KiB). Each call appends a signed resolution entry to the project ledger, durable before the answer; the latest wins and a later call revises it. A run still running is invalid_transition. Resolution never changes status.",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &no, OpenWorldHint: &no}}, h.resolveRun, enum("resolution", runs.Resolutions...))
+	addTool(s, &mcp.Tool{Name: "approve_run", Title: "Approve or reject a held answer", Description: approveRunDescription,
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &no, OpenWorldHint: &no}}, h.approveRun, enum("decision", invoke.ApprovalApprove, invoke.ApprovalReject))
 	addTool(s, &mcp.Tool{Name: "list_agents", Title: "List agents", Annotations: readOnly, Description: "List the project's registered agent files (snapshot taken at server start): name (stem), file, declared agents, description, capabilities, and whether each is invocable — with the refusal reason when not. Sorted by name."}, h.listAgents)
 	addTool(s, &mcp.Tool{Name: "parse_dsl", Title: "Parse an agent definition", Annotations: readOnly, Description: "Parse an agent definition — a project file (relative path, .symbi or .dsl, read through the confined reader) or inline content, at most 1 MiB — and return its views and admission verdicts. Syntax errors are results (valid=false, errors with line and column), not tool errors."}, h.parseDSL)
 	addTool(s, &mcp.Tool{Name: "get_agent_dsl", Title: "Get an agent definition", Annotations: readOnly, Description: "Return the raw source of a registered agent file, by its stem (the file name without .symbi/.dsl)."}, h.getAgentDSL)
@@ -129,6 +131,10 @@ const startRunDescription = "Start a governed run of one of the project's regist
 	"run_id, agent, agent_id, status (running) and the audit reference. The run is the same governed run as invoke_agent's; it belongs to the server, " +
 	"not to this request, so it goes on after the call returns. Follow it with run_events (by cursor, with wait_ms to long-poll) or by subscribing to symbi://runs/{run_id}; " +
 	"read the outcome with run_status; cancel it with cancel_run; record your conclusion with resolve_run. Arguments as invoke_agent."
+
+const approveRunDescription = "Decide a run whose answer a @gate(\"human\") policy holds (status awaiting_approval): decision approve releases the text, reject ends the run withheld (policy_denied, naming the gate); " +
+	"reason (at most 4 KiB) says why. The decision is signed into the run's journal and the project ledger before the text is released. " +
+	"Over HTTP a caller may by default approve only runs another caller started (Cedar approve_run). A run not awaiting approval is invalid_transition. Returns the run's status once it has ended."
 
 const runEventsDescription = "Read a run's events: its journal records, in order, each with its exact signed line (verify offline with the project's public key). " +
 	"after is a cursor: the number of events already read (0 for the first); pass next_cursor to read on — pages never overlap or skip. limit 1..1000 (default 100). " +

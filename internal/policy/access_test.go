@@ -50,6 +50,7 @@ func TestAccessDefaults(t *testing.T) {
 		{runAccess(ActionResolveRun, "alice", "bob"), false},
 		{runAccess(ActionApproveRun, "alice", "alice"), false},
 		{runAccess(ActionApproveRun, "alice", "bob"), true},
+		{AccessRequest{Action: ActionApproveRun, Caller: "stdio", CallerAuth: "stdio", Run: &RunResource{ID: "r", Owner: "stdio"}}, true},
 	}
 	for _, tt := range tests {
 		d := s.DecideAccess(tt.req)

@@ -1,9 +1,13 @@
 package runs
 
 import (
+	"context"
+	"errors"
 	"sync"
+	"time"
 
 	"symbi/internal/errcode"
+	"symbi/internal/invoke"
 	"symbi/internal/policy"
 )
 
@@ -95,4 +99,47 @@ func (m *Manager) admit(caller string) (release func(), err error) {
 			}
 		})
 	}, nil
+}
+
+// approveWait bounds how long Approve waits, after the decision is durable, for the run
+// to release its text or end withheld.
+const approveWait = 10 * time.Second
+
+// Approve decides a run held at a human gate: approve_run. The approver must be allowed
+// approve_run on the run (four eyes by default over HTTP); the run must be this server's
+// and waiting. It returns once the decision is durable in the journal and the ledger and
+// the run has ended (or approveWait has passed), with the run's status.
+func (m *Manager) Approve(ctx context.Context, by Caller, runID, decision, reason string) (*Status, error) {
+	st, err := m.Authorize(by, policy.ActionApproveRun, runID)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := m.lookup(runID)
+	if err != nil {
+		return nil, err
+	}
+	lr := snap.live
+	if lr == nil || isDone(lr) {
+		if st.Status == StatusAwaitingApproval {
+			return nil, errcode.Errorf(errcode.InvalidTransition, "%w: run %s awaits approval in another server process; approve it there", ErrTransition, runID)
+		}
+		return nil, errcode.Errorf(errcode.InvalidTransition, "%w: run %s is %s, not awaiting approval", ErrTransition, runID, st.Status)
+	}
+	if err := lr.Approve(ctx, invoke.Approval{Decision: decision, Reason: reason, Approver: by.ID, ApproverAuth: by.Auth}); err != nil {
+		if errors.Is(err, invoke.ErrNotAwaiting) {
+			return nil, errcode.Errorf(errcode.InvalidTransition, "%w: run %s is not awaiting approval (%v)", ErrTransition, runID, err)
+		}
+		return nil, err
+	}
+	t := time.NewTimer(approveWait)
+	defer t.Stop()
+	select {
+	case <-lr.Done():
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	if snap, err = m.lookup(runID); err != nil {
+		return nil, err
+	}
+	return m.build(snap, true), nil
 }

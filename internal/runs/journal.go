@@ -119,7 +119,8 @@ type facts struct {
 	errText            string
 	records            int64
 	head               string
-	textRetained       bool // the response text is in the journal
+	textRetained       bool      // the response text is in the journal
+	approval           *Approval // the gate's request and decision, when the run was held
 	problem            error
 	size, ino          int64 // of the file the facts were read from (fileID)
 }
@@ -164,6 +165,30 @@ func readFacts(data []byte, runID, agentID string, max int64, pub ed25519.Public
 			}
 			json.Unmarshal(d, &s)
 			f.textRetained = s.Text != nil
+		case journal.TypeApprovalRequested:
+			var a struct {
+				Gate      string `json:"gate"`
+				TimeoutMS int64  `json:"timeout_ms"`
+			}
+			json.Unmarshal(d, &a)
+			f.approval = &Approval{Gate: a.Gate, RequestedAt: l.time}
+			if t, err := time.Parse(journal.TimeLayout, l.time); err == nil && a.TimeoutMS > 0 {
+				f.approval.Deadline = formatTime(t.Add(time.Duration(a.TimeoutMS) * time.Millisecond))
+			}
+		case journal.TypeApprovalDecided:
+			var a struct {
+				Decision     string `json:"decision"`
+				Approver     string `json:"approver"`
+				ApproverAuth string `json:"approver_auth"`
+				Reason       string `json:"reason"`
+				Via          string `json:"via"`
+			}
+			json.Unmarshal(d, &a)
+			if f.approval != nil {
+				c := *f.approval
+				c.Decision, c.Approver, c.ApproverAuth, c.Reason, c.Via, c.DecidedAt = a.Decision, a.Approver, a.ApproverAuth, a.Reason, a.Via, l.time
+				f.approval = &c
+			}
 		case journal.TypeTerminated:
 			var t struct {
 				Reason   string `json:"reason"`
@@ -205,4 +230,4 @@ func releasedText(data []byte, runID, agentID string, pub ed25519.PublicKey) (te
 }
 
 // formatTime is the ledger's and the journal's time form.
-func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+func formatTime(t time.Time) string { return t.UTC().Format(journal.TimeLayout) }

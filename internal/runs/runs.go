@@ -96,6 +96,20 @@ type Resolution struct {
 	Revisions  int    `json:"revisions" jsonschema:"how many resolution entries the run has, this one included"`
 }
 
+// Approval is a human gate's request and, once made, its decision, as the run's journal
+// records them.
+type Approval struct {
+	Gate         string `json:"gate" jsonschema:"the gating policies (@gate(\"human\") forbids), comma-separated"`
+	RequestedAt  string `json:"requested_at" jsonschema:"when the answer was held (RFC 3339 UTC)"`
+	Deadline     string `json:"deadline,omitempty" jsonschema:"when the wait ends with timeout"`
+	Decision     string `json:"decision,omitempty" jsonschema:"approve or reject, once decided"`
+	Approver     string `json:"approver,omitempty" jsonschema:"who decided"`
+	ApproverAuth string `json:"approver_auth,omitempty" jsonschema:"how the approver was authenticated"`
+	Reason       string `json:"reason,omitempty" jsonschema:"the approver's reason"`
+	Via          string `json:"via,omitempty" jsonschema:"approve_run, or elicitation (asked of the requester's own client: not four-eyes)"`
+	DecidedAt    string `json:"decided_at,omitempty"`
+}
+
 // Status is what is known of one run.
 type Status struct {
 	RunID    string `json:"run_id"`
@@ -117,6 +131,7 @@ type Status struct {
 	Caller       string      `json:"caller" jsonschema:"who started the run: stdio, or the authenticated caller's id over HTTP"`
 	CallerAuth   string      `json:"caller_auth,omitempty" jsonschema:"how the caller was authenticated: stdio, token, jwt or none (absent in runs recorded before it was)"`
 	Resolution   *Resolution `json:"resolution,omitempty" jsonschema:"the latest resolution, if any"`
+	Approval     *Approval   `json:"approval,omitempty" jsonschema:"the human gate's request and decision, when an answer was held"`
 	Journal      string      `json:"journal" jsonschema:"the journal's absolute path"`
 	// JournalPruned is set when the journal was removed by symbi audit prune: the ledger
 	// still knows the run, its events are gone.

@@ -81,7 +81,10 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 	// record saying so: a ledger entry is written before that record, and a run whose
 	// record never became durable released nothing.
 	released := f.terminated && f.released && f.problem == nil
+	st.Approval = f.approval
 	switch {
+	case running && f.approval != nil && f.approval.Decision == "":
+		st.Status = StatusAwaitingApproval
 	case running:
 		st.Status = StatusRunning
 	case snap.ended && snap.reason != "" && !f.terminated && f.problem == nil && !snap.pruned:
@@ -110,7 +113,7 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 		st.EndedAt = snap.endedAt
 	}
 	switch st.Status {
-	case StatusRunning, StatusCompleted:
+	case StatusRunning, StatusCompleted, StatusAwaitingApproval:
 	case StatusAbandoned:
 		st.Reason = abandonedReason
 	default:
@@ -200,6 +203,9 @@ func (m *Manager) events(snap *run, after int64, limit int) (*Events, error) {
 	case lr != nil && !isDone(lr):
 		rc := lr.Durable()
 		st = &Status{Status: StatusRunning, Records: int64(rc.Records)}
+		if lr.Pending() != nil {
+			st.Status = StatusAwaitingApproval
+		}
 	case lr == nil && snap.external && journal.InProgress(m.journalPath(snap)):
 		st = &Status{Status: StatusRunning}
 	default:
@@ -213,7 +219,7 @@ func (m *Manager) events(snap *run, after int64, limit int) (*Events, error) {
 		return nil, err
 	}
 	var bound int64 = -1
-	if st.Status == StatusRunning && snap.live != nil {
+	if (st.Status == StatusRunning || st.Status == StatusAwaitingApproval) && snap.live != nil {
 		bound = st.Records // only what is durable
 	}
 	to := after + int64(limit)

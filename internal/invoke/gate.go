@@ -1,0 +1,168 @@
+package invoke
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"symbi/internal/errcode"
+	"symbi/internal/journal"
+	"symbi/internal/ledger"
+)
+
+// A human gate (docs/runs.md): when the respond decision is a deny that only forbids
+// annotated @gate("human") made, the run records approval_requested, made durable, and
+// waits — its text withheld, its slot held — for Run.Approve, its cancellation, or the
+// end of its wait. The decision is written to the journal (approval_decided) and to the
+// ledger (an approval entry), both durable before the text is released or the run ends
+// withheld (policy_denied, naming the gate). A wait that runs out ends the run with
+// timeout.
+
+// Approval is a person's decision at a run's gate.
+type Approval struct {
+	Decision     string // ApprovalApprove or ApprovalReject
+	Reason       string // at most journal.MaxApprovalReasonBytes
+	Approver     string // the deciding caller's id
+	ApproverAuth string // how it was authenticated
+	Via          string // "approve_run" (default) or "elicitation"
+}
+
+// The decisions of an Approval.
+const (
+	ApprovalApprove = "approve"
+	ApprovalReject  = "reject"
+)
+
+// Pending describes a run waiting at a gate.
+type Pending struct {
+	Gate      string    // the gating policies, comma-separated
+	Since     time.Time // when approval_requested became durable
+	Deadline  time.Time // when the wait ends with timeout
+	TextBytes int64     // the held text's length
+}
+
+// ErrNotAwaiting is wrapped by Approve's error for a run that is not waiting at a gate.
+var ErrNotAwaiting = errors.New("not awaiting approval")
+
+// gateState is a run's side of the gate: what it waits for and how a decision reaches it.
+type gateState struct {
+	pending   atomic.Pointer[Pending]
+	once      sync.Once
+	awaiting  chan struct{}     // closed when the run starts waiting
+	decisions chan gateDecision // the waiting run receives one
+}
+
+type gateDecision struct {
+	a    Approval
+	done chan error // the decision is durable (nil), or why it could not be recorded
+}
+
+func (g *gateState) init() {
+	g.once.Do(func() {
+		g.awaiting = make(chan struct{})
+		g.decisions = make(chan gateDecision)
+	})
+}
+
+// verdict is how a wait at a gate ended: approved (all nil), or the run's end.
+type verdict struct {
+	reason     string // the terminated reason when not approved
+	err        error  // the caller's error when not approved
+	journalErr error  // the journal failed: the run ends audit_failed
+}
+
+// hold waits at the gate: see the comment at the top of this file.
+func (r *Runner) hold(ctx context.Context, w *journal.Writer, p *prepared, gate string, out Output, wait time.Duration) verdict {
+	p.gate.init()
+	// Pending is set before approval_requested is durable, so that whoever sees that
+	// record (run_events wakes on it) also sees the run waiting; a decision sent meanwhile
+	// is taken once the record is durable.
+	now := time.Now()
+	p.gate.pending.Store(&Pending{Gate: gate, Since: now, Deadline: now.Add(wait), TextBytes: out.TextBytes})
+	defer p.gate.pending.Store(nil)
+	if err := w.Append(journal.ApprovalRequested{Gate: gate, TextSHA256: out.TextSHA256, TextBytes: out.TextBytes, TimeoutMS: ms(wait)}); err != nil {
+		return verdict{journalErr: err}
+	}
+	if err := w.Sync(); err != nil {
+		return verdict{journalErr: err}
+	}
+	close(p.gate.awaiting)
+	r.at("awaiting approval")
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return verdict{reason: reasonCancelled, err: cancelledError(ctx, "while it awaited approval")}
+	case <-timer.C:
+		return verdict{reason: reasonTimeout, err: errcode.Errorf(errcode.Timeout, "no one approved or rejected the answer held by gate %s within %s", gate, wait)}
+	case d := <-p.gate.decisions:
+		a := d.a
+		if err := w.Append(journal.ApprovalDecided{Decision: a.Decision, Approver: a.Approver, ApproverAuth: a.ApproverAuth, Reason: a.Reason, Via: a.Via}); err != nil {
+			d.done <- errcode.Wrap(errcode.AuditUnavailable, err)
+			return verdict{journalErr: err}
+		}
+		if err := w.Sync(); err != nil {
+			d.done <- errcode.Wrap(errcode.AuditUnavailable, err)
+			return verdict{journalErr: err}
+		}
+		if r.cfg.Ledger != nil {
+			if _, err := r.cfg.Ledger.Append(ledger.Approval{RunID: p.opened.Load().RunID, Gate: gate, Decision: a.Decision, Reason: a.Reason,
+				Approver: a.Approver, ApproverAuth: a.ApproverAuth, Via: a.Via}); err != nil {
+				err = errcode.Errorf(errcode.AuditUnavailable, "the project ledger could not record the approval: %w", err)
+				d.done <- err
+				return verdict{reason: reasonAuditFailed, err: err}
+			}
+		}
+		d.done <- nil
+		if a.Decision == ApprovalReject {
+			msg := fmt.Sprintf("the answer held by gate %s was rejected by %s", gate, a.Approver)
+			if a.Reason != "" {
+				msg += ": " + a.Reason
+			}
+			return verdict{reason: reasonPolicyDenied, err: errcode.Errorf(errcode.PolicyDenied, "%s", msg)}
+		}
+		return verdict{}
+	}
+}
+
+// Pending returns what the run waits for at a gate, or nil when it is not waiting.
+func (run *Run) Pending() *Pending { return run.p.gate.pending.Load() }
+
+// Approve decides the run's gate and returns once the decision is durable in the journal
+// and the ledger (the run then releases its text or ends withheld). A run not waiting at
+// a gate — never held, already decided, ended — is invalid_transition.
+func (run *Run) Approve(ctx context.Context, a Approval) error {
+	switch {
+	case a.Decision != ApprovalApprove && a.Decision != ApprovalReject:
+		return errcode.Errorf(errcode.InvalidRequest, "decision %q: want approve or reject", a.Decision)
+	case len(a.Reason) > journal.MaxApprovalReasonBytes:
+		return errcode.Errorf(errcode.LimitExceeded, "reason is %d bytes; the limit is %d (4 KiB)", len(a.Reason), journal.MaxApprovalReasonBytes)
+	case a.Approver == "":
+		return errcode.Errorf(errcode.InvalidRequest, "an approval names its approver")
+	}
+	if a.Via == "" {
+		a.Via = "approve_run"
+	}
+	if run.Pending() == nil {
+		return errcode.Errorf(errcode.InvalidTransition, "%w: the run is not waiting at a human gate", ErrNotAwaiting)
+	}
+	d := gateDecision{a: a, done: make(chan error, 1)}
+	select {
+	case run.p.gate.decisions <- d:
+	case <-run.done:
+		return errcode.Errorf(errcode.InvalidTransition, "%w: the run ended before the decision reached it", ErrNotAwaiting)
+	case <-ctx.Done():
+		return errcode.Errorf(errcode.Cancelled, "the approval was cancelled before the run took it")
+	}
+	return <-d.done
+}
+
+// awaiting returns a channel closed when the run starts waiting at a gate (nil, which
+// blocks forever, before the run's gate state exists).
+func (run *Run) awaiting() <-chan struct{} {
+	run.p.gate.init()
+	return run.p.gate.awaiting
+}

@@ -1,0 +1,195 @@
+package mcpserver_test
+
+import (
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"symbi/internal/journal"
+	"symbi/internal/runs"
+)
+
+// gatePolicies permit every answer, and hold for a person any answer naming ACME.
+var gatePolicies = map[string]string{
+	"policies/respond.cedar": `@id("respond") permit (principal, action == Action::"respond", resource);
+@gate("human") @id("customer-names") forbid (principal, action == Action::"respond", resource) when { context.response like "*ACME*" };
+@id("no-secrets") forbid (principal, action == Action::"respond", resource) when { context.response like "*SECRET*" };
+`,
+}
+
+// quickAgent answers within a second: a wait at a gate is max(--approval-timeout, this).
+const quickAgent = "agent quick {\n  capabilities = [\"answer\"]\n  with timeout = 1.seconds {}\n}\n"
+
+func pubOf(t *testing.T, hexKey string) ed25519.PublicKey {
+	t.Helper()
+	b, err := hex.DecodeString(hexKey)
+	if err != nil || len(b) != ed25519.PublicKeySize {
+		t.Fatalf("public key %q", hexKey)
+	}
+	return b
+}
+
+// awaitStatus reads run_events with a long poll until the run's status is want.
+func awaitStatus(t *testing.T, call func(name string, args map[string]any, out any), runID, want string) runs.Status {
+	t.Helper()
+	var cursor int64
+	for range 200 {
+		var page runs.Events
+		call("run_events", map[string]any{"run_id": runID, "after": cursor, "wait_ms": 30000}, &page)
+		if page.Status == want {
+			var st runs.Status
+			call("run_status", map[string]any{"run_id": runID}, &st)
+			return st
+		}
+		if page.Done {
+			t.Fatalf("run %s ended %s, want %s", runID, page.Status, want)
+		}
+		cursor = page.NextCursor
+	}
+	t.Fatalf("run %s never reached %s", runID, want)
+	return runs.Status{}
+}
+
+func journalTypes(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		i := strings.Index(line, `"type":"`)
+		types = append(types, strings.SplitN(line[i+8:], `"`, 2)[0])
+	}
+	return types
+}
+
+// TestGateApprove: an answer a @gate("human") forbid holds waits (awaiting_approval,
+// approval_requested durable); invoke_agent answers approval_required at once with the
+// run's reference; approve_run releases it; the journal verifies with the gate's records.
+func TestGateApprove(t *testing.T) {
+	model := newGatedModel(t)
+	dir := testProject(t, gatePolicies)
+	cs := serve(t, dir, serveOpts{env: model.env()})
+	ok := func(name string, args map[string]any, out any) { t.Helper(); callOK(t, cs, name, args, out) }
+
+	res := call(t, cs, "invoke_agent", map[string]any{"agent": "helper", "prompt": "write to ACME"})
+	text := wantToolError(t, res, "approval_required", "customer-names", "approve_run")
+	var failed struct {
+		Audit struct {
+			RunID     string `json:"run_id"`
+			Path      string `json:"path"`
+			PublicKey string `json:"public_key"`
+			Records   int    `json:"records"`
+		} `json:"audit"`
+	}
+	if err := json.Unmarshal(structuredJSON(t, res), &failed); err != nil {
+		t.Fatal(err)
+	}
+	id := failed.Audit.RunID
+	if id == "" || failed.Audit.Records != 5 || !strings.Contains(text, id) {
+		t.Fatalf("approval_required without the run's reference: %s %+v", text, failed.Audit)
+	}
+	st := awaitStatus(t, ok, id, runs.StatusAwaitingApproval)
+	if st.Approval == nil || st.Approval.Gate != "customer-names" || st.Approval.Deadline == "" || st.Approval.Decision != "" || st.Text != nil || st.Released {
+		t.Fatalf("awaiting status: %+v %+v", st, st.Approval)
+	}
+	// A resolution is for finished runs; a cancel would be allowed, but not wanted here.
+	wantToolError(t, call(t, cs, "resolve_run", map[string]any{"run_id": id, "resolution": "accepted"}), "invalid_transition", "awaiting_approval")
+	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": id, "decision": "maybe"}), "invalid_request")
+
+	var done runs.Status
+	ok("approve_run", map[string]any{"run_id": id, "decision": "approve", "reason": "no customer data"}, &done)
+	if done.Status != runs.StatusCompleted || !done.Released || done.Text == nil || *done.Text != "echo: write to ACME" ||
+		done.Approval == nil || done.Approval.Decision != "approve" || done.Approval.Approver != "stdio" || done.Approval.Via != "approve_run" || done.Approval.Reason != "no customer data" {
+		t.Fatalf("after approve: %+v %+v", done, done.Approval)
+	}
+	if got := strings.Join(journalTypes(t, failed.Audit.Path), ","); got != "started,inference_requested,inference_finished,policy_evaluated,approval_requested,approval_decided,terminated" {
+		t.Fatalf("journal %s", got)
+	}
+	if rep := journal.Verify(failed.Audit.Path, pubOf(t, failed.Audit.PublicKey), journal.VerifyOptions{RunID: id}); rep.ExitCode() != 0 {
+		t.Fatalf("journal: %+v", rep)
+	}
+	ledgerText, _ := os.ReadFile(dir + "/.symbiont/ledger.jsonl")
+	if !strings.Contains(string(ledgerText), `"type":"approval"`) {
+		t.Fatalf("no approval entry in the ledger")
+	}
+	// Decided: a second decision is refused.
+	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": id, "decision": "reject"}), "invalid_transition", "not awaiting approval")
+	// A run never held: invalid_transition too.
+	var plain startContent
+	ok("start_run", map[string]any{"agent": "helper", "prompt": "plain"}, &plain)
+	awaitStatus(t, ok, plain.RunID, runs.StatusCompleted)
+	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": plain.RunID, "decision": "approve"}), "invalid_transition", "completed")
+	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": "01a2300f-bb1b-789d-ba46-000000000000", "decision": "approve"}), "run_not_found")
+}
+
+// TestGateReject: a rejection ends the run withheld, policy_denied naming the gate; an
+// ungated forbid beside the gate denies outright.
+func TestGateReject(t *testing.T) {
+	model := newGatedModel(t)
+	dir := testProject(t, gatePolicies)
+	cs := serve(t, dir, serveOpts{env: model.env()})
+	ok := func(name string, args map[string]any, out any) { t.Helper(); callOK(t, cs, name, args, out) }
+
+	var st startContent
+	ok("start_run", map[string]any{"agent": "helper", "prompt": "ACME plans"}, &st)
+	awaitStatus(t, ok, st.RunID, runs.StatusAwaitingApproval)
+	var done runs.Status
+	ok("approve_run", map[string]any{"run_id": st.RunID, "decision": "reject", "reason": "names a customer"}, &done)
+	if done.Status != runs.StatusPolicyDenied || done.Released || done.Text != nil || !strings.Contains(done.Reason, "customer-names") || !strings.Contains(done.Reason, "names a customer") {
+		t.Fatalf("after reject: %+v", done)
+	}
+	recs := journalTypes(t, st.Audit.Path)
+	if recs[len(recs)-2] != "approval_decided" {
+		t.Fatalf("journal %v", recs)
+	}
+	b, _ := os.ReadFile(st.Audit.Path)
+	if !strings.Contains(string(b), `"reason":"policy_denied"`) || !strings.Contains(string(b), `"gate":"customer-names"`) {
+		t.Fatalf("terminated lacks the gate:\n%s", b)
+	}
+	// ACME and SECRET: the ungated forbid decides, no wait.
+	res := call(t, cs, "invoke_agent", map[string]any{"agent": "helper", "prompt": "ACME SECRET"})
+	wantToolError(t, res, "policy_denied", "no-secrets")
+}
+
+// TestGateTimeoutAndCancel: a wait that runs out ends with timeout (naming the gate); a
+// held run can be cancelled.
+func TestGateTimeoutAndCancel(t *testing.T) {
+	model := newGatedModel(t)
+	extra := map[string]string{"agents/quick.symbi": quickAgent}
+	for k, v := range gatePolicies {
+		extra[k] = v
+	}
+	dir := testProject(t, extra)
+	// --approval-timeout is shorter than the quick agent's own deadline (1 s): the wait
+	// is the agent's.
+	cs := serve(t, dir, serveOpts{env: model.env(), approvalTimeout: time.Millisecond})
+	ok := func(name string, args map[string]any, out any) { t.Helper(); callOK(t, cs, name, args, out) }
+	var held startContent
+	ok("start_run", map[string]any{"agent": "quick", "prompt": "ACME timing"}, &held)
+	awaitStatus(t, ok, held.RunID, runs.StatusTimeout)
+	b, _ := os.ReadFile(held.Audit.Path)
+	if !strings.Contains(string(b), `"timeout_ms":1000`) || !strings.Contains(string(b), `"reason":"timeout"`) || !strings.Contains(string(b), `"gate":"customer-names"`) {
+		t.Fatalf("timed-out gate:\n%s", b)
+	}
+	if rep := journal.Verify(held.Audit.Path, pubOf(t, held.Audit.PublicKey), journal.VerifyOptions{RunID: held.RunID}); rep.ExitCode() != 0 {
+		t.Fatalf("journal: %+v", rep)
+	}
+
+	var st startContent
+	ok("start_run", map[string]any{"agent": "helper", "prompt": "ACME again"}, &st)
+	awaitStatus(t, ok, st.RunID, runs.StatusAwaitingApproval)
+	var c cancelContent
+	ok("cancel_run", map[string]any{"run_id": st.RunID}, &c)
+	if c.Status.Status != runs.StatusCancelled || c.Status.Approval == nil || c.Status.Approval.Decision != "" {
+		t.Fatalf("cancel while held: %+v", c.Status)
+	}
+	if rep := journal.Verify(st.Audit.Path, pubOf(t, st.Audit.PublicKey), journal.VerifyOptions{RunID: st.RunID}); rep.ExitCode() != 0 {
+		t.Fatalf("journal: %+v", rep)
+	}
+}
