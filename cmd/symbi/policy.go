@@ -269,7 +269,11 @@ func policyPrintCheck(e *env, set *policy.Set, noFiles string) {
 	for _, f := range set.Files {
 		fmt.Fprintln(e.stdout, f)
 		for _, p := range byFile[f] {
-			fmt.Fprintf(e.stdout, "  %s %s (%d:%d)\n", p.Effect, p.ID, p.Line, p.Column)
+			effect := p.Effect
+			if p.Gate != "" {
+				effect += " @gate(" + p.Gate + ")"
+			}
+			fmt.Fprintf(e.stdout, "  %s %s (%d:%d)\n", effect, p.ID, p.Line, p.Column)
 		}
 	}
 }
@@ -277,6 +281,7 @@ func policyPrintCheck(e *env, set *policy.Set, noFiles string) {
 type policyEntryJSON struct {
 	ID     string `json:"id"`
 	Effect string `json:"effect"`
+	Gate   string `json:"gate,omitempty"`
 	Line   int    `json:"line"`
 	Column int    `json:"column"`
 }
@@ -312,7 +317,7 @@ func policyCheckJSON(set *policy.Set) policyCheckOutput {
 	}
 	for _, p := range set.Policies() {
 		i := index[p.File]
-		out.Files[i].Policies = append(out.Files[i].Policies, policyEntryJSON{ID: p.ID, Effect: p.Effect, Line: p.Line, Column: p.Column})
+		out.Files[i].Policies = append(out.Files[i].Policies, policyEntryJSON{ID: p.ID, Effect: p.Effect, Gate: p.Gate, Line: p.Line, Column: p.Column})
 	}
 	for _, p := range set.Problems {
 		out.Problems = append(out.Problems, policyProblemJSON{File: p.File, Line: p.Line, Column: p.Column, Message: p.Message})
