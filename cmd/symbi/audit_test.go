@@ -75,10 +75,10 @@ func itoa(n int) string {
 
 func TestAuditVerifyDirAndUsage(t *testing.T) {
 	exp := loadAuditExpected(t)
-	// Eight of the vectors are journals of one run: in a directory, each is flagged; denied
-	// and delegated are whole.
+	// Eight of the vectors are journals of one run: in a directory, each is flagged; denied,
+	// delegated and gated are whole.
 	code, out, _ := runCLI(t, "", "audit", "verify", "--public-key", exp.PublicKey, auditVectors)
-	if code != 1 || strings.Count(out, "INVALID") != 8 || strings.Count(out, "valid and complete") != 2 || !strings.Contains(out, "each run has exactly one journal") {
+	if code != 1 || strings.Count(out, "INVALID") != 8 || strings.Count(out, "valid and complete") != 3 || !strings.Contains(out, "each run has exactly one journal") {
 		t.Errorf("directory: exit %d\n%s", code, out)
 	}
 	// A governed directory where one run's journal was copied over another's: the copy

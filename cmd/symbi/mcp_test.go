@@ -840,7 +840,7 @@ func TestE2EWire(t *testing.T) {
 	send(`{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{}}`)
 	m := recv("5")
 	tools, _ := m["result"].(map[string]any)["tools"].([]any)
-	if len(tools) != 12 {
+	if len(tools) != 13 {
 		t.Fatalf("after bad input, tools/list: %v", m)
 	}
 }

@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -65,7 +68,13 @@ func (h *httpFlags) check() error {
 		return fmt.Errorf("--max-runs-per-caller %d: want 0 or more", h.maxPerCaller)
 	case h.rate < 0 || h.rate != h.rate:
 		return fmt.Errorf("--rate %v: want 0 or more", h.rate)
-	case h.addr != "":
+	case h.publicURL != "":
+		if u, err := url.Parse(h.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("--public-url %q: want the base URL clients use, http(s)://HOST[:PORT][/PATH], without query or fragment", h.publicURL)
+		}
+	}
+	if h.addr != "" {
 		return mcpserver.CheckListenAddr(h.addr, h.authenticated())
 	}
 	return nil
@@ -99,15 +108,23 @@ func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner,
 		// Everyone who can reach a loopback address is one caller.
 		cfg.Caller = runs.Caller{ID: auth.Anonymous.ID, Auth: auth.Anonymous.Method}
 	}
+	// The certificate is loaded before listening, so that one that cannot be used stops
+	// the server at start, before it says it serves.
+	var tlsConfig *tls.Config
+	scheme := "http"
+	if h.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(h.tlsCert, h.tlsKey)
+		if err != nil {
+			return fmt.Errorf("--tls-cert %s, --tls-key %s: %w", h.tlsCert, h.tlsKey, err)
+		}
+		tlsConfig, scheme = &tls.Config{Certificates: []tls.Certificate{cert}}, "https"
+	}
 	ln, err := net.Listen("tcp", h.addr)
 	if err != nil {
 		return fmt.Errorf("--http %s: %w", h.addr, err)
 	}
-	scheme := "http"
-	if h.tlsCert != "" {
-		scheme = "https"
-	}
-	opts.PublicURL = h.publicURL
+	// A trailing slash would double the one of the paths below.
+	opts.PublicURL = strings.TrimSuffix(h.publicURL, "/")
 	if opts.PublicURL == "" {
 		opts.PublicURL = scheme + "://" + ln.Addr().String()
 	}
@@ -116,18 +133,20 @@ func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner,
 		Handler:           mcpserver.NewHTTPHandler(server, opts),
 		ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		TLSConfig:         tlsConfig,
 	}
 	sigCtx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer stop()
 	serveDone := make(chan error, 1)
 	go func() {
-		if h.tlsCert != "" {
-			serveDone <- srv.ServeTLS(ln, h.tlsCert, h.tlsKey)
+		if tlsConfig != nil {
+			serveDone <- srv.ServeTLS(ln, "", "") // the certificate of srv.TLSConfig
 		} else {
 			serveDone <- srv.Serve(ln)
 		}
 	}()
-	log.Info("serving", append(attrs, "http", opts.PublicURL+mcpserver.MCPPath, "auth", method)...)
+	// listen is the address bound (the port chosen for ":0"); http the URL clients use.
+	log.Info("serving", append(attrs, "listen", ln.Addr().String(), "http", opts.PublicURL+mcpserver.MCPPath, "auth", method)...)
 	var serveErr error
 	select {
 	case serveErr = <-serveDone:
