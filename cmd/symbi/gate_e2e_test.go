@@ -128,3 +128,55 @@ forbid (principal, action == Action::"respond", resource) when { context.respons
 		t.Fatalf("audit verify --project: exit %d\n%s", code, out)
 	}
 }
+
+// TestGateResumeAfterKill: a server killed with SIGKILL while a run waits at a gate; the
+// next server reopens the journal (verified whole), resumes the wait — the run is
+// awaiting_approval again, with no recovered ledger entry — and approve_run releases the
+// text; the journal and the project verify complete. In hashes-only mode the text cannot
+// be released later: the run is abandoned.
+func TestGateResumeAfterKill(t *testing.T) {
+	for _, mode := range []string{"full", "hashes"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := newE2EProject(t)
+			writeFile(t, filepath.Join(dir, "policies", "gate.cedar"), `@gate("human") @id("customer-names")
+forbid (principal, action == Action::"respond", resource) when { context.response like "*ACME*" };
+`)
+			model, _ := runsModel(t)
+			env := append(modelEnv(model), "SYMBI_JOURNAL_TEXT="+mode)
+			s := startSymbiPatient(t, dir, env)
+			st := s.startRun(t, "tell ACME")
+			gateAwait(t, s, st.RunID, runs.StatusAwaitingApproval)
+			killAndReap(t, s)
+
+			s = startSymbiPatient(t, dir, env)
+			status := s.runStatus(t, st.RunID)
+			if mode == "hashes" {
+				if status.Status != runs.StatusAbandoned {
+					t.Fatalf("hashes-only held run after a restart: %+v", status)
+				}
+				res := s.call(t, "approve_run", map[string]any{"run_id": st.RunID, "decision": "approve"})
+				if !res.IsError || !strings.HasPrefix(text(res), "invalid_transition: ") {
+					t.Fatalf("approving an abandoned run: %s", text(res))
+				}
+				return
+			}
+			if status.Status != runs.StatusAwaitingApproval || status.Approval == nil || status.Approval.Gate != "customer-names" {
+				t.Fatalf("held run after a restart: %+v", status)
+			}
+			if b, _ := os.ReadFile(filepath.Join(dir, ".symbiont", "ledger.jsonl")); strings.Contains(string(b), st.RunID) {
+				t.Fatalf("the held run is in the ledger before it ended:\n%s", b)
+			}
+			var done runs.Status
+			s.callInto(t, "approve_run", map[string]any{"run_id": st.RunID, "decision": "approve", "reason": "after the restart"}, &done)
+			if done.Status != runs.StatusCompleted || done.Text == nil || *done.Text != "echo: tell ACME" {
+				t.Fatalf("approved after a restart: %+v", done)
+			}
+			if rep := journal.Verify(st.Audit.Path, pubKey(t, st.Audit.PublicKey), journal.VerifyOptions{RunID: st.RunID}); rep.ExitCode() != 0 || rep.Records != 7 {
+				t.Fatalf("journal: %+v", rep)
+			}
+			if code, out := httpAuditVerify(t, dir, st.Audit.PublicKey); code != 0 {
+				t.Fatalf("audit verify --project: exit %d\n%s", code, out)
+			}
+		})
+	}
+}

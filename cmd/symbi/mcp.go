@@ -12,6 +12,7 @@ import (
 	"symbi/internal/executors"
 	"symbi/internal/inference"
 	"symbi/internal/invoke"
+	"symbi/internal/journal"
 	"symbi/internal/ledger"
 	"symbi/internal/mcpserver"
 	"symbi/internal/policy"
@@ -125,9 +126,24 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	// The project ledger: opened, and reconciled with the journals on disk, before the
 	// first run. Without it every run is refused (fail closed); the server still serves
 	// the authoring tools.
-	lw, recovered, ledgerErr := ledger.OpenProject(p.Root(), e.getenv("SYMBI_AUDIT_KEY_FILE"))
+	// Runs that were waiting at a human gate when the last server stopped are reopened
+	// (their journals verified whole) before the ledger is reconciled, and continued below.
+	var held []*invoke.Held
+	lw, recovered, ledgerErr := ledger.OpenProjectResuming(p.Root(), e.getenv("SYMBI_AUDIT_KEY_FILE"), func(store *journal.Store, name string) {
+		h, err := invoke.ReopenHeld(store, name)
+		switch {
+		case err != nil:
+			log.Warn("a journal waiting for approval could not be reopened; it is reconciled as found", "file", name, "err", err)
+		case h != nil:
+			held = append(held, h)
+		}
+	})
 	if ledgerErr != nil {
 		log.Error("project ledger unavailable: every run will be refused (audit_unavailable)", "err", ledgerErr)
+		for _, h := range held {
+			h.Close()
+		}
+		held = nil
 	} else {
 		defer lw.Close()
 		for _, rec := range recovered {
@@ -148,6 +164,9 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	}
 	rm := runs.New(runs.Config{Root: p.Root(), KeyFile: e.getenv("SYMBI_AUDIT_KEY_FILE"), Runner: runner, Registry: reg, Ledger: lw, Log: log,
 		Access: access, MaxRunsPerCaller: o.http.maxPerCaller})
+	for _, h := range held {
+		rm.Resume(runner.Resume(h))
+	}
 	cfg := mcpserver.Config{Project: p, Registry: reg, Runs: rm, Schemas: schemapin.NewVerifier(e.getenv), Log: log, Rate: o.http.rate}
 	attrs := []any{"project", p.Path(), "agents", len(reg.Entries()), "policy_mode", pol.Mode, "policy_digest", pol.Digest, "access_mode", access.Mode}
 	if prov != nil {

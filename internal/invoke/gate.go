@@ -89,9 +89,15 @@ func (r *Runner) hold(ctx context.Context, w *journal.Writer, p *prepared, gate 
 	if err := w.Sync(); err != nil {
 		return verdict{journalErr: err}
 	}
+	return r.await(ctx, w, p, gate, wait)
+}
+
+// await is the wait at a gate whose approval_requested is durable (p's pending set): for
+// a decision, the run's cancellation, or the end of wait.
+func (r *Runner) await(ctx context.Context, w *journal.Writer, p *prepared, gate string, wait time.Duration) verdict {
 	close(p.gate.awaiting)
 	r.at("awaiting approval")
-	timer := time.NewTimer(wait)
+	timer := time.NewTimer(max(wait, 0))
 	defer timer.Stop()
 	select {
 	case <-ctx.Done():

@@ -430,6 +430,12 @@ func (w *Writer) Receipt() Receipt {
 // Path returns the absolute path of the journal.
 func (w *Writer) Path() string { return w.path }
 
+// RunID returns the run's id.
+func (w *Writer) RunID() string { return w.runID }
+
+// AgentID returns the id of the run's agent.
+func (w *Writer) AgentID() string { return w.agentID }
+
 // Close closes the journal file. It does not sync.
 func (w *Writer) Close() error {
 	if w.root != nil {

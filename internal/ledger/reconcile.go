@@ -61,6 +61,14 @@ func Reconcile(w *Writer, gov string, pub ed25519.PublicKey) ([]Recovered, error
 // keyFile is SYMBI_AUDIT_KEY_FILE) and its ledger, and reconciles the ledger with the
 // journals on disk. It is what a server does before its first run.
 func OpenProject(root *os.File, keyFile string) (*Writer, []Recovered, error) {
+	return OpenProjectResuming(root, keyFile, nil)
+}
+
+// OpenProjectResuming is OpenProject that first offers resume every journal the ledger has
+// no entry for and no other process is writing, by name, before reconciling: a journal
+// resume reopens (journal.Store.Reopen, which holds its lock) is in progress, so
+// reconciliation leaves it to the run that continues it.
+func OpenProjectResuming(root *os.File, keyFile string, resume func(store *journal.Store, name string)) (*Writer, []Recovered, error) {
 	store, err := journal.OpenStore(root, journal.StoreOptions{KeyFile: keyFile, Create: true})
 	if err != nil {
 		return nil, nil, err
@@ -69,6 +77,12 @@ func OpenProject(root *os.File, keyFile string) (*Writer, []Recovered, error) {
 	w, err := Open(root, store.SigningKey())
 	if err != nil {
 		return nil, nil, err
+	}
+	if resume != nil {
+		if err := offer(w, store, resume); err != nil {
+			w.Close()
+			return nil, nil, errcode.Wrap(errcode.AuditUnavailable, err)
+		}
 	}
 	recovered, err := Reconcile(w, store.Dir(), store.PublicKey())
 	if err != nil {
@@ -151,4 +165,23 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 		}
 	}
 	return out, nil
+}
+
+// offer calls resume for each journal of the governed directory that the ledger has no
+// entry for and no writer holds.
+func offer(w *Writer, store *journal.Store, resume func(store *journal.Store, name string)) error {
+	ents, err := os.ReadDir(store.Dir())
+	if err != nil {
+		return err
+	}
+	for _, ent := range ents {
+		base := ent.Name()
+		ids, ok := strings.CutSuffix(base, ".jsonl")
+		_, runID, _ := strings.Cut(ids, ".")
+		if !ok || runID == "" || w.Knows(runID) || journal.InProgress(filepath.Join(store.Dir(), base)) {
+			continue
+		}
+		resume(store, base)
+	}
+	return nil
 }

@@ -143,3 +143,8 @@ func (m *Manager) Approve(ctx context.Context, by Caller, runID, decision, reaso
 	}
 	return m.build(snap, true), nil
 }
+
+// Resume follows a run this server continues after a restart (invoke.Runner.Resume): a
+// run that was waiting at a human gate is this server's again, and approve_run reaches
+// it.
+func (m *Manager) Resume(lr *invoke.Run) { m.watch(lr, func() {}) }

@@ -1,0 +1,158 @@
+package invoke
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"symbi/internal/digest"
+	"symbi/internal/errcode"
+	"symbi/internal/journal"
+)
+
+// Held is a run that was waiting at a human gate when its server stopped: its journal,
+// reopened after its whole chain verified, ends with approval_requested, and keeps the
+// held text in clear. Runner.Resume continues it.
+type Held struct {
+	w        *journal.Writer
+	pub      string // the store's public key, hex
+	started  journal.Started
+	gate     string
+	text     string
+	since    time.Time // approval_requested's time
+	deadline time.Time // since plus its timeout_ms
+	begun    time.Time // started's time
+}
+
+// RunID returns the held run's id.
+func (h *Held) RunID() string { return h.w.RunID() }
+
+// ReopenHeld reopens the journal name of store if its run was held at a gate and can be
+// resumed: its last record is approval_requested and the text it holds is in the journal
+// in clear (a hashes-only journal cannot be released: such a run stays abandoned). For
+// any other journal it returns (nil, nil) and leaves the file, unlocked, as it was.
+func ReopenHeld(store *journal.Store, name string) (*Held, error) {
+	w, recs, err := store.Reopen(name)
+	if errors.Is(err, journal.ErrNotResumable) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	h, ok := held(recs)
+	if !ok {
+		w.Close()
+		return nil, nil
+	}
+	h.w, h.pub = w, hex.EncodeToString(store.PublicKey())
+	return h, nil
+}
+
+// held reads what a resumed wait needs from a journal's records, or says it cannot be
+// resumed.
+func held(recs []journal.Read) (*Held, bool) {
+	last := recs[len(recs)-1]
+	if last.Type != journal.TypeApprovalRequested || recs[0].Type != journal.TypeStarted {
+		return nil, false
+	}
+	h := &Held{}
+	var req journal.ApprovalRequested
+	if json.Unmarshal(recs[0].Data, &h.started) != nil || json.Unmarshal(last.Data, &req) != nil {
+		return nil, false
+	}
+	var err1, err2 error
+	h.begun, err1 = time.Parse(journal.TimeLayout, recs[0].Time)
+	h.since, err2 = time.Parse(journal.TimeLayout, last.Time)
+	if err1 != nil || err2 != nil {
+		return nil, false
+	}
+	h.gate, h.deadline = req.Gate, h.since.Add(time.Duration(req.TimeoutMS)*time.Millisecond)
+	for _, r := range recs {
+		if r.Type != journal.TypeInferenceFinished && r.Type != journal.TypeSessionFinished {
+			continue
+		}
+		var f struct {
+			Text *string `json:"text"`
+		}
+		if json.Unmarshal(r.Data, &f) != nil || f.Text == nil || digest.SHA256Hex([]byte(*f.Text)) != req.TextSHA256 {
+			return nil, false
+		}
+		h.text = *f.Text
+		return h, true
+	}
+	return nil, false
+}
+
+// Close releases a held run's journal without continuing it.
+func (h *Held) Close() { h.w.Close() }
+
+// Resume continues a held run: it waits at its gate again, for the rest of its wait, in
+// this Runner, exactly as the run that wrote approval_requested would have — approve_run,
+// cancellation, shutdown or the end of the wait decide it. It holds a slot of MaxRuns
+// without being refused for one: the run exists already.
+func (r *Runner) Resume(h *Held) *Run {
+	r.mu.Lock()
+	r.active++
+	r.runs.Add(1)
+	r.mu.Unlock()
+	req := Request{Agent: h.started.Agent, Surface: h.started.Surface, Caller: h.started.Caller, CallerAuth: h.started.CallerAuth}
+	if req.Caller == "" {
+		req.Caller, req.CallerAuth = CallerStdio, CallerStdio
+	}
+	p := &prepared{req: req, name: h.started.Agent, agentID: h.w.AgentID()}
+	p.journal.Store(h.w)
+	p.opened.Store(&Audit{RunID: h.w.RunID(), Path: h.w.Path(), PublicKey: h.pub})
+	p.gate.init()
+	p.gate.pending.Store(&Pending{Gate: h.gate, Since: h.since, Deadline: h.deadline, TextBytes: int64(len(h.text))})
+	ctx, cancel := context.WithCancelCause(r.base)
+	run := &Run{r: r, p: p, cancel: cancel, opened: make(chan struct{}), done: make(chan struct{})}
+	close(run.opened)
+	go func() {
+		defer h.w.Close()
+		run.res, run.err = r.resumeWait(ctx, h, p)
+		r.logRun(p, run.res, run.err)
+		cancel(nil)
+		r.mu.Lock()
+		r.active--
+		r.mu.Unlock()
+		r.runs.Done()
+		close(run.done)
+	}()
+	r.cfg.Log.Info("resumed a run waiting for approval", "run_id", h.w.RunID(), "agent", h.started.Agent, "gate", h.gate, "deadline", h.deadline)
+	return run
+}
+
+// resumeWait is the rest of a held run: the wait, then its end.
+func (r *Runner) resumeWait(ctx context.Context, h *Held, p *prepared) (*Result, error) {
+	w := h.w
+	audit := func() *Audit {
+		rc := w.Durable()
+		return &Audit{RunID: w.RunID(), Path: w.Path(), PublicKey: h.pub, Records: rc.Records, Head: rc.Head}
+	}
+	v := r.await(ctx, w, p, h.gate, time.Until(h.deadline))
+	p.gate.pending.Store(nil)
+	end := func(t journal.Terminated, err error) (*Result, error) {
+		t.DurationMS = ms(time.Since(h.begun))
+		if werr := r.endRun(w, p, t); werr != nil {
+			return nil, &Error{Err: errcode.Errorf(errcode.AuditUnavailable, "%v; and the run could not be recorded as such: %v", err, werr), Audit: audit()}
+		}
+		return nil, &Error{Err: err, Audit: audit()}
+	}
+	switch {
+	case v.journalErr != nil:
+		p.reason = reasonAuditFailed
+		return nil, &Error{Err: errcode.Wrap(errcode.AuditUnavailable, v.journalErr), Audit: audit()}
+	case v.err != nil:
+		return end(journal.Terminated{Reason: v.reason, Error: v.err.Error(), Gate: h.gate}, v.err)
+	case ctx.Err() != nil:
+		err := cancelledError(ctx, "before the approved answer was released")
+		return end(journal.Terminated{Reason: reasonCancelled, Error: err.Error()}, err)
+	}
+	if err := r.endRun(w, p, journal.Terminated{Reason: reasonCompleted, Released: true, DurationMS: ms(time.Since(h.begun))}); err != nil {
+		return nil, &Error{Err: errcode.Wrap(errcode.AuditUnavailable, fmt.Errorf("releasing the approved answer: %w", err)), Audit: audit()}
+	}
+	return &Result{Agent: p.name, AgentID: p.agentID, Text: h.text, Audit: audit()}, nil
+}
