@@ -55,6 +55,26 @@ type Journal interface {
 // Decider is the use_tool gate; the caller binds the agent, the run and the caller.
 type Decider func(t policy.ToolUse) policy.Decision
 
+// Hold is a permission request — a session/request_permission or an fs request — that a
+// gated use_tool denial (policy.Decision.Gate) holds for a person's decision.
+type Hold struct {
+	RequestID, Gate, Kind, Title string
+}
+
+// HoldResult is how a wait at a gate ended: Approved, or not with Note saying why
+// (rejected, no decision in time); Err when the session must not go on as if decided
+// (cancelled, or the journal or ledger failed: wraps ErrJournal).
+type HoldResult struct {
+	Approved bool
+	Note     string
+	Err      error
+}
+
+// Holder waits for a person's decision on a held permission request. record makes a
+// record durable in the session's journal, in order with the agent's own records
+// (approval_requested before the wait, approval_decided after it).
+type Holder func(ctx context.Context, h Hold, record func(journal.Record) error) HoldResult
+
 // Defaults of Config's bounds.
 const (
 	DefaultGrace        = 5 * time.Second
@@ -71,10 +91,13 @@ const (
 
 // Config is one delegated session.
 type Config struct {
-	Executor     *executors.Executor
-	Workspace    *workspace.Workspace
-	Journal      Journal
-	Decide       Decider
+	Executor  *executors.Executor
+	Workspace *workspace.Workspace
+	Journal   Journal
+	Decide    Decider
+	// Hold, when set, turns a gated denial into a wait for a person (approve_run); nil
+	// answers it as the denial it is.
+	Hold         Holder
 	Prompt       string        // the full prompt text sent
 	HashesOnly   bool          // journal digests only, no clear text
 	Grace        time.Duration // cancel → TERM → KILL grace (default DefaultGrace)
@@ -850,7 +873,14 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 	if d == nil {
 		return cancelled, nil
 	}
-	rec := journal.PermissionDecided{RequestID: "perm-" + strconv.FormatInt(r.permN.Add(1), 10),
+	requestID := "perm-" + strconv.FormatInt(r.permN.Add(1), 10)
+	if err := r.hold(ctx, d, requestID, t.Kind, title); err != nil {
+		if errors.Is(err, ErrJournal) {
+			return sdk.RequestPermissionResponse{}, sdk.NewInternalError(map[string]any{"error": "symbi could not record the approval"})
+		}
+		return cancelled, nil
+	}
+	rec := journal.PermissionDecided{RequestID: requestID,
 		ToolCallID: cut(string(tc.ToolCallId), journal.MaxTitleBytes), Kind: t.Kind, Title: title, Paths: paths, Outside: outside,
 		PolicyIDs: nonNil(d.Policies), Errors: nonNil(d.Errors)}
 	want := sdk.PermissionOptionKindRejectOnce
@@ -895,7 +925,14 @@ func (r *runner) gateFS(ctx context.Context, sid sdk.SessionId, kind, method, pa
 	if d == nil {
 		return "", "", sdk.NewRequestCancelled(map[string]any{"error": "the session is ending"})
 	}
-	rec := journal.PermissionDecided{RequestID: "fs-" + strconv.FormatInt(r.fsN.Add(1), 10), Kind: kind,
+	requestID := "fs-" + strconv.FormatInt(r.fsN.Add(1), 10)
+	if err := r.hold(ctx, d, requestID, kind, title); err != nil {
+		if errors.Is(err, ErrJournal) {
+			return "", "", sdk.NewInternalError(map[string]any{"error": "symbi could not record the approval"})
+		}
+		return "", "", sdk.NewRequestCancelled(map[string]any{"error": "the session is ending"})
+	}
+	rec := journal.PermissionDecided{RequestID: requestID, Kind: kind,
 		Title: title, Paths: paths, Outside: outside, Decision: "deny", PolicyIDs: nonNil(d.Policies), Errors: nonNil(d.Errors)}
 	if d.Allow {
 		rec.Decision = "allow"
@@ -1048,4 +1085,40 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.b)
+}
+
+// hold waits at a gate when d is a gated denial and a Holder is configured: an approval
+// turns d into an allow; a rejection or a wait without a decision leaves it a denial, with
+// the reason among its errors. It returns an error when the request must not be answered
+// as decided: the session is ending (cancelled), or the journal failed (ErrJournal).
+func (r *runner) hold(ctx context.Context, d *policy.Decision, requestID, kind, title string) error {
+	if d.Allow || d.Gate == "" || r.cfg.Hold == nil || !r.live() {
+		return nil
+	}
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-r.cancelled:
+		case <-r.aborted:
+		case <-hctx.Done():
+		}
+		stop()
+	}()
+	res := r.cfg.Hold(hctx, Hold{RequestID: requestID, Gate: d.Gate, Kind: kind, Title: title}, func(rec journal.Record) error { return r.record(rec, true) })
+	switch {
+	case res.Err != nil && r.abortedErr() != nil:
+		return fmt.Errorf("%w: %w", ErrJournal, res.Err)
+	case errors.Is(res.Err, ErrJournal):
+		r.abort(res.Err)
+		return res.Err
+	case res.Err != nil:
+		return res.Err
+	case res.Approved:
+		d.Allow, d.Errors = true, nil
+		d.Reason = "approved at gate " + d.Gate + ": " + res.Note
+	default:
+		d.Errors = append(d.Errors, "held at gate "+d.Gate+": "+res.Note)
+	}
+	return nil
 }

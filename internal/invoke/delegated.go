@@ -34,6 +34,7 @@ type delegatedExecutor struct {
 	deadline  time.Duration
 	hashes    bool
 	decide    func(runID string, t policy.ToolUse) policy.Decision
+	hold      acp.Holder // a gated denial waits for approve_run
 	runID     func() string
 }
 
@@ -59,7 +60,7 @@ func (d *delegatedExecutor) Execute(ctx context.Context, w *journal.Writer, prog
 	progress(StageRequestSent)
 	res := acp.Run(callCtx, acp.Config{
 		Executor: d.executor, Workspace: ws, Journal: w, Prompt: d.prompt, HashesOnly: d.hashes,
-		Decide: func(t policy.ToolUse) policy.Decision { return d.decide(runID, t) },
+		Decide: func(t policy.ToolUse) policy.Decision { return d.decide(runID, t) }, Hold: d.hold,
 	})
 	progress(StageResponseReceived)
 	switch {

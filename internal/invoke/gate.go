@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"symbi/internal/acp"
 	"symbi/internal/errcode"
 	"symbi/internal/journal"
 	"symbi/internal/ledger"
@@ -42,6 +43,8 @@ type Pending struct {
 	Since     time.Time // when approval_requested became durable
 	Deadline  time.Time // when the wait ends with timeout
 	TextBytes int64     // the held text's length
+	RequestID string    // a delegated agent's held permission request ("" for the answer)
+	Title     string    // its title
 }
 
 // ErrNotAwaiting is wrapped by Approve's error for a run that is not waiting at a gate.
@@ -51,8 +54,9 @@ var ErrNotAwaiting = errors.New("not awaiting approval")
 type gateState struct {
 	pending   atomic.Pointer[Pending]
 	once      sync.Once
-	awaiting  chan struct{}     // closed when the run starts waiting
+	awaiting  chan struct{}     // closed when the run starts waiting for its answer
 	decisions chan gateDecision // the waiting run receives one
+	permMu    sync.Mutex        // one held permission request at a time
 }
 
 type gateDecision struct {
@@ -67,8 +71,9 @@ func (g *gateState) init() {
 	})
 }
 
-// verdict is how a wait at a gate ended: approved (all nil), or the run's end.
+// verdict is how a wait at a gate ended: approved (all nil but by), or the run's end.
 type verdict struct {
+	by         string // the approver
 	reason     string // the terminated reason when not approved
 	err        error  // the caller's error when not approved
 	journalErr error  // the journal failed: the run ends audit_failed
@@ -83,34 +88,43 @@ func (r *Runner) hold(ctx context.Context, w *journal.Writer, p *prepared, gate 
 	now := time.Now()
 	p.gate.pending.Store(&Pending{Gate: gate, Since: now, Deadline: now.Add(wait), TextBytes: out.TextBytes})
 	defer p.gate.pending.Store(nil)
-	if err := w.Append(journal.ApprovalRequested{Gate: gate, TextSHA256: out.TextSHA256, TextBytes: out.TextBytes, TimeoutMS: ms(wait)}); err != nil {
+	record := durably(w)
+	if err := record(journal.ApprovalRequested{Gate: gate, TextSHA256: out.TextSHA256, TextBytes: out.TextBytes, TimeoutMS: ms(wait)}); err != nil {
 		return verdict{journalErr: err}
 	}
-	if err := w.Sync(); err != nil {
-		return verdict{journalErr: err}
+	close(p.gate.awaiting)
+	return r.await(ctx, p, gate, "", wait, record)
+}
+
+// durably appends a record to w and makes it durable.
+func durably(w *journal.Writer) func(journal.Record) error {
+	return func(rec journal.Record) error {
+		if err := w.Append(rec); err != nil {
+			return err
+		}
+		return w.Sync()
 	}
-	return r.await(ctx, w, p, gate, wait)
 }
 
 // await is the wait at a gate whose approval_requested is durable (p's pending set): for
-// a decision, the run's cancellation, or the end of wait.
-func (r *Runner) await(ctx context.Context, w *journal.Writer, p *prepared, gate string, wait time.Duration) verdict {
-	close(p.gate.awaiting)
+// a decision, the run's cancellation, or the end of wait. record makes a record durable
+// in the run's journal; requestID is the held permission request ("" for the answer).
+func (r *Runner) await(ctx context.Context, p *prepared, gate, requestID string, wait time.Duration, record func(journal.Record) error) verdict {
 	r.at("awaiting approval")
+	held := "the answer held"
+	if requestID != "" {
+		held = "the agent's permission request " + requestID + " held"
+	}
 	timer := time.NewTimer(max(wait, 0))
 	defer timer.Stop()
 	select {
 	case <-ctx.Done():
 		return verdict{reason: reasonCancelled, err: cancelledError(ctx, "while it awaited approval")}
 	case <-timer.C:
-		return verdict{reason: reasonTimeout, err: errcode.Errorf(errcode.Timeout, "no one approved or rejected the answer held by gate %s within %s", gate, wait)}
+		return verdict{reason: reasonTimeout, err: errcode.Errorf(errcode.Timeout, "no one approved or rejected %s by gate %s within %s", held, gate, wait)}
 	case d := <-p.gate.decisions:
 		a := d.a
-		if err := w.Append(journal.ApprovalDecided{Decision: a.Decision, Approver: a.Approver, ApproverAuth: a.ApproverAuth, Reason: a.Reason, Via: a.Via}); err != nil {
-			d.done <- errcode.Wrap(errcode.AuditUnavailable, err)
-			return verdict{journalErr: err}
-		}
-		if err := w.Sync(); err != nil {
+		if err := record(journal.ApprovalDecided{RequestID: requestID, Decision: a.Decision, Approver: a.Approver, ApproverAuth: a.ApproverAuth, Reason: a.Reason, Via: a.Via}); err != nil {
 			d.done <- errcode.Wrap(errcode.AuditUnavailable, err)
 			return verdict{journalErr: err}
 		}
@@ -123,8 +137,11 @@ func (r *Runner) await(ctx context.Context, w *journal.Writer, p *prepared, gate
 			}
 		}
 		d.done <- nil
+		if a.Decision == ApprovalApprove {
+			return verdict{by: a.Approver}
+		}
 		if a.Decision == ApprovalReject {
-			msg := fmt.Sprintf("the answer held by gate %s was rejected by %s", gate, a.Approver)
+			msg := fmt.Sprintf("%s by gate %s was rejected by %s", held, gate, a.Approver)
 			if a.Reason != "" {
 				msg += ": " + a.Reason
 			}
@@ -171,4 +188,33 @@ func (run *Run) Approve(ctx context.Context, a Approval) error {
 func (run *Run) awaiting() <-chan struct{} {
 	run.p.gate.init()
 	return run.p.gate.awaiting
+}
+
+// holdPermission waits at a gate for a delegated agent's permission request (acp.Holder):
+// approval_requested with the request's id, durable, the same wait as an answer's (one
+// held request at a time), approval_decided and the ledger's approval entry, durable
+// before the agent hears the answer.
+func (r *Runner) holdPermission(ctx context.Context, p *prepared, h acp.Hold, record func(journal.Record) error) acp.HoldResult {
+	p.gate.init()
+	p.gate.permMu.Lock()
+	defer p.gate.permMu.Unlock()
+	wait := r.cfg.ApprovalTimeout
+	now := time.Now()
+	p.gate.pending.Store(&Pending{Gate: h.Gate, Since: now, Deadline: now.Add(wait), RequestID: h.RequestID, Title: h.Title})
+	defer p.gate.pending.Store(nil)
+	if err := record(journal.ApprovalRequested{Gate: h.Gate, RequestID: h.RequestID, TimeoutMS: ms(wait), Kind: h.Kind, Title: h.Title}); err != nil {
+		return acp.HoldResult{Err: fmt.Errorf("%w: %w", acp.ErrJournal, err)}
+	}
+	v := r.await(ctx, p, h.Gate, h.RequestID, wait, record)
+	switch {
+	case v.journalErr != nil:
+		return acp.HoldResult{Err: fmt.Errorf("%w: %w", acp.ErrJournal, v.journalErr)}
+	case v.reason == reasonAuditFailed:
+		return acp.HoldResult{Err: fmt.Errorf("%w: %w", acp.ErrJournal, v.err)}
+	case v.reason == reasonCancelled:
+		return acp.HoldResult{Err: v.err}
+	case v.err != nil:
+		return acp.HoldResult{Note: v.err.Error()}
+	}
+	return acp.HoldResult{Approved: true, Note: "approved by " + v.by}
 }

@@ -1,10 +1,12 @@
 package invoke
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync/atomic"
 
+	"symbi/internal/acp"
 	"symbi/internal/errcode"
 	"symbi/internal/inference"
 	"symbi/internal/journal"
@@ -126,6 +128,9 @@ func (r *Runner) preflightDelegated(req Request, agent *project.Agent) (*prepare
 				return a.RunID
 			}
 			return ""
+		},
+		hold: func(ctx context.Context, h acp.Hold, record func(journal.Record) error) acp.HoldResult {
+			return r.holdPermission(ctx, p, h, record)
 		},
 	}
 	return p, nil

@@ -132,7 +132,8 @@ func (r *Runner) resumeWait(ctx context.Context, h *Held, p *prepared) (*Result,
 		rc := w.Durable()
 		return &Audit{RunID: w.RunID(), Path: w.Path(), PublicKey: h.pub, Records: rc.Records, Head: rc.Head}
 	}
-	v := r.await(ctx, w, p, h.gate, time.Until(h.deadline))
+	close(p.gate.awaiting)
+	v := r.await(ctx, p, h.gate, "", time.Until(h.deadline), durably(w))
 	p.gate.pending.Store(nil)
 	end := func(t journal.Terminated, err error) (*Result, error) {
 		t.DurationMS = ms(time.Since(h.begun))

@@ -6,19 +6,26 @@ package journal
 // decision is approval_decided; an approval then releases the text (terminated, reason
 // completed), a rejection ends the run withheld (reason policy_denied, with the gate).
 
-// ApprovalRequested is written, and made durable, when a gated deny holds the answer.
+// ApprovalRequested is written, and made durable, when a gated deny holds the answer —
+// or, in a delegated run, a gated use_tool deny holds one of the agent's permission
+// requests (RequestID, that of the permission_decided that will follow; no text).
 type ApprovalRequested struct {
 	Gate       string `json:"gate"`        // the gating policies' ids, comma-separated
-	TextSHA256 string `json:"text_sha256"` // the text held, as policy_evaluated judged it
+	RequestID  string `json:"request_id"`  // "" for the answer; else the held permission request
+	TextSHA256 string `json:"text_sha256"` // the text held, as policy_evaluated judged it ("" for a permission)
 	TextBytes  int64  `json:"text_bytes"`
-	TimeoutMS  int64  `json:"timeout_ms"` // how long the run waits for a decision
+	TimeoutMS  int64  `json:"timeout_ms"`      // how long the run waits for a decision
+	Kind       string `json:"kind,omitempty"`  // a permission's ACP tool kind
+	Title      string `json:"title,omitempty"` // a permission's title (at most MaxTitleBytes)
 }
 
 // ApprovalDecided is a person's decision at the gate, durable (and in the ledger) before
-// the text is released or the run ends withheld.
+// the text is released or the run ends withheld — or, for a permission, before the
+// agent hears the answer (permission_decided follows).
 type ApprovalDecided struct {
-	Decision     string `json:"decision"` // "approve" or "reject"
-	Approver     string `json:"approver"` // the deciding caller's id
+	RequestID    string `json:"request_id"` // as in the ApprovalRequested decided
+	Decision     string `json:"decision"`   // "approve" or "reject"
+	Approver     string `json:"approver"`   // the deciding caller's id
 	ApproverAuth string `json:"approver_auth"`
 	Reason       string `json:"reason"`
 	Via          string `json:"via"` // "approve_run", or "elicitation" (the requester's own client)

@@ -50,6 +50,10 @@ type Step struct {
 //     permission_decided has a request_id used once and a decision of allow or deny; an
 //     fs_read or fs_write names the request_id of an earlier permission_decided that
 //     allowed it, once;
+//   - in a session, approval_requested with a request_id holds that permission request (a
+//     request_id not yet used; a gate named); approval_decided with the same request_id
+//     decides it, once; the permission_decided that follows may allow it only after an
+//     approve (a rejection, or a wait no decision ended, is a deny);
 //   - approval_requested follows a policy_evaluated that denied, once, naming a gate and
 //     the same text_sha256; approval_decided follows it, once, with a decision of approve
 //     or reject. Then terminated may say released (reason completed) after an approve as
@@ -167,10 +171,14 @@ func (m *Machine) step(s Step) error {
 		}
 		switch s.Type {
 		case TypePermissionDecided:
-			switch {
+			switch held := m.grants[s.RequestID]; {
 			case s.RequestID == "":
 				return errors.New("permission_decided without a request_id")
-			case m.grants[s.RequestID] != "":
+			case held == "held" && s.Decision != "deny":
+				return fmt.Errorf("permission_decided allows request %q, held at a gate no one decided", s.RequestID)
+			case held == "rejected" && s.Decision != "deny":
+				return fmt.Errorf("permission_decided allows request %q, which a person rejected", s.RequestID)
+			case held != "" && held != "held" && held != "approved" && held != "rejected":
 				return fmt.Errorf("a second permission_decided for request %q", s.RequestID)
 			case s.Decision != "allow" && s.Decision != "deny":
 				return fmt.Errorf("permission_decided with decision %q (want allow or deny)", s.Decision)
@@ -189,6 +197,9 @@ func (m *Machine) step(s Step) error {
 			m.grant(s.RequestID, "used")
 		}
 	case TypeApprovalRequested:
+		if s.RequestID != "" {
+			return m.holdPermission(s)
+		}
 		switch {
 		case !m.decided || m.decision != "deny":
 			return errors.New("approval_requested without a policy_evaluated that denied: only a held deny waits for a person")
@@ -201,6 +212,9 @@ func (m *Machine) step(s Step) error {
 		}
 		m.gated = true
 	case TypeApprovalDecided:
+		if s.RequestID != "" {
+			return m.decidePermission(s)
+		}
 		switch {
 		case !m.gated:
 			return errors.New("approval_decided without approval_requested")
@@ -260,13 +274,47 @@ func stepOf(r Record) Step {
 	case PermissionDecided:
 		s.RequestID, s.Decision = r.RequestID, r.Decision
 	case ApprovalRequested:
-		s.Gate, s.TextSHA256 = r.Gate, r.TextSHA256
+		s.Gate, s.TextSHA256, s.RequestID = r.Gate, r.TextSHA256, r.RequestID
 	case ApprovalDecided:
-		s.Decision = r.Decision
+		s.Decision, s.RequestID = r.Decision, r.RequestID
 	case FSRead:
 		s.RequestID = r.RequestID
 	case FSWrite:
 		s.RequestID = r.RequestID
 	}
 	return s
+}
+
+// holdPermission is approval_requested for a delegated agent's permission request.
+func (m *Machine) holdPermission(s Step) error {
+	switch {
+	case !m.session:
+		return errors.New("approval_requested for a permission without session_started")
+	case m.finished:
+		return errors.New("approval_requested for a permission after session_finished")
+	case s.Gate == "":
+		return errors.New("approval_requested names no gate")
+	case m.grants[s.RequestID] != "":
+		return fmt.Errorf("approval_requested for request %q, which is already held or decided", s.RequestID)
+	}
+	m.grant(s.RequestID, "held")
+	return nil
+}
+
+// decidePermission is approval_decided for a held permission request.
+func (m *Machine) decidePermission(s Step) error {
+	switch {
+	case m.finished:
+		return errors.New("approval_decided for a permission after session_finished")
+	case m.grants[s.RequestID] != "held":
+		return fmt.Errorf("approval_decided for request %q, which is not held at a gate", s.RequestID)
+	case s.Decision != "approve" && s.Decision != "reject":
+		return fmt.Errorf("approval_decided with decision %q (want approve or reject)", s.Decision)
+	}
+	state := "approved"
+	if s.Decision == "reject" {
+		state = "rejected"
+	}
+	m.grant(s.RequestID, state)
+	return nil
 }

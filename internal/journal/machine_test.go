@@ -22,6 +22,8 @@ func TestMachine(t *testing.T) {
 		unknown   = Step{Type: "note_added"} // a later version's record type
 		held      = Step{Type: TypeApprovalRequested, Gate: "customer-names", TextSHA256: "t1"}
 		decide    = func(d string) Step { return Step{Type: TypeApprovalDecided, Decision: d} }
+		hold      = func(id string) Step { return Step{Type: TypeApprovalRequested, Gate: "g", RequestID: id} }
+		decideP   = func(id, d string) Step { return Step{Type: TypeApprovalDecided, RequestID: id, Decision: d} }
 		// A delegated run.
 		session    = Step{Type: TypeSessionStarted}
 		message    = Step{Type: TypeAgentMessage}
@@ -78,6 +80,20 @@ func TestMachine(t *testing.T) {
 		{"released while waiting", []Step{started, requested, finished, denied, held, released}, "no person approved"},
 		{"denied after an approval", []Step{started, requested, finished, denied, held, decide("approve"), end("policy_denied")}, "a person approved"},
 		{"timeout after a decision", []Step{started, requested, finished, denied, held, decide("reject"), end("timeout")}, "no approval was awaited"},
+		{"a permission held, approved, allowed, used", []Step{started, session, hold("p1"), decideP("p1", "approve"), grant("p1", "allow"), read("p1"), answered, allowed, released}, ""},
+		{"a permission held, rejected, denied", []Step{started, session, hold("p1"), decideP("p1", "reject"), grant("p1", "deny"), answered, allowed, released}, ""},
+		{"a permission held, no decision, denied", []Step{started, session, hold("p1"), grant("p1", "deny"), answered, allowed, released}, ""},
+		{"a permission held, approved, denied (no allow option)", []Step{started, session, hold("p1"), decideP("p1", "approve"), grant("p1", "deny")}, ""},
+		{"a permission held, cancelled while held", []Step{started, session, hold("p1"), sessionEnd("cancelled"), end("cancelled")}, ""},
+		{"a held permission allowed without a decision", []Step{started, session, hold("p1"), grant("p1", "allow")}, "held at a gate no one decided"},
+		{"a rejected permission allowed", []Step{started, session, hold("p1"), decideP("p1", "reject"), grant("p1", "allow")}, "a person rejected"},
+		{"a permission held twice", []Step{started, session, hold("p1"), hold("p1")}, "already held or decided"},
+		{"a decided permission held", []Step{started, session, grant("p1", "deny"), hold("p1")}, "already held or decided"},
+		{"a permission decided without a hold", []Step{started, session, decideP("p1", "approve")}, "not held at a gate"},
+		{"a permission decided twice", []Step{started, session, hold("p1"), decideP("p1", "approve"), decideP("p1", "approve")}, "not held at a gate"},
+		{"a permission held outside a session", []Step{started, hold("p1")}, "without session_started"},
+		{"a permission held after the session", []Step{started, session, answered, hold("p1")}, "after session_finished"},
+		{"a permission decided twice after use", []Step{started, session, hold("p1"), decideP("p1", "approve"), grant("p1", "allow"), grant("p1", "allow")}, "a second permission_decided"},
 		{"an unknown permission decision", []Step{started, session, grant("p1", "always")}, `decision "always"`},
 		{"agent records before the session", []Step{started, message}, "without session_started"},
 		{"agent records after the session", []Step{started, session, answered, call}, "after session_finished"},

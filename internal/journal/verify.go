@@ -356,8 +356,8 @@ var stepMembers = map[string][]string{
 	TypePermissionDecided:  {"request_id", "decision"},
 	TypeFSRead:             {"request_id"},
 	TypeFSWrite:            {"request_id"},
-	TypeApprovalRequested:  {"gate", "text_sha256"},
-	TypeApprovalDecided:    {"decision"},
+	TypeApprovalRequested:  {"gate", "request_id", "text_sha256"},
+	TypeApprovalDecided:    {"request_id", "decision"},
 }
 
 // decodeStep reads what the state machine needs of a record's data. The members must be

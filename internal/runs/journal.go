@@ -168,10 +168,12 @@ func readFacts(data []byte, runID, agentID string, max int64, pub ed25519.Public
 		case journal.TypeApprovalRequested:
 			var a struct {
 				Gate      string `json:"gate"`
+				RequestID string `json:"request_id"`
+				Title     string `json:"title"`
 				TimeoutMS int64  `json:"timeout_ms"`
 			}
 			json.Unmarshal(d, &a)
-			f.approval = &Approval{Gate: a.Gate, RequestedAt: l.time}
+			f.approval = &Approval{Gate: a.Gate, RequestID: a.RequestID, Title: a.Title, RequestedAt: l.time}
 			if t, err := time.Parse(journal.TimeLayout, l.time); err == nil && a.TimeoutMS > 0 {
 				f.approval.Deadline = formatTime(t.Add(time.Duration(a.TimeoutMS) * time.Millisecond))
 			}

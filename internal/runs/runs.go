@@ -100,7 +100,9 @@ type Resolution struct {
 // records them.
 type Approval struct {
 	Gate         string `json:"gate" jsonschema:"the gating policies (@gate(\"human\") forbids), comma-separated"`
-	RequestedAt  string `json:"requested_at" jsonschema:"when the answer was held (RFC 3339 UTC)"`
+	RequestID    string `json:"request_id,omitempty" jsonschema:"a delegated agent's held permission request (absent when the answer is held)"`
+	Title        string `json:"title,omitempty" jsonschema:"the held permission request's title"`
+	RequestedAt  string `json:"requested_at" jsonschema:"when the answer or the request was held (RFC 3339 UTC)"`
 	Deadline     string `json:"deadline,omitempty" jsonschema:"when the wait ends with timeout"`
 	Decision     string `json:"decision,omitempty" jsonschema:"approve or reject, once decided"`
 	Approver     string `json:"approver,omitempty" jsonschema:"who decided"`
