@@ -6,8 +6,10 @@
 // definition refused before any model call, an asynchronous run, and a delegated run: the
 // scripted coding agent cmd/fake-acp-agent, registered with --executors as "coder", works
 // for agents/pair_coder.symbi over the Agent Client Protocol, is allowed a read and
-// denied a command by policies/tools.cedar, and its journal is verified. It needs no
-// credentials and no network.
+// denied a command by policies/tools.cedar, and its journal is verified. Then a human
+// gate: a second "symbi mcp", shared over Streamable HTTP with two token callers, holds an
+// answer naming a customer (policies/review.cedar) until a caller other than the one who
+// asked approves it (gate.go). It needs no credentials and no network.
 //
 //	symbi-demo [-symbi bin/symbi] [-fake-agent bin/fake-acp-agent] [-project .] [-agent reviewer]
 //
@@ -66,6 +68,9 @@ func demo(out io.Writer, symbi, fakeAgent, project, agent string) error {
 		if strings.Contains(strings.ToLower(r.Prompt), "private key") {
 			return loopback.Reply{Text: leakyAnswer}
 		}
+		if strings.Contains(r.Prompt, gatedCustomer) {
+			return loopback.Reply{Text: gatedAnswer}
+		}
 		return loopback.Reply{Text: "The loop re-reads the slice length on every pass and appends to the slice it ranges over, so it never ends. Iterate over a copy, or index up to the original length."}
 	}))
 	if err := model.Start(); err != nil {
@@ -82,7 +87,7 @@ func demo(out io.Writer, symbi, fakeAgent, project, agent string) error {
 	}
 	defer logFile.Close()
 	cmd := exec.Command(symbi, "mcp", "--project", project, "--executors", deleg.executors)
-	cmd.Env = append(os.Environ(), "OPENAI_BASE_URL="+model.URL(), "CHAT_MODEL=loopback-demo", "SYMBI_PROVIDER=openai", "FAKE_ACP_SCRIPT="+deleg.script)
+	cmd.Env = modelEnv(model, "FAKE_ACP_SCRIPT="+deleg.script)
 	cmd.Stderr = logFile
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -185,7 +190,13 @@ func demo(out io.Writer, symbi, fakeAgent, project, agent string) error {
 		return err
 	}
 
-	// 6. The whole project: the ledger of every run, every journal, and a checkpoint an
+	// 6. A human gate on a shared server: an answer naming a customer waits for a person,
+	// and the caller who asked may not be the one who approves it.
+	if err := gatedRun(ctx, out, symbi, project, tmp, model); err != nil {
+		return err
+	}
+
+	// 7. The whole project: the ledger of every run, every journal, and a checkpoint an
 	// auditor saves to catch a later rollback or rewrite.
 	cpFile := filepath.Join(os.TempDir(), "symbi-demo-checkpoint.txt")
 	step(out, "symbi audit checkpoint --project %s > %s", project, cpFile)
@@ -211,6 +222,12 @@ func demo(out io.Writer, symbi, fakeAgent, project, agent string) error {
 		return fmt.Errorf("symbi audit verify --project: %v", err)
 	}
 	return nil
+}
+
+// modelEnv is the environment of a symbi server whose provider is the loopback model,
+// with extra variables.
+func modelEnv(model *loopback.Server, extra ...string) []string {
+	return append(append(os.Environ(), "OPENAI_BASE_URL="+model.URL(), "CHAT_MODEL=loopback-demo", "SYMBI_PROVIDER=openai"), extra...)
 }
 
 // asyncRun shows start_run, run_events (long poll, cursor), run_status and resolve_run.
@@ -295,6 +312,11 @@ type eventData struct {
 	Reason       string   `json:"reason"`
 	Released     bool     `json:"released"`
 	Error        string   `json:"error"`
+	Gate         string   `json:"gate"`
+	TimeoutMS    int64    `json:"timeout_ms"`
+	Approver     string   `json:"approver"`
+	ApproverAuth string   `json:"approver_auth"`
+	Via          string   `json:"via"`
 }
 
 // followEvents reads a run's events from cursor 0 with a long poll until the run is done,
@@ -376,7 +398,14 @@ func (e event) summary() string {
 		}
 		return fmt.Sprintf("outcome %s, stop reason %s", d.Outcome, d.StopReason)
 	case "policy_evaluated":
+		if d.Gate != "" {
+			return fmt.Sprintf("%s → %s by %v, held at the gate %s", d.Action, d.Decision, d.PolicyIDs, d.Gate)
+		}
 		return fmt.Sprintf("%s → %s by %v", d.Action, d.Decision, d.PolicyIDs)
+	case "approval_requested":
+		return fmt.Sprintf("gate %s, waits up to %s", d.Gate, time.Duration(d.TimeoutMS)*time.Millisecond)
+	case "approval_decided":
+		return fmt.Sprintf("%s by %s (%s, via %s): %q", d.Decision, d.Approver, d.ApproverAuth, d.Via, d.Reason)
 	case "terminated":
 		return fmt.Sprintf("%s, released %v", d.Reason, d.Released)
 	}
@@ -392,11 +421,28 @@ func clip(s string) string {
 
 // runStatus is what run_status returns, as far as the demo reads it.
 type runStatus struct {
-	Status  string  `json:"status"`
-	Text    *string `json:"text"`
-	Records int     `json:"records"`
-	Head    string  `json:"head"`
-	Journal string  `json:"journal"`
+	Status     string    `json:"status"`
+	Released   bool      `json:"released"`
+	Text       *string   `json:"text"`
+	Records    int       `json:"records"`
+	Head       string    `json:"head"`
+	Journal    string    `json:"journal"`
+	Caller     string    `json:"caller"`
+	CallerAuth string    `json:"caller_auth"`
+	Approval   *approval `json:"approval"`
+}
+
+// approval is a run's human gate: the request, and the decision once made.
+type approval struct {
+	Gate         string `json:"gate"`
+	RequestedAt  string `json:"requested_at"`
+	Deadline     string `json:"deadline"`
+	Decision     string `json:"decision"`
+	Approver     string `json:"approver"`
+	ApproverAuth string `json:"approver_auth"`
+	Reason       string `json:"reason"`
+	Via          string `json:"via"`
+	DecidedAt    string `json:"decided_at"`
 }
 
 // completedStatus calls run_status and expects a completed run with its text.

@@ -46,7 +46,11 @@ func TestDemo(t *testing.T) {
 	for _, want := range []string{"answer: ", "valid and complete", "policy_denied: ", "no-private-keys", "refused_definition: ", "start_run ", "event 4: terminated", "resolution: accepted",
 		"pair_coder refused: rule 3 at ", "--executors", "delegated to the executor coder", "runs only through start_run",
 		"read " + delegatedRead + ": allow (policy tools-read-search)", "fs_read", `execute "go test ./..." in .: deny (policy tools-no-execute)`,
-		"text (read back from the journal): " + delegatedAnswer} {
+		"text (read back from the journal): " + delegatedAnswer,
+		"approval_required: ", "by gate " + gatePolicy, "status: awaiting_approval, caller alice (token), text withheld", "approval: gate " + gatePolicy,
+		`access_denied: caller "alice" may not approve_run`, "a caller may not approve a run it started", "status: completed, approved by bob (token)",
+		"text (read back from the journal): " + gatedAnswer, "held at the gate " + gatePolicy, "approval_decided: approve by bob (token, via approve_run)",
+		`approval: {"run_id":`, "terminated completed (text released)", "symbi mcp --http exited 0"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}

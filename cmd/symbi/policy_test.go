@@ -52,7 +52,7 @@ func TestPolicyCheck(t *testing.T) {
 		{
 			name:   "repository policies",
 			args:   func(t *testing.T) []string { return []string{"--project", "../.."} },
-			stdout: []string{"mode: cedar\n", "policies/respond.cedar\n  permit respond (4:1)\n", "policies/secrets.cedar\n  forbid no-private-keys (3:1)\n", "policies/mcp-server/size.cedar\n  forbid mcp-server-max-response (3:1)\n"},
+			stdout: []string{"mode: cedar\n", "policies/respond.cedar\n  permit respond (4:1)\n", "policies/review.cedar\n  forbid @gate(human) customer-names-review (7:1)\n", "policies/secrets.cedar\n  forbid no-private-keys (3:1)\n", "policies/mcp-server/size.cedar\n  forbid mcp-server-max-response (3:1)\n"},
 		},
 		{
 			name: "broken copy",
@@ -117,7 +117,7 @@ func TestPolicyCheckJSON(t *testing.T) {
 	if got.Mode != "deny_all" || len(got.Problems) != 1 || got.Problems[0].File != "policies/broken.cedar" || got.Problems[0].Line != 1 || got.Problems[0].Column != 9 {
 		t.Fatalf("output %+v", got)
 	}
-	if len(got.Files) != 5 || got.Files[0].File != "policies/broken.cedar" {
+	if len(got.Files) != 6 || got.Files[0].File != "policies/broken.cedar" {
 		t.Fatalf("files %+v", got.Files)
 	}
 
@@ -129,8 +129,13 @@ func TestPolicyCheckJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Mode != "cedar" || len(got.Problems) != 0 || len(got.Digest) != 64 || got.Files[1].Policies[0].ID != "no-private-keys" || got.Files[1].Policies[0].Effect != "forbid" {
+	if got.Mode != "cedar" || len(got.Problems) != 0 || len(got.Digest) != 64 || len(got.Files) < 3 {
 		t.Fatalf("output %+v", got)
+	}
+	// policies/review.cedar (a forbid held for a person), then policies/secrets.cedar.
+	if review, secrets := got.Files[1].Policies, got.Files[2].Policies; len(review) != 1 || review[0].ID != "customer-names-review" || review[0].Effect != "forbid" || review[0].Gate != "human" ||
+		len(secrets) != 1 || secrets[0].ID != "no-private-keys" || secrets[0].Effect != "forbid" || secrets[0].Gate != "" {
+		t.Fatalf("files %+v", got.Files)
 	}
 }
 

@@ -238,7 +238,7 @@ func TestShippedPolicies(t *testing.T) {
 	if s.Mode != ModeCedar {
 		t.Fatalf("mode %s: %s", s.Mode, s.Reason)
 	}
-	wantIDs := []string{"respond", "no-private-keys", "tools-read-search", "tools-edit-src", "tools-no-execute", "mcp-server-max-response"}
+	wantIDs := []string{"respond", "customer-names-review", "no-private-keys", "tools-read-search", "tools-edit-src", "tools-no-execute", "mcp-server-max-response"}
 	if !slices.Equal(s.PolicyIDs(), wantIDs) {
 		t.Fatalf("ids %v, want %v", s.PolicyIDs(), wantIDs)
 	}
@@ -246,19 +246,25 @@ func TestShippedPolicies(t *testing.T) {
 		response string
 		allow    bool
 		policies []string
+		gate     string // a deny held for a person (policies/review.cedar)
 	}{
-		{"The build passes.", true, []string{"respond"}},
-		{"-----BEGIN PRIVATE KEY-----\nMIIEvQ...\n-----END PRIVATE KEY-----\n", false, []string{"no-private-keys"}},
-		{"-----BEGIN RSA PRIVATE KEY-----\n", false, []string{"no-private-keys"}},
-		{"-----BEGIN OPENSSH PRIVATE KEY-----\n", false, []string{"no-private-keys"}},
-		{"-----BEGIN PUBLIC KEY-----\n", true, []string{"respond"}},
-		{strings.Repeat("x", 256<<10), true, []string{"respond"}},
-		{strings.Repeat("x", 256<<10+1), false, []string{"mcp-server-max-response"}},
+		{"The build passes.", true, []string{"respond"}, ""},
+		{"-----BEGIN PRIVATE KEY-----\nMIIEvQ...\n-----END PRIVATE KEY-----\n", false, []string{"no-private-keys"}, ""},
+		{"-----BEGIN RSA PRIVATE KEY-----\n", false, []string{"no-private-keys"}, ""},
+		{"-----BEGIN OPENSSH PRIVATE KEY-----\n", false, []string{"no-private-keys"}, ""},
+		{"-----BEGIN PUBLIC KEY-----\n", true, []string{"respond"}, ""},
+		{strings.Repeat("x", 256<<10), true, []string{"respond"}, ""},
+		{strings.Repeat("x", 256<<10+1), false, []string{"mcp-server-max-response"}, ""},
+		{"Status for ACME Corp: the export is fixed.", false, []string{"customer-names-review"}, "customer-names-review"},
+		{"Status for ACME Corporation.", false, []string{"customer-names-review"}, "customer-names-review"},
+		{"Status for Acme Corp.", true, []string{"respond"}, ""},
+		// An ungated forbid that also matches makes the deny final: nothing to approve.
+		{"ACME Corp's key: -----BEGIN PRIVATE KEY-----\n", false, []string{"customer-names-review", "no-private-keys"}, ""},
 	}
 	for _, tt := range tests {
 		d := s.Decide(request("assistant", tt.response))
-		if d.Allow != tt.allow || !slices.Equal(d.Policies, tt.policies) || len(d.Errors) != 0 {
-			t.Errorf("response %.40q: %+v, want allow %v by %v", tt.response, d, tt.allow, tt.policies)
+		if d.Allow != tt.allow || !slices.Equal(d.Policies, tt.policies) || len(d.Errors) != 0 || d.Gate != tt.gate {
+			t.Errorf("response %.40q: %+v, want allow %v by %v, gate %q", tt.response, d, tt.allow, tt.policies, tt.gate)
 		}
 	}
 }
