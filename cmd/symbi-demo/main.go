@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -283,9 +284,10 @@ type agentEntry struct {
 // event is one run event with its signed journal line decoded (the members the demo
 // prints and checks; docs/journal-format.md has them all).
 type event struct {
-	Seq  int64
-	Type string
-	Data eventData
+	Seq      int64
+	Type     string
+	Data     eventData
+	withheld bool // its line was withheld (the run's output, not yet released)
 }
 
 type eventData struct {
@@ -334,9 +336,11 @@ func followEvents(ctx context.Context, out io.Writer, session *mcp.ClientSession
 		}
 		var page struct {
 			Events []struct {
-				Seq  int64  `json:"seq"`
-				Type string `json:"type"`
-				Line string `json:"line"`
+				Seq        int64  `json:"seq"`
+				Type       string `json:"type"`
+				Line       string `json:"line"`
+				LineSHA256 string `json:"line_sha256"`
+				Withheld   string `json:"withheld"`
 			} `json:"events"`
 			NextCursor int64  `json:"next_cursor"`
 			Status     string `json:"status"`
@@ -346,6 +350,13 @@ func followEvents(ctx context.Context, out io.Writer, session *mcp.ClientSession
 			return nil, fmt.Errorf("run_events failed: %s", text(res))
 		}
 		for _, ev := range page.Events {
+			if ev.Withheld != "" {
+				// The run's output, before the policy gate released it: only its hash.
+				e := event{Seq: ev.Seq, Type: ev.Type, withheld: true}
+				events = append(events, e)
+				fmt.Fprintf(out, "    event %d: %-19s withheld until released (line sha256 %.12s…)\n", e.Seq, e.Type, ev.LineSHA256)
+				continue
+			}
 			var line struct {
 				Payload struct {
 					Data eventData `json:"data"`
@@ -361,9 +372,47 @@ func followEvents(ctx context.Context, out io.Writer, session *mcp.ClientSession
 		cursor = page.NextCursor
 		if page.Done {
 			fmt.Fprintf(out, "    done: status %s, next cursor %d\n", page.Status, cursor)
+			if page.Status == "completed" && cursor > 0 && slices.ContainsFunc(events, func(e event) bool { return e.withheld }) {
+				return rereadReleased(ctx, out, session, runID, events)
+			}
 			return events, nil
 		}
 	}
+}
+
+// rereadReleased reads a completed run's events again from the start: the lines withheld
+// while it ran (its output, before the gate released it) are served whole now.
+func rereadReleased(ctx context.Context, out io.Writer, session *mcp.ClientSession, runID string, events []event) ([]event, error) {
+	res, err := call(ctx, session, "run_events", map[string]any{"run_id": runID, "after": 0, "limit": 1000})
+	if err != nil {
+		return nil, err
+	}
+	var page struct {
+		Events []struct {
+			Seq  int64  `json:"seq"`
+			Line string `json:"line"`
+		} `json:"events"`
+	}
+	if res.IsError || decode(res, &page) != nil || len(page.Events) != len(events) {
+		return nil, fmt.Errorf("run_events from 0 after the release: %s", text(res))
+	}
+	fmt.Fprintln(out, "    released: read again from cursor 0, the withheld lines are served whole:")
+	for i, e := range events {
+		if !e.withheld {
+			continue
+		}
+		var line struct {
+			Payload struct {
+				Data eventData `json:"data"`
+			} `json:"payload"`
+		}
+		if err := json.Unmarshal([]byte(page.Events[i].Line), &line); err != nil || page.Events[i].Seq != e.Seq {
+			return nil, fmt.Errorf("event %d after the release: %v", e.Seq, err)
+		}
+		events[i] = event{Seq: e.Seq, Type: e.Type, Data: line.Payload.Data}
+		fmt.Fprintf(out, "    event %d: %-19s %s\n", e.Seq, e.Type, events[i].summary())
+	}
+	return events, nil
 }
 
 // summary is one line saying what the event records.

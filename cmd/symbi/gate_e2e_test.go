@@ -80,6 +80,29 @@ forbid (principal, action == Action::"respond", resource) when { context.respons
 	id := held.Audit.RunID
 	gateAwait(t, alice, id, runs.StatusAwaitingApproval)
 
+	// alice, the requester, sees neither the held text in her status nor its line in the
+	// events; bob, who may approve, reads the waiting run and the held text.
+	var mine runs.Status
+	res = alice.call(t, "run_status", map[string]any{"run_id": id})
+	gateDecode(t, "run_status", res.StructuredContent, &mine)
+	if res.IsError || mine.Approval == nil || mine.Approval.Text != nil || mine.Text != nil {
+		t.Fatalf("the requester's view of her held run: %s", text(res))
+	}
+	res = alice.call(t, "run_events", map[string]any{"run_id": id})
+	if res.IsError || strings.Contains(text(res), "About ACME") || !strings.Contains(text(res), `"withheld"`) {
+		t.Fatalf("the requester's events of her held run: %s", text(res))
+	}
+	var theirs runs.Status
+	res = bob.call(t, "run_status", map[string]any{"run_id": id})
+	gateDecode(t, "run_status", res.StructuredContent, &theirs)
+	if res.IsError || theirs.Approval == nil || theirs.Approval.Text == nil || *theirs.Approval.Text != "About ACME: the outage" {
+		t.Fatalf("the approver's view of the held run: %s", text(res))
+	}
+	res = bob.call(t, "list_runs", map[string]any{"status": "awaiting_approval"})
+	if res.IsError || !strings.Contains(text(res), id) {
+		t.Fatalf("the approver's list of waiting runs: %s", text(res))
+	}
+
 	// The requester may not approve its own run; bob may.
 	res = alice.call(t, "approve_run", map[string]any{"run_id": id, "decision": "approve"})
 	if !res.IsError || !strings.HasPrefix(text(res), "access_denied: ") || !strings.Contains(text(res), "may not approve a run it started") {

@@ -98,6 +98,18 @@ func TestGateApprove(t *testing.T) {
 	if st.Approval == nil || st.Approval.Gate != "customer-names" || st.Approval.Deadline == "" || st.Approval.Decision != "" || st.Text != nil || st.Released {
 		t.Fatalf("awaiting status: %+v %+v", st, st.Approval)
 	}
+	// Over stdio the one caller may approve: it sees the held text, to decide on it.
+	if st.Approval.Text == nil || *st.Approval.Text != "echo: write to ACME" {
+		t.Fatalf("the approver does not see the held text: %+v", st.Approval)
+	}
+	// The events serve no line with the held text before its release: its hash only.
+	var page runs.Events
+	ok("run_events", map[string]any{"run_id": id}, &page)
+	for _, ev := range page.Events {
+		if strings.Contains(ev.Line, "echo: write to ACME") || (ev.Type == "inference_finished") != (ev.Withheld != "") {
+			t.Fatalf("held text served in the events: %+v", ev)
+		}
+	}
 	// A resolution is for finished runs; a cancel would be allowed, but not wanted here.
 	wantToolError(t, call(t, cs, "resolve_run", map[string]any{"run_id": id, "resolution": "accepted"}), "invalid_transition", "awaiting_approval")
 	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": id, "decision": "maybe"}), "invalid_request")
@@ -147,6 +159,14 @@ func TestGateReject(t *testing.T) {
 	recs := journalTypes(t, st.Audit.Path)
 	if recs[len(recs)-2] != "approval_decided" {
 		t.Fatalf("journal %v", recs)
+	}
+	// Rejected: the text is never served, not even by the events.
+	var page runs.Events
+	ok("run_events", map[string]any{"run_id": st.RunID}, &page)
+	for _, ev := range page.Events {
+		if strings.Contains(ev.Line, "echo: ACME plans") {
+			t.Fatalf("rejected text served in the events: %+v", ev)
+		}
 	}
 	b, _ := os.ReadFile(st.Audit.Path)
 	if !strings.Contains(string(b), `"reason":"policy_denied"`) || !strings.Contains(string(b), `"gate":"customer-names"`) {

@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -76,9 +77,22 @@ func callOK(t *testing.T, cs *mcp.ClientSession, name string, args map[string]an
 }
 
 // verifyEvent checks that an event's line is a journal line signed by pub with the
-// event's seq and type.
-func verifyEvent(t *testing.T, pub ed25519.PublicKey, ev runs.Event) {
+// event's seq and type, and returns the line's hash and the prev it names. A withheld
+// event (output before its release) has no line: only a record type that carries output,
+// and its hash.
+func verifyEvent(t *testing.T, pub ed25519.PublicKey, ev runs.Event) (hash, prev string) {
 	t.Helper()
+	if ev.Withheld != "" {
+		switch ev.Type {
+		case journal.TypeInferenceFinished, journal.TypeSessionFinished, journal.TypeAgentMessage, journal.TypeAgentThought, journal.TypeToolCallUpdate, journal.TypePlan:
+		default:
+			t.Fatalf("event %d: a %s record withheld", ev.Seq, ev.Type)
+		}
+		if ev.Line != "" || len(ev.LineSHA256) != 64 {
+			t.Fatalf("withheld event %+v", ev)
+		}
+		return ev.LineSHA256, ""
+	}
 	p, err := journal.Open([]byte(ev.Line+"\n"), pub, journal.SignatureContext, new([]byte))
 	if err != nil {
 		t.Fatalf("event %d: %v", ev.Seq, err)
@@ -87,10 +101,13 @@ func verifyEvent(t *testing.T, pub ed25519.PublicKey, ev runs.Event) {
 		Seq  int64  `json:"seq"`
 		Type string `json:"type"`
 		Time string `json:"time"`
+		Prev string `json:"prev"`
 	}
 	if err := json.Unmarshal(p, &payload); err != nil || payload.Seq != ev.Seq || payload.Type != ev.Type || payload.Time != ev.Time {
 		t.Fatalf("event %+v does not match its signed line %s (%v)", ev, p, err)
 	}
+	sum := sha256.Sum256([]byte(ev.Line + "\n"))
+	return hex.EncodeToString(sum[:]), payload.Prev
 }
 
 // readAll reads every event of a run in pages of limit, checking that cursors neither
@@ -99,6 +116,7 @@ func readAll(t *testing.T, cs *mcp.ClientSession, runID string, limit int, pub e
 	t.Helper()
 	var all []runs.Event
 	var cursor int64
+	chain := journal.ZeroHash
 	for range 1000 {
 		var page runs.Events
 		callOK(t, cs, "run_events", map[string]any{"run_id": runID, "after": cursor, "limit": limit, "wait_ms": 30000}, &page)
@@ -109,7 +127,11 @@ func readAll(t *testing.T, cs *mcp.ClientSession, runID string, limit int, pub e
 			if ev.Seq != cursor+int64(i) {
 				t.Fatalf("event seq %d at cursor %d+%d: a gap or a repeat", ev.Seq, cursor, i)
 			}
-			verifyEvent(t, pub, ev)
+			hash, prev := verifyEvent(t, pub, ev)
+			if prev != "" && prev != chain {
+				t.Fatalf("event %d names prev %s, but the line before hashes to %s", ev.Seq, prev, chain)
+			}
+			chain = hash
 		}
 		all = append(all, page.Events...)
 		if page.NextCursor != cursor+int64(len(page.Events)) {

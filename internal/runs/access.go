@@ -54,8 +54,51 @@ func (m *Manager) Authorize(by Caller, action, runID string) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := denied(by, action, "run "+runID, m.decide(by, action, st)); err != nil {
+	d := m.decide(by, action, st)
+	if action == policy.ActionReadRun {
+		d = m.mayRead(by, st)
+	}
+	if err := denied(by, action, "run "+runID, d); err != nil {
 		return nil, err
+	}
+	return st, nil
+}
+
+// mayRead is the read_run decision, widened for a run waiting at a gate: whoever may
+// approve it may read it while it waits (an approver must see what it decides).
+func (m *Manager) mayRead(by Caller, st *Status) policy.Decision {
+	d := m.decide(by, policy.ActionReadRun, st)
+	if !d.Allow && st.Status == StatusAwaitingApproval {
+		if a := m.decide(by, policy.ActionApproveRun, st); a.Allow {
+			return policy.Decision{Allow: true, Policies: a.Policies, Reason: "allowed while the run awaits approval: the caller may approve it (" + a.Reason + ")"}
+		}
+	}
+	return d
+}
+
+// StatusFor is run_status for by: the run's status if by may read it, and, while the
+// run's answer is held at a gate and by may approve it, the held text (approval.text),
+// so that the approver sees what it decides.
+func (m *Manager) StatusFor(by Caller, runID string) (*Status, error) {
+	st, err := m.Authorize(by, policy.ActionReadRun, runID)
+	if err != nil || st.Status != StatusAwaitingApproval || st.Approval == nil || st.Approval.RequestID != "" {
+		return st, err
+	}
+	if !m.decide(by, policy.ActionApproveRun, st).Allow {
+		return st, nil
+	}
+	snap, err := m.lookup(runID)
+	if err != nil {
+		return nil, err
+	}
+	data, err := m.readJournal(snap)
+	if err != nil {
+		return st, nil
+	}
+	if text, ok, err := releasedText(data, snap.id, snap.agentID, m.pub); err == nil && ok {
+		a := *st.Approval
+		a.Text = &text
+		st.Approval = &a
 	}
 	return st, nil
 }
@@ -141,6 +184,8 @@ func (m *Manager) Approve(ctx context.Context, by Caller, runID, decision, reaso
 	if snap, err = m.lookup(runID); err != nil {
 		return nil, err
 	}
+	// The status carries the text the approver has just approved, released: it saw it
+	// before deciding (StatusFor). What it may read of the run later is read_run's.
 	return m.build(snap, true), nil
 }
 

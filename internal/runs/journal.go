@@ -233,3 +233,33 @@ func releasedText(data []byte, runID, agentID string, pub ed25519.PublicKey) (te
 
 // formatTime is the ledger's and the journal's time form.
 func formatTime(t time.Time) string { return t.UTC().Format(journal.TimeLayout) }
+
+// outputMembers are, by record type, the data members that carry a run's output in
+// clear: the answer, the agent's messages, thoughts, plan and tool output.
+var outputMembers = map[string][]string{
+	journal.TypeInferenceFinished: {"text"},
+	journal.TypeSessionFinished:   {"text"},
+	journal.TypeAgentMessage:      {"text"},
+	journal.TypeAgentThought:      {"text"},
+	journal.TypeToolCallUpdate:    {"excerpt"},
+	journal.TypePlan:              {"entries"},
+}
+
+// carriesOutput reports whether l holds output in clear (a hashes-only journal's lines
+// hold digests only).
+func carriesOutput(l line) bool {
+	names := outputMembers[l.typ]
+	if len(names) == 0 {
+		return false
+	}
+	var d map[string]json.RawMessage
+	if json.Unmarshal(l.data, &d) != nil {
+		return true // unreadable: withhold rather than guess
+	}
+	for _, n := range names {
+		if v, ok := d[n]; ok && string(v) != `""` && string(v) != "[]" && string(v) != "null" {
+			return true
+		}
+	}
+	return false
+}

@@ -69,7 +69,7 @@ func (m *Manager) List(f Filter) (*Page, error) {
 			if f.Status != "" && st.Status != f.Status || f.Agent != "" && st.Agent != f.Agent && st.AgentID != f.Agent && !agentIDs[st.AgentID] {
 				continue
 			}
-			if f.Reader != nil && !m.decide(*f.Reader, policy.ActionReadRun, st).Allow {
+			if f.Reader != nil && !m.mayRead(*f.Reader, st).Allow {
 				continue
 			}
 			if len(page.Runs) == f.Limit {

@@ -109,6 +109,9 @@ type Approval struct {
 	ApproverAuth string `json:"approver_auth,omitempty" jsonschema:"how the approver was authenticated"`
 	Reason       string `json:"reason,omitempty" jsonschema:"the approver's reason"`
 	Via          string `json:"via,omitempty" jsonschema:"approve_run, or elicitation (asked of the requester's own client: not four-eyes)"`
+	// Text is the held answer, in run_status for a caller who may approve it while it
+	// waits (never for one who may not: under four eyes, not for the requester).
+	Text *string `json:"text,omitempty" jsonschema:"the held answer, shown to a caller who may approve it while it waits"`
 	DecidedAt    string `json:"decided_at,omitempty"`
 }
 
@@ -150,7 +153,13 @@ type Event struct {
 	Seq  int64  `json:"seq"`
 	Type string `json:"type"`
 	Time string `json:"time"`
-	Line string `json:"line" jsonschema:"the exact signed journal line, without its trailing newline"`
+	Line string `json:"line,omitempty" jsonschema:"the exact signed journal line, without its trailing newline (absent when withheld)"`
+	// LineSHA256 and Withheld stand for a line that carries the run's output in clear
+	// (the answer, the agent's messages, thoughts, plan, tool output) while the run has
+	// not released it: the text is not served before the policy gate lets it go. The
+	// hash is the one the next line's prev names, so the chain can still be followed.
+	LineSHA256 string `json:"line_sha256,omitempty" jsonschema:"a withheld line's SHA-256 (with its newline): the next line's prev"`
+	Withheld   string `json:"withheld,omitempty" jsonschema:"why the line is withheld"`
 }
 
 // Events is one page of a run's events.

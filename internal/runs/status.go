@@ -242,8 +242,14 @@ func (m *Manager) events(snap *run, after int64, limit int) (*Events, error) {
 		return nil, errcode.Errorf(errcode.InvalidRequest, "after is %d, but run %s has %d events so far", after, snap.id, all)
 	}
 	out := &Events{Events: make([]Event, 0, len(lines)), NextCursor: after + int64(len(lines)), Status: st.Status}
+	released := st.Status == StatusCompleted && st.Released
 	for _, l := range lines {
-		out.Events = append(out.Events, Event{Seq: l.seq, Type: l.typ, Time: l.time, Line: string(l.raw)})
+		ev := Event{Seq: l.seq, Type: l.typ, Time: l.time, Line: string(l.raw)}
+		if !released && carriesOutput(l) {
+			ev.Line, ev.LineSHA256 = "", l.hash
+			ev.Withheld = "this record carries the run's output in clear, and the run has not released it (status " + st.Status + "): withheld until the policy gate releases it"
+		}
+		out.Events = append(out.Events, ev)
 	}
 	ended := st.Status != StatusRunning && st.Status != StatusAwaitingApproval
 	problem := st.JournalProblem != "" && !st.unended // a journal that verifies but never ended is whole
