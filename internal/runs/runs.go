@@ -111,8 +111,8 @@ type Approval struct {
 	Via          string `json:"via,omitempty" jsonschema:"approve_run, or elicitation (asked of the requester's own client: not four-eyes)"`
 	// Text is the held answer, in run_status for a caller who may approve it while it
 	// waits (never for one who may not: under four eyes, not for the requester).
-	Text *string `json:"text,omitempty" jsonschema:"the held answer, shown to a caller who may approve it while it waits"`
-	DecidedAt    string `json:"decided_at,omitempty"`
+	Text      *string `json:"text,omitempty" jsonschema:"the held answer, shown to a caller who may approve it while it waits"`
+	DecidedAt string  `json:"decided_at,omitempty"`
 }
 
 // Status is what is known of one run.
