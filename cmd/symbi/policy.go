@@ -175,6 +175,9 @@ func runPolicyEval(e *env, args []string) int {
 		return 0
 	}
 	fmt.Fprintf(e.stdout, "decision: %s\n", out.Decision)
+	if out.Gate != "" {
+		fmt.Fprintf(e.stdout, "gate: %s (held for a person: approve_run decides)\n", out.Gate)
+	}
 	fmt.Fprintf(e.stdout, "action: %s\n", out.Action)
 	if out.Tool != nil {
 		fmt.Fprintf(e.stdout, "tool: %s, paths %s (top dirs %s), outside %s, workspace %s\n", out.Tool.Kind, policyList(out.Tool.Paths), policyList(out.Tool.TopDirs()), policyList(out.Tool.Outside), out.Tool.Workspace)
@@ -221,6 +224,7 @@ type policyEvalOutput struct {
 	Policies []string        `json:"policies"`
 	Errors   []string        `json:"errors"`
 	Reason   string          `json:"reason"`
+	Gate     string          `json:"gate,omitempty"` // a deny held for a person: the gating policies
 	Agent    string          `json:"agent"`
 	AgentID  string          `json:"agent_id"`
 	File     string          `json:"file"`
@@ -231,7 +235,7 @@ type policyEvalOutput struct {
 func policyEvalJSON(set *policy.Set, req policy.Request, d policy.Decision) policyEvalOutput {
 	return policyEvalOutput{
 		Decision: d.Verdict(), Action: req.Action, Tool: req.Tool, Mode: set.Mode, Digest: set.Digest,
-		Policies: append([]string{}, d.Policies...), Errors: append([]string{}, d.Errors...), Reason: d.Reason,
+		Policies: append([]string{}, d.Policies...), Errors: append([]string{}, d.Errors...), Reason: d.Reason, Gate: d.Gate,
 		Agent: req.Agent, AgentID: req.AgentID, File: req.File, RunID: req.RunID, Bytes: len(req.Response),
 	}
 }

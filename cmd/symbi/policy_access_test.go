@@ -69,3 +69,15 @@ func TestPolicyEvalAccess(t *testing.T) {
 		})
 	}
 }
+
+// TestPolicyEvalGate: a deny held by the example gate says so.
+func TestPolicyEvalGate(t *testing.T) {
+	code, out, _ := runCLI(t, "", "policy", "eval", "--project", "../..", "--agent", "summarizer", "--response", "About ACME Corp")
+	if code != 0 || !strings.Contains(out, "decision: deny\ngate: customer-names-review (held for a person") {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	code, out, _ = runCLI(t, "", "policy", "eval", "--project", "../..", "--agent", "summarizer", "--response", "About ACME Corp", "--json")
+	if code != 0 || !strings.Contains(out, `"gate": "customer-names-review"`) {
+		t.Fatalf("--json: exit %d\n%s", code, out)
+	}
+}
