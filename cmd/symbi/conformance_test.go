@@ -10,9 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,8 +29,10 @@ import (
 // The client conformance suite: the clients people use — the TypeScript MCP SDK (under
 // Claude Desktop, Claude Code, Cursor, VS Code and the MCP Inspector) and the MCP
 // Inspector CLI, pinned in testdata/conformance/package-lock.json — and the go-sdk client,
-// against the real symbi binary over real stdio. Each new tool or resource adds its checks
-// here (testdata/conformance/sdk-client.mjs and the Inspector table below).
+// against the real symbi binary over real stdio, and the first two over Streamable HTTP
+// (symbi mcp --http, with and without --auth-tokens). Each new tool or resource adds its
+// checks here (testdata/conformance/sdk-client.mjs and the Inspector table below), once
+// for every transport.
 
 // conformanceDir holds the pinned npm packages and the TypeScript SDK driver.
 var conformanceDir = filepath.Join("..", "..", "testdata", "conformance")
@@ -205,13 +210,14 @@ type checkResult struct {
 	Detail string `json:"detail"`
 }
 
-// TestConformanceTypeScriptSDK runs testdata/conformance/sdk-client.mjs at each protocol
-// version: initialize, tools/list under the SDK's own validation, every tool with good
-// and bad arguments (structuredContent validated by the SDK against each outputSchema),
-// resources, progress, and cancellation through an AbortSignal — whose journal must then
-// end with terminated, reason cancelled — and a delegated agent (the fake ACP agent,
-// registered with --executors) run by start_run in a workspace of a granted
-// --workspace-root, and refused workspaces. Every journal the run leaves must verify.
+// TestConformanceTypeScriptSDK runs testdata/conformance/sdk-client.mjs over stdio at each
+// protocol version: initialize, tools/list under the SDK's own validation, every tool with
+// good and bad arguments (structuredContent validated by the SDK against each
+// outputSchema), resources, progress, and cancellation through an AbortSignal — whose
+// journal must then end with terminated, reason cancelled — and a delegated agent (the
+// fake ACP agent, registered with --executors) run by start_run in a workspace of a
+// granted --workspace-root, and refused workspaces. Every journal the run leaves must
+// verify.
 func TestConformanceTypeScriptSDK(t *testing.T) {
 	node := nodeClients(t)
 	schemapinDir, err := filepath.Abs(schemaVectorDir)
@@ -222,76 +228,251 @@ func TestConformanceTypeScriptSDK(t *testing.T) {
 	for _, version := range conformanceVersions {
 		t.Run(version, func(t *testing.T) {
 			t.Parallel()
-			dir := newE2EProject(t)
-			model := conformanceModel(t)
-			d := confDelegate(t, fake, dir)
-			cfg, _ := json.Marshal(map[string]any{
-				"symbi": symbiBin, "project": dir, "protocolVersion": version, "schemapin": schemapinDir,
-				"args": d.Args, "delegated": d,
-				"env": map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
-					"OPENAI_BASE_URL": model.URL(), "CHAT_MODEL": "loopback-test", "FAKE_ACP_SCRIPT": d.Script},
-			})
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, node, "sdk-client.mjs", string(cfg))
-			cmd.Dir = conformanceDir
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("sdk-client.mjs: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
-			}
-			ran := map[string]bool{}
-			sc := bufio.NewScanner(bytes.NewReader(out))
-			for sc.Scan() {
-				var c checkResult
-				if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
-					t.Fatalf("sdk-client.mjs printed %q: %v", sc.Text(), err)
-				}
-				ran[c.Check] = true
-				t.Run(c.Check, func(t *testing.T) {
-					if !c.OK {
-						t.Error(c.Detail)
-					} else if c.Detail != "" {
-						t.Log(c.Detail)
-					}
-				})
-			}
-			for _, want := range []string{"initialize", "tools/list", "invoke_agent/ok", "list_agents/ok", "parse_dsl/ok",
-				"get_agent_dsl/ok", "get_agents_md/ok", "verify_schema/ok",
-				"start_run/ok", "run_events/long poll", "run_events/ok", "run_status/ok", "resolve_run/ok", "cancel_run/ok",
-				"list_runs/ok", "list_runs/filters", "resolve_run/bad leaves the run running",
-				"resources/list", "resources/read", "resources/read unknown", "resources/templates/list",
-				"resources/read run", "resources/read unknown run", "resources/subscribe", "resources/subscribe unknown run",
-				"progress", "cancel", "still serving",
-				"delegated/list_agents", "delegated/start_run", "delegated/run_events", "delegated/run_status",
-				"delegated/resources/read run", "delegated/list_runs", "invoke_agent/bad delegated agent",
-				"start_run/bad workspace outside every root", "start_run/bad relative workspace",
-				"start_run/bad workspace a symbolic link out of the root"} {
-				if !ran[want] {
-					t.Errorf("check %q did not run", want)
-				}
-			}
-			for _, tool := range conformanceTools {
-				bad := 0
-				for c := range ran {
-					if strings.HasPrefix(c, tool+"/bad ") {
-						bad++
-					}
-				}
-				if bad == 0 {
-					t.Errorf("no bad-argument check of %s ran; every tool has at least one", tool)
-				}
-			}
-			// Two runs of "hang": invoke_agent's, cancelled through an AbortSignal, and
-			// start_run's, cancelled with cancel_run.
-			checkConformanceJournals(t, dir, 2)
+			confRunSDK(t, node, fake, schemapinDir, version, confStdio)
 		})
 	}
 }
 
+// TestConformanceTypeScriptSDKHTTP runs the same checks over Streamable HTTP with the
+// SDK's StreamableHTTPClientTransport, against one symbi mcp --http: with --auth-tokens at
+// each protocol version — the client sends its bearer token in a header, as configured
+// clients do; a client without a token, or with a wrong one, cannot connect (401); a
+// second caller's token cannot use the first's session and is denied its runs
+// (access_denied, validated by the SDK like every result) — and without authentication
+// (the loopback caller anonymous) at the newest version. Every run names its caller. The
+// cancelled runs must have ended while the server kept serving; the server must then stop
+// cleanly on SIGTERM.
+func TestConformanceTypeScriptSDKHTTP(t *testing.T) {
+	node := nodeClients(t)
+	schemapinDir, err := filepath.Abs(schemaVectorDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := confFakeAgent(t)
+	for _, version := range conformanceVersions {
+		t.Run("token/"+version, func(t *testing.T) {
+			t.Parallel()
+			confRunSDK(t, node, fake, schemapinDir, version, confHTTPTokens)
+		})
+	}
+	version := conformanceVersions[len(conformanceVersions)-1]
+	t.Run("anonymous/"+version, func(t *testing.T) {
+		t.Parallel()
+		confRunSDK(t, node, fake, schemapinDir, version, confHTTPAnonymous)
+	})
+}
+
+// confTransport is how sdk-client.mjs reaches symbi.
+type confTransport int
+
+const (
+	confStdio         confTransport = iota // it starts symbi mcp itself
+	confHTTPTokens                         // symbi mcp --http --auth-tokens, callers alice and bob
+	confHTTPAnonymous                      // symbi mcp --http on loopback without authentication
+)
+
+// confChecks are the checks sdk-client.mjs must run over every transport.
+var confChecks = []string{"initialize", "tools/list", "invoke_agent/ok", "list_agents/ok", "parse_dsl/ok",
+	"get_agent_dsl/ok", "get_agents_md/ok", "verify_schema/ok",
+	"start_run/ok", "run_events/long poll", "run_events/ok", "run_events/withheld", "run_status/ok", "resolve_run/ok", "cancel_run/ok",
+	"list_runs/ok", "list_runs/filters", "resolve_run/bad leaves the run running",
+	"resources/list", "resources/read", "resources/read unknown", "resources/templates/list",
+	"resources/read run", "resources/read unknown run", "resources/subscribe", "resources/subscribe unknown run",
+	"progress", "cancel", "still serving",
+	"delegated/list_agents", "delegated/start_run", "delegated/run_events", "delegated/run_status",
+	"delegated/resources/read run", "delegated/list_runs", "invoke_agent/bad delegated agent",
+	"start_run/bad workspace outside every root", "start_run/bad relative workspace",
+	"start_run/bad workspace a symbolic link out of the root"}
+
+// confHTTPChecks are the further checks it must run over HTTP, and
+// confTokenChecks those with --auth-tokens.
+var (
+	confHTTPChecks  = []string{"http/session", "http/terminate session"}
+	confTokenChecks = []string{"http/no token", "http/wrong token", "http/no token, OAuth client",
+		"http/session bound to its caller", "http/other caller connects",
+		"http/other caller run_status access_denied", "http/other caller run_events access_denied",
+		"http/other caller cancel_run access_denied", "http/other caller resolve_run access_denied",
+		"http/other caller approve_run not awaiting approval", "http/approve_run own run access_denied",
+		"http/other caller resources denied", "http/other caller list_runs"}
+)
+
+// confRunSDK runs sdk-client.mjs at version over transport against a fresh project with
+// the delegated agent (the fake ACP agent bin), and requires every check to pass and the
+// required ones to have run.
+func confRunSDK(t *testing.T, node, fake, schemapinDir, version string, transport confTransport) {
+	dir := newE2EProject(t)
+	model := conformanceModel(t)
+	d := confDelegate(t, fake, dir)
+	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
+		"OPENAI_BASE_URL": model.URL(), "CHAT_MODEL": "loopback-test", "FAKE_ACP_SCRIPT": d.Script}
+	cfg := map[string]any{"project": dir, "protocolVersion": version, "schemapin": schemapinDir, "delegated": d}
+	var srv *confHTTPServer
+	required := confChecks
+	switch transport {
+	case confStdio:
+		cfg["symbi"], cfg["args"], cfg["env"] = symbiBin, d.Args, env
+	case confHTTPTokens:
+		tokens := filepath.Join(t.TempDir(), "tokens")
+		alice, bob := confTokenAdd(t, tokens, "alice"), confTokenAdd(t, tokens, "bob")
+		srv = confServeHTTP(t, dir, env, append([]string{"--auth-tokens", tokens}, d.Args...))
+		cfg["transport"], cfg["url"], cfg["token"], cfg["caller"], cfg["callerAuth"] = "http", srv.url, alice, "alice", "token"
+		cfg["other"] = map[string]string{"caller": "bob", "token": bob}
+		required = slices.Concat(required, confHTTPChecks, confTokenChecks)
+	case confHTTPAnonymous:
+		srv = confServeHTTP(t, dir, env, d.Args)
+		cfg["transport"], cfg["url"], cfg["caller"], cfg["callerAuth"] = "http", srv.url, "anonymous", "none"
+		required = slices.Concat(required, confHTTPChecks)
+	}
+	raw, _ := json.Marshal(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "sdk-client.mjs", string(raw))
+	cmd.Dir = conformanceDir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("sdk-client.mjs: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
+	}
+	ran := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		var c checkResult
+		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+			t.Fatalf("sdk-client.mjs printed %q: %v", sc.Text(), err)
+		}
+		ran[c.Check] = true
+		t.Run(c.Check, func(t *testing.T) {
+			if !c.OK {
+				t.Error(c.Detail)
+			} else if c.Detail != "" {
+				t.Log(c.Detail)
+			}
+		})
+	}
+	for _, want := range required {
+		if !ran[want] {
+			t.Errorf("check %q did not run", want)
+		}
+	}
+	for _, tool := range conformanceTools {
+		bad := 0
+		for c := range ran {
+			if strings.HasPrefix(c, tool+"/bad ") {
+				bad++
+			}
+		}
+		if bad == 0 {
+			t.Errorf("no bad-argument check of %s ran; every tool has at least one", tool)
+		}
+	}
+	// Two runs of "hang": invoke_agent's, cancelled through an AbortSignal, and
+	// start_run's, cancelled with cancel_run. Over HTTP both must have ended while the
+	// server still serves; it then stops on SIGTERM, and every journal still verifies.
+	checkConformanceJournals(t, dir, 2)
+	if srv != nil {
+		srv.stop(t)
+		verifyJournals(t, dir)
+	}
+}
+
+// confTokenAdd makes a bearer token for caller with symbi token add, its hash appended to
+// the token file, and returns it.
+func confTokenAdd(t *testing.T, file, caller string) string {
+	t.Helper()
+	out, err := exec.Command(symbiBin, "token", "add", "--file", file, caller).Output()
+	token := strings.TrimSpace(string(out))
+	if err != nil || token == "" {
+		t.Fatalf("symbi token add %s: %v: %q", caller, err, out)
+	}
+	return token
+}
+
+// confHTTPServer is a symbi mcp --http serving on a loopback port the system chose.
+type confHTTPServer struct {
+	url    string // its MCP endpoint, http://127.0.0.1:PORT/mcp
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan struct{} // closed once the process has exited, with err
+	err    error
+}
+
+// confServingURL matches the URL of symbi mcp --http's "serving" log line.
+var confServingURL = regexp.MustCompile(`msg=serving .*\bhttp=(http://127\.0\.0\.1:[0-9]+/mcp)\b`)
+
+// confURLWriter keeps what the server logs and sends the URL of its serving line, once.
+type confURLWriter struct {
+	log   *syncBuffer
+	url   chan string
+	found bool // exec.Cmd writes from one goroutine
+}
+
+func (w *confURLWriter) Write(p []byte) (int, error) {
+	n, err := w.log.Write(p)
+	if !w.found {
+		if m := confServingURL.FindStringSubmatch(w.log.String()); m != nil {
+			w.found = true
+			w.url <- m[1]
+		}
+	}
+	return n, err
+}
+
+// confServeHTTP starts symbi mcp --project dir --http 127.0.0.1:0 with env and the further
+// flags args, and waits for the URL it serves at (from its log). The test's cleanup kills
+// a server still running.
+func confServeHTTP(t *testing.T, dir string, env map[string]string, args []string) *confHTTPServer {
+	t.Helper()
+	s := &confHTTPServer{stderr: &syncBuffer{}, done: make(chan struct{})}
+	s.cmd = exec.Command(symbiBin, append([]string{"mcp", "--project", dir, "--http", "127.0.0.1:0"}, args...)...)
+	for k, v := range env {
+		s.cmd.Env = append(s.cmd.Env, k+"="+v)
+	}
+	w := &confURLWriter{log: s.stderr, url: make(chan string, 1)}
+	s.cmd.Stderr = w
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.err = s.cmd.Wait(); close(s.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-s.done:
+		default:
+			s.cmd.Process.Kill()
+			<-s.done
+		}
+		if t.Failed() {
+			t.Logf("symbi mcp --http stderr:\n%s", s.stderr.String())
+		}
+	})
+	select {
+	case s.url = <-w.url:
+	case <-s.done:
+		t.Fatalf("symbi mcp --http exited before serving: %v\n%s", s.err, s.stderr.String())
+	case <-time.After(hangGuard):
+		t.Fatalf("symbi mcp --http logged no serving line\n%s", s.stderr.String())
+	}
+	return s
+}
+
+// stop ends the server with SIGTERM, as an operator does, and requires it to exit 0.
+func (s *confHTTPServer) stop(t *testing.T) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.done:
+	case <-time.After(hangGuard):
+		t.Fatalf("symbi mcp --http did not exit on SIGTERM\n%s", s.stderr.String())
+	}
+	if s.err != nil {
+		t.Errorf("symbi mcp --http, stopped with SIGTERM: %v", s.err)
+	}
+}
+
 // conformanceTools are symbi's tools, each with checks of good and bad arguments.
-var conformanceTools = []string{"cancel_run", "get_agent_dsl", "get_agents_md", "invoke_agent", "list_agents", "list_runs",
+var conformanceTools = []string{"approve_run", "cancel_run", "get_agent_dsl", "get_agents_md", "invoke_agent", "list_agents", "list_runs",
 	"parse_dsl", "resolve_run", "run_events", "run_status", "start_run", "verify_schema"}
 
 // checkConformanceJournals requires hangs journals of runs of "hang", waits for each to
@@ -384,6 +565,25 @@ func TestConformanceInspectorCLI(t *testing.T) {
 	node := nodeClients(t)
 	dir := newE2EProject(t)
 	model := conformanceModel(t)
+	confInspectorSuite(t, dir, func(t *testing.T, args ...string) (int, []byte, string) {
+		return inspector(t, node, dir, model, args...)
+	}, nil)
+}
+
+// confInspect runs one Inspector CLI invocation with args (its --method and the rest)
+// against symbi and returns its exit code, stdout and stderr.
+type confInspect func(t *testing.T, args ...string) (int, []byte, string)
+
+// confInspectorSuite is TestConformanceInspectorCLI's checks on the project dir, each
+// invocation made with inspect. With shared nil each invocation starts its own server
+// (stdio), which cancels the runs in flight when it exits; with shared, one server serves
+// every invocation (HTTP) as the caller *shared: a run start_run leaves running is still
+// running for the next invocation, which cancels it.
+func confInspectorSuite(t *testing.T, dir string, inspect confInspect, shared *confCaller) {
+	caller := confCaller{"stdio", "stdio"}
+	if shared != nil {
+		caller = *shared
+	}
 	pem, err := os.ReadFile(filepath.Join(schemaVectorDir, "signer.pub.pem"))
 	if err != nil {
 		t.Fatal(err)
@@ -398,19 +598,7 @@ func TestConformanceInspectorCLI(t *testing.T) {
 	// run tries one Inspector invocation as a subtest: it must exit 0 and print a result
 	// that passes check.
 	run := func(name string, args []string, check func(r inspectorResult) error) {
-		t.Run(name, func(t *testing.T) {
-			code, out, stderr := inspector(t, node, dir, model, args...)
-			if code != 0 {
-				t.Fatalf("inspector exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
-			}
-			var r inspectorResult
-			if err := json.Unmarshal(out, &r); err != nil {
-				t.Fatalf("inspector printed %q: %v", out, err)
-			}
-			if err := check(r); err != nil {
-				t.Error(err)
-			}
-		})
+		confRunInspector(t, inspect, name, args, check)
 	}
 	var answered string // the run id of invoke_agent's answer
 	for _, tc := range []struct {
@@ -494,7 +682,7 @@ func TestConformanceInspectorCLI(t *testing.T) {
 	}
 	readUnknown := func(name, uri string) {
 		t.Run(name, func(t *testing.T) {
-			code, out, stderr := inspector(t, node, dir, model, "--method", "resources/read", "--uri", uri)
+			code, out, stderr := inspect(t, "--method", "resources/read", "--uri", uri)
 			if code == 0 || !strings.Contains(stderr, "not found") {
 				t.Errorf("reading an unknown resource: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
 			}
@@ -505,6 +693,7 @@ func TestConformanceInspectorCLI(t *testing.T) {
 	// Runs. start_run's run of "hang" is cancelled when that Inspector invocation ends
 	// (its server cancels the runs in flight at exit); every later invocation, another
 	// server process, answers for it and for invoke_agent's run from the project ledger.
+	// A shared server keeps it running until the next invocation cancels it.
 	if answered == "" {
 		t.Fatal("invoke_agent gave no run id")
 	}
@@ -530,6 +719,14 @@ func TestConformanceInspectorCLI(t *testing.T) {
 	if started == "" {
 		t.Fatal("start_run gave no run id")
 	}
+	if shared != nil {
+		run("cancel_run running", call("cancel_run", "run_id="+started), func(r inspectorResult) error {
+			if sc := r.StructuredContent; r.IsError || sc["already_finished"] != false || sc["status"] != "cancelled" || sc["released"] != false {
+				return fmt.Errorf("result %+v", r)
+			}
+			return nil
+		})
+	}
 	// The server that ran it has finished it (terminated) before the next invocation reads
 	// it: wait for the record, as a client would for its events.
 	deadline := time.Now().Add(hangGuard)
@@ -537,7 +734,7 @@ func TestConformanceInspectorCLI(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if recs := records(t, startedJournal); recs[len(recs)-1]["type"] != "terminated" || recs[len(recs)-1]["data"].(map[string]any)["reason"] != "cancelled" {
-		t.Fatalf("start_run's run, left running when its server exited: records %v, want it to end terminated, reason cancelled", types(recs))
+		t.Fatalf("start_run's run, cancelled (by its server's exit, or by cancel_run on a shared server): records %v, want it to end terminated, reason cancelled", types(recs))
 	}
 	run("start_run unknown agent", call("start_run", "agent=nobody", "prompt=x"), toolError("unknown_agent"))
 	run("run_events", call("run_events", "run_id="+answered, "limit=2"), func(r inspectorResult) error {
@@ -558,12 +755,17 @@ func TestConformanceInspectorCLI(t *testing.T) {
 	run("run_events wait_ms 30001", call("run_events", "run_id="+answered, "wait_ms=30001"), toolError("invalid_request"))
 	run("run_status", call("run_status", "run_id="+answered), func(r inspectorResult) error {
 		sc := r.StructuredContent
-		if r.IsError || sc["status"] != "completed" || sc["released"] != true || sc["text"] != "loopback answer: hello" || sc["records"] != 5.0 {
+		if r.IsError || sc["status"] != "completed" || sc["released"] != true || sc["text"] != "loopback answer: hello" || sc["records"] != 5.0 ||
+			sc["caller"] != caller.ID || sc["caller_auth"] != caller.Auth {
 			return fmt.Errorf("result %+v", r)
 		}
 		return nil
 	})
-	run("run_status of the run another process started", call("run_status", "run_id="+started), func(r inspectorResult) error {
+	runStatusName := "run_status of the run another process started"
+	if shared != nil {
+		runStatusName = "run_status of the cancelled run"
+	}
+	run(runStatusName, call("run_status", "run_id="+started), func(r inspectorResult) error {
 		if sc := r.StructuredContent; r.IsError || sc["status"] != "cancelled" || sc["released"] != false || sc["ended_at"] == nil {
 			return fmt.Errorf("result %+v", r)
 		}
@@ -588,7 +790,8 @@ func TestConformanceInspectorCLI(t *testing.T) {
 	run("resolve_run unknown", call("resolve_run", "run_id="+missing, "resolution=accepted"), toolError("run_not_found"))
 	run("list_runs", call("list_runs", "limit=1"), func(r inspectorResult) error {
 		runs, _ := r.StructuredContent["runs"].([]any)
-		if r.IsError || len(runs) != 1 || runs[0].(map[string]any)["run_id"] != started {
+		if r.IsError || len(runs) != 1 || runs[0].(map[string]any)["run_id"] != started ||
+			runs[0].(map[string]any)["caller"] != caller.ID || runs[0].(map[string]any)["caller_auth"] != caller.Auth {
 			return fmt.Errorf("result %+v", r)
 		}
 		if c, _ := r.StructuredContent["next_cursor"].(string); c == "" {
@@ -644,6 +847,167 @@ func TestConformanceInspectorCLI(t *testing.T) {
 	verifyJournals(t, dir)
 }
 
+// confCaller is who a server names as a client's caller, and how it was authenticated.
+type confCaller struct{ ID, Auth string }
+
+// confInspectorURL runs the MCP Inspector in --cli mode against the Streamable HTTP
+// server at url (--transport http) with the HTTP headers ("Name: value", each given
+// with --header) and returns its exit code, stdout and stderr.
+func confInspectorURL(t *testing.T, node, url string, headers []string, args ...string) (int, []byte, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	argv := []string{filepath.Join("node_modules", "@modelcontextprotocol", "inspector", "cli", "build", "cli.js"), "--cli", url, "--transport", "http"}
+	for _, h := range headers {
+		argv = append(argv, "--header", h)
+	}
+	cmd := exec.CommandContext(ctx, node, append(argv, args...)...)
+	cmd.Dir = conformanceDir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("inspector: %v", err)
+		}
+		code = ee.ExitCode()
+	}
+	return code, out, stderr.String()
+}
+
+// confRunInspector tries one Inspector invocation (inspect with args) as the subtest name:
+// it must exit 0 and print a result that passes check.
+func confRunInspector(t *testing.T, inspect confInspect, name string, args []string, check func(r inspectorResult) error) {
+	t.Run(name, func(t *testing.T) {
+		code, out, stderr := inspect(t, args...)
+		if code != 0 {
+			t.Fatalf("inspector exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+		}
+		var r inspectorResult
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("inspector printed %q: %v", out, err)
+		}
+		if err := check(r); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// TestConformanceInspectorCLIHTTP is TestConformanceInspectorCLI over Streamable HTTP:
+// the Inspector CLI with --transport http and the caller's bearer token in --header,
+// every invocation a session of one symbi mcp --http --auth-tokens, the caller alice. A
+// run start_run leaves running stays running for the next invocation, which cancels it.
+// Then the delegated agent (the fake ACP agent, --executors, --workspace-root): listed,
+// refused invoke_agent and workspaces outside the roots, and a run begun, followed with
+// long polls to its end and read, all through the Inspector. An invocation without a
+// token or with a wrong one fails (401); another caller, bob, is denied alice's run
+// (access_denied) and lists only its own. The server then stops on SIGTERM and every
+// journal verifies.
+func TestConformanceInspectorCLIHTTP(t *testing.T) {
+	node := nodeClients(t)
+	dir := newE2EProject(t)
+	model := conformanceModel(t)
+	d := confDelegate(t, confFakeAgent(t), dir)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	alice, bob := confTokenAdd(t, tokens, "alice"), confTokenAdd(t, tokens, "bob")
+	srv := confServeHTTP(t, dir, map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
+		"OPENAI_BASE_URL": model.URL(), "CHAT_MODEL": "loopback-test", "FAKE_ACP_SCRIPT": d.Script},
+		append([]string{"--auth-tokens", tokens}, d.Args...))
+	as := func(token string) confInspect {
+		return func(t *testing.T, args ...string) (int, []byte, string) {
+			var headers []string
+			if token != "" {
+				headers = []string{"Authorization: Bearer " + token}
+			}
+			return confInspectorURL(t, node, srv.url, headers, args...)
+		}
+	}
+	confInspectorSuite(t, dir, as(alice), &confCaller{"alice", "token"})
+
+	// The delegated agent, alice's run of it followed through the Inspector alone.
+	inspect := as(alice)
+	confRunInspector(t, inspect, "delegated/list_agents", confToolCall("list_agents"), d.listed)
+	confRunInspector(t, inspect, "delegated/invoke_agent", confToolCall("invoke_agent", "agent="+d.Agent, "prompt=x"), d.refusedInvoke)
+	for _, bad := range d.badWorkspaces() {
+		confRunInspector(t, inspect, "delegated/start_run workspace "+bad.name, confToolCall("start_run", "agent="+d.Agent, "prompt=x", "workspace="+bad.workspace), bad.check)
+	}
+	var run string
+	confRunInspector(t, inspect, "delegated/start_run", confToolCall("start_run", "agent="+d.Agent, "prompt="+d.Prompt, "workspace="+d.Workspace), func(r inspectorResult) error {
+		sc := r.StructuredContent
+		if a, _ := sc["audit"].(map[string]any); r.IsError || sc["status"] != "running" || sc["agent"] != d.Agent || a == nil || a["run_id"] != sc["run_id"] {
+			return fmt.Errorf("result %+v", r)
+		}
+		run, _ = sc["run_id"].(string)
+		return nil
+	})
+	if run == "" {
+		t.Fatal("start_run gave no run id")
+	}
+	// Long polls, each its own invocation and session, until the run is done.
+	t.Run("delegated/run_events long poll", func(t *testing.T) {
+		cursor, polls := 0.0, 0
+		for done := false; !done; polls++ {
+			if polls == 100 {
+				t.Fatalf("run %s not done after %d polls", run, polls)
+			}
+			code, out, stderr := inspect(t, confToolCall("run_events", "run_id="+run, fmt.Sprintf("after=%d", int(cursor)), "wait_ms=30000", "limit=1000")...)
+			var r inspectorResult
+			if code != 0 || json.Unmarshal(out, &r) != nil || r.IsError {
+				t.Fatalf("inspector exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+			}
+			cursor, _ = r.StructuredContent["next_cursor"].(float64)
+			done, _ = r.StructuredContent["done"].(bool)
+		}
+		t.Logf("%d events in %d polls", int(cursor), polls)
+	})
+	confRunInspector(t, inspect, "delegated/run_status", confToolCall("run_status", "run_id="+run), d.completedStatus(confCaller{"alice", "token"}))
+	confRunInspector(t, inspect, "delegated/run_events", confToolCall("run_events", "run_id="+run, "limit=1000"), d.completedEvents)
+	confRunInspector(t, inspect, "delegated/resources/read run", []string{"--method", "resources/read", "--uri", "symbi://runs/" + run}, d.completedResource(run))
+	confRunInspector(t, inspect, "delegated/list_runs", confToolCall("list_runs", "agent="+d.Agent), d.runsListed(run))
+
+	// Without a token, or with a wrong one, the Inspector cannot connect; bob is denied
+	// alice's run and lists only its own runs (none).
+	// (The Inspector prints the 401's body, not its status: sdk-client.mjs checks the
+	// status.)
+	for _, c := range []struct{ name, token, body string }{
+		{"no token", "", "no bearer token"},
+		{"wrong token", "symbi_not-a-token", "invalid token"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, stderr := as(c.token)(t, "--method", "tools/list")
+			if code == 0 || !strings.Contains(stderr, "Failed to connect to MCP server: Streamable HTTP error: Error POSTing to endpoint: "+c.body) {
+				t.Errorf("want a failure to connect, %q: exit %d\nstdout:\n%s\nstderr:\n%s", c.body, code, out, stderr)
+			}
+		})
+	}
+	confRunInspector(t, as(bob), "other caller run_status", confToolCall("run_status", "run_id="+run), func(r inspectorResult) error {
+		if err := toolError("access_denied")(r); err != nil {
+			return err
+		}
+		if txt := r.Content[0].Text; !strings.Contains(txt, `"bob"`) || !strings.Contains(txt, run) {
+			return fmt.Errorf("the denial does not name the caller and the run: %s", txt)
+		}
+		return nil
+	})
+	confRunInspector(t, as(bob), "other caller list_runs", confToolCall("list_runs"), func(r inspectorResult) error {
+		if runs, _ := r.StructuredContent["runs"].([]any); r.IsError || len(runs) != 0 {
+			return fmt.Errorf("bob lists %+v", r)
+		}
+		return nil
+	})
+	t.Run("other caller resources/read", func(t *testing.T) {
+		code, out, stderr := as(bob)(t, "--method", "resources/read", "--uri", "symbi://runs/"+run)
+		if code == 0 || !strings.Contains(stderr, "access_denied") {
+			t.Errorf("want access_denied: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+		}
+	})
+
+	srv.stop(t)
+	verifyJournals(t, dir)
+}
+
 // TestConformanceInspectorCLIDelegated drives a delegated agent with the MCP Inspector's
 // CLI mode, the server started with --executors (the fake ACP agent) and
 // --workspace-root, each invocation its own server process on the same project: list
@@ -675,27 +1039,8 @@ func TestConformanceInspectorCLIDelegated(t *testing.T) {
 			}
 		})
 	}
-	run("list_agents", d.Script, confToolCall("list_agents"), func(r inspectorResult) error {
-		agents, _ := r.StructuredContent["agents"].([]any)
-		for _, a := range agents {
-			if e, _ := a.(map[string]any); e["name"] == d.Agent {
-				if r.IsError || e["mode"] != "delegated" || e["executor"] != d.Executor || e["invocable"] != true {
-					return fmt.Errorf("entry %v", e)
-				}
-				return nil
-			}
-		}
-		return fmt.Errorf("%s is not listed: %+v", d.Agent, r)
-	})
-	run("invoke_agent delegated", d.Script, confToolCall("invoke_agent", "agent="+d.Agent, "prompt=x"), func(r inspectorResult) error {
-		if err := toolError("refused_definition")(r); err != nil {
-			return err
-		}
-		if !strings.Contains(r.Content[0].Text, "start_run") {
-			return fmt.Errorf("the refusal does not name start_run: %s", r.Content[0].Text)
-		}
-		return nil
-	})
+	run("list_agents", d.Script, confToolCall("list_agents"), d.listed)
+	run("invoke_agent delegated", d.Script, confToolCall("invoke_agent", "agent="+d.Agent, "prompt=x"), d.refusedInvoke)
 	var started, startedJournal string
 	run("start_run", d.Hang, confToolCall("start_run", "agent="+d.Agent, "prompt="+d.Prompt, "workspace="+d.Workspace), func(r inspectorResult) error {
 		sc := r.StructuredContent
@@ -719,20 +1064,8 @@ func TestConformanceInspectorCLIDelegated(t *testing.T) {
 	if recs := records(t, startedJournal); recs[len(recs)-1]["type"] != "terminated" || recs[len(recs)-1]["data"].(map[string]any)["reason"] != "cancelled" {
 		t.Fatalf("start_run's run, left running when its server exited: records %v, want it to end terminated, reason cancelled", types(recs))
 	}
-	for _, bad := range []struct{ name, workspace, rule string }{
-		{"outside every root", d.Outside, "inside a workspace root"},
-		{"relative", d.Relative, "absolute workspace"},
-		{"a symbolic link out of the root", d.Symlink, "inside a workspace root"},
-	} {
-		run("start_run workspace "+bad.name, d.Script, confToolCall("start_run", "agent="+d.Agent, "prompt=x", "workspace="+bad.workspace), func(r inspectorResult) error {
-			if err := toolError("invalid_request")(r); err != nil {
-				return err
-			}
-			if !strings.Contains(r.Content[0].Text, bad.rule) {
-				return fmt.Errorf("the error does not name rule %q: %s", bad.rule, r.Content[0].Text)
-			}
-			return nil
-		})
+	for _, bad := range d.badWorkspaces() {
+		run("start_run workspace "+bad.name, d.Script, confToolCall("start_run", "agent="+d.Agent, "prompt=x", "workspace="+bad.workspace), bad.check)
 	}
 
 	// A delegated run that completes, begun and followed with the go-sdk client.
@@ -755,41 +1088,118 @@ func TestConformanceInspectorCLIDelegated(t *testing.T) {
 	}
 	s.session.Close()
 
-	run("run_status", d.Script, confToolCall("run_status", "run_id="+completed), func(r inspectorResult) error {
-		sc := r.StructuredContent
-		if r.IsError || sc["status"] != "completed" || sc["released"] != true || sc["text"] != d.Answer || sc["agent"] != d.Agent {
-			return fmt.Errorf("result %+v", r)
-		}
-		return nil
-	})
-	run("run_events", d.Script, confToolCall("run_events", "run_id="+completed, "limit=1000"), func(r inspectorResult) error {
-		sc := r.StructuredContent
-		evs, _ := sc["events"].([]any)
-		var got []string
-		for _, e := range evs {
-			ev, _ := e.(map[string]any)
-			got = append(got, fmt.Sprint(ev["type"]))
-		}
-		all := "," + strings.Join(got, ",") + ","
-		if r.IsError || sc["done"] != true || sc["status"] != "completed" || !strings.HasPrefix(all, ",started,session_started,") ||
-			!strings.HasSuffix(all, ",session_finished,policy_evaluated,terminated,") {
-			return fmt.Errorf("events %s: %+v", all, r)
-		}
-		for _, want := range []string{"agent_thought", "tool_call", "permission_decided", "fs_read", "agent_message"} {
-			if !strings.Contains(all, ","+want+",") {
-				return fmt.Errorf("no %s event: %s", want, all)
-			}
-		}
-		return nil
-	})
+	run("run_status", d.Script, confToolCall("run_status", "run_id="+completed), d.completedStatus(confCaller{"stdio", "stdio"}))
+	run("run_events", d.Script, confToolCall("run_events", "run_id="+completed, "limit=1000"), d.completedEvents)
 	run("run_status of the cancelled run", d.Script, confToolCall("run_status", "run_id="+started), func(r inspectorResult) error {
 		if sc := r.StructuredContent; r.IsError || sc["status"] != "cancelled" || sc["released"] != false || sc["agent"] != d.Agent || sc["ended_at"] == nil {
 			return fmt.Errorf("result %+v", r)
 		}
 		return nil
 	})
-	run("resources/read run", d.Script, []string{"--method", "resources/read", "--uri", "symbi://runs/" + completed}, func(r inspectorResult) error {
-		if len(r.Contents) != 1 || r.Contents[0].URI != "symbi://runs/"+completed || r.Contents[0].MIMEType != "application/json" {
+	run("resources/read run", d.Script, []string{"--method", "resources/read", "--uri", "symbi://runs/" + completed}, d.completedResource(completed))
+	// The refused start_runs started no run.
+	run("list_runs", d.Script, confToolCall("list_runs", "agent="+d.Agent), d.runsListed(started, completed))
+
+	// Every journal the invocations left verifies complete.
+	verifyJournals(t, dir)
+}
+
+// listed checks list_agents' result: the delegated agent is listed, invocable, with its
+// mode and executor.
+func (d *confDelegated) listed(r inspectorResult) error {
+	agents, _ := r.StructuredContent["agents"].([]any)
+	for _, a := range agents {
+		if e, _ := a.(map[string]any); e["name"] == d.Agent {
+			if r.IsError || e["mode"] != "delegated" || e["executor"] != d.Executor || e["invocable"] != true {
+				return fmt.Errorf("entry %v", e)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is not listed: %+v", d.Agent, r)
+}
+
+// refusedInvoke checks invoke_agent's refusal of the delegated agent: refused_definition,
+// naming start_run.
+func (d *confDelegated) refusedInvoke(r inspectorResult) error {
+	if err := toolError("refused_definition")(r); err != nil {
+		return err
+	}
+	if !strings.Contains(r.Content[0].Text, "start_run") {
+		return fmt.Errorf("the refusal does not name start_run: %s", r.Content[0].Text)
+	}
+	return nil
+}
+
+// confBadWorkspace is a workspace start_run refuses, with the check of its refusal.
+type confBadWorkspace struct {
+	name, workspace string
+	check           func(r inspectorResult) error
+}
+
+// badWorkspaces are workspaces start_run refuses the delegated agent: each an
+// invalid_request naming the rule it breaks.
+func (d *confDelegated) badWorkspaces() []confBadWorkspace {
+	var bad []confBadWorkspace
+	for _, b := range []struct{ name, workspace, rule string }{
+		{"outside every root", d.Outside, "inside a workspace root"},
+		{"relative", d.Relative, "absolute workspace"},
+		{"a symbolic link out of the root", d.Symlink, "inside a workspace root"},
+	} {
+		bad = append(bad, confBadWorkspace{b.name, b.workspace, func(r inspectorResult) error {
+			if err := toolError("invalid_request")(r); err != nil {
+				return err
+			}
+			if !strings.Contains(r.Content[0].Text, b.rule) {
+				return fmt.Errorf("the error does not name rule %q: %s", b.rule, r.Content[0].Text)
+			}
+			return nil
+		}})
+	}
+	return bad
+}
+
+// completedStatus checks run_status of the delegated run that completed, started by
+// caller: its text is the agent's answer.
+func (d *confDelegated) completedStatus(caller confCaller) func(r inspectorResult) error {
+	return func(r inspectorResult) error {
+		sc := r.StructuredContent
+		if r.IsError || sc["status"] != "completed" || sc["released"] != true || sc["text"] != d.Answer || sc["agent"] != d.Agent ||
+			sc["caller"] != caller.ID || sc["caller_auth"] != caller.Auth {
+			return fmt.Errorf("result %+v", r)
+		}
+		return nil
+	}
+}
+
+// completedEvents checks run_events of the delegated run that completed, from cursor 0:
+// every event, from started and session_started to terminated, the agent's reports and
+// symbi's decisions between.
+func (d *confDelegated) completedEvents(r inspectorResult) error {
+	sc := r.StructuredContent
+	evs, _ := sc["events"].([]any)
+	var got []string
+	for _, e := range evs {
+		ev, _ := e.(map[string]any)
+		got = append(got, fmt.Sprint(ev["type"]))
+	}
+	all := "," + strings.Join(got, ",") + ","
+	if r.IsError || sc["done"] != true || sc["status"] != "completed" || !strings.HasPrefix(all, ",started,session_started,") ||
+		!strings.HasSuffix(all, ",session_finished,policy_evaluated,terminated,") {
+		return fmt.Errorf("events %s: %+v", all, r)
+	}
+	for _, want := range []string{"agent_thought", "tool_call", "permission_decided", "fs_read", "agent_message"} {
+		if !strings.Contains(all, ","+want+",") {
+			return fmt.Errorf("no %s event: %s", want, all)
+		}
+	}
+	return nil
+}
+
+// completedResource checks the run resource of the delegated run id that completed.
+func (d *confDelegated) completedResource(id string) func(r inspectorResult) error {
+	return func(r inspectorResult) error {
+		if len(r.Contents) != 1 || r.Contents[0].URI != "symbi://runs/"+id || r.Contents[0].MIMEType != "application/json" {
 			return fmt.Errorf("contents %+v", r.Contents)
 		}
 		var st struct {
@@ -797,29 +1207,28 @@ func TestConformanceInspectorCLIDelegated(t *testing.T) {
 			Status string `json:"status"`
 			Text   string `json:"text"`
 		}
-		if err := json.Unmarshal([]byte(r.Contents[0].Text), &st); err != nil || st.RunID != completed || st.Status != "completed" || st.Text != d.Answer {
+		if err := json.Unmarshal([]byte(r.Contents[0].Text), &st); err != nil || st.RunID != id || st.Status != "completed" || st.Text != d.Answer {
 			return fmt.Errorf("contents %q: %v", r.Contents[0].Text, err)
 		}
 		return nil
-	})
-	// The refused start_runs started no run.
-	run("list_runs", d.Script, confToolCall("list_runs", "agent="+d.Agent), func(r inspectorResult) error {
+	}
+}
+
+// runsListed checks list_runs of the delegated agent: exactly the runs ids.
+func (d *confDelegated) runsListed(ids ...string) func(r inspectorResult) error {
+	return func(r inspectorResult) error {
 		runs, _ := r.StructuredContent["runs"].([]any)
-		var ids []string
+		var got []string
 		for _, x := range runs {
-			ids = append(ids, fmt.Sprint(x.(map[string]any)["run_id"]))
+			got = append(got, fmt.Sprint(x.(map[string]any)["run_id"]))
 		}
-		sort.Strings(ids)
-		want := []string{started, completed}
-		sort.Strings(want)
-		if r.IsError || strings.Join(ids, ",") != strings.Join(want, ",") {
-			return fmt.Errorf("runs of %s %v, want %v", d.Agent, ids, want)
+		sort.Strings(got)
+		want := slices.Sorted(slices.Values(ids))
+		if r.IsError || strings.Join(got, ",") != strings.Join(want, ",") {
+			return fmt.Errorf("runs of %s %v, want %v", d.Agent, got, want)
 		}
 		return nil
-	})
-
-	// Every journal the invocations left verifies complete.
-	verifyJournals(t, dir)
+	}
 }
 
 // confToolCall is the Inspector's arguments calling tool with args (KEY=VALUE).

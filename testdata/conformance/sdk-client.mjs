@@ -1,11 +1,23 @@
-// The TypeScript MCP SDK's client against the real symbi binary over stdio.
+// The TypeScript MCP SDK's client against the real symbi binary over stdio, or over
+// Streamable HTTP (StreamableHTTPClientTransport).
 //
-// Run by cmd/symbi's TestConformanceTypeScriptSDK, which builds symbi, starts a loopback
-// model and writes a fresh project; run by hand:
+// Run by cmd/symbi's TestConformanceTypeScriptSDK (stdio) and
+// TestConformanceTypeScriptSDKHTTP, which build symbi, start a loopback model and write a
+// fresh project; run by hand:
 //
 //   node sdk-client.mjs '{"symbi":"/path/to/symbi","project":"/path/to/project",
 //     "env":{"OPENAI_BASE_URL":"http://127.0.0.1:PORT/v1"},"protocolVersion":"2025-11-25",
 //     "schemapin":"/path/to/testdata/schemapin"}'
+//
+// Over HTTP the server is already running (symbi mcp --http, with the project's env and
+// args): "transport":"http" and "url" its /mcp URL replace "symbi", "env" and "args",
+// and "caller"/"callerAuth" are who run_status and list_runs must name (over stdio:
+// stdio, stdio). With --auth-tokens, "token" is the caller's bearer token and "other"
+// a second caller's, whose checks (and the unauthenticated client's) run too:
+//
+//   "transport": "http", "url": "http://127.0.0.1:PORT/mcp", "project": "/path/to/project",
+//   "caller": "alice", "callerAuth": "token", "token": "symbi_…",
+//   "other": {"caller": "bob", "token": "symbi_…"}
 //
 // The project must hold the agents and policy of cmd/symbi's conformance project, and the
 // model must answer "hang" by holding the request, "leak" with text the policy forbids,
@@ -35,14 +47,18 @@ import { join } from "node:path";
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport, StreamableHTTPError } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { McpError, ResourceUpdatedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const cfg = JSON.parse(process.argv[2]);
+const HTTP = cfg.transport === "http";
+// Who the server names as the caller of this client's runs and resolutions.
+const CALLER = cfg.caller ?? "stdio", CALLER_AUTH = cfg.callerAuth ?? "stdio";
 const HANG_GUARD_MS = 300_000; // generous: the checks wait for events, not the clock
 const requestOptions = { timeout: HANG_GUARD_MS };
 
 const STAGES = ["admitted", "journal opened", "request sent", "response received", "policy decided"];
-const TOOLS = ["cancel_run", "get_agent_dsl", "get_agents_md", "invoke_agent", "list_agents", "list_runs", "parse_dsl",
+const TOOLS = ["approve_run", "cancel_run", "get_agent_dsl", "get_agents_md", "invoke_agent", "list_agents", "list_runs", "parse_dsl",
   "resolve_run", "run_events", "run_status", "start_run", "verify_schema"];
 const RUN_EVENTS = ["started", "inference_requested", "inference_finished", "policy_evaluated", "terminated"];
 const RUN_URI = "symbi://runs/";
@@ -89,10 +105,20 @@ function expectOK(res) {
   return textOf(res);
 }
 
-// connect starts symbi and initializes at cfg.protocolVersion (the SDK always offers its
-// latest; the transport rewrites the offer), recording the version the server answered.
-async function connect() {
-  const transport = new StdioClientTransport({
+// httpTransport is a StreamableHTTPClientTransport to cfg.url sending token (if any) as
+// its bearer token, as a client configured with headers (docs/http.md) does.
+function httpTransport(token, opts = {}) {
+  return new StreamableHTTPClientTransport(new URL(cfg.url), {
+    ...opts,
+    ...(token ? { requestInit: { headers: { Authorization: `Bearer ${token}` } } } : {}),
+  });
+}
+
+// connect starts symbi (over HTTP: opens a session as the caller of token, by default
+// cfg.token) and initializes at cfg.protocolVersion (the SDK always offers its latest;
+// the transport rewrites the offer), recording the version the server answered.
+async function connect(token = cfg.token) {
+  const transport = HTTP ? httpTransport(token) : new StdioClientTransport({
     command: cfg.symbi,
     args: ["mcp", "--project", cfg.project, ...(cfg.args ?? [])],
     env: cfg.env,
@@ -124,7 +150,7 @@ async function connect() {
   });
   const client = new Client({ name: "symbi-conformance", version: "1" });
   await client.connect(transport, requestOptions);
-  return { client, negotiated, wire, stderr: () => stderr };
+  return { client, transport, negotiated, wire, stderr: () => stderr };
 }
 
 const call = (client, name, args, opts = {}) =>
@@ -156,11 +182,26 @@ const publicKey = (hex) => createPublicKey({
   key: Buffer.concat([Buffer.from("302a300506032b6570032100", "hex"), Buffer.from(hex, "hex")]), format: "der", type: "spki",
 });
 
+// OUTPUT_TYPES are the records that carry a run's output in clear: run_events serves them
+// without their line (withheld, with line_sha256) until the run has released its text.
+const OUTPUT_TYPES = ["inference_finished", "session_finished", "agent_message", "agent_thought", "tool_call_update", "plan"];
+
+// lineHash is the SHA-256 of a journal line with its newline: the next line's prev.
+const lineHash = (line) => createHash("sha256").update(line + "\n", "utf8").digest("hex");
+
 // checkEvent verifies an event as a client would offline: its line is
 // {"payload":P,"signature":"S"} (docs/journal-format.md), S signs "symbi-journal-v1\n"+P
-// with the project's key, P's seq, type and time are the event's, and P's prev is the
-// SHA-256 of the previous line (prevLine, without its "\n"; undefined for seq 0).
-function checkEvent(ev, key, runId, prevLine) {
+// with the project's key, P's seq, type and time are the event's, and P's prev is prev
+// (the SHA-256 of the previous line with its newline; undefined for seq 0). A withheld
+// event (output the run has not released: docs/runs.md) has no line but its hash and why.
+// Returns the event's line hash, the next event's prev.
+function checkEvent(ev, key, runId, prev) {
+  if (ev.line === undefined) {
+    assert(OUTPUT_TYPES.includes(ev.type) && HEX64.test(ev.line_sha256) && typeof ev.withheld === "string" && ev.withheld !== "",
+      `event ${ev.seq} (${ev.type}) has no line: ${JSON.stringify(ev)}`);
+    return ev.line_sha256;
+  }
+  assert(ev.line_sha256 === undefined && ev.withheld === undefined, `event ${ev.seq} has its line and is withheld: ${JSON.stringify(ev).slice(0, 300)}`);
   const prefix = '{"payload":', sep = ',"signature":"';
   assert(typeof ev.line === "string" && ev.line.startsWith(prefix) && ev.line.endsWith('"}'), `event ${ev.seq}: line ${JSON.stringify(ev.line)}`);
   const sig = ev.line.slice(ev.line.length - 2 - 88, ev.line.length - 2);
@@ -171,31 +212,47 @@ function checkEvent(ev, key, runId, prevLine) {
   const p = JSON.parse(payload);
   assert(p.seq === ev.seq && p.type === ev.type && p.time === ev.time && p.run_id === runId,
     `event ${JSON.stringify({ seq: ev.seq, type: ev.type, time: ev.time })} does not match its signed payload ${payload.slice(0, 200)}`);
-  const prev = prevLine === undefined ? "0".repeat(64) : createHash("sha256").update(prevLine + "\n", "utf8").digest("hex");
-  assert(p.prev === prev, `event ${ev.seq}: prev ${p.prev}, want ${prev}`);
-  return p;
+  const want = prev ?? "0".repeat(64);
+  assert(p.prev === want, `event ${ev.seq}: prev ${p.prev}, want ${want}`);
+  return lineHash(ev.line);
 }
 
 // readEvents reads a run's events from cursor 0 in pages of limit, long-polling each page,
 // until done: every page holds at most limit events, cursors neither skip nor repeat, and
-// every event verifies against its signed line.
+// every event verifies against its signed line, or follows the chain by its hash while
+// withheld. A run that completed (released its text) is then read again in one page:
+// every event whole now, each once-withheld line the one its hash named; the events
+// returned are those.
 async function readEvents(client, runId, limit, key) {
   const all = [];
-  let cursor = 0, pages = 0, last;
+  let cursor = 0, pages = 0, last, prev, withheld = 0;
   for (;;) {
     last = await callOK(client, "run_events", { run_id: runId, after: cursor, limit, wait_ms: 30000 });
     pages++;
     assert(last.events.length <= limit, `${last.events.length} events in a page of limit ${limit}`);
     last.events.forEach((ev, i) => {
       assert(ev.seq === cursor + i, `event seq ${ev.seq} at cursor ${cursor}+${i}: a gap or a repeat`);
-      checkEvent(ev, key, runId, all.length > 0 ? all[all.length - 1].line : undefined);
+      prev = checkEvent(ev, key, runId, prev);
+      if (ev.line === undefined) withheld++;
       all.push(ev);
     });
     assert(last.next_cursor === cursor + last.events.length, `next_cursor ${last.next_cursor} after ${last.events.length} events from ${cursor}`);
     cursor = last.next_cursor;
-    if (last.done) return { events: all, pages, last };
+    if (last.done) break;
     assert(pages < 1000, "run_events never reported done");
   }
+  if (last.status !== "completed") return { events: all, pages, last, withheld };
+  const whole = await callOK(client, "run_events", { run_id: runId, limit: 1000 });
+  assert(whole.events.length === all.length && whole.done, `read again: ${whole.events.length} events, done ${whole.done}; ${all.length} before`);
+  prev = undefined;
+  whole.events.forEach((ev, i) => {
+    assert(ev.line !== undefined, `event ${ev.seq} (${ev.type}) of a completed run is withheld: ${ev.withheld}`);
+    prev = checkEvent(ev, key, runId, prev);
+    const before = all[i];
+    assert(ev.seq === before.seq && ev.type === before.type && ev.time === before.time && prev === (before.line_sha256 ?? lineHash(before.line)),
+      `event ${ev.seq} read again differs: ${JSON.stringify(before).slice(0, 300)}`);
+  });
+  return { events: whole.events, pages, last, withheld };
 }
 
 // listAll pages through list_runs with args in pages of limit: each run once, newest
@@ -209,6 +266,8 @@ async function listAll(client, args, limit) {
     for (const r of page.runs) {
       assert(runs.length === 0 || r.run_id < runs[runs.length - 1].run_id, `run ${r.run_id} listed after ${runs[runs.length - 1]?.run_id}: not newest first, or twice`);
       assert(r.text === undefined, `list_runs carries the text of ${r.run_id}`);
+      assert(r.caller === CALLER && r.caller_auth === CALLER_AUTH,
+        `run ${r.run_id}: caller ${r.caller}, caller_auth ${r.caller_auth}; want ${CALLER}, ${CALLER_AUTH}`);
       runs.push(r);
     }
     if (!page.next_cursor) return runs;
@@ -259,8 +318,170 @@ async function readRun(client, runId) {
   return st;
 }
 
+// expectRefused asserts that fn, connecting or sending over HTTP, fails with the SDK's
+// StreamableHTTPError of HTTP status, and returns its message.
+async function expectRefused(status, fn) {
+  try {
+    await fn();
+  } catch (err) {
+    assert(err instanceof StreamableHTTPError && err.code === status,
+      `want a StreamableHTTPError ${status}, got ${err?.constructor?.name} ${err?.code}: ${err?.message}`);
+    return err.message;
+  }
+  throw new Error(`not refused: want HTTP ${status}`);
+}
+
+// httpChecks are the checks of Streamable HTTP itself: the session, and with bearer
+// tokens (cfg.token) what a client without one, with a wrong one, or with another
+// caller's (cfg.other) may do: nothing, and nothing with the runs of this client's caller
+// (held and hung, run by the checks above).
+async function httpChecks(client, transport, held, hung) {
+  await check("http/session", () => {
+    assert(typeof transport.sessionId === "string" && transport.sessionId !== "", `session id ${transport.sessionId}`);
+    assert(transport.protocolVersion === cfg.protocolVersion,
+      `the transport sends MCP-Protocol-Version ${transport.protocolVersion}, negotiated ${cfg.protocolVersion}`);
+  });
+  if (!cfg.token) return;
+
+  // A client without a token: the server answers 401 and the SDK (without an OAuth
+  // provider) fails to connect with the status; the 401 names the protected resource
+  // metadata, which names this resource.
+  await check("http/no token", async () => {
+    const msg = await expectRefused(401, () => new Client({ name: "no-token", version: "1" }).connect(httpTransport(undefined), requestOptions));
+    const res = await fetch(cfg.url, {
+      method: "POST", headers: { "content-type": "application/json", accept: "application/json, text/event-stream" },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: cfg.protocolVersion, capabilities: {}, clientInfo: { name: "raw", version: "1" } } }),
+    });
+    const metaURL = `${new URL(cfg.url).origin}/.well-known/oauth-protected-resource/mcp`;
+    const www = res.headers.get("www-authenticate");
+    assert(res.status === 401 && www === `Bearer resource_metadata="${metaURL}"`, `raw POST: ${res.status}, WWW-Authenticate ${www}`);
+    const meta = await (await fetch(metaURL)).json();
+    assert(meta.resource === cfg.url && JSON.stringify(meta.bearer_methods_supported) === '["header"]',
+      `protected resource metadata ${JSON.stringify(meta)}`);
+    return msg;
+  });
+  await check("http/wrong token", () =>
+    expectRefused(401, () => new Client({ name: "wrong-token", version: "1" }).connect(httpTransport("symbi_not-a-token"), requestOptions)));
+  // A client that speaks OAuth (an auth provider without tokens): the SDK follows the
+  // 401's resource_metadata to the metadata, finds no authorization server it can use
+  // (static tokens name none) and fails to connect: an auth error, never a session.
+  await check("http/no token, OAuth client", async () => {
+    const fetched = [];
+    const provider = {
+      get redirectUrl() { return "http://127.0.0.1:9/callback"; },
+      get clientMetadata() { return { redirect_uris: ["http://127.0.0.1:9/callback"], client_name: "symbi-conformance" }; },
+      clientInformation: () => undefined,
+      saveClientInformation: () => {},
+      tokens: () => undefined,
+      saveTokens: () => {},
+      redirectToAuthorization: (u) => { fetched.push(`redirect ${u}`); },
+      saveCodeVerifier: () => {},
+      codeVerifier: () => "verifier",
+    };
+    const recording = async (u, init) => {
+      const res = await fetch(u, init);
+      fetched.push(`${init?.method ?? "GET"} ${new URL(String(u)).pathname} ${res.status}`);
+      return res;
+    };
+    const t = new StreamableHTTPClientTransport(new URL(cfg.url), { authProvider: provider, fetch: recording });
+    let failed;
+    try {
+      await new Client({ name: "oauth", version: "1" }).connect(t, requestOptions);
+    } catch (err) {
+      failed = `${err?.constructor?.name}: ${err?.message}`;
+    }
+    assert(failed, `connected without a token: ${fetched.join("; ")}`);
+    assert(fetched[0] === "POST /mcp 401" && fetched.includes("GET /.well-known/oauth-protected-resource/mcp 200") &&
+      !fetched.some((f) => f.startsWith("redirect")) && t.sessionId === undefined, `requests ${fetched.join("; ")}`);
+    return `${fetched.join("; ")}; ${failed}`;
+  });
+  assert(cfg.other?.token, "cfg.other: a second caller's token is needed with cfg.token");
+  // A session is bound to the caller that opened it: another caller's token cannot use it.
+  await check("http/session bound to its caller", async () => {
+    const t = httpTransport(cfg.other.token, { sessionId: transport.sessionId });
+    await t.start();
+    try {
+      return await expectRefused(403, () => t.send({ jsonrpc: "2.0", id: 1, method: "tools/list", params: {} }));
+    } finally {
+      await t.close();
+    }
+  });
+
+  // Another caller: its own session, every tool result validated against its tool's
+  // outputSchema (listTools first: the SDK validates with the schemas it listed), denied
+  // every run of this client's caller with the coded tool error access_denied.
+  let other;
+  await check("http/other caller connects", async () => {
+    other = await connect(cfg.other.token);
+    const { tools } = await other.client.listTools(undefined, requestOptions);
+    assert(tools.length === TOOLS.length, `tools ${tools.map((t) => t.name)}`);
+  });
+  const denied = (tool, args, action) => check(`http/other caller ${tool} access_denied`, async () => {
+    assert(other, "the other caller did not connect");
+    const res = await call(other.client, tool, args);
+    const text = expectToolError(res, "access_denied");
+    for (const want of [cfg.other.caller, action, held?.run_id]) {
+      assert(text.includes(want), `the error does not name ${want}: ${text}`);
+    }
+    return text;
+  });
+  await denied("run_status", { run_id: held?.run_id }, "read_run");
+  await denied("run_events", { run_id: held?.run_id }, "read_run");
+  await denied("cancel_run", { run_id: held?.run_id }, "cancel_run");
+  await denied("resolve_run", { run_id: held?.run_id, resolution: "rejected" }, "resolve_run");
+  // approve_run is the other way round: by default a caller may approve only runs it did
+  // not start. The other caller may (the run, completed, is then not awaiting approval);
+  // this client's caller may not.
+  await check("http/other caller approve_run not awaiting approval", async () => {
+    assert(other, "the other caller did not connect");
+    return expectToolError(await call(other.client, "approve_run", { run_id: held?.run_id, decision: "approve" }), "invalid_transition");
+  });
+  await check("http/approve_run own run access_denied", async () => {
+    const text = expectToolError(await call(client, "approve_run", { run_id: held?.run_id, decision: "approve" }), "access_denied");
+    assert(text.includes(`"${CALLER}" may not approve_run`), `the error does not name the caller and the action: ${text}`);
+    return text;
+  });
+  await check("http/other caller resources denied", async () => {
+    assert(other, "the other caller did not connect");
+    const refused = [];
+    for (const [what, fn] of [
+      ["resources/read", () => other.client.readResource({ uri: RUN_URI + held?.run_id }, requestOptions)],
+      ["resources/subscribe", () => other.client.subscribeResource({ uri: RUN_URI + hung?.run_id }, requestOptions)],
+    ]) {
+      try {
+        await fn();
+      } catch (err) {
+        // The JSON-RPC error's message is the coded error's text.
+        assert(err instanceof McpError && err.message.includes(`access_denied: caller "${cfg.other.caller}" may not read_run`),
+          `${what}: not an access_denied MCP error: ${err}`);
+        refused.push(`${what}: JSON-RPC error ${err.code}: ${err.message}`);
+        continue;
+      }
+      throw new Error(`${what} of another caller's run succeeded`);
+    }
+    return refused.join("; ");
+  });
+  // Each caller lists only its own runs; the other caller's run is named its.
+  await check("http/other caller list_runs", async () => {
+    assert(other, "the other caller did not connect");
+    const res = await call(other.client, "invoke_agent", { agent: "helper", prompt: "other caller" });
+    assert(expectOK(res) === "loopback answer: other caller", `invoke_agent: ${textOf(res)}`);
+    const runId = res.structuredContent.audit.run_id;
+    const { runs } = await callOK(other.client, "list_runs", {});
+    assert(runs.length === 1 && runs[0].run_id === runId && runs[0].caller === cfg.other.caller && runs[0].caller_auth === "token",
+      `the other caller's runs ${JSON.stringify(runs).slice(0, 400)}`);
+    const st = await callOK(other.client, "run_status", { run_id: runId });
+    assert(st.caller === cfg.other.caller && st.caller_auth === "token" && st.status === "completed", `run_status ${JSON.stringify(st)}`);
+    const mine = await listAll(client, {}, 100);
+    assert(!mine.some((r) => r.run_id === runId) && mine.some((r) => r.run_id === held?.run_id), `this caller lists ${mine.map((r) => r.run_id)}`);
+    const ex = await call(client, "run_status", { run_id: runId });
+    expectToolError(ex, "access_denied");
+  });
+  await other?.client.close();
+}
+
 async function main() {
-  const { client, negotiated, wire } = await connect();
+  const { client, transport, negotiated, wire } = await connect();
 
   await check("initialize", () => {
     assert(negotiated.version === cfg.protocolVersion,
@@ -400,10 +621,28 @@ async function main() {
     assert(JSON.stringify(all.events) === JSON.stringify(events), "one page of every event differs from the pages of 2");
     return `${events.length} events in ${pages} pages of 2`;
   });
+  // Output the policy withheld is never served: a denied answer's inference_finished is
+  // served without its line (its hash and why), the chain followed through the hash.
+  await check("run_events/withheld", async () => {
+    const res = await call(client, "invoke_agent", { agent: "helper", prompt: "leak" });
+    expectToolError(res, "policy_denied");
+    const runId = res.structuredContent.audit?.run_id;
+    assert(UUID.test(runId), `the denial names no run: ${JSON.stringify(res.structuredContent)}`);
+    const { events, last, withheld } = await readEvents(client, runId, 100, publicKey(res.structuredContent.audit.public_key));
+    const types = events.map((e) => e.type);
+    assert(last.status === "policy_denied" && JSON.stringify(types) === JSON.stringify(RUN_EVENTS), `status ${last.status}, events ${types}`);
+    const f = events[types.indexOf("inference_finished")];
+    assert(withheld === 1 && f.line === undefined, `withheld ${withheld}: inference_finished ${JSON.stringify(f).slice(0, 300)}`);
+    const page = JSON.stringify(await callOK(client, "run_events", { run_id: runId }));
+    const st = await callOK(client, "run_status", { run_id: runId });
+    assert(!page.includes("FORBIDDEN") && st.text === undefined && st.released === false, "the withheld text was served");
+    return f.withheld;
+  });
   await check("run_status/ok", async () => {
     const st = await callOK(client, "run_status", { run_id: held.run_id });
     assert(st.status === "completed" && st.released === true && st.text === "loopback answer: hold:events", `status ${JSON.stringify(st)}`);
-    assert(st.records === RUN_EVENTS.length && HEX64.test(st.head) && st.started_at && st.ended_at && st.caller === "stdio" &&
+    assert(st.records === RUN_EVENTS.length && HEX64.test(st.head) && st.started_at && st.ended_at && st.caller === CALLER &&
+      st.caller_auth === CALLER_AUTH &&
       st.journal === held.audit.path && st.agent === "helper" && st.agent_id === held.agent_id && st.resolution === undefined,
       `status ${JSON.stringify(st)}`);
     const unresolved = await callOK(client, "list_runs", { resolution: "unresolved" });
@@ -412,7 +651,7 @@ async function main() {
   await check("resolve_run/ok", async () => {
     const first = await callOK(client, "resolve_run", { run_id: held.run_id, resolution: "accepted" });
     assert(first.status === "completed" && first.resolution?.value === "accepted" && first.resolution.revisions === 1 &&
-      first.resolution.caller === "stdio" && first.resolution.time, `first resolution ${JSON.stringify(first)}`);
+      first.resolution.caller === CALLER && first.resolution.caller_auth === CALLER_AUTH && first.resolution.time, `first resolution ${JSON.stringify(first)}`);
     const revised = await callOK(client, "resolve_run", { run_id: held.run_id, resolution: "needs_followup", note: "check the sources" });
     const r = revised.resolution;
     assert(revised.status === "completed" && r?.value === "needs_followup" && r.note === "check the sources" && r.revisions === 2,
@@ -532,6 +771,9 @@ async function main() {
     ["resolve_run", { run_id: "$done", resolution: "maybe" }, "invalid_request"],
     ["resolve_run", { run_id: "$done", resolution: "accepted", note: "n".repeat(4097) }, "limit_exceeded"],
     ["resolve_run", { run_id: "$running", resolution: "accepted" }, "invalid_transition"],
+    ["approve_run", {}, "invalid_request"],
+    ["approve_run", { run_id: MISSING_RUN, decision: "approve" }, "run_not_found"],
+    ["approve_run", { run_id: "$done", decision: "approve", extra: 1 }, "invalid_request"],
   ];
   // The delegated agent's, named (their paths are long), each error text naming the rule
   // (the clear message) it refuses by.
@@ -744,13 +986,13 @@ async function main() {
       assert(finished.outcome === "completed" && finished.stop_reason === "end_turn", `session_finished ${JSON.stringify(finished)}`);
       const end = recs[recs.length - 1].data;
       assert(end.reason === "completed" && end.released === true, `terminated ${JSON.stringify(end)}`);
-      return `${events.length} events in ${r.pages} pages of 2: ${types.join(",")}`;
+      return `${events.length} events in ${r.pages} pages of 2 (${r.withheld} withheld while it ran): ${types.join(",")}`;
     });
     await check("delegated/run_status", async () => {
       assert(run, "start_run gave no run");
       const st = await callOK(client, "run_status", { run_id: run.run_id });
       assert(st.status === "completed" && st.released === true && st.text === d.answer && st.agent === d.agent &&
-        st.agent_id === run.agent_id && st.journal === run.audit.path && st.caller === "stdio" && st.ended_at &&
+        st.agent_id === run.agent_id && st.journal === run.audit.path && st.caller === CALLER && st.caller_auth === CALLER_AUTH && st.ended_at &&
         (events === undefined || st.records === events.length), `run_status ${JSON.stringify(st)}`);
     });
     await check("delegated/resources/read run", async () => {
@@ -767,6 +1009,8 @@ async function main() {
       assert(runs.length === 1 && runs[0].run_id === run.run_id && runs[0].status === "completed", `runs of ${d.agent}: ${JSON.stringify(runs)}`);
     });
   }
+
+  if (HTTP) await httpChecks(client, transport, held, hung);
 
   // Progress: symbi sends one notification per stage, in order, each before the result.
   // The SDK (1.x) dispatches notifications a microtask later than responses, so a
@@ -820,6 +1064,20 @@ async function main() {
   await check("still serving", async () => {
     expectOK(await call(client, "list_agents", {}));
   });
+  // Over HTTP a client ends its session with DELETE; the session is then gone.
+  if (HTTP) {
+    await check("http/terminate session", async () => {
+      const id = transport.sessionId;
+      await transport.terminateSession();
+      const t = httpTransport(cfg.token, { sessionId: id });
+      await t.start();
+      try {
+        return await expectRefused(404, () => t.send({ jsonrpc: "2.0", id: 1, method: "tools/list", params: {} }));
+      } finally {
+        await t.close();
+      }
+    });
+  }
   await client.close();
 }
 
