@@ -139,7 +139,7 @@ func Run(ctx context.Context, cfg Config) Result {
 		cfg.MaxTextBytes = DefaultMaxTextBytes
 	}
 	r := &runner{cfg: cfg, aborted: make(chan struct{}), cancelled: make(chan struct{}),
-		updates: make(chan update, updateQueue)}
+		updates: make(chan update, updateQueue), prompted: &promptWatch{written: make(chan struct{})}}
 	return r.run(ctx)
 }
 
@@ -166,6 +166,8 @@ type runner struct {
 
 	cancelOnce sync.Once
 	cancelled  chan struct{} // closed once session/cancel is under way
+
+	prompted *promptWatch // closed once session/prompt has been written to the agent
 
 	updates chan update
 	open    atomic.Bool // session_started is durable (and sid set): requests are served
@@ -486,25 +488,40 @@ func (r *runner) run(ctx context.Context) Result {
 		}
 		whyNot = ctx.Err()
 		r.cancelOnce.Do(func() { close(r.cancelled) })
-		cctx, ccancel := context.WithTimeout(context.Background(), cfg.Grace)
-		_ = r.conn.Cancel(cctx, sdk.CancelNotification{SessionId: r.sid})
-		ccancel()
+		// session/cancel must reach the agent after the prompt it cancels: one sent first
+		// would be ignored (no turn in progress), and the turn would then run on. The
+		// prompt is written at once after the session opens; its write is awaited within
+		// the grace period.
 		grace := time.NewTimer(cfg.Grace)
 		select {
+		case <-r.prompted.written:
 		case pr = <-pch:
 			gotResp = true
 		case <-r.aborted:
 		case <-grace.C:
-			termNote = "the agent did not end its turn within the grace period: its process group was terminated"
-			_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGTERM)
-			grace.Reset(cfg.Grace)
-			select {
-			case <-r.exited:
-			case <-grace.C:
-				termNote = "the agent did not end its turn within the grace period nor exit on SIGTERM: its process group was killed"
-			}
 		}
 		grace.Stop()
+		if !gotResp && r.abortedErr() == nil {
+			cctx, ccancel := context.WithTimeout(context.Background(), cfg.Grace)
+			_ = r.conn.Cancel(cctx, sdk.CancelNotification{SessionId: r.sid})
+			ccancel()
+			grace = time.NewTimer(cfg.Grace)
+			select {
+			case pr = <-pch:
+				gotResp = true
+			case <-r.aborted:
+			case <-grace.C:
+				termNote = "the agent did not end its turn within the grace period: its process group was terminated"
+				_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGTERM)
+				grace.Reset(cfg.Grace)
+				select {
+				case <-r.exited:
+				case <-grace.C:
+					termNote = "the agent did not end its turn within the grace period nor exit on SIGTERM: its process group was killed"
+				}
+			}
+			grace.Stop()
+		}
 	}
 
 	// The turn is over (or abandoned): drain what the SDK has handed over, then close
@@ -650,7 +667,7 @@ func (r *runner) start() error {
 	}()
 	pr, pw := io.Pipe()
 	go r.checkLines(outR, pw)
-	r.conn = sdk.NewClientSideConnection(&client{r}, inW, pr)
+	r.conn = sdk.NewClientSideConnection(&client{r}, r.prompted.watch(inW), pr)
 	go func() {
 		<-r.conn.Done()
 		inW.Close()
@@ -1122,3 +1139,26 @@ func (r *runner) hold(ctx context.Context, d *policy.Decision, requestID, kind, 
 	}
 	return nil
 }
+
+// promptWatch watches what symbi writes to the agent for the session/prompt request.
+type promptWatch struct {
+	once    sync.Once
+	written chan struct{}
+}
+
+// promptMarker is how the SDK's encoder writes the prompt request's method.
+var promptMarker = []byte(`"method":"session/prompt"`)
+
+func (p *promptWatch) watch(w io.Writer) io.Writer {
+	return writerFunc(func(b []byte) (int, error) {
+		n, err := w.Write(b)
+		if n == len(b) && bytes.Contains(b, promptMarker) {
+			p.once.Do(func() { close(p.written) })
+		}
+		return n, err
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

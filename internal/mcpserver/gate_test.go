@@ -213,3 +213,16 @@ func TestGateTimeoutAndCancel(t *testing.T) {
 		t.Fatalf("journal: %+v", rep)
 	}
 }
+
+// TestApproveRunArguments: approve_run's arguments are checked before the run's state.
+func TestApproveRunArguments(t *testing.T) {
+	model := newGatedModel(t)
+	cs := serve(t, testProject(t, gatePolicies), serveOpts{env: model.env()})
+	var st startContent
+	callOK(t, cs, "start_run", map[string]any{"agent": "helper", "prompt": "plain"}, &st)
+	ok := func(name string, args map[string]any, out any) { t.Helper(); callOK(t, cs, name, args, out) }
+	awaitStatus(t, ok, st.RunID, runs.StatusCompleted)
+	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": st.RunID, "decision": "maybe"}), "invalid_request", "approve or reject")
+	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": st.RunID, "decision": "approve", "reason": strings.Repeat("x", 4097)}), "limit_exceeded", "4 KiB")
+	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": st.RunID, "decision": "approve"}), "invalid_transition")
+}

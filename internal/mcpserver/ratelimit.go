@@ -2,7 +2,6 @@ package mcpserver
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -94,7 +93,7 @@ func (l *rateLimiter) middleware(cfg *Config) mcp.Middleware {
 				if method == "tools/call" {
 					return errorResult(err), nil
 				}
-				return nil, fmt.Errorf("%s", errcode.Text(err))
+				return nil, protocolError(err)
 			}
 			return next(ctx, method, req)
 		}

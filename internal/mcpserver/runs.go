@@ -3,13 +3,13 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"symbi/internal/errcode"
@@ -228,7 +228,17 @@ func resourceError(uri string, err error) error {
 	case errcode.RunNotFound, errcode.InvalidRequest, errcode.NotFound:
 		return mcp.ResourceNotFoundError(uri)
 	}
-	return fmt.Errorf("%s", errcode.Text(err))
+	return protocolError(err)
+}
+
+// codeServerError is the JSON-RPC code of a coded refusal of a request that is not a tool
+// call (a resource read or subscription): its message is "<code>: <message>", as a tool
+// error's text.
+const codeServerError = -32000
+
+// protocolError is err as a JSON-RPC error: code -32000, message "<code>: <message>".
+func protocolError(err error) error {
+	return &jsonrpc.Error{Code: codeServerError, Message: errcode.Text(err)}
 }
 
 // updater sends notifications/resources/updated for runs that changed, coalescing: a run

@@ -8,6 +8,7 @@ import (
 
 	"symbi/internal/errcode"
 	"symbi/internal/invoke"
+	"symbi/internal/journal"
 	"symbi/internal/policy"
 )
 
@@ -153,6 +154,12 @@ const approveWait = 10 * time.Second
 // and waiting. It returns once the decision is durable in the journal and the ledger and
 // the run has ended (or approveWait has passed), with the run's status.
 func (m *Manager) Approve(ctx context.Context, by Caller, runID, decision, reason string) (*Status, error) {
+	switch {
+	case decision != invoke.ApprovalApprove && decision != invoke.ApprovalReject:
+		return nil, errcode.Errorf(errcode.InvalidRequest, "decision %q: want approve or reject", clip(decision))
+	case len(reason) > journal.MaxApprovalReasonBytes:
+		return nil, errcode.Errorf(errcode.LimitExceeded, "reason is %d bytes; the limit is %d (4 KiB)", len(reason), journal.MaxApprovalReasonBytes)
+	}
 	st, err := m.Authorize(by, policy.ActionApproveRun, runID)
 	if err != nil {
 		return nil, err
