@@ -236,9 +236,9 @@ func (w *Writer) AppendPrepared(p *Prepared) error {
 	if st.Size() != w.size {
 		return w.fail(fmt.Errorf("file is %d bytes, the writer wrote %d: someone else wrote to it", st.Size(), w.size))
 	}
-	if err := w.checkReachable(st); err != nil {
-		return w.fail(err)
-	}
+	// Whether the file is still reachable is checked at each Sync, the durable points:
+	// nothing is released before one, and a line written to a file that has become
+	// unreachable stops the writer there.
 	n, err := w.f.Write(p.line)
 	if err == nil && n != len(p.line) {
 		err = fmt.Errorf("short write: %d of %d bytes", n, len(p.line))
