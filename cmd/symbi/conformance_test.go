@@ -67,7 +67,8 @@ func nodeClients(t *testing.T) string {
 
 // conformanceModel answers "hang" by holding the request until the client goes away,
 // "leak" with text the test policy forbids, "hold:NAME" only once a request
-// "release:NAME" has arrived (before or after it), and anything else, "release:NAME"
+// "release:NAME" has arrived (before or after it), "review:NAME" with "CUSTOMER ACME:
+// NAME" (which confGatePolicy holds for a person), and anything else, "release:NAME"
 // included, with "loopback answer: " and the prompt. A client thus keeps a run running
 // for exactly as long as it needs, and ends it with another run: no clock.
 func conformanceModel(t *testing.T) *loopback.Server {
@@ -96,6 +97,8 @@ func conformanceModel(t *testing.T) *loopback.Server {
 			return loopback.Reply{Fault: loopback.FaultHang}
 		case r.Prompt == "leak":
 			return loopback.Reply{Text: "FORBIDDEN -----BEGIN PRIVATE KEY-----"}
+		case strings.HasPrefix(r.Prompt, "review:"):
+			return loopback.Reply{Text: "CUSTOMER ACME: " + strings.TrimPrefix(r.Prompt, "review:")}
 		case strings.HasPrefix(r.Prompt, "hold:"):
 			<-gate(strings.TrimPrefix(r.Prompt, "hold:"), false)
 		case strings.HasPrefix(r.Prompt, "release:"):
@@ -262,6 +265,13 @@ func TestConformanceTypeScriptSDKHTTP(t *testing.T) {
 	})
 }
 
+// confGatePolicy is the TypeScript SDK suite's human gate (docs/runs.md, "Human approval
+// gates"): every answer naming CUSTOMER ACME — the model's answer to "review:NAME" —
+// waits for approve_run.
+const confGatePolicy = `@gate("human") @id("conformance-review")
+forbid (principal, action == Action::"respond", resource) when { context.response like "*CUSTOMER ACME*" };
+`
+
 // confTransport is how sdk-client.mjs reaches symbi.
 type confTransport int
 
@@ -282,18 +292,23 @@ var confChecks = []string{"initialize", "tools/list", "invoke_agent/ok", "list_a
 	"delegated/list_agents", "delegated/start_run", "delegated/run_events", "delegated/run_status",
 	"delegated/resources/read run", "delegated/list_runs", "invoke_agent/bad delegated agent",
 	"start_run/bad workspace outside every root", "start_run/bad relative workspace",
-	"start_run/bad workspace a symbolic link out of the root"}
+	"start_run/bad workspace a symbolic link out of the root",
+	"gate/invoke_agent approval_required", "gate/run_status awaiting_approval", "gate/run_events withheld", "gate/cancel_run held"}
+
+// confApproverChecks are the human gate's decisions, run where someone may approve the
+// client's runs: over stdio the client itself, over HTTP with tokens the other caller.
+var confApproverChecks = []string{"gate/approve_run approve", "gate/approve_run reject"}
 
 // confHTTPChecks are the further checks it must run over HTTP, and
 // confTokenChecks those with --auth-tokens.
 var (
-	confHTTPChecks  = []string{"http/session", "http/terminate session"}
+	confHTTPChecks  = []string{"http/session", "http/terminate session", "http/gate approve_run own run access_denied"}
 	confTokenChecks = []string{"http/no token", "http/wrong token", "http/no token, OAuth client",
 		"http/session bound to its caller", "http/other caller connects",
 		"http/other caller run_status access_denied", "http/other caller run_events access_denied",
 		"http/other caller cancel_run access_denied", "http/other caller resolve_run access_denied",
 		"http/other caller approve_run not awaiting approval", "http/approve_run own run access_denied",
-		"http/other caller resources denied", "http/other caller list_runs"}
+		"http/other caller resources denied", "http/other caller list_runs", "http/gate other caller run_status approval.text"}
 )
 
 // confRunSDK runs sdk-client.mjs at version over transport against a fresh project with
@@ -303,6 +318,7 @@ func confRunSDK(t *testing.T, node, fake, schemapinDir, version string, transpor
 	dir := newE2EProject(t)
 	model := conformanceModel(t)
 	d := confDelegate(t, fake, dir)
+	writeFile(t, filepath.Join(dir, "policies", "gate.cedar"), confGatePolicy)
 	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
 		"OPENAI_BASE_URL": model.URL(), "CHAT_MODEL": "loopback-test", "FAKE_ACP_SCRIPT": d.Script}
 	cfg := map[string]any{"project": dir, "protocolVersion": version, "schemapin": schemapinDir, "delegated": d}
@@ -311,13 +327,14 @@ func confRunSDK(t *testing.T, node, fake, schemapinDir, version string, transpor
 	switch transport {
 	case confStdio:
 		cfg["symbi"], cfg["args"], cfg["env"] = symbiBin, d.Args, env
+		required = slices.Concat(required, confApproverChecks)
 	case confHTTPTokens:
 		tokens := filepath.Join(t.TempDir(), "tokens")
 		alice, bob := confTokenAdd(t, tokens, "alice"), confTokenAdd(t, tokens, "bob")
 		srv = confServeHTTP(t, dir, env, append([]string{"--auth-tokens", tokens}, d.Args...))
 		cfg["transport"], cfg["url"], cfg["token"], cfg["caller"], cfg["callerAuth"] = "http", srv.url, alice, "alice", "token"
 		cfg["other"] = map[string]string{"caller": "bob", "token": bob}
-		required = slices.Concat(required, confHTTPChecks, confTokenChecks)
+		required = slices.Concat(required, confHTTPChecks, confTokenChecks, confApproverChecks)
 	case confHTTPAnonymous:
 		srv = confServeHTTP(t, dir, env, d.Args)
 		cfg["transport"], cfg["url"], cfg["caller"], cfg["callerAuth"] = "http", srv.url, "anonymous", "none"

@@ -1,11 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"symbi/internal/journal"
 	"symbi/internal/loopback"
@@ -202,4 +208,335 @@ forbid (principal, action == Action::"respond", resource) when { context.respons
 			}
 		})
 	}
+}
+
+// gatePermissionPolicy permits answers (the project's respond.cedar) and reads, and holds
+// every command a delegated agent asks to run for a person.
+const gatePermissionPolicy = `@id("tools-read")
+permit (principal is Agent, action == Action::"use_tool", resource == Tool::"read");
+
+@gate("human") @id("commands-review")
+forbid (principal, action == Action::"use_tool", resource == Tool::"execute");
+`
+
+// gatePermissionAgent is a fake ACP agent that says something, asks permission to run
+// `go test ./...` expecting outcome, and answers.
+func gatePermissionAgent(name, outcome string) delAgent {
+	return delAgent{name: name, script: map[string]any{"forbid_terminal": true, "steps": []any{
+		map[string]any{"message": "Running the tests. "},
+		map[string]any{"permission": map[string]any{"tool_call_id": "t1", "kind": "execute", "title": "go test ./...", "locations": []string{"$CWD"}}, "expect": outcome},
+		map[string]any{"message": "Done."},
+	}}}
+}
+
+// gateWaitHeld long-polls run_events until the run awaits approval and its events hold
+// every type of want; it returns the events read so far.
+func gateWaitHeld(t *testing.T, s *server, runID string, want ...string) []runs.Event {
+	t.Helper()
+	var all []runs.Event
+	deadline := time.Now().Add(hangGuard)
+	for cursor := int64(0); time.Now().Before(deadline); {
+		var page runs.Events
+		s.callInto(t, "run_events", map[string]any{"run_id": runID, "after": cursor, "wait_ms": 30000}, &page)
+		all = append(all, page.Events...)
+		cursor = page.NextCursor
+		if page.Done {
+			t.Fatalf("run %s ended %s before it awaited approval", runID, page.Status)
+		}
+		seen := map[string]bool{}
+		for _, ev := range all {
+			seen[ev.Type] = true
+		}
+		if page.Status == runs.StatusAwaitingApproval && !slices.ContainsFunc(want, func(w string) bool { return !seen[w] }) {
+			return all
+		}
+	}
+	t.Fatalf("run %s never awaited approval with events %v", runID, want)
+	return nil
+}
+
+// gateWaitRequest long-polls run_events until the run awaits approval of the permission
+// request id; it returns the run's status then.
+func gateWaitRequest(t *testing.T, s *server, runID, id string) runs.Status {
+	t.Helper()
+	deadline := time.Now().Add(hangGuard)
+	for cursor := int64(0); time.Now().Before(deadline); {
+		var page runs.Events
+		s.callInto(t, "run_events", map[string]any{"run_id": runID, "after": cursor, "wait_ms": 30000}, &page)
+		if page.Done {
+			t.Fatalf("run %s ended %s before it awaited approval of %s", runID, page.Status, id)
+		}
+		cursor = page.NextCursor
+		if page.Status == runs.StatusAwaitingApproval {
+			if st := s.runStatus(t, runID); st.Status == runs.StatusAwaitingApproval && st.Approval != nil && st.Approval.RequestID == id {
+				return st
+			}
+		}
+	}
+	t.Fatalf("run %s never awaited approval of %s", runID, id)
+	return runs.Status{}
+}
+
+// gateIndex returns the index of the first record of type typ with the data member
+// request_id id, or -1.
+func gateIndex(recs []map[string]any, typ, id string) int {
+	return slices.IndexFunc(recs, func(r map[string]any) bool {
+		d, _ := r["data"].(map[string]any)
+		return r["type"] == typ && d["request_id"] == id
+	})
+}
+
+// gateData is the data of recs[i].
+func gateData(recs []map[string]any, i int) map[string]any {
+	d, _ := recs[i]["data"].(map[string]any)
+	return d
+}
+
+// gateLedgerApprovals returns the data of the ledger's approval entries for runID.
+func gateLedgerApprovals(t *testing.T, dir, runID string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, r := range records(t, filepath.Join(dir, ".symbiont", "ledger.jsonl")) {
+		if d, _ := r["data"].(map[string]any); r["type"] == "approval" && d["run_id"] == runID {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// TestGatePermission: a delegated agent's permission request held by a @gate("human")
+// forbid, through the real binary over stdio (the one caller approves its own runs). The
+// fake ACP agent asks to run `go test ./...`: the run awaits approval with the request's
+// id and title; while it waits the agent's message is withheld from run_events;
+// approve_run approve lets the agent hear allow (its script's expectation), and the run
+// completes; reject lets it hear reject_once — the run still completes, its answer
+// allowed; concurrent approvals of one held request decide it once, and none is kept back
+// to decide the agent's next held request (which waits for its own decision); cancel_run
+// while the request is held ends the run cancelled and the agent's process group. Each
+// journal holds approval_requested, approval_decided and permission_decided in that order
+// and verifies complete; each decision is in the ledger.
+func TestGatePermission(t *testing.T) {
+	t.Parallel() // its own project, workspace, fake agent binary and server
+	e := delNewEnv(t)
+	writeFile(t, filepath.Join(e.dir, "policies", "tools.cedar"), gatePermissionPolicy)
+	// twice asks twice, the second request two seconds after it heard the first's answer.
+	twice := delAgent{name: "twice", script: map[string]any{"forbid_terminal": true, "steps": []any{
+		map[string]any{"permission": map[string]any{"tool_call_id": "t1", "kind": "execute", "title": "go test ./..."}, "expect": "allow"},
+		map[string]any{"sleep": "2s"},
+		map[string]any{"permission": map[string]any{"tool_call_id": "t2", "kind": "execute", "title": "rm -rf build"}, "expect": "reject"},
+		map[string]any{"message": "Done."},
+	}}}
+	e.serve(gatePermissionAgent("approved", "allow"), gatePermissionAgent("rejected", "reject"), gatePermissionAgent("cancelled", "cancelled"), twice)
+
+	for _, c := range []struct {
+		name, decision, heard, permission string
+	}{
+		{"approved", "approve", "allow_once", "allow"},
+		{"rejected", "reject", "reject_once", "deny"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			run := e.start(t, c.name, "run the tests")
+			evs := gateWaitHeld(t, e.s, run.RunID, journal.TypeApprovalRequested, journal.TypeAgentMessage)
+			// The agent's message is output: withheld while the run waits.
+			for _, ev := range evs {
+				if ev.Type == journal.TypeAgentMessage && (ev.Line != "" || ev.LineSHA256 == "" || ev.Withheld == "") {
+					t.Fatalf("agent_message served while the run awaits approval: %+v", ev)
+				}
+			}
+			st := e.s.runStatus(t, run.RunID)
+			if a := st.Approval; st.Status != runs.StatusAwaitingApproval || a == nil || a.Gate != "commands-review" || a.RequestID != "perm-1" ||
+				a.Title != "go test ./..." || a.Deadline == "" || a.Decision != "" || a.Text != nil || st.Text != nil || st.Released {
+				t.Fatalf("run_status of the held permission: %+v %+v", st, st.Approval)
+			}
+			var waiting struct {
+				Runs []runs.Status `json:"runs"`
+			}
+			e.s.callInto(t, "list_runs", map[string]any{"status": runs.StatusAwaitingApproval}, &waiting)
+			if len(waiting.Runs) != 1 || waiting.Runs[0].RunID != run.RunID {
+				t.Fatalf("list_runs awaiting_approval: %+v", waiting.Runs)
+			}
+
+			var decided runs.Status
+			e.s.callInto(t, "approve_run", map[string]any{"run_id": run.RunID, "decision": c.decision, "reason": c.name + " by the test"}, &decided)
+			// approve_run of a permission answers once the decision is durable: the run
+			// goes on (running), unless it has ended already.
+			if a := decided.Approval; a == nil || a.Decision != c.decision || a.Approver != "stdio" || a.ApproverAuth != "stdio" || a.Via != "approve_run" ||
+				a.RequestID != "perm-1" || (decided.Status != runs.StatusCompleted && decided.Status != runs.StatusRunning) {
+				t.Fatalf("approve_run %s: %+v %+v", c.decision, decided, decided.Approval)
+			}
+			st, recs := e.finish(t, run)
+			// Either way the agent goes on and answers; its answer is allowed.
+			if st.Status != runs.StatusCompleted || !st.Released || st.Text == nil || *st.Text != "Running the tests. Done." ||
+				st.Approval == nil || st.Approval.Decision != c.decision {
+				t.Fatalf("run_status after %s: %+v %+v", c.decision, st, st.Approval)
+			}
+			// Read again now that the run released its text: the message is served whole.
+			for _, ev := range e.s.readRunEvents(t, run.RunID, 1000, pubKey(t, run.Audit.PublicKey)) {
+				if ev.Line == "" || ev.Withheld != "" {
+					t.Fatalf("event of a completed run withheld: %+v", ev)
+				}
+			}
+
+			req, dec, perm := gateIndex(recs, journal.TypeApprovalRequested, "perm-1"), gateIndex(recs, journal.TypeApprovalDecided, "perm-1"),
+				gateIndex(recs, journal.TypePermissionDecided, "perm-1")
+			if req < 0 || dec < 0 || perm < 0 || !(req < dec && dec < perm) {
+				t.Fatalf("approval_requested at %d, approval_decided at %d, permission_decided at %d: %v", req, dec, perm, types(recs))
+			}
+			if d := gateData(recs, req); d["gate"] != "commands-review" || d["kind"] != "execute" || d["title"] != "go test ./..." || d["timeout_ms"] != float64(24*time.Hour/time.Millisecond) {
+				t.Fatalf("approval_requested %v", d)
+			}
+			if d := gateData(recs, dec); d["decision"] != c.decision || d["approver"] != "stdio" || d["approver_auth"] != "stdio" || d["via"] != "approve_run" || d["reason"] != c.name+" by the test" {
+				t.Fatalf("approval_decided %v", d)
+			}
+			pd := gateData(recs, perm)
+			ids, _ := pd["policy_ids"].([]any)
+			errs, _ := pd["errors"].([]any)
+			if pd["decision"] != c.permission || pd["kind"] != "execute" || pd["tool_call_id"] != "t1" || len(ids) != 1 || ids[0] != "commands-review" {
+				t.Fatalf("permission_decided %v", pd)
+			}
+			switch c.decision {
+			case "approve":
+				if pd["option_id"] != "allow" || len(errs) != 0 {
+					t.Fatalf("permission_decided %v", pd)
+				}
+			case "reject":
+				if pd["option_id"] != "reject" || len(errs) != 1 || !strings.Contains(errs[0].(string), "held at gate commands-review") ||
+					!strings.Contains(errs[0].(string), "rejected by stdio: rejected by the test") {
+					t.Fatalf("permission_decided %v", pd)
+				}
+			}
+			if n := len(delData(recs, journal.TypeApprovalRequested)) + len(delData(recs, journal.TypeApprovalDecided)) + len(delData(recs, journal.TypePermissionDecided)); n != 3 {
+				t.Fatalf("records %v", types(recs))
+			}
+			// What the agent heard, by its own record (its script's expectation passed: the
+			// run would otherwise have failed).
+			heard := delNamed(delEvents(t, e.record(c.name)), "permission")
+			if len(heard) != 1 || heard[0]["outcome"] != c.heard || heard[0]["tool_call_id"] != "t1" {
+				t.Fatalf("the agent heard %v, want %s", heard, c.heard)
+			}
+			if la := gateLedgerApprovals(t, e.dir, run.RunID); len(la) != 1 || la[0]["gate"] != "commands-review" || la[0]["decision"] != c.decision ||
+				la[0]["approver"] != "stdio" || la[0]["approver_auth"] != "stdio" || la[0]["via"] != "approve_run" || la[0]["reason"] != c.name+" by the test" {
+				t.Fatalf("ledger approvals of the run: %v", la)
+			}
+			// Decided and ended: nothing to decide any more.
+			res := e.s.call(t, "approve_run", map[string]any{"run_id": run.RunID, "decision": "approve"})
+			if !res.IsError || !strings.HasPrefix(text(res), "invalid_transition: ") {
+				t.Fatalf("approving a run that has ended: %s", text(res))
+			}
+			delGone(t, e.record(c.name))
+		})
+	}
+
+	// Concurrent approvals of one held request (two approvers at once, a double click):
+	// one decides it; every other is invalid_transition at once — none is kept back and
+	// taken by the agent's next held request, which no approver has seen. That one waits
+	// for its own decision.
+	t.Run("concurrent", func(t *testing.T) {
+		run := e.start(t, "twice", "run the tests")
+		gateWaitRequest(t, e.s, run.RunID, "perm-1")
+		const n = 8
+		results := make(chan *mcp.CallToolResult, n)
+		for i := range n {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+				defer cancel()
+				res, err := e.s.session.CallTool(ctx, &mcp.CallToolParams{Name: "approve_run",
+					Arguments: map[string]any{"run_id": run.RunID, "decision": "approve", "reason": fmt.Sprintf("approver %d", i)}})
+				if err != nil {
+					res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "CallTool: " + err.Error()}}}
+				}
+				results <- res
+			}()
+		}
+		var decided []runs.Status
+		for range n {
+			res := <-results
+			if !res.IsError {
+				var st runs.Status
+				gateDecode(t, "approve_run", res.StructuredContent, &st)
+				decided = append(decided, st)
+			} else if !strings.HasPrefix(text(res), "invalid_transition: ") {
+				t.Fatalf("a concurrent approve_run: %s", text(res))
+			}
+		}
+		if len(decided) != 1 || decided[0].Approval == nil || decided[0].Approval.RequestID != "perm-1" || decided[0].Approval.Decision != "approve" {
+			t.Fatalf("%d of %d concurrent approvals decided: %+v", len(decided), n, decided)
+		}
+		// approve_run of a permission answers once the decision is durable: the run goes on.
+		if decided[0].Status != runs.StatusRunning && decided[0].Status != runs.StatusAwaitingApproval {
+			t.Fatalf("approve_run of perm-1: %+v", decided[0])
+		}
+		st := gateWaitRequest(t, e.s, run.RunID, "perm-2")
+		if st.Approval.Title != "rm -rf build" || st.Approval.Decision != "" {
+			t.Fatalf("the second held request: %+v", st.Approval)
+		}
+		if got := delData(records(t, run.Audit.Path), journal.TypeApprovalDecided); len(got) != 1 || got[0]["request_id"] != "perm-1" {
+			t.Fatalf("approval_decided records while perm-2 waits: %v", got)
+		}
+		e.s.callInto(t, "approve_run", map[string]any{"run_id": run.RunID, "decision": "reject", "reason": "not that"}, &st)
+		st, recs := e.finish(t, run)
+		if st.Status != runs.StatusCompleted || st.Text == nil || *st.Text != "Done." {
+			t.Fatalf("run_status %+v", st)
+		}
+		var got []string
+		for _, r := range recs {
+			if d, _ := r["data"].(map[string]any); r["type"] == journal.TypeApprovalDecided || r["type"] == journal.TypePermissionDecided {
+				got = append(got, fmt.Sprint(r["type"], ":", d["request_id"], ":", d["decision"]))
+			}
+		}
+		if strings.Join(got, ",") != "approval_decided:perm-1:approve,permission_decided:perm-1:allow,approval_decided:perm-2:reject,permission_decided:perm-2:deny" {
+			t.Fatalf("decisions %v", got)
+		}
+		var heard []string
+		for _, ev := range delNamed(delEvents(t, e.record("twice")), "permission") {
+			heard = append(heard, fmt.Sprint(ev["tool_call_id"], ":", ev["outcome"]))
+		}
+		if strings.Join(heard, ",") != "t1:allow_once,t2:reject_once" {
+			t.Fatalf("the agent heard %v", heard)
+		}
+		if la := gateLedgerApprovals(t, e.dir, run.RunID); len(la) != 2 {
+			t.Fatalf("ledger approvals %v", la)
+		}
+		delGone(t, e.record("twice"))
+	})
+
+	t.Run("cancelled", func(t *testing.T) {
+		run := e.start(t, "cancelled", "run the tests")
+		gateWaitHeld(t, e.s, run.RunID, journal.TypeApprovalRequested)
+		var out struct {
+			runs.Status
+			AlreadyFinished bool `json:"already_finished"`
+		}
+		e.s.callInto(t, "cancel_run", map[string]any{"run_id": run.RunID}, &out)
+		// cancel_run waits for the run's end up to 10 s (a slow machine).
+		if out.AlreadyFinished || (out.Status.Status != runs.StatusCancelled && out.Status.Status != runs.StatusRunning) {
+			t.Fatalf("cancel_run: %+v", out)
+		}
+		st, recs := e.finish(t, run)
+		if st.Status != runs.StatusCancelled || st.Released || st.Text != nil || !strings.Contains(st.Reason, "cancel_run") ||
+			st.Approval == nil || st.Approval.RequestID != "perm-1" || st.Approval.Decision != "" {
+			t.Fatalf("run_status %+v %+v", st, st.Approval)
+		}
+		// Held, never decided, never answered as decided: the agent heard cancelled.
+		if gateIndex(recs, journal.TypeApprovalRequested, "perm-1") < 0 || len(delData(recs, journal.TypeApprovalDecided)) != 0 ||
+			len(delData(recs, journal.TypePermissionDecided)) != 0 {
+			t.Fatalf("records %v", types(recs))
+		}
+		fins, term := delData(recs, journal.TypeSessionFinished), delData(recs, journal.TypeTerminated)
+		if len(fins) != 1 || fins[0]["outcome"] != "cancelled" || len(term) != 1 || term[0]["reason"] != "cancelled" || term[0]["released"] != false {
+			t.Fatalf("session_finished %v, terminated %v", fins, term)
+		}
+		evs := delEvents(t, e.record("cancelled"))
+		if heard := delNamed(evs, "permission"); len(heard) != 1 || heard[0]["outcome"] != "cancelled" {
+			t.Fatalf("the agent heard %v, want cancelled", heard)
+		}
+		if len(gateLedgerApprovals(t, e.dir, run.RunID)) != 0 {
+			t.Fatal("the ledger has an approval for a run no one decided")
+		}
+		res := e.s.call(t, "approve_run", map[string]any{"run_id": run.RunID, "decision": "approve"})
+		if !res.IsError || !strings.HasPrefix(text(res), "invalid_transition: ") {
+			t.Fatalf("approving a cancelled run: %s", text(res))
+		}
+		delGone(t, e.record("cancelled"))
+	})
 }

@@ -24,6 +24,9 @@ import (
 
 // Approval is a person's decision at a run's gate.
 type Approval struct {
+	// RequestID, when set, names the held permission request decided (Pending's): a
+	// decision meant for one request never decides another.
+	RequestID    string
 	Decision     string // ApprovalApprove or ApprovalReject
 	Reason       string // at most journal.MaxApprovalReasonBytes
 	Approver     string // the deciding caller's id
@@ -45,6 +48,24 @@ type Pending struct {
 	TextBytes int64     // the held text's length
 	RequestID string    // a delegated agent's held permission request ("" for the answer)
 	Title     string    // its title
+
+	// This wait's own way in: a decision sent for it reaches no other wait of the run (a
+	// delegated run waits once per held request). ended is closed when the wait is over.
+	// Both are nil for a wait resumed after a restart (resume.go: the run's only wait),
+	// which takes its decision from the run's gateState.decisions.
+	decisions chan gateDecision
+	ended     chan struct{}
+}
+
+// wait makes p the run's wait, with its own decision channel, and returns the function
+// that ends it.
+func (g *gateState) wait(p Pending) (end func()) {
+	p.decisions, p.ended = make(chan gateDecision), make(chan struct{})
+	g.pending.Store(&p)
+	return func() {
+		g.pending.Store(nil)
+		close(p.ended)
+	}
 }
 
 // ErrNotAwaiting is wrapped by Approve's error for a run that is not waiting at a gate.
@@ -86,8 +107,7 @@ func (r *Runner) hold(ctx context.Context, w *journal.Writer, p *prepared, gate 
 	// record (run_events wakes on it) also sees the run waiting; a decision sent meanwhile
 	// is taken once the record is durable.
 	now := time.Now()
-	p.gate.pending.Store(&Pending{Gate: gate, Since: now, Deadline: now.Add(wait), TextBytes: out.TextBytes})
-	defer p.gate.pending.Store(nil)
+	defer p.gate.wait(Pending{Gate: gate, Since: now, Deadline: now.Add(wait), TextBytes: out.TextBytes})()
 	record := durably(w)
 	if err := record(journal.ApprovalRequested{Gate: gate, TextSHA256: out.TextSHA256, TextBytes: out.TextBytes, TimeoutMS: ms(wait)}); err != nil {
 		return verdict{journalErr: err}
@@ -115,6 +135,10 @@ func (r *Runner) await(ctx context.Context, p *prepared, gate, requestID string,
 	if requestID != "" {
 		held = "the agent's permission request " + requestID + " held"
 	}
+	decisions := p.gate.decisions
+	if pend := p.gate.pending.Load(); pend != nil && pend.decisions != nil {
+		decisions = pend.decisions
+	}
 	timer := time.NewTimer(max(wait, 0))
 	defer timer.Stop()
 	select {
@@ -122,7 +146,7 @@ func (r *Runner) await(ctx context.Context, p *prepared, gate, requestID string,
 		return verdict{reason: reasonCancelled, err: cancelledError(ctx, "while it awaited approval")}
 	case <-timer.C:
 		return verdict{reason: reasonTimeout, err: errcode.Errorf(errcode.Timeout, "no one approved or rejected %s by gate %s within %s", held, gate, wait)}
-	case d := <-p.gate.decisions:
+	case d := <-decisions:
 		a := d.a
 		if err := record(journal.ApprovalDecided{RequestID: requestID, Decision: a.Decision, Approver: a.Approver, ApproverAuth: a.ApproverAuth, Reason: a.Reason, Via: a.Via}); err != nil {
 			d.done <- errcode.Wrap(errcode.AuditUnavailable, err)
@@ -169,12 +193,28 @@ func (run *Run) Approve(ctx context.Context, a Approval) error {
 	if a.Via == "" {
 		a.Via = "approve_run"
 	}
-	if run.Pending() == nil {
+	pend := run.Pending()
+	if pend == nil {
 		return errcode.Errorf(errcode.InvalidTransition, "%w: the run is not waiting at a human gate", ErrNotAwaiting)
+	}
+	if a.RequestID != "" && a.RequestID != pend.RequestID {
+		held := "its answer"
+		if pend.RequestID != "" {
+			held = "request " + pend.RequestID
+		}
+		return errcode.Errorf(errcode.InvalidTransition, "%w: request %s is not the one waiting (the run waits for %s)", ErrNotAwaiting, a.RequestID, held)
+	}
+	// The decision goes to the wait seen waiting, never to a later one: a delegated run
+	// that moved on to its next held request does not take a decision sent for the last.
+	decisions := run.p.gate.decisions
+	if pend.decisions != nil {
+		decisions = pend.decisions
 	}
 	d := gateDecision{a: a, done: make(chan error, 1)}
 	select {
-	case run.p.gate.decisions <- d:
+	case decisions <- d:
+	case <-pend.ended: // nil (never ready) for a resumed wait, the run's only one
+		return errcode.Errorf(errcode.InvalidTransition, "%w: the wait ended before the decision reached it", ErrNotAwaiting)
 	case <-run.done:
 		return errcode.Errorf(errcode.InvalidTransition, "%w: the run ended before the decision reached it", ErrNotAwaiting)
 	case <-ctx.Done():
@@ -199,9 +239,13 @@ func (r *Runner) holdPermission(ctx context.Context, p *prepared, h acp.Hold, re
 	p.gate.permMu.Lock()
 	defer p.gate.permMu.Unlock()
 	wait := r.cfg.ApprovalTimeout
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+		// The session's own deadline (the agent's with timeout) bounds the whole session,
+		// a held request included: the record says the wait it really has.
+		wait = time.Until(dl)
+	}
 	now := time.Now()
-	p.gate.pending.Store(&Pending{Gate: h.Gate, Since: now, Deadline: now.Add(wait), RequestID: h.RequestID, Title: h.Title})
-	defer p.gate.pending.Store(nil)
+	defer p.gate.wait(Pending{Gate: h.Gate, Since: now, Deadline: now.Add(wait), RequestID: h.RequestID, Title: h.Title})()
 	if err := record(journal.ApprovalRequested{Gate: h.Gate, RequestID: h.RequestID, TimeoutMS: ms(wait), Kind: h.Kind, Title: h.Title}); err != nil {
 		return acp.HoldResult{Err: fmt.Errorf("%w: %w", acp.ErrJournal, err)}
 	}

@@ -151,13 +151,14 @@ func (h *handlers) resolveRun(ctx context.Context, req *mcp.CallToolRequest, in 
 }
 
 type approveInput struct {
-	RunID    string `json:"run_id" jsonschema:"the run's id"`
-	Decision string `json:"decision" jsonschema:"approve or reject"`
-	Reason   string `json:"reason,omitempty" jsonschema:"why (at most 4 KiB)"`
+	RunID     string `json:"run_id" jsonschema:"the run's id"`
+	RequestID string `json:"request_id,omitempty" jsonschema:"for a delegated agent's held permission request: its request_id (from run_status's approval), so that the decision cannot reach another request"`
+	Decision  string `json:"decision" jsonschema:"approve or reject"`
+	Reason    string `json:"reason,omitempty" jsonschema:"why (at most 4 KiB)"`
 }
 
 func (h *handlers) approveRun(ctx context.Context, req *mcp.CallToolRequest, in approveInput) (string, *runs.Status, error) {
-	st, err := h.cfg.Runs.Approve(ctx, h.cfg.caller(req.Extra), in.RunID, in.Decision, in.Reason)
+	st, err := h.cfg.Runs.Approve(ctx, h.cfg.caller(req.Extra), in.RunID, in.RequestID, in.Decision, in.Reason)
 	if err != nil {
 		return "", nil, err
 	}

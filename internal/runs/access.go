@@ -152,8 +152,9 @@ const approveWait = 10 * time.Second
 // Approve decides a run held at a human gate: approve_run. The approver must be allowed
 // approve_run on the run (four eyes by default over HTTP); the run must be this server's
 // and waiting. It returns once the decision is durable in the journal and the ledger and
-// the run has ended (or approveWait has passed), with the run's status.
-func (m *Manager) Approve(ctx context.Context, by Caller, runID, decision, reason string) (*Status, error) {
+// the run has ended (or approveWait has passed) — for a delegated agent's held permission
+// request, once the decision is durable — with the run's status.
+func (m *Manager) Approve(ctx context.Context, by Caller, runID, requestID, decision, reason string) (*Status, error) {
 	switch {
 	case decision != invoke.ApprovalApprove && decision != invoke.ApprovalReject:
 		return nil, errcode.Errorf(errcode.InvalidRequest, "decision %q: want approve or reject", clip(decision))
@@ -175,18 +176,23 @@ func (m *Manager) Approve(ctx context.Context, by Caller, runID, decision, reaso
 		}
 		return nil, errcode.Errorf(errcode.InvalidTransition, "%w: run %s is %s, not awaiting approval", ErrTransition, runID, st.Status)
 	}
-	if err := lr.Approve(ctx, invoke.Approval{Decision: decision, Reason: reason, Approver: by.ID, ApproverAuth: by.Auth}); err != nil {
+	if err := lr.Approve(ctx, invoke.Approval{RequestID: requestID, Decision: decision, Reason: reason, Approver: by.ID, ApproverAuth: by.Auth}); err != nil {
 		if errors.Is(err, invoke.ErrNotAwaiting) {
 			return nil, errcode.Errorf(errcode.InvalidTransition, "%w: run %s is not awaiting approval (%v)", ErrTransition, runID, err)
 		}
 		return nil, err
 	}
-	t := time.NewTimer(approveWait)
-	defer t.Stop()
-	select {
-	case <-lr.Done():
-	case <-t.C:
-	case <-ctx.Done():
+	// A held answer is released or withheld now: wait for the run's end. A delegated
+	// agent's held permission request is answered now and the run goes on: there is no
+	// end to wait for.
+	if st.Approval == nil || st.Approval.RequestID == "" {
+		t := time.NewTimer(approveWait)
+		defer t.Stop()
+		select {
+		case <-lr.Done():
+		case <-t.C:
+		case <-ctx.Done():
+		}
 	}
 	if snap, err = m.lookup(runID); err != nil {
 		return nil, err

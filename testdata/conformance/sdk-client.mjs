@@ -21,8 +21,10 @@
 //
 // The project must hold the agents and policy of cmd/symbi's conformance project, and the
 // model must answer "hang" by holding the request, "leak" with text the policy forbids,
-// "hold:NAME" only once a request "release:NAME" has arrived (before or after it), and
-// anything else with "loopback answer: " and the prompt.
+// "hold:NAME" only once a request "release:NAME" has arrived (before or after it),
+// "review:NAME" with "CUSTOMER ACME: NAME", and anything else with "loopback answer: " and
+// the prompt. The project's policies must also hold, with a forbid annotated
+// @gate("human") @id("conformance-review"), every answer naming CUSTOMER ACME.
 //
 // With "delegated" (and "args" naming --executors FILE and --workspace-root ROOT, and the
 // env naming FAKE_ACP_SCRIPT) the delegated agent's checks run too:
@@ -331,6 +333,189 @@ async function expectRefused(status, fn) {
   throw new Error(`not refused: want HTTP ${status}`);
 }
 
+// The human gate (docs/runs.md, "Human approval gates"): the project's gated forbid
+// @id("conformance-review") holds every answer naming GATE_MARKER — the model's answer to
+// "review:NAME" is GATE_MARKER + ": " + NAME — for a person. approver is who may decide
+// this client's runs ({client, caller, auth}): this client over stdio (the one caller
+// approves its own runs), the other caller over HTTP with tokens (four eyes), nobody for
+// the anonymous HTTP caller. Every result, tool errors included, is validated by the SDK
+// against its tool's outputSchema. Every held run ends: approved, rejected or cancelled.
+const GATE = "conformance-review", GATE_MARKER = "CUSTOMER ACME";
+const gateText = (name) => `${GATE_MARKER}: ${name}`;
+// The events of a run waiting at the gate, and of one decided.
+const GATE_EVENTS = ["started", "inference_requested", "inference_finished", "policy_evaluated", "approval_requested"];
+const GATE_DECIDED = [...GATE_EVENTS, "approval_decided", "terminated"];
+
+async function gateChecks(client, approver) {
+  const self = approver?.client === client;
+  const waiting = new Set(); // held runs not yet decided: cancelled by the last check
+  const payloadOf = (ev) => JSON.parse(ev.line).payload.data;
+  // awaitHeld long-polls a run's events until it waits at the gate.
+  const awaitHeld = async (runId) => {
+    for (let cursor = 0, polls = 0; ; polls++) {
+      const page = await callOK(client, "run_events", { run_id: runId, after: cursor, wait_ms: 30000 });
+      if (page.status === "awaiting_approval") return page;
+      assert(!page.done && page.status === "running" && polls < 100, `run ${runId} is ${page.status}, done ${page.done}: it never awaited approval`);
+      cursor = page.next_cursor;
+    }
+  };
+  // decidedEvents reads a decided run's events (every one verified; the answer withheld
+  // unless released) and checks the decision's records.
+  const decidedEvents = async (runId, key, decision, reason, end) => {
+    const { events, last } = await readEvents(client, runId, 100, key);
+    const types = events.map((e) => e.type);
+    assert(JSON.stringify(types) === JSON.stringify(GATE_DECIDED) && last.done === true, `events ${types}, done ${last.done}`);
+    const d = payloadOf(events[5]), t = payloadOf(events[6]);
+    assert(d.decision === decision && d.approver === approver.caller && d.approver_auth === approver.auth && d.via === "approve_run" &&
+      d.reason === reason && !d.request_id, `approval_decided ${JSON.stringify(d)}`);
+    assert(t.reason === end && t.released === (end === "completed"), `terminated ${JSON.stringify(t)}`);
+    return events;
+  };
+
+  let first; // held by invoke_agent; approved (or, without an approver, cancelled)
+  await check("gate/invoke_agent approval_required", async () => {
+    const res = await call(client, "invoke_agent", { agent: "helper", prompt: "review:approve" });
+    const text = expectToolError(res, "approval_required");
+    const a = res.structuredContent.audit;
+    assert(a && UUID.test(a.run_id) && a.path.endsWith(`.${a.run_id}.jsonl`) && HEX64.test(a.public_key) &&
+      a.records === GATE_EVENTS.length && HEX64.test(a.head), `audit ${JSON.stringify(a)}`);
+    assert(text.includes(GATE) && text.includes(a.run_id), `the error does not name the gate and the run: ${text}`);
+    assert(!JSON.stringify(res).includes(GATE_MARKER), `the held answer was served: ${JSON.stringify(res)}`);
+    first = { run_id: a.run_id, key: publicKey(a.public_key) };
+    waiting.add(a.run_id);
+    return text;
+  });
+  await check("gate/run_status awaiting_approval", async () => {
+    assert(first, "invoke_agent held no run");
+    const st = await callOK(client, "run_status", { run_id: first.run_id });
+    const a = st.approval;
+    assert(st.status === "awaiting_approval" && st.released === false && st.text === undefined && st.ended_at === undefined &&
+      st.caller === CALLER && st.caller_auth === CALLER_AUTH && st.records === GATE_EVENTS.length, `run_status ${JSON.stringify(st)}`);
+    assert(a && a.gate === GATE && a.request_id === undefined && a.requested_at && Date.parse(a.deadline) > Date.parse(a.requested_at) &&
+      a.decision === undefined && a.approver === undefined, `approval ${JSON.stringify(a)}`);
+    // An approver sees what it decides; no one else is shown the held answer.
+    if (self) {
+      assert(a.text === gateText("approve"), `approval.text ${JSON.stringify(a.text)}: this caller may approve the run`);
+    } else {
+      assert(a.text === undefined && !JSON.stringify(st).includes(GATE_MARKER), `the held answer shown to a caller who may not approve it: ${JSON.stringify(st)}`);
+    }
+    const res = await readRun(client, first.run_id);
+    assert(JSON.stringify(res) === JSON.stringify(st), `the resource is not run_status: ${JSON.stringify(res)} vs ${JSON.stringify(st)}`);
+    const listed = await listAll(client, { status: "awaiting_approval" }, 100);
+    assert(listed.some((r) => r.run_id === first.run_id) && listed.every((r) => r.status === "awaiting_approval"),
+      `list_runs awaiting_approval: ${JSON.stringify(listed).slice(0, 400)}`);
+    return `approval.text ${a.text === undefined ? "absent" : "present"}; deadline ${a.deadline}`;
+  });
+  // run_events of the waiting run: the answer's line withheld (no one is shown the held
+  // text through run_events), its hash chaining the next line; the gate's records whole.
+  await check("gate/run_events withheld", async () => {
+    assert(first, "invoke_agent held no run");
+    const page = await callOK(client, "run_events", { run_id: first.run_id });
+    const types = page.events.map((e) => e.type);
+    assert(page.status === "awaiting_approval" && page.done === false && page.next_cursor === GATE_EVENTS.length &&
+      JSON.stringify(types) === JSON.stringify(GATE_EVENTS), `page ${JSON.stringify(page).slice(0, 400)}`);
+    let prev;
+    for (const ev of page.events) prev = checkEvent(ev, first.key, first.run_id, prev);
+    const f = page.events[2];
+    assert(f.line === undefined && HEX64.test(f.line_sha256) && f.withheld.includes("awaiting_approval") &&
+      page.events.filter((e) => e.line === undefined).length === 1, `inference_finished ${JSON.stringify(f)}`);
+    const pe = payloadOf(page.events[3]), ar = payloadOf(page.events[4]);
+    assert(pe.decision === "deny" && pe.gate === GATE && pe.policy_ids.join() === GATE, `policy_evaluated ${JSON.stringify(pe)}`);
+    assert(ar.gate === GATE && ar.text_sha256 === pe.text_sha256 && ar.text_bytes === Buffer.byteLength(gateText("approve")) &&
+      ar.timeout_ms > 0 && !ar.request_id, `approval_requested ${JSON.stringify(ar)}`);
+    assert(!JSON.stringify(page).includes(GATE_MARKER), "run_events served the held answer");
+    return f.withheld;
+  });
+  if (HTTP) {
+    // Four eyes: a caller may not approve a run it started.
+    await check("http/gate approve_run own run access_denied", async () => {
+      assert(first, "invoke_agent held no run");
+      const text = expectToolError(await call(client, "approve_run", { run_id: first.run_id, decision: "approve" }), "access_denied");
+      assert(text.includes(`"${CALLER}" may not approve_run`) && text.includes(first.run_id) && text.includes("may not approve a run it started"),
+        `the error does not name the caller, the run and the rule: ${text}`);
+      const st = await callOK(client, "run_status", { run_id: first.run_id });
+      assert(st.status === "awaiting_approval" && st.approval?.decision === undefined, `the run after the refusal: ${JSON.stringify(st)}`);
+      return text;
+    });
+  }
+  if (approver && !self) {
+    // The other caller may approve the run: it may read it while it waits, and sees the
+    // held answer in run_status — not in run_events.
+    await check("http/gate other caller run_status approval.text", async () => {
+      assert(first, "invoke_agent held no run");
+      const st = await callOK(approver.client, "run_status", { run_id: first.run_id });
+      assert(st.status === "awaiting_approval" && st.caller === CALLER && st.approval?.gate === GATE && st.approval.text === gateText("approve"),
+        `the approver's run_status ${JSON.stringify(st)}`);
+      const { runs } = await callOK(approver.client, "list_runs", { status: "awaiting_approval" });
+      assert(runs.some((r) => r.run_id === first.run_id), `the approver's list of waiting runs ${JSON.stringify(runs).slice(0, 400)}`);
+      const page = await callOK(approver.client, "run_events", { run_id: first.run_id });
+      assert(page.events.length === GATE_EVENTS.length && page.events[2].line === undefined && !JSON.stringify(page).includes(GATE_MARKER),
+        `the approver's run_events ${JSON.stringify(page).slice(0, 400)}`);
+    });
+  }
+  if (approver) {
+    await check("gate/approve_run approve", async () => {
+      assert(first, "invoke_agent held no run");
+      const st = await callOK(approver.client, "approve_run", { run_id: first.run_id, decision: "approve", reason: "no customer data" });
+      waiting.delete(first.run_id);
+      const a = st.approval;
+      assert(st.status === "completed" && st.released === true && st.text === gateText("approve") && st.caller === CALLER && st.ended_at,
+        `approve_run ${JSON.stringify(st)}`);
+      assert(a?.gate === GATE && a.decision === "approve" && a.approver === approver.caller && a.approver_auth === approver.auth &&
+        a.via === "approve_run" && a.reason === "no customer data" && a.decided_at && a.text === undefined, `approval ${JSON.stringify(a)}`);
+      // The requester reads the released answer, and every event whole now.
+      const mine = await callOK(client, "run_status", { run_id: first.run_id });
+      assert(mine.status === "completed" && mine.released === true && mine.text === gateText("approve") && mine.records === GATE_DECIDED.length,
+        `the requester's run_status ${JSON.stringify(mine)}`);
+      await decidedEvents(first.run_id, first.key, "approve", "no customer data", "completed");
+      // Decided: there is nothing left to decide.
+      expectToolError(await call(approver.client, "approve_run", { run_id: first.run_id, decision: "reject" }), "invalid_transition");
+      return st.text;
+    });
+    await check("gate/approve_run reject", async () => {
+      const run = await startRun(client, "review:reject");
+      waiting.add(run.run_id);
+      await awaitHeld(run.run_id);
+      const st = await callOK(approver.client, "approve_run", { run_id: run.run_id, decision: "reject", reason: "names a customer" });
+      waiting.delete(run.run_id);
+      assert(st.status === "policy_denied" && st.released === false && st.text === undefined && st.reason.includes(GATE) &&
+        st.reason.includes(`rejected by ${approver.caller}: names a customer`) && !JSON.stringify(st).includes(GATE_MARKER), `approve_run ${JSON.stringify(st)}`);
+      assert(st.approval?.decision === "reject" && st.approval.approver === approver.caller, `approval ${JSON.stringify(st.approval)}`);
+      // Never released: the answer's line stays withheld.
+      const events = await decidedEvents(run.run_id, publicKey(run.audit.public_key), "reject", "names a customer", "policy_denied");
+      assert(events[2].line === undefined && events.filter((e) => e.line === undefined).length === 1, `inference_finished ${JSON.stringify(events[2])}`);
+      const mine = await callOK(client, "run_status", { run_id: run.run_id });
+      assert(mine.status === "policy_denied" && mine.text === undefined && !JSON.stringify(mine).includes(GATE_MARKER), `the requester's run_status ${JSON.stringify(mine)}`);
+      return st.reason;
+    });
+  }
+  // cancel_run ends a waiting run cancelled — this one, and any the checks above left
+  // waiting (without an approver, invoke_agent's).
+  await check("gate/cancel_run held", async () => {
+    const run = await startRun(client, "review:cancel");
+    waiting.add(run.run_id);
+    await awaitHeld(run.run_id);
+    const keys = new Map([[run.run_id, publicKey(run.audit.public_key)]]);
+    if (first) keys.set(first.run_id, first.key);
+    const ended = [];
+    for (const id of waiting) {
+      const c = await callOK(client, "cancel_run", { run_id: id });
+      waiting.delete(id);
+      assert(c.already_finished === false && c.status === "cancelled" && c.released === false && c.text === undefined &&
+        c.approval?.gate === GATE && c.approval.decision === undefined && !JSON.stringify(c).includes(GATE_MARKER), `cancel_run ${JSON.stringify(c)}`);
+      const { events, last } = await readEvents(client, id, 100, keys.get(id));
+      const types = events.map((e) => e.type);
+      assert(JSON.stringify(types) === JSON.stringify([...GATE_EVENTS, "terminated"]) && last.status === "cancelled" &&
+        payloadOf(events[5]).reason === "cancelled" && events[2].line === undefined, `events ${types}, status ${last.status}`);
+      if (approver) {
+        expectToolError(await call(approver.client, "approve_run", { run_id: id, decision: "approve" }), "invalid_transition");
+      }
+      ended.push(id);
+    }
+    return `cancelled ${ended.join(", ")}`;
+  });
+}
+
 // httpChecks are the checks of Streamable HTTP itself: the session, and with bearer
 // tokens (cfg.token) what a client without one, with a wrong one, or with another
 // caller's (cfg.other) may do: nothing, and nothing with the runs of this client's caller
@@ -341,7 +526,12 @@ async function httpChecks(client, transport, held, hung) {
     assert(transport.protocolVersion === cfg.protocolVersion,
       `the transport sends MCP-Protocol-Version ${transport.protocolVersion}, negotiated ${cfg.protocolVersion}`);
   });
-  if (!cfg.token) return;
+  if (!cfg.token) {
+    // Without authentication this caller may not approve its own runs, and there is no
+    // one else.
+    await gateChecks(client, undefined);
+    return;
+  }
 
   // A client without a token: the server answers 401 and the SDK (without an OAuth
   // provider) fails to connect with the status; the 401 names the protected resource
@@ -477,6 +667,8 @@ async function httpChecks(client, transport, held, hung) {
     const ex = await call(client, "run_status", { run_id: runId });
     expectToolError(ex, "access_denied");
   });
+  // The human gate, four eyes: this caller's runs decided by the other caller.
+  await gateChecks(client, other && { client: other.client, caller: cfg.other.caller, auth: "token" });
   await other?.client.close();
 }
 
@@ -1011,6 +1203,7 @@ async function main() {
   }
 
   if (HTTP) await httpChecks(client, transport, held, hung);
+  else await gateChecks(client, { client, caller: CALLER, auth: CALLER_AUTH });
 
   // Progress: symbi sends one notification per stage, in order, each before the result.
   // The SDK (1.x) dispatches notifications a microtask later than responses, so a
