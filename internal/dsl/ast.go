@@ -6,42 +6,48 @@ import "github.com/alecthomas/participle/v2/lexer"
 // that follows it (EndPos). String, number, duration and vault tokens keep their exact
 // source text; Unquote decodes strings.
 //
-// The items are parsed by the participle grammar in the struct tags. Block, Expr,
-// Array, Record, Literal, Value, Type, MetaEntry and WithSetting implement
-// participle.Parseable: they and the nodes below them are parsed by hand (syntax.go)
-// following the productions given in their doc comments.
+// File is parsed by the participle grammar in its struct tag: a sequence of items up to
+// the end of the input. Item implements participle.Parseable: items and every node below
+// them are parsed by hand (items.go, syntax.go) following the productions given in
+// their doc comments.
 
 // File is a parsed source.
+//
+//	File = Item* .
 type File struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Items  []*Item `parser:"( (?! EOF) @@ )*"`
+	Items  []*Item `parser:"@@*"`
 
 	src  []byte
-	ends []int // end offsets of tokens, indexed like starts
-	offs []int // start offsets of tokens
+	toks []lexer.Token // every token of src, EOF included, in order
 }
 
 // Item is one top-level item; exactly one field is set.
+//
+//	Item = Metadata | Agent | Policy | TypeDef | Function | Schedule | Channel | Memory
+//	     | Webhook .
 type Item struct {
 	Pos      lexer.Position
 	EndPos   lexer.Position
-	Metadata *Metadata `parser:"@@"`
-	Agent    *Agent    `parser:"| @@"`
-	Policy   *Policy   `parser:"| @@"`
-	Type     *TypeDef  `parser:"| @@"`
-	Function *Function `parser:"| @@"`
-	Schedule *Schedule `parser:"| @@"`
-	Channel  *Channel  `parser:"| @@"`
-	Memory   *Memory   `parser:"| @@"`
-	Webhook  *Webhook  `parser:"| @@"`
+	Metadata *Metadata
+	Agent    *Agent
+	Policy   *Policy
+	Type     *TypeDef
+	Function *Function
+	Schedule *Schedule
+	Channel  *Channel
+	Memory   *Memory
+	Webhook  *Webhook
 }
 
 // Metadata is a metadata block.
+//
+//	Metadata = "metadata" "{" MetaEntry* "}" .
 type Metadata struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Entries []*MetaEntry `parser:"\"metadata\" \"{\" @@* \"}\""`
+	Entries []*MetaEntry
 }
 
 // MetaEntry is one key of a metadata block.
@@ -66,66 +72,80 @@ type Literal struct {
 }
 
 // Agent is an agent definition.
+//
+//	Agent = "agent" Ident ( "(" ( Param ","? )* ")" )? ( "->" Type )? "{" AgentItem* "}" .
 type Agent struct {
 	Pos       lexer.Position
 	EndPos    lexer.Position
-	Name      string       `parser:"\"agent\" @Ident"`
-	HasParams bool         `parser:"( @\"(\""`
-	Params    []*Param     `parser:"(@@ \",\"?)* \")\" )?"`
-	Returns   *Type        `parser:"( \"->\" @@ )?"`
-	Body      []*AgentItem `parser:"\"{\" ( (?! \"}\") @@ )* \"}\""`
+	Name      string
+	HasParams bool
+	Params    []*Param
+	Returns   *Type
+	Body      []*AgentItem
 }
 
 // AgentItem is one item of an agent body; exactly one field is set.
+//
+//	AgentItem = Capabilities | Policy | Function | WithBlock .
 type AgentItem struct {
 	Pos          lexer.Position
 	EndPos       lexer.Position
-	Capabilities *Capabilities `parser:"@@"`
-	Policy       *Policy       `parser:"| @@"`
-	Function     *Function     `parser:"| @@"`
-	With         *WithBlock    `parser:"| @@"`
+	Capabilities *Capabilities
+	Policy       *Policy
+	Function     *Function
+	With         *WithBlock
 }
 
 // Capabilities is a capabilities declaration.
+//
+//	Capabilities = "capabilities" ( "=" | ":" ) Array .
 type Capabilities struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	List   *Array `parser:"\"capabilities\" (\"=\" | \":\") @@"`
+	List   *Array
 }
 
 // Policy is a policy block.
+//
+//	Policy = "policy" Ident "{" Rule* "}" .
 type Policy struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Name   string  `parser:"\"policy\" @Ident"`
-	Rules  []*Rule `parser:"\"{\" @@* \"}\""`
+	Name   string
+	Rules  []*Rule
 }
 
 // Rule is one rule of a policy.
+//
+//	Rule = ( "allow" | "deny" | "require" | "audit" ) ":" Expr ( "if" Expr )? .
 type Rule struct {
 	Pos       lexer.Position
 	EndPos    lexer.Position
-	Kind      string `parser:"@(\"allow\" | \"deny\" | \"require\" | \"audit\") \":\""`
-	Selector  *Expr  `parser:"@@"`
-	Condition *Expr  `parser:"( \"if\" @@ )?"`
+	Kind      string
+	Selector  *Expr
+	Condition *Expr
 }
 
 // Function is a function definition.
+//
+//	Function = "function" Ident "(" ( Param ","? )* ")" ( "->" Type )? Block .
 type Function struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Name    string   `parser:"\"function\" @Ident \"(\""`
-	Params  []*Param `parser:"(@@ \",\"?)* \")\""`
-	Returns *Type    `parser:"( \"->\" @@ )?"`
-	Body    *Block   `parser:"@@"`
+	Name    string
+	Params  []*Param
+	Returns *Type
+	Body    *Block
 }
 
 // Param is a parameter.
+//
+//	Param = Ident ":" Type .
 type Param struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Name   string `parser:"@Ident \":\""`
-	Type   *Type  `parser:"@@"`
+	Name   string
+	Type   *Type
 }
 
 // Type is a type reference, possibly generic.
@@ -139,106 +159,136 @@ type Type struct {
 }
 
 // TypeDef is a type definition: a record of fields or an alias.
+//
+//	TypeDef = "type" Ident "=" ( "{" ( Param ","? )* "}" | Ident ) .
 type TypeDef struct {
 	Pos      lexer.Position
 	EndPos   lexer.Position
-	Name     string   `parser:"\"type\" @Ident \"=\""`
-	IsRecord bool     `parser:"( @\"{\""`
-	Fields   []*Param `parser:"(@@ \",\"?)* \"}\""`
-	Alias    string   `parser:"| @Ident )"`
+	Name     string
+	IsRecord bool
+	Fields   []*Param
+	Alias    string
 }
 
 // Schedule is a schedule block.
+//
+//	Schedule = "schedule" Ident "{" Pair* "}" .
 type Schedule struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Name    string  `parser:"\"schedule\" @Ident \"{\""`
-	Entries []*Pair `parser:"@@* \"}\""`
+	Name    string
+	Entries []*Pair
 }
 
 // Setting is a key = value (or key: value) pair of a channel; the value is a value or
 // an array.
+//
+//	Setting = Ident ( "=" | ":" ) ( Array | Value ) .
 type Setting struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Key    string `parser:"@Ident (\"=\" | \":\")"`
-	Array  *Array `parser:"( @@"`
-	Value  *Value `parser:"| @@ )"`
+	Key    string
+	Array  *Array
+	Value  *Value
 }
 
 // Channel is a channel block.
+//
+//	Channel = "channel" Ident "{" ChannelItem* "}" .
 type Channel struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Name    string         `parser:"\"channel\" @Ident \"{\""`
-	Entries []*ChannelItem `parser:"@@* \"}\""`
+	Name    string
+	Entries []*ChannelItem
 }
 
-// ChannelItem is one item of a channel block; exactly one field is set.
+// ChannelItem is one item of a channel block; at most one field is set (none for an
+// empty data_classification block). "policy" followed by a name opens a policy and
+// "data_classification" followed by "{" a classification block; any other name starts
+// a setting.
+//
+//	ChannelItem = Policy
+//	            | "data_classification" "{" ( Classification ","? )* "}"
+//	            | Setting ","? .
 type ChannelItem struct {
 	Pos                lexer.Position
 	EndPos             lexer.Position
-	Policy             *Policy           `parser:"(?= \"policy\" Ident) @@"`
-	DataClassification []*Classification `parser:"| (?= \"data_classification\" \"{\") \"data_classification\" \"{\" (@@ \",\"?)* \"}\""`
-	Setting            *Setting          `parser:"| @@ \",\"?"`
+	Policy             *Policy
+	DataClassification []*Classification
+	Setting            *Setting
 }
 
 // Classification is one entry of a data_classification block.
+//
+//	Classification = Ident ":" Ident .
 type Classification struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Key    string `parser:"@Ident \":\""`
-	Value  string `parser:"@Ident"`
+	Key    string
+	Value  string
 }
 
 // Memory is a memory block.
+//
+//	Memory = "memory" Ident "{" NestedItem* "}" .
 type Memory struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Name    string        `parser:"\"memory\" @Ident \"{\""`
-	Entries []*NestedItem `parser:"@@* \"}\""`
+	Name    string
+	Entries []*NestedItem
 }
 
 // Webhook is a webhook block.
+//
+//	Webhook = "webhook" Ident "{" NestedItem* "}" .
 type Webhook struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Name    string        `parser:"\"webhook\" @Ident \"{\""`
-	Entries []*NestedItem `parser:"@@* \"}\""`
+	Name    string
+	Entries []*NestedItem
 }
 
 // NestedItem is an item of a memory or webhook block: a key followed by a value, or a
-// named sub-block (search for memory, filter for webhook) of such pairs.
+// named sub-block (search for memory, filter for webhook) of such pairs. "search" or
+// "filter" followed by "{" opens the sub-block.
+//
+//	NestedItem = ( "search" | "filter" ) "{" BarePair* "}" | BarePair .
 type NestedItem struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Block  string      `parser:"( (?= (\"search\" | \"filter\") \"{\") @(\"search\" | \"filter\") \"{\""`
-	Pairs  []*BarePair `parser:"@@* \"}\""`
-	Pair   *BarePair   `parser:"| @@ )"`
+	Block  string
+	Pairs  []*BarePair
+	Pair   *BarePair
 }
 
 // Pair is a key = value (or key: value) pair of a schedule.
+//
+//	Pair = Ident ( "=" | ":" ) Value ","? .
 type Pair struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Key    string `parser:"@Ident (\"=\" | \":\")"`
-	Value  *Value `parser:"@@ \",\"?"`
+	Key    string
+	Value  *Value
 }
 
 // BarePair is a key followed by a value without a separator.
+//
+//	BarePair = Ident Value ","? .
 type BarePair struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Key    string `parser:"@Ident"`
-	Value  *Value `parser:"@@ \",\"?"`
+	Key    string
+	Value  *Value
 }
 
 // WithBlock is a with block: settings followed by a body.
+//
+//	WithBlock = "with" ( WithSetting ","? )* Block .
 type WithBlock struct {
 	Pos      lexer.Position
 	EndPos   lexer.Position
-	Settings []*WithSetting `parser:"\"with\" (@@ \",\"?)*"`
-	Body     *Block         `parser:"@@"`
+	Settings []*WithSetting
+	Body     *Block
 }
 
 // WithSetting is one setting of a with block.

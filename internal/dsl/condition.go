@@ -1,9 +1,6 @@
 package dsl
 
-import (
-	"sort"
-	"strings"
-)
+import "strings"
 
 // selector checks a rule selector: true, false, a string, or a non-empty array of strings.
 func (f *File) selector(e *Expr) *refusal {
@@ -46,7 +43,7 @@ func (f *File) condition(e *Expr) *refusal {
 
 // tokenCount returns the number of tokens of an expression.
 func (f *File) tokenCount(e *Expr) int {
-	return sort.SearchInts(f.offs, e.EndPos.Offset) - sort.SearchInts(f.offs, e.Pos.Offset)
+	return f.tokenIndex(e.EndPos.Offset) - f.tokenIndex(e.Pos.Offset)
 }
 
 func (f *File) condExpr(e *Expr, depth int) *refusal {

@@ -23,10 +23,11 @@
 //
 // The grammar is LL(1): every choice is made on the next token or on an explicit
 // lookahead guard, and the parser never backtracks over consumed tokens, so each error
-// is reported where the input stops matching. The items are a participle grammar (the
-// struct tags of the AST); blocks, statements, expressions, arrays, records, literals,
-// values, types, metadata entries and with settings are parsed by hand, as
-// participle.Parseable nodes, following the productions given in their doc comments.
+// is reported where the input stops matching. participle drives the parse: the lexer is
+// a participle lexer definition feeding its token stream, and the file is the
+// participle production in File's struct tag, a sequence of items up to the end of the
+// input. Items and everything in them are parsed by hand, Item being a
+// participle.Parseable node, following the productions given in the AST's doc comments.
 //
 // Limits: a source over MaxSourceBytes, a source that is not UTF-8, brackets nested
 // deeper than MaxBracketDepth, or right-nested "=>"/"<" chains deeper than MaxChainDepth

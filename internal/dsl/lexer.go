@@ -78,6 +78,10 @@ type scanner struct {
 	chains []int // saved chain counts of enclosing levels
 	chain  int   // chain count of the current level
 	total  int   // brackets + all chain counts
+	// The first levels of open, openAt and chains, allocated with the scanner.
+	openBuf   [8]byte
+	openAtBuf [8]lexer.Position
+	chainsBuf [8]int
 }
 
 // stringSpan is a string literal that runs over lines: where it opens and its last line.
@@ -99,7 +103,9 @@ func isVaultChar(c byte) bool {
 }
 
 func newScanner(file string, src []byte) *scanner {
-	return &scanner{src: src, text: string(src), file: file, line: 1, col: 1}
+	s := &scanner{src: src, text: string(src), file: file, line: 1, col: 1}
+	s.open, s.openAt, s.chains = s.openBuf[:0], s.openAtBuf[:0], s.chainsBuf[:0]
+	return s
 }
 
 // lex turns src into a token stream ending with an EOF token and returns it with the

@@ -109,13 +109,7 @@ func Parse(name string, src []byte) (*File, error) {
 	if sc.unclosed != nil { // the grammar cannot end inside a bracket; kept for safety
 		return nil, invalid(sc.unclosed)
 	}
-	n := sc.n
-	toks := peek.Range(0, lexer.RawCursor(n))
-	parsed.src, parsed.offs, parsed.ends = src, make([]int, n), make([]int, n)
-	for i, t := range toks {
-		parsed.offs[i] = t.Pos.Offset
-		parsed.ends[i] = t.Pos.Offset + len(t.Value)
-	}
+	parsed.src, parsed.toks = src, peek.Range(0, lexer.RawCursor(sc.n))
 	if errs := check(parsed); len(errs) > 0 {
 		return nil, errcode.Wrap(errcode.InvalidRequest, errs)
 	}
@@ -269,15 +263,22 @@ func (f *File) text(start, end lexer.Position) string {
 }
 
 func (f *File) bytes(start, end lexer.Position) []byte {
-	i := sort.SearchInts(f.offs, end.Offset)
-	if i == 0 || i > len(f.offs) {
+	i := f.tokenIndex(end.Offset)
+	if i == 0 || i > len(f.toks) {
 		return nil
 	}
-	stop := f.ends[i-1]
+	last := &f.toks[i-1]
+	stop := last.Pos.Offset + len(last.Value)
 	if stop < start.Offset {
 		return nil
 	}
 	return f.src[start.Offset:stop]
+}
+
+// tokenIndex returns the index of the first token starting at or after byte offset off
+// (len(f.toks) if there is none).
+func (f *File) tokenIndex(off int) int {
+	return sort.Search(len(f.toks), func(i int) bool { return f.toks[i].Pos.Offset >= off })
 }
 
 // Source returns the source the file was parsed from.

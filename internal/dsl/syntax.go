@@ -1,17 +1,22 @@
 package dsl
 
-import (
-	"github.com/alecthomas/participle/v2"
-	"github.com/alecthomas/participle/v2/lexer"
-)
+import "github.com/alecthomas/participle/v2/lexer"
 
-// Statements, expressions and values are parsed by hand: Block, Expr, Array, Record,
-// Literal, Value, Type, MetaEntry and WithSetting implement participle.Parseable, so the
-// participle grammar of the items delegates to them, and they build every node below
-// them directly from the token stream. They follow the productions documented on each
-// node type, decide every choice on the next token or on the same lookahead as the
-// grammar, and report errors in the grammar's words: "unexpected X, expected Y" at the
-// first token that does not fit.
+// Statements, expressions and values are parsed by hand, like the items (items.go):
+// the parsers build every node directly from the token stream. They follow the
+// productions documented on each node type, decide every choice on the next token or on
+// the same lookahead as the grammar, and report errors in the grammar's words:
+// "unexpected X, expected Y" at the first token that does not fit.
+
+// exact returns a copy of list in an allocation of its length, or nil if it is empty.
+// The parsers gather each list in a buffer on the stack and keep its exact copy, instead
+// of growing it on the heap one element at a time.
+func exact[T any](list []T) []T {
+	if len(list) == 0 {
+		return nil
+	}
+	return append(make([]T, 0, len(list)), list...)
+}
 
 // tokAt returns the token n places after the next one.
 func tokAt(lex *lexer.PeekingLexer, n int) *lexer.Token {
@@ -95,24 +100,19 @@ func fieldFollows(lex *lexer.PeekingLexer) bool {
 	return ok
 }
 
-// Parse implements participle.Parseable for a block.
-func (b *Block) Parse(lex *lexer.PeekingLexer) error {
-	if lex.Peek().Value != "{" {
-		return participle.NextMatch
-	}
-	return b.parse(lex)
-}
-
 // parse reads "{" Stmt* "}".
 func (b *Block) parse(lex *lexer.PeekingLexer) error {
 	b.Pos = lex.Next().Pos
+	var buf [8]*Stmt
+	stmts := buf[:0]
 	for t := lex.Peek(); t.Value != "}" && startsExpr(t); t = lex.Peek() {
 		s, err := parseStmt(lex)
 		if err != nil {
 			return err
 		}
-		b.Stmts = append(b.Stmts, s)
+		stmts = append(stmts, s)
 	}
+	b.Stmts = exact(stmts)
 	if err := want(lex, "}"); err != nil {
 		return err
 	}
@@ -337,39 +337,31 @@ func isValue(t *lexer.Token) bool {
 	return false
 }
 
-// Parse implements participle.Parseable for a value.
-func (v *Value) Parse(lex *lexer.PeekingLexer) error {
-	if !isValue(lex.Peek()) {
-		return participle.NextMatch
-	}
-	v.parse(lex)
-	return nil
-}
-
-// parse reads a value token; the caller has checked isValue.
+// parse reads a value token; the caller has checked isValue. The value's text is the
+// token's own (the file keeps its tokens).
 func (v *Value) parse(lex *lexer.PeekingLexer) {
 	t := lex.Next()
 	v.Pos = t.Pos
-	s := t.Value
+	s := &t.Value
 	switch t.Type {
 	case tokString:
-		v.String = &s
+		v.String = s
 	case tokDuration:
-		v.Duration = &s
+		v.Duration = s
 	case tokNumber:
-		v.Number = &s
+		v.Number = s
 	case tokVault:
-		v.Vault = &s
+		v.Vault = s
 	default:
-		v.Ident = &s
+		v.Ident = s
 	}
 	v.EndPos = lex.Peek().Pos
 }
 
-// Parse implements participle.Parseable for a literal: an array, a record or a value.
-func (l *Literal) Parse(lex *lexer.PeekingLexer) error {
+// parseLiteral reads an array, a record or a value.
+func parseLiteral(lex *lexer.PeekingLexer) (*Literal, error) {
 	t := lex.Peek()
-	l.Pos = t.Pos
+	l := &Literal{Pos: t.Pos}
 	var err error
 	switch {
 	case t.Value == "[":
@@ -382,69 +374,52 @@ func (l *Literal) Parse(lex *lexer.PeekingLexer) error {
 		l.Value = &Value{}
 		l.Value.parse(lex)
 	default:
-		return participle.NextMatch
+		return nil, unexpected(lex, "a value, array or record")
 	}
 	l.EndPos = lex.Peek().Pos
-	return err
+	return l, err
 }
 
-// Parse implements participle.Parseable for a metadata entry.
-func (m *MetaEntry) Parse(lex *lexer.PeekingLexer) error {
-	t := lex.Peek()
-	if t.Type != tokIdent {
-		return participle.NextMatch
-	}
-	lex.Next()
-	m.Pos, m.Key = t.Pos, t.Value
+// parseMetaEntry reads Ident ("=" | ":") Literal ","?; the caller has checked the
+// identifier.
+func parseMetaEntry(lex *lexer.PeekingLexer) (*MetaEntry, error) {
+	t := lex.Next()
+	m := &MetaEntry{Pos: t.Pos, Key: t.Value}
 	if v := lex.Peek().Value; v != "=" && v != ":" {
-		return unexpected(lex, `"="`)
+		return nil, unexpected(lex, `"="`)
 	}
 	lex.Next()
-	m.Value = &Literal{}
-	if err := m.Value.Parse(lex); err != nil {
-		if err == participle.NextMatch {
-			return unexpected(lex, "a value, array or record")
-		}
-		return err
+	var err error
+	if m.Value, err = parseLiteral(lex); err != nil {
+		return nil, err
 	}
 	skip(lex, ",")
 	m.EndPos = lex.Peek().Pos
-	return nil
+	return m, nil
 }
 
-// Parse implements participle.Parseable for a setting of a with block.
-func (w *WithSetting) Parse(lex *lexer.PeekingLexer) error {
-	t := lex.Peek()
-	if t.Type != tokIdent {
-		return participle.NextMatch
-	}
-	lex.Next()
-	w.Pos, w.Key = t.Pos, t.Value
+// parseWithSetting reads Ident "=" (Array | Value); the caller has checked the
+// identifier.
+func parseWithSetting(lex *lexer.PeekingLexer) (*WithSetting, error) {
+	t := lex.Next()
+	w := &WithSetting{Pos: t.Pos, Key: t.Value}
 	if err := want(lex, "="); err != nil {
-		return err
+		return nil, err
 	}
 	switch t := lex.Peek(); {
 	case t.Value == "[":
 		w.Array = &Array{}
 		if err := w.Array.parse(lex); err != nil {
-			return err
+			return nil, err
 		}
 	case isValue(t):
 		w.Value = &Value{}
 		w.Value.parse(lex)
 	default:
-		return unexpected(lex, "an array or a value")
+		return nil, unexpected(lex, "an array or a value")
 	}
 	w.EndPos = lex.Peek().Pos
-	return nil
-}
-
-// Parse implements participle.Parseable for a type reference.
-func (ty *Type) Parse(lex *lexer.PeekingLexer) error {
-	if lex.Peek().Type != tokIdent {
-		return participle.NextMatch
-	}
-	return ty.parse(lex)
+	return w, nil
 }
 
 // parse reads Ident ("<" Type ("," Type)* ">")?.
@@ -564,9 +539,6 @@ type exprStorage struct {
 	left operand
 }
 
-// Parse implements participle.Parseable for an expression.
-func (e *Expr) Parse(lex *lexer.PeekingLexer) error { return e.parse(lex, new(operand)) }
-
 // parse reads Unary ((BinOp | "in") Unary)*, the first operand into left.
 func (e *Expr) parse(lex *lexer.PeekingLexer, left *operand) error {
 	e.Pos = lex.Peek().Pos
@@ -574,15 +546,19 @@ func (e *Expr) parse(lex *lexer.PeekingLexer, left *operand) error {
 		return err
 	}
 	e.Left = &left.u
+	var opsBuf [8]string
+	var operandsBuf [8]*Unary
+	ops, operands := opsBuf[:0], operandsBuf[:0]
 	for t := lex.Peek(); t.Type == tokBinOp || t.Value == "in"; t = lex.Peek() {
 		lex.Next()
-		e.Ops = append(e.Ops, t.Value)
+		ops = append(ops, t.Value)
 		o := new(operand)
 		if err := o.parse(lex); err != nil {
 			return err
 		}
-		e.Operands = append(e.Operands, &o.u)
+		operands = append(operands, &o.u)
 	}
+	e.Ops, e.Operands = exact(ops), exact(operands)
 	e.EndPos = lex.Peek().Pos
 	return nil
 }
@@ -605,6 +581,8 @@ func (o *operand) parse(lex *lexer.PeekingLexer) error {
 	}
 	u.Primary = &o.p
 	var err error
+	var buf [8]*Suffix
+	suffix := buf[:0]
 	for {
 		t := lex.Peek()
 		var s *Suffix
@@ -634,15 +612,17 @@ func (o *operand) parse(lex *lexer.PeekingLexer) error {
 		if s == nil {
 			break
 		}
-		u.Suffix = append(u.Suffix, s)
+		suffix = append(suffix, s)
 	}
+	u.Suffix = exact(suffix)
 	u.EndPos = lex.Peek().Pos
 	return nil
 }
 
 // parseArgs reads (Arg ("," Arg)* ","?)? ")" after "(".
 func parseArgs(lex *lexer.PeekingLexer) ([]*Arg, error) {
-	var args []*Arg
+	var buf [8]*Arg
+	args := buf[:0]
 	if startsExpr(lex.Peek()) {
 		for {
 			a := &Arg{Pos: lex.Peek().Pos}
@@ -664,7 +644,7 @@ func parseArgs(lex *lexer.PeekingLexer) ([]*Arg, error) {
 		}
 		skip(lex, ",")
 	}
-	return args, want(lex, ")")
+	return exact(args), want(lex, ")")
 }
 
 // parsePrimary reads an operand: an if expression, a name (possibly a lambda parameter
@@ -687,14 +667,17 @@ func (o *operand) parsePrimary(lex *lexer.PeekingLexer) error {
 			p.Lambda, err = parseExpr(lex)
 		} else if fieldFollows(lex) {
 			lex.Next()
+			var buf [8]*Field
+			typed := buf[:0]
 			for isKey(lex.Peek()) {
 				f, ferr := parseField(lex)
 				if ferr != nil {
 					return ferr
 				}
-				p.Typed = append(p.Typed, f)
+				typed = append(typed, f)
 				skip(lex, ",")
 			}
+			p.Typed = exact(typed)
 			err = want(lex, "}")
 		}
 	case t.Type == tokString, t.Type == tokDuration, t.Type == tokNumber, t.Type == tokVault:
@@ -763,24 +746,18 @@ func parseIfExpr(lex *lexer.PeekingLexer) (*IfExpr, error) {
 	return x, nil
 }
 
-// Parse implements participle.Parseable for an array literal.
-func (a *Array) Parse(lex *lexer.PeekingLexer) error {
-	if lex.Peek().Value != "[" {
-		return participle.NextMatch
-	}
-	return a.parse(lex)
-}
-
 // parse reads "[" (Expr ("," Expr)* ","?)? "]".
 func (a *Array) parse(lex *lexer.PeekingLexer) error {
 	a.Pos = lex.Next().Pos
+	var buf [8]*Expr
+	elems := buf[:0]
 	if startsExpr(lex.Peek()) {
 		for {
 			e, err := parseExpr(lex)
 			if err != nil {
 				return err
 			}
-			a.Elems = append(a.Elems, e)
+			elems = append(elems, e)
 			if lex.Peek().Value != "," || tokAt(lex, 1).Value == "]" {
 				break
 			}
@@ -788,6 +765,7 @@ func (a *Array) parse(lex *lexer.PeekingLexer) error {
 		}
 		skip(lex, ",")
 	}
+	a.Elems = exact(elems)
 	if err := want(lex, "]"); err != nil {
 		return err
 	}
@@ -795,25 +773,20 @@ func (a *Array) parse(lex *lexer.PeekingLexer) error {
 	return nil
 }
 
-// Parse implements participle.Parseable for a record literal.
-func (r *Record) Parse(lex *lexer.PeekingLexer) error {
-	if lex.Peek().Value != "{" {
-		return participle.NextMatch
-	}
-	return r.parse(lex)
-}
-
 // parse reads "{" (Field ","?)* "}".
 func (r *Record) parse(lex *lexer.PeekingLexer) error {
 	r.Pos = lex.Next().Pos
+	var buf [8]*Field
+	fields := buf[:0]
 	for isKey(lex.Peek()) {
 		f, err := parseField(lex)
 		if err != nil {
 			return err
 		}
-		r.Fields = append(r.Fields, f)
+		fields = append(fields, f)
 		skip(lex, ",")
 	}
+	r.Fields = exact(fields)
 	if err := want(lex, "}"); err != nil {
 		return err
 	}

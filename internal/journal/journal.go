@@ -55,6 +55,10 @@
 // The outcome is complete (exit code 0), incomplete (2: every complete line valid but no
 // terminated record or a torn tail) or invalid (1). A receipt (records, head) given to
 // Verify must match the journal exactly.
+//
+// The signatures of a journal (and of the files VerifyDir verifies together) are checked
+// first, in batches (batch.go), each verdict exactly crypto/ed25519.Verify's; then the
+// lines are read in order, each only if its signature verified.
 package journal
 
 import (

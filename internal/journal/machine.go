@@ -62,8 +62,9 @@ type Step struct {
 //   - records of other types (a later version's) may stand anywhere after started and
 //     before terminated; the machine does not read them.
 //
-// A Machine is a small value: copy it to try a step without committing to it (its maps
-// are written only by a step that succeeds, after every check).
+// A Machine is a small value: copy it to try a step without committing to it (its
+// permissions are a log each copy sees only its own part of, written only by a step that
+// succeeds, after every check).
 type Machine struct {
 	started, requested, finished, decided, ended bool
 	session                                      bool   // session_started seen
@@ -74,7 +75,7 @@ type Machine struct {
 	outcome    string
 	textSHA256 string
 	decision   string
-	grants     map[string]string // permission_decided request_id → decision ("used" once an fs record used an allow)
+	grants     grantLog // permission_decided request_id → decision ("used" once an fs record used an allow)
 }
 
 // Next checks that s can follow the records fed so far and, if so, records it. A refusal
@@ -171,7 +172,7 @@ func (m *Machine) step(s Step) error {
 		}
 		switch s.Type {
 		case TypePermissionDecided:
-			switch held := m.grants[s.RequestID]; {
+			switch held := m.grants.get(s.RequestID); {
 			case s.RequestID == "":
 				return errors.New("permission_decided without a request_id")
 			case held == "held" && s.Decision != "deny":
@@ -185,7 +186,7 @@ func (m *Machine) step(s Step) error {
 			}
 			m.grant(s.RequestID, s.Decision)
 		case TypeFSRead, TypeFSWrite:
-			switch m.grants[s.RequestID] {
+			switch m.grants.get(s.RequestID) {
 			case "allow":
 			case "used":
 				return fmt.Errorf("%s for request %q, whose permission was already used", s.Type, s.RequestID)
@@ -247,14 +248,58 @@ func (m *Machine) step(s Step) error {
 }
 
 // grant records a permission's state; it is the last thing a successful step does, so a
-// Machine copied before a failed step is unchanged (the map is copied on write).
-func (m *Machine) grant(id, state string) {
-	g := make(map[string]string, len(m.grants)+1)
-	for k, v := range m.grants {
-		g[k] = v
+// Machine copied before a failed step is unchanged.
+func (m *Machine) grant(id, state string) { m.grants.set(id, state) }
+
+// grantLog is the permissions' states, a log shared by a Machine and its copies: each
+// sees the first n entries, so what one copy records, the machine it was copied from
+// does not see. Recording costs O(1), not a copy of every state: a long delegated run
+// decides thousands of permissions. Recording where another copy recorded first forks
+// the log.
+type grantLog struct {
+	t *grantTable
+	n int
+}
+
+// grantTable is the shared log: entries are appended, never changed.
+type grantTable struct {
+	ids, states []string
+	at          map[string][]int // request_id → its entries, in order
+}
+
+// get returns id's latest state ("" when none).
+func (g grantLog) get(id string) string {
+	if g.t == nil {
+		return ""
 	}
-	g[id] = state
-	m.grants = g
+	pos := g.t.at[id]
+	for i := len(pos) - 1; i >= 0; i-- {
+		if pos[i] < g.n {
+			return g.t.states[pos[i]]
+		}
+	}
+	return ""
+}
+
+// set records id's new state.
+func (g *grantLog) set(id, state string) {
+	if g.t == nil || len(g.t.states) != g.n {
+		g.t = g.fork()
+	}
+	g.t.at[id] = append(g.t.at[id], len(g.t.states))
+	g.t.ids, g.t.states = append(g.t.ids, id), append(g.t.states, state)
+	g.n++
+}
+
+// fork copies the entries g sees into a table of its own.
+func (g grantLog) fork() *grantTable {
+	t := &grantTable{at: map[string][]int{}}
+	for i := range g.n {
+		id := g.t.ids[i]
+		t.at[id] = append(t.at[id], i)
+		t.ids, t.states = append(t.ids, id), append(t.states, g.t.states[i])
+	}
+	return t
 }
 
 // stepOf is the step of a record the writer is given.
@@ -294,7 +339,7 @@ func (m *Machine) holdPermission(s Step) error {
 		return errors.New("approval_requested for a permission after session_finished")
 	case s.Gate == "":
 		return errors.New("approval_requested names no gate")
-	case m.grants[s.RequestID] != "":
+	case m.grants.get(s.RequestID) != "":
 		return fmt.Errorf("approval_requested for request %q, which is already held or decided", s.RequestID)
 	}
 	m.grant(s.RequestID, "held")
@@ -306,7 +351,7 @@ func (m *Machine) decidePermission(s Step) error {
 	switch {
 	case m.finished:
 		return errors.New("approval_decided for a permission after session_finished")
-	case m.grants[s.RequestID] != "held":
+	case m.grants.get(s.RequestID) != "held":
 		return fmt.Errorf("approval_decided for request %q, which is not held at a gate", s.RequestID)
 	case s.Decision != "approve" && s.Decision != "reject":
 		return fmt.Errorf("approval_decided with decision %q (want approve or reject)", s.Decision)

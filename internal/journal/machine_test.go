@@ -2,6 +2,7 @@ package journal
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -167,5 +168,56 @@ func TestWriterRefusesImpossibleRuns(t *testing.T) {
 	}
 	if rep := Verify(w.Path(), s.PublicKey(), VerifyOptions{}); rep.ExitCode() != 0 {
 		t.Fatalf("report %s", reportJSON(rep))
+	}
+}
+
+// TestMachineCopies: a copy of a Machine is a value — permissions it records are not the
+// original's, two copies of one machine record apart, and a refused step changes nothing —
+// and a long run's thousands of permissions each cost one record, not a copy of all.
+func TestMachineCopies(t *testing.T) {
+	var m Machine
+	for _, s := range []Step{{Type: TypeStarted}, {Type: TypeSessionStarted}, {Type: TypePermissionDecided, RequestID: "p0", Decision: "allow"}} {
+		if err := m.Next(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := m, m
+	if err := a.Next(Step{Type: TypeFSRead, RequestID: "p0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Next(Step{Type: TypePermissionDecided, RequestID: "p1", Decision: "allow"}); err != nil {
+		t.Fatal(err)
+	}
+	// b, copied before a's steps, still holds p0's allow and knows nothing of p1.
+	if err := b.Next(Step{Type: TypePermissionDecided, RequestID: "p1", Decision: "deny"}); err != nil {
+		t.Fatalf("b sees a's permission: %v", err)
+	}
+	if err := b.Next(Step{Type: TypeFSRead, RequestID: "p0"}); err != nil {
+		t.Fatalf("b sees a's use of p0: %v", err)
+	}
+	// a is untouched by b: p0 used, p1 allowed.
+	if err := a.Next(Step{Type: TypeFSRead, RequestID: "p0"}); err == nil || !strings.Contains(err.Error(), "already used") {
+		t.Errorf("a reads p0 twice: %v", err)
+	}
+	if err := a.Next(Step{Type: TypeFSWrite, RequestID: "p1"}); err != nil {
+		t.Errorf("a's p1: %v", err)
+	}
+	// The original saw none of it.
+	if got := m.grants.get("p0"); got != "allow" || m.grants.get("p1") != "" {
+		t.Errorf("the original: p0 %q, p1 %q", got, m.grants.get("p1"))
+	}
+	// A refused step leaves the machine as it was.
+	before := m
+	if err := m.Next(Step{Type: TypeFSRead, RequestID: "p9"}); err == nil || !reflect.DeepEqual(m, before) {
+		t.Errorf("a refused step: %v, machine changed %v", err, !reflect.DeepEqual(m, before))
+	}
+	// Many permissions in a row record in place.
+	for i := range 5000 {
+		if err := m.Next(Step{Type: TypePermissionDecided, RequestID: fmt.Sprintf("q%d", i), Decision: "allow"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(m.grants.t.states); n != m.grants.n || n != 5001 {
+		t.Errorf("the log holds %d entries, the machine sees %d; want 5001, recorded in place", n, m.grants.n)
 	}
 }

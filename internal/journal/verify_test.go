@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -25,8 +26,9 @@ func readVector(t testing.TB, name string) []byte {
 }
 
 // TestMangleEveryByte changes every byte of complete vectors; no change may leave the
-// journal valid and complete. Under -race or -short only one change per byte of one vector
-// is tried (the signature checks are slow there); otherwise three per byte of both.
+// journal valid and complete, and each verifies to the same report one signature at a
+// time and batched. Under -race or -short only one change per byte of one vector is tried
+// (the signature checks are slow there); otherwise three per byte of both.
 func TestMangleEveryByte(t *testing.T) {
 	pub := vectorKey()
 	masks := []byte{0x01, 0x20, 0x80}
@@ -48,7 +50,7 @@ func TestMangleEveryByte(t *testing.T) {
 				for i := w; i < len(buf); i += workers {
 					for _, m := range masks {
 						buf[i] ^= m
-						if r := verifyBytes(buf, pub, VerifyOptions{}); r.ExitCode() == 0 {
+						if r := verifyBoth(t, fmt.Sprintf("%s byte %d ^ %#x", name, i, m), buf, pub, VerifyOptions{}); r.ExitCode() == 0 {
 							t.Errorf("%s: byte %d ^ %#x still valid and complete", name, i, m)
 						}
 						buf[i] ^= m

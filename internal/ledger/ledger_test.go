@@ -310,8 +310,8 @@ func TestProofs(t *testing.T) {
 	}
 }
 
-// FuzzVerify: arbitrary ledger bytes never panic the verifier, and only the genuine
-// sample verifies whole.
+// FuzzVerify: arbitrary ledger bytes never panic the verifier, verify to the same report
+// together and line by line, and only the genuine sample verifies whole.
 func FuzzVerify(f *testing.F) {
 	key := testKey()
 	pub := key.Public().(ed25519.PublicKey)
@@ -327,7 +327,7 @@ func FuzzVerify(f *testing.F) {
 	f.Add(genuine[:len(genuine)/2])
 	f.Add([]byte("{}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		rep := Verify(data, pub)
+		rep := verifyBoth(t, "fuzzed", data, pub)
 		if len(rep.Problems) == 0 && rep.TailBytes == 0 && len(rep.Entries) == 3 && !bytes.Equal(data, genuine) {
 			t.Fatalf("forged ledger verified: %q", data)
 		}

@@ -69,7 +69,12 @@ func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *Pro
 	if err != nil {
 		problem("%v", err)
 	}
-	rep := Verify(data, pub)
+	// The ledger is verified beside the journals, so that no core waits for it.
+	verified := make(chan *Report, 1)
+	go func() { verified <- Verify(data, pub) }()
+	gov := filepath.Join(dir, ".symbiont", "governed")
+	reports, dirErr := journal.VerifyDir(gov, pub)
+	rep := <-verified
 	for _, p := range rep.Problems {
 		problem("ledger line %d: %s", p.Line, p.Message)
 	}
@@ -78,10 +83,8 @@ func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *Pro
 	}
 	r.LedgerSize = len(rep.Entries)
 
-	gov := filepath.Join(dir, ".symbiont", "governed")
-	reports, err := journal.VerifyDir(gov, pub)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		problem("journals: %v", err)
+	if dirErr != nil && !errors.Is(dirErr, os.ErrNotExist) {
+		problem("journals: %v", dirErr)
 	}
 	r.Journals = len(reports)
 	onDisk := map[string]*journal.Report{}

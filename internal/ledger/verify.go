@@ -57,24 +57,36 @@ func (l Line) RunID() string {
 // Verify checks ledger bytes with the project's public key: each line's signature over
 // the exact payload before anything of it is read, then the payload's strict form, seq,
 // the chain of prev hashes and the time. Entries holds the lines up to the first problem.
+// The signatures are checked together (journal.OpenAll); the outcome is the Reader's,
+// line by line.
 func Verify(data []byte, pub ed25519.PublicKey) *Report {
 	r := &Report{Problems: []Problem{}}
-	rd := NewReader(pub)
-	for n := 1; len(data) > 0; n++ {
-		i := bytes.IndexByte(data, '\n')
+	var lines [][]byte
+	rest := data
+	for {
+		i := bytes.IndexByte(rest, '\n')
 		if i < 0 {
-			r.TailBytes = len(data)
 			break
 		}
-		raw := data[:i+1]
-		data = data[i+1:]
-		l, err := rd.Next(raw)
+		lines = append(lines, rest[:i+1])
+		rest = rest[i+1:]
+	}
+	payloads, errs := journal.OpenAll(lines, pub, Context)
+	seq, prev := int64(0), ZeroHash
+	for n, raw := range lines {
+		err := errs[n]
+		var l *Line
+		if err == nil {
+			l, err = checkPayload(raw, payloads[n], seq, prev)
+		}
 		if err != nil {
-			r.Problems = append(r.Problems, Problem{Line: n, Message: err.Error()})
+			r.Problems = append(r.Problems, Problem{Line: n + 1, Message: err.Error()})
 			return r // a broken chain: what follows cannot be placed
 		}
 		r.Entries = append(r.Entries, *l)
+		seq, prev = seq+1, l.Hash
 	}
+	r.TailBytes = len(rest)
 	return r
 }
 
@@ -102,11 +114,19 @@ func (r *Reader) Next(raw []byte) (*Line, error) {
 	return l, nil
 }
 
+// checkLine checks raw, one whole line, as the line seq whose previous line's hash is
+// prev: its signature, then its payload.
 func checkLine(raw []byte, pub ed25519.PublicKey, msg *[]byte, seq int64, prev string) (*Line, error) {
 	p, err := journal.Open(raw, pub, Context, msg)
 	if err != nil {
 		return nil, err
 	}
+	return checkPayload(raw, p, seq, prev)
+}
+
+// checkPayload reads p, the authentic payload of the line raw, as the line seq after the
+// line whose hash is prev.
+func checkPayload(raw, p []byte, seq int64, prev string) (*Line, error) {
 	m, err := journal.PayloadMembers(p, members)
 	if err != nil {
 		return nil, err

@@ -3,8 +3,7 @@ package project
 import (
 	"errors"
 	"fmt"
-	"io"
-	"os"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -272,8 +271,7 @@ func ReadAt(dirfd int, name, rel string, limit int64) ([]byte, error) {
 // which wrap the rule that refused (ErrSymlink, ErrNotRegular, ErrHardLink, ErrTooLarge
 // or ErrUnreadable) with its errcode. It does not check UTF-8.
 func ReadOpened(fd int, rel string, limit int64) ([]byte, error) {
-	f := os.NewFile(uintptr(fd), rel)
-	defer f.Close()
+	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, refuse(rel, ErrUnreadable, err)
@@ -288,15 +286,33 @@ func ReadOpened(fd int, rel string, limit int64) ([]byte, error) {
 	case st.Size > limit:
 		return nil, refuse(rel, ErrTooLarge, fmt.Errorf("%d bytes, limit %d", st.Size, limit))
 	}
-	// The size may change after fstat; read one byte past the limit to notice.
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, refuse(rel, ErrUnreadable, err)
+	// The size may change after fstat: read to the end of the file, but at most one byte
+	// past the limit, to notice. The descriptor is read directly into a buffer one byte
+	// longer than fstat's size: a read that returns exactly that size, leaving the byte
+	// free, found the end where fstat did (a file grown since fills the buffer), so a
+	// file of unchanged size costs one read.
+	data := make([]byte, 0, min(st.Size, limit)+1)
+	for {
+		if len(data) == cap(data) {
+			if int64(len(data)) > limit {
+				return nil, refuse(rel, ErrTooLarge, fmt.Errorf("more than %d bytes", limit))
+			}
+			data = slices.Grow(data, int(min(int64(len(data)), limit+1-int64(len(data)))))
+		}
+		n, err := unix.Read(fd, data[len(data):cap(data)])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return nil, refuse(rel, ErrUnreadable, err)
+		case n == 0:
+			return data, nil
+		}
+		data = data[:len(data)+n]
+		if int64(len(data)) == st.Size && len(data) < cap(data) {
+			return data, nil
+		}
 	}
-	if int64(len(data)) > limit {
-		return nil, refuse(rel, ErrTooLarge, fmt.Errorf("more than %d bytes", limit))
-	}
-	return data, nil
 }
 
 func fileType(mode uint32) string {

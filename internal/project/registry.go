@@ -80,6 +80,10 @@ type Registry struct {
 // confined reader (at most AgentFileLimit bytes) in name order, and stops retaining
 // once the total would pass RegistryRetainLimit. Unreadable files are skipped with a
 // warning on log. A missing agents/ gives an empty registry.
+//
+// Reading, parsing and admission dominate start-up, so the files are read, parsed and
+// admitted on all cores (see loadFiles); the snapshot and the warnings are then decided
+// in name order, exactly as a one-by-one reading would.
 func (p *Project) LoadRegistry(log *slog.Logger, opts ...dsl.Options) (*Registry, error) {
 	var o dsl.Options
 	if len(opts) > 0 {
@@ -89,50 +93,33 @@ func (p *Project) LoadRegistry(log *slog.Logger, opts ...dsl.Options) (*Registry
 	if err != nil {
 		return nil, err
 	}
-	type file struct {
-		rel, name string
-		src       []byte
-	}
-	var files []file
+	loaded := p.loadFiles(names, o)
+	r := &Registry{}
 	var refused []*Agent
 	var retained int64
-	for i, name := range names {
-		rel := agentsDir + "/" + name
-		if !printableName(name) {
+	for i, f := range loaded {
+		rel := agentsDir + "/" + names[i]
+		switch {
+		case f.unprintable:
 			// Never read, never invocable, and named only in escaped form, so that no
 			// listing, AGENTS.md or terminal receives the raw bytes.
-			refused = append(refused, unprintableAgent(name))
+			refused = append(refused, unprintableAgent(names[i]))
 			log.Warn("registry: refusing agent file", "file", refused[len(refused)-1].Entry.File, "reason", refused[len(refused)-1].Entry.Reason)
 			continue
-		}
-		src, err := p.Read(rel, AgentFileLimit)
-		if err != nil {
-			log.Warn("registry: skipping agent file", "file", rel, "err", errcode.Text(err))
+		case f.err != nil:
+			log.Warn("registry: skipping agent file", "file", rel, "err", errcode.Text(f.err))
 			continue
 		}
-		if retained+int64(len(src)) > RegistryRetainLimit {
+		// loadFiles reads a prefix of names that runs past the retention limit, so this
+		// stops at or before the first file it did not read.
+		if f.agent == nil || retained+int64(len(f.agent.Source)) > RegistryRetainLimit {
 			log.Warn("registry: retention limit reached; remaining agent files not loaded",
 				"limit_bytes", RegistryRetainLimit, "skipped", len(names)-i, "first_skipped", rel)
 			break
 		}
-		retained += int64(len(src))
-		files = append(files, file{rel, name, src})
+		retained += int64(len(f.agent.Source))
+		r.agents = append(r.agents, f.agent)
 	}
-	// Parsing and admission dominate start-up; spread them over the cores.
-	r := &Registry{agents: make([]*Agent, len(files))}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(files)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < len(files); i = int(next.Add(1) - 1) {
-				f := files[i]
-				r.agents[i] = newAgent(f.rel, f.name, f.src, o)
-			}
-		}()
-	}
-	wg.Wait()
 	r.agents = append(r.agents, refused...)
 	r.markAmbiguous()
 	sort.SliceStable(r.agents, func(i, j int) bool {
@@ -140,6 +127,53 @@ func (p *Project) LoadRegistry(log *slog.Logger, opts ...dsl.Options) (*Registry
 		return a.Name < b.Name || a.Name == b.Name && a.File < b.File
 	})
 	return r, nil
+}
+
+// loadedFile is what loadFiles found for one name: a parsed and admitted agent, a read
+// error, or a name that is not printable (never read).
+type loadedFile struct {
+	agent       *Agent
+	err         error
+	unprintable bool
+}
+
+// loadFiles reads, parses and admits the files of names on all cores, each worker
+// taking the next name in order, and returns what it found for each, indexed like
+// names. Workers stop taking names once the bytes read pass RegistryRetainLimit: the
+// names taken form a prefix of names in which a reading in name order reaches the
+// limit, and the files past that prefix, which no snapshot retains, are never read.
+// So memory stays bounded by the limit plus one file per worker.
+func (p *Project) loadFiles(names []string, o dsl.Options) []loadedFile {
+	out := make([]loadedFile, len(names))
+	var next, read atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(names)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for read.Load() <= RegistryRetainLimit {
+				i := int(next.Add(1) - 1)
+				if i >= len(names) {
+					return
+				}
+				name, f := names[i], &out[i]
+				if !printableName(name) {
+					f.unprintable = true
+					continue
+				}
+				rel := agentsDir + "/" + name
+				src, err := p.Read(rel, AgentFileLimit)
+				if err != nil {
+					f.err = err
+					continue
+				}
+				read.Add(int64(len(src)))
+				f.agent = newAgent(rel, name, src, o)
+			}
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // agentFileNames lists at most RegistryMaxEntries entries of agents/ and returns the

@@ -270,3 +270,66 @@ func TestRegistryUnprintableNames(t *testing.T) {
 		t.Errorf("AGENTS.md written from the registry cannot be read back: %v", err)
 	}
 }
+
+// TestRegistryLoadIsDeterministic: files are read, parsed and admitted on all cores, but
+// the snapshot and its warnings are those of a reading in name order, every time: here
+// skipped, refused and retained files interleave up to the retention limit, which falls
+// in the middle of the names.
+func TestRegistryLoadIsDeterministic(t *testing.T) {
+	root := t.TempDir()
+	big := func(name string) []byte { // a valid agent file of 1 MiB
+		head := fmt.Sprintf("agent %s {}\n//", name)
+		return append(append([]byte(head), bytes.Repeat([]byte("x"), AgentFileLimit-len(head)-1)...), '\n')
+	}
+	for i := range 100 {
+		name := fmt.Sprintf("f%02d", i)
+		switch i % 5 {
+		case 0:
+			writeFile(t, root, "agents/"+name+".symbi", big(name))
+		case 1:
+			writeFile(t, root, "agents/"+name+".symbi", []byte("agent "+name+" { capabilities = [\"x\"] }"))
+		case 2:
+			writeFile(t, root, "agents/"+name+".symbi", []byte("agent "+name+" {\n")) // a syntax error
+		case 3:
+			writeFile(t, root, "agents/"+name+".symbi", []byte("agent "+name+" {} // caf\xe9")) // not UTF-8: skipped
+		case 4:
+			writeFile(t, root, "agents/"+name+"\x01.symbi", []byte("agent "+name+" {}")) // unprintable: refused
+		}
+	}
+	load := func() (string, string) {
+		var logs bytes.Buffer
+		h := slog.NewTextHandler(&logs, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}})
+		r, err := openProject(t, root, false).LoadRegistry(slog.New(h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var entries strings.Builder
+		for _, e := range r.Entries() {
+			fmt.Fprintf(&entries, "%s %s %v %q\n", e.Name, e.File, e.Invocable, e.Reasons)
+		}
+		return entries.String(), logs.String()
+	}
+	entries, logs := load()
+	// Fifteen 1 MiB files (f00, f05 … f70) and the small ones fill all but less than
+	// 1 MiB of the limit: f75 would pass it. Every name before it is accounted for, in
+	// order, and none after it.
+	if !strings.Contains(logs, `skipped=25 first_skipped=agents/f75.symbi`) || strings.Contains(entries, "f75") || !strings.Contains(entries, "f74") {
+		t.Fatalf("retention did not stop at f75:\n%s\n%s", entries, logs)
+	}
+	if n := strings.Count(logs, "skipping agent file"); n != 15 {
+		t.Errorf("%d skipped files logged, want 15 (f03, f08 … f73):\n%s", n, logs)
+	}
+	if n := strings.Count(logs, "refusing agent file"); n != 15 {
+		t.Errorf("%d refused files logged, want 15 (f04, f09 … f74):\n%s", n, logs)
+	}
+	for range 10 {
+		if e, l := load(); e != entries || l != logs {
+			t.Fatalf("a load differs from the first:\n%s\n%s\nfirst:\n%s\n%s", e, l, entries, logs)
+		}
+	}
+}

@@ -1,0 +1,457 @@
+package baseline
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"unicode/utf8"
+
+	"github.com/alecthomas/participle/v2/lexer"
+)
+
+// Token types produced by the lexer.
+const (
+	tokIdent lexer.TokenType = iota + 1
+	tokString
+	tokNumber
+	tokDuration
+	tokVault
+	tokPunct
+	tokBinOp // binary operators: || && == != <= >= < > + - * / %
+)
+
+// Nesting limits enforced while lexing, so that the recursive parser never recurses
+// deeper than a bounded number of levels whatever the input.
+const (
+	// MaxBracketDepth is the deepest nesting of (, [ and { brackets.
+	MaxBracketDepth = 256
+	// MaxChainDepth bounds brackets plus the right-nested constructs "=>" and "<"
+	// counted since the last "," or ";" of each bracket level.
+	MaxChainDepth = 1024
+)
+
+// definition is the participle lexer definition of the language.
+type definition struct{}
+
+var symbols = map[string]lexer.TokenType{
+	"EOF":      lexer.EOF,
+	"Ident":    tokIdent,
+	"String":   tokString,
+	"Number":   tokNumber,
+	"Duration": tokDuration,
+	"VaultURL": tokVault,
+	"Punct":    tokPunct,
+	"BinOp":    tokBinOp,
+}
+
+// Symbols returns the token types of the lexer.
+func (definition) Symbols() map[string]lexer.TokenType { return symbols }
+
+// Lex reads all of r and returns a lexer over it.
+func (definition) Lex(filename string, r io.Reader) (lexer.Lexer, error) {
+	src, err := io.ReadAll(io.LimitReader(r, MaxSourceBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	return newScanner(filename, src), nil
+}
+
+// scanner is the hand-written lexer; it hands out one token per call to Next.
+type scanner struct {
+	src       []byte
+	text      string // src as a string; token values are substrings of it
+	file      string
+	off       int
+	line, col int
+	tok       lexer.Token // the token emitted by the current call to Next
+	emitted   bool
+	n         int // tokens emitted so far
+	// nesting bookkeeping
+	open   []byte           // open brackets
+	openAt []lexer.Position // where each was opened
+	// unclosed, set at the end of input while brackets are still open, is reported only
+	// if the parser finds nothing earlier: the parser's error is nearer the mistake.
+	unclosed *Error
+	// spans are the strings that run over more than one line, for the hint that a
+	// closing quote may be missing.
+	spans  []stringSpan
+	chains []int // saved chain counts of enclosing levels
+	chain  int   // chain count of the current level
+	total  int   // brackets + all chain counts
+}
+
+// stringSpan is a string literal that runs over lines: where it opens and its last line.
+type stringSpan struct {
+	open    lexer.Position
+	endLine int
+}
+
+func isIdentStart(c byte) bool {
+	return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+}
+
+func isIdentChar(c byte) bool { return isIdentStart(c) || (c >= '0' && c <= '9') }
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+
+func isVaultChar(c byte) bool {
+	return isIdentChar(c) || c == '-' || c == '/' || c == '.'
+}
+
+func newScanner(file string, src []byte) *scanner {
+	return &scanner{src: src, text: string(src), file: file, line: 1, col: 1}
+}
+
+// lex turns src into a token stream ending with an EOF token and returns it with the
+// scanner (its token count, an unclosed bracket, its multi-line strings). src must be
+// valid UTF-8.
+func lex(file string, src []byte) (*lexer.PeekingLexer, *scanner, error) {
+	s := newScanner(file, src)
+	peek, err := lexer.Upgrade(s)
+	if err != nil {
+		return nil, s, err
+	}
+	return peek, s, nil
+}
+
+// hint adds to e where a string that runs over lines opened before it, if one did: a
+// missing closing quote there swallows the lines that follow, and the error surfaces far
+// from the mistake.
+func (s *scanner) hint(e *Error) *Error {
+	for _, sp := range s.spans {
+		if sp.open.Offset >= e.Offset {
+			break
+		}
+		e.Msg += fmt.Sprintf(" (the string opened at %d:%d runs to line %d: if its closing quote is missing, the mistake is there)", sp.open.Line, sp.open.Column, sp.endLine)
+		break
+	}
+	return e
+}
+
+// Next returns the next token; the error, if any, is an *Error.
+func (s *scanner) Next() (lexer.Token, error) {
+	s.emitted = false
+	if err := s.run(); err != nil {
+		return lexer.Token{}, err
+	}
+	return s.tok, nil
+}
+
+func (s *scanner) pos() lexer.Position {
+	return lexer.Position{Filename: s.file, Offset: s.off, Line: s.line, Column: s.col}
+}
+
+func (s *scanner) errorf(p lexer.Position, err error, format string, args ...any) *Error {
+	return &Error{Line: p.Line, Column: p.Column, Offset: p.Offset, Msg: fmt.Sprintf(format, args...), Err: err}
+}
+
+// advance moves over n bytes that contain no newline.
+func (s *scanner) advance(n int) {
+	s.off += n
+	s.col += n
+}
+
+func (s *scanner) emit(typ lexer.TokenType, p lexer.Position) {
+	s.tok = lexer.Token{Type: typ, Value: s.text[p.Offset:s.off], Pos: p}
+	s.emitted = true
+	s.n++
+}
+
+var twoCharOps = [...]string{"=>", "->", "==", "!=", "<=", ">=", "&&", "||", "+=", "-=", "*=", "/=", "%="}
+
+// run scans up to the next token and emits it; at the end of the source it checks that
+// every bracket is closed and emits EOF.
+func (s *scanner) run() error {
+	src := s.src
+	for s.off < len(src) && !s.emitted {
+		c := src[s.off]
+		switch {
+		case c == '\n':
+			s.off++
+			s.line++
+			s.col = 1
+		case c == ' ' || c == '\t' || c == '\r':
+			s.advance(1)
+		case c == '#' || (c == '/' && s.off+1 < len(src) && src[s.off+1] == '/'):
+			s.skipComment()
+		case isIdentStart(c):
+			p := s.pos()
+			e := s.off + 1
+			for e < len(src) && isIdentChar(src[e]) {
+				e++
+			}
+			s.advance(e - s.off)
+			if s.off-p.Offset == 5 && string(src[p.Offset:s.off]) == "vault" && bytes.HasPrefix(src[s.off:], []byte("://")) {
+				s.advance(3)
+				e = s.off
+				for e < len(src) && isVaultChar(src[e]) {
+					e++
+				}
+				if e == s.off {
+					return s.errorf(p, ErrSyntax, "vault URL has an empty path")
+				}
+				s.advance(e - s.off)
+				s.emit(tokVault, p)
+				continue
+			}
+			s.emit(tokIdent, p)
+		case isDigit(c):
+			s.number()
+		case c == '"':
+			if err := s.str(); err != nil {
+				return err
+			}
+		default:
+			if err := s.punct(c); err != nil {
+				return err
+			}
+		}
+	}
+	if s.emitted {
+		return nil
+	}
+	if len(s.open) > 0 && s.unclosed == nil {
+		n := len(s.open)
+		s.unclosed = s.errorf(s.openAt[n-1], ErrSyntax, "%q opened here is never closed (the input ends with %d bracket(s) open)", string(s.open[n-1]), n)
+	}
+	s.emit(lexer.EOF, s.pos())
+	return nil
+}
+
+func (s *scanner) skipComment() {
+	i := bytes.IndexByte(s.src[s.off:], '\n')
+	end := len(s.src)
+	if i >= 0 {
+		end = s.off + i
+	}
+	s.col += utf8.RuneCount(s.src[s.off:end])
+	s.off = end
+}
+
+var durationSuffixes = [...]string{".seconds", ".minutes", ".hours", "months", "s", "m", "h", "d", "w", "y"}
+
+// number lexes a number or a duration.
+func (s *scanner) number() {
+	src := s.src
+	p := s.pos()
+	e := s.off
+	for e < len(src) && isDigit(src[e]) {
+		e++
+	}
+	for _, suf := range durationSuffixes {
+		if bytes.HasPrefix(src[e:], []byte(suf)) {
+			end := e + len(suf)
+			if end >= len(src) || !isIdentChar(src[end]) {
+				s.advance(end - s.off)
+				s.emit(tokDuration, p)
+				return
+			}
+		}
+	}
+	for e+1 < len(src) && src[e] == '_' && isDigit(src[e+1]) {
+		e++
+		for e < len(src) && isDigit(src[e]) {
+			e++
+		}
+	}
+	if e+1 < len(src) && src[e] == '.' && isDigit(src[e+1]) {
+		e++
+		for e < len(src) && isDigit(src[e]) {
+			e++
+		}
+	}
+	s.advance(e - s.off)
+	s.emit(tokNumber, p)
+}
+
+// str lexes a string literal, which may span lines; escapes are checked here and
+// decoded by unquote.
+func (s *scanner) str() error {
+	src := s.src
+	p := s.pos()
+	s.advance(1)
+	for {
+		if s.off >= len(src) {
+			return s.errorf(p, ErrSyntax, "unterminated string")
+		}
+		c := src[s.off]
+		switch {
+		case c == '"':
+			s.advance(1)
+			s.emit(tokString, p)
+			if s.line != p.Line {
+				s.spans = append(s.spans, stringSpan{open: p, endLine: s.line})
+			}
+			return nil
+		case c == '\\':
+			ep := s.pos()
+			n, ok := escapeLen(src[s.off:])
+			if !ok {
+				return s.errorf(ep, ErrSyntax, "invalid escape sequence in string")
+			}
+			s.advance(n)
+		case c == '\n':
+			s.off++
+			s.line++
+			s.col = 1
+		case c < utf8.RuneSelf:
+			s.advance(1)
+		default:
+			_, n := utf8.DecodeRune(src[s.off:])
+			s.off += n
+			s.col++
+		}
+	}
+}
+
+// escapeLen returns the length of the escape sequence at the start of b (which begins
+// with a backslash): \" \\ \/ \' \n \r \t \0 \uXXXX \u{X…}.
+func escapeLen(b []byte) (int, bool) {
+	if len(b) < 2 {
+		return 0, false
+	}
+	switch b[1] {
+	case '"', '\\', '/', '\'', 'n', 'r', 't', '0':
+		return 2, true
+	case 'u':
+		if len(b) > 2 && b[2] == '{' {
+			i := 3
+			for i < len(b) && i < 10 && isHex(b[i]) {
+				i++
+			}
+			if i == 3 || i >= len(b) || b[i] != '}' {
+				return 0, false
+			}
+			r := hexValue(b[3:i])
+			if r > utf8.MaxRune || (r >= 0xD800 && r <= 0xDFFF) {
+				return 0, false
+			}
+			return i + 1, true
+		}
+		if len(b) < 6 {
+			return 0, false
+		}
+		for _, c := range b[2:6] {
+			if !isHex(c) {
+				return 0, false
+			}
+		}
+		r := hexValue(b[2:6])
+		if r >= 0xD800 && r <= 0xDFFF {
+			return 0, false
+		}
+		return 6, true
+	}
+	return 0, false
+}
+
+func isHex(c byte) bool {
+	return isDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+func hexValue(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		r <<= 4
+		switch {
+		case isDigit(c):
+			r |= rune(c - '0')
+		case c >= 'a':
+			r |= rune(c-'a') + 10
+		default:
+			r |= rune(c-'A') + 10
+		}
+	}
+	return r
+}
+
+func (s *scanner) punct(c byte) error {
+	src := s.src
+	p := s.pos()
+	if s.off+1 < len(src) {
+		two := src[s.off : s.off+2]
+		for _, op := range twoCharOps {
+			if two[0] == op[0] && two[1] == op[1] {
+				s.advance(2)
+				typ := tokPunct
+				switch op {
+				case "||", "&&", "==", "!=", "<=", ">=":
+					typ = tokBinOp
+				}
+				s.emit(typ, p)
+				if op == "=>" {
+					return s.deepen(p)
+				}
+				return nil
+			}
+		}
+	}
+	switch c {
+	case '(', '[', '{':
+		if len(s.open) >= MaxBracketDepth {
+			return s.errorf(p, ErrNesting, "brackets nested deeper than %d levels", MaxBracketDepth)
+		}
+		s.open = append(s.open, c)
+		s.openAt = append(s.openAt, p)
+		s.chains = append(s.chains, s.chain)
+		s.chain = 0
+		s.advance(1)
+		s.emit(tokPunct, p)
+		s.total++
+		if s.total > MaxChainDepth {
+			return s.errorf(p, ErrNesting, "expression nested deeper than %d levels", MaxChainDepth)
+		}
+		return nil
+	case ')', ']', '}':
+		want := byte('(')
+		if c == ']' {
+			want = '['
+		} else if c == '}' {
+			want = '{'
+		}
+		if len(s.open) == 0 {
+			return s.errorf(p, ErrSyntax, "unexpected %q: no bracket is open", c)
+		}
+		if top := s.open[len(s.open)-1]; top != want {
+			return s.errorf(p, ErrSyntax, "unexpected %q: %q is open", c, top)
+		}
+		s.open = s.open[:len(s.open)-1]
+		s.openAt = s.openAt[:len(s.openAt)-1]
+		s.total -= 1 + s.chain
+		s.chain = s.chains[len(s.chains)-1]
+		s.chains = s.chains[:len(s.chains)-1]
+		s.advance(1)
+		s.emit(tokPunct, p)
+		return nil
+	case ',', ';':
+		s.total -= s.chain
+		s.chain = 0
+		s.advance(1)
+		s.emit(tokPunct, p)
+		return nil
+	case '<':
+		s.advance(1)
+		s.emit(tokBinOp, p)
+		return s.deepen(p)
+	case '>', '+', '-', '*', '/', '%':
+		s.advance(1)
+		s.emit(tokBinOp, p)
+		return nil
+	case ':', '=', '.', '!':
+		s.advance(1)
+		s.emit(tokPunct, p)
+		return nil
+	}
+	r, _ := utf8.DecodeRune(src[s.off:])
+	return s.errorf(p, ErrSyntax, "unexpected character %q", r)
+}
+
+// deepen counts one right-nested construct at the current bracket level.
+func (s *scanner) deepen(p lexer.Position) error {
+	s.chain++
+	s.total++
+	if s.total > MaxChainDepth {
+		return s.errorf(p, ErrNesting, "expression nested deeper than %d levels", MaxChainDepth)
+	}
+	return nil
+}

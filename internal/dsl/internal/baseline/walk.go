@@ -1,0 +1,122 @@
+package baseline
+
+// visitBlocks calls fn for every block of f, in source order, including blocks nested
+// inside expressions.
+func visitBlocks(f *File, fn func(*Block)) {
+	w := walker{fn: fn}
+	for _, it := range f.Items {
+		switch {
+		case it.Function != nil:
+			w.block(it.Function.Body)
+		case it.Agent != nil:
+			for _, ai := range it.Agent.Body {
+				if ai.Function != nil {
+					w.block(ai.Function.Body)
+				}
+				if ai.With != nil {
+					w.block(ai.With.Body)
+				}
+			}
+		}
+	}
+}
+
+type walker struct{ fn func(*Block) }
+
+func (w walker) block(b *Block) {
+	if b == nil {
+		return
+	}
+	w.fn(b)
+	for _, s := range b.Stmts {
+		w.stmt(s)
+	}
+}
+
+func (w walker) stmt(s *Stmt) {
+	switch {
+	case s.Let != nil:
+		w.expr(s.Let.Value)
+	case s.If != nil:
+		w.cond(s.If.Cond)
+		w.block(s.If.Then)
+		for _, e := range s.If.ElseIfs {
+			w.cond(e.Cond)
+			w.block(e.Then)
+		}
+		w.block(s.If.Else)
+	case s.For != nil:
+		w.expr(s.For.Iter)
+		w.block(s.For.Body)
+	case s.Match != nil:
+		w.expr(s.Match.Subject)
+		for _, a := range s.Match.Arms {
+			w.block(a.Block)
+			w.expr(a.Expr)
+		}
+	case s.Try != nil:
+		w.block(s.Try.Body)
+		for _, c := range s.Try.Catches {
+			w.block(c.Body)
+		}
+	case s.Return != nil:
+		w.expr(s.Return.Value)
+	case s.Expr != nil:
+		w.expr(s.Expr.Target)
+		w.expr(s.Expr.Value)
+	}
+}
+
+func (w walker) cond(c *Cond) {
+	w.expr(c.Value)
+	w.expr(c.Expr)
+}
+
+func (w walker) expr(e *Expr) {
+	if e == nil {
+		return
+	}
+	w.unary(e.Left)
+	for _, u := range e.Operands {
+		w.unary(u)
+	}
+}
+
+func (w walker) unary(u *Unary) {
+	w.primary(u.Primary)
+	for _, s := range u.Suffix {
+		for _, a := range s.Args {
+			w.expr(a.Value)
+		}
+		w.expr(s.Index)
+	}
+}
+
+func (w walker) primary(p *Primary) {
+	switch {
+	case p.If != nil:
+		w.expr(p.If.Cond)
+		w.block(p.If.Then)
+		for _, e := range p.If.ElseIfs {
+			w.expr(e.Cond)
+			w.block(e.Then)
+		}
+		w.block(p.If.Else)
+	case p.Lambda != nil:
+		w.expr(p.Lambda)
+	case p.Typed != nil:
+		for _, f := range p.Typed {
+			w.expr(f.Value)
+		}
+	case p.Array != nil:
+		for _, e := range p.Array.Elems {
+			w.expr(e)
+		}
+	case p.Record != nil:
+		for _, f := range p.Record.Fields {
+			w.expr(f.Value)
+		}
+	case p.Paren != nil:
+		w.expr(p.Paren)
+	}
+}
