@@ -127,8 +127,10 @@
 // option_id), read (path, ok, content | error), write (path, ok, error), spawn (pid,
 // argv), mode_update (session_id, mode), cancel (session_id), prompt_end (session_id,
 // stop_reason | error), crash (code), exit (code, reason) and eof. The same lines go to
-// stderr. Note that acp-go-sdk cancels the prompt before it delivers session/cancel to
-// the agent, so "cancel" may be recorded after "prompt_end".
+// stderr. acp-go-sdk cancels the prompt before it delivers session/cancel to the
+// agent's handler, so a turn that ends cancelled waits (up to cancelRecordWait) for
+// "cancel" to be recorded before it records "prompt_end" and answers: once the client
+// has the answer it may close stdin, and the process would exit before the record.
 package main
 
 import (
@@ -608,7 +610,14 @@ type session struct {
 	id   acp.SessionId
 	cwd  string
 	mode string
+
+	cancelOnce sync.Once
+	cancelled  chan struct{} // closed once session/cancel has been recorded
 }
+
+// cancelRecordWait bounds how long a cancelled turn waits for its session/cancel to be
+// recorded; a turn cancelled some other way ($/cancel_request) waits this long.
+const cancelRecordWait = 10 * time.Second
 
 type fakeAgent struct {
 	sc  *script
@@ -692,7 +701,7 @@ func (a *fakeAgent) Authenticate(context.Context, acp.AuthenticateRequest) (acp.
 func (a *fakeAgent) NewSession(_ context.Context, p acp.NewSessionRequest) (acp.NewSessionResponse, error) {
 	a.mu.Lock()
 	a.nextID++
-	s := &session{id: acp.SessionId(fmt.Sprintf("fake-session-%d", a.nextID)), cwd: p.Cwd, mode: a.sc.CurrentMode}
+	s := &session{id: acp.SessionId(fmt.Sprintf("fake-session-%d", a.nextID)), cwd: p.Cwd, mode: a.sc.CurrentMode, cancelled: make(chan struct{})}
 	a.sessions[s.id] = s
 	a.mu.Unlock()
 	a.rec.event("session_new", obj{"session_id": s.id, "cwd": p.Cwd})
@@ -724,6 +733,9 @@ func (a *fakeAgent) SetSessionMode(_ context.Context, p acp.SetSessionModeReques
 
 func (a *fakeAgent) Cancel(_ context.Context, p acp.CancelNotification) error {
 	a.rec.event("cancel", obj{"session_id": p.SessionId})
+	if s, err := a.session(p.SessionId); err == nil {
+		s.cancelOnce.Do(func() { close(s.cancelled) })
+	}
 	return nil
 }
 
@@ -770,6 +782,16 @@ func (a *fakeAgent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.Prompt
 	}
 
 	resp, err := a.runSteps(ctx, s)
+	if err == nil && resp.StopReason == acp.StopReasonCancelled && ctx.Err() != nil {
+		_, connCtx := a.client()
+		t := time.NewTimer(cancelRecordWait)
+		select {
+		case <-s.cancelled:
+		case <-connCtx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	if err != nil {
 		a.rec.event("prompt_end", obj{"session_id": s.id, "error": err.Error()})
 		return acp.PromptResponse{}, err
