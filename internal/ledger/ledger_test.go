@@ -371,3 +371,65 @@ func TestTwoWriters(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeOpened: a Writer hands over the lines it verified at Open — those Verify finds,
+// the file's size and identity — with a Reader that continues the chain, once; lines
+// appended later, and a ledger of more lines than a signature batch, are not in it.
+func TestTakeOpened(t *testing.T) {
+	for _, n := range []int{0, 3, 300} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			dir, root := newRoot(t)
+			w := openWriter(t, root)
+			for i := range n {
+				if _, err := w.Append(runEntry(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The first Writer opened an empty ledger: the lines it appended are not "opened".
+			if o := w.TakeOpened(); o == nil || len(o.Lines) != 0 || o.Size != 0 {
+				t.Fatalf("first writer's opened: %+v", o)
+			}
+			w.Close()
+			w2 := openWriter(t, root)
+			o := w2.TakeOpened()
+			if o == nil {
+				t.Fatal("TakeOpened: nil")
+			}
+			if w2.TakeOpened() != nil {
+				t.Fatal("TakeOpened a second time: not nil")
+			}
+			data := ledgerBytes(t, dir)
+			want := Verify(data, testKey().Public().(ed25519.PublicKey))
+			if len(o.Lines) != n || len(want.Entries) != n || o.Size != int64(len(data)) {
+				t.Fatalf("%d lines, %d bytes; want %d lines, %d bytes", len(o.Lines), o.Size, n, len(data))
+			}
+			for i := range o.Lines {
+				g, v := o.Lines[i], want.Entries[i]
+				if g.Seq != v.Seq || g.Type != v.Type || g.Hash != v.Hash || !bytes.Equal(g.Data, v.Data) || !bytes.Equal(g.Leaf, v.Leaf) || !g.Time.Equal(v.Time) {
+					t.Fatalf("line %d: %+v, want %+v", i, g, v)
+				}
+			}
+			var st unix.Stat_t
+			if err := unix.Stat(filepath.Join(dir, ".symbiont", FileName), &st); err != nil {
+				t.Fatal(err)
+			}
+			if o.FileID != [2]uint64{uint64(st.Dev), st.Ino} || !w2.PublicKey().Equal(testKey().Public()) {
+				t.Fatalf("file id %v, key %x", o.FileID, w2.PublicKey())
+			}
+			if _, err := w2.Append(Resolution{RunID: "run-1", Resolution: "accepted", Caller: "stdio"}); err != nil {
+				t.Fatal(err)
+			}
+			next := ledgerBytes(t, dir)[o.Size:]
+			l, err := o.Reader.Next(next)
+			if err != nil || l.Seq != int64(n) || l.Type != TypeResolution {
+				t.Fatalf("the Reader on the next line: %+v, %v", l, err)
+			}
+			// The Reader refuses a line that does not continue the chain.
+			if n > 0 {
+				if _, err := o.Reader.Next(data[:len(o.Lines[0].Leaf)+1]); err == nil {
+					t.Fatal("the Reader took line 0 again")
+				}
+			}
+		})
+	}
+}

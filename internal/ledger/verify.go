@@ -61,30 +61,14 @@ func (l Line) RunID() string {
 // line by line.
 func Verify(data []byte, pub ed25519.PublicKey) *Report {
 	r := &Report{Problems: []Problem{}}
-	var lines [][]byte
-	rest := data
-	for {
-		i := bytes.IndexByte(rest, '\n')
-		if i < 0 {
-			break
-		}
-		lines = append(lines, rest[:i+1])
-		rest = rest[i+1:]
+	lines, rest := SplitLines(data)
+	entries, err := NewReader(pub).NextAll(lines)
+	if len(entries) > 0 {
+		r.Entries = entries
 	}
-	payloads, errs := journal.OpenAll(lines, pub, Context)
-	seq, prev := int64(0), ZeroHash
-	for n, raw := range lines {
-		err := errs[n]
-		var l *Line
-		if err == nil {
-			l, err = checkPayload(raw, payloads[n], seq, prev)
-		}
-		if err != nil {
-			r.Problems = append(r.Problems, Problem{Line: n + 1, Message: err.Error()})
-			return r // a broken chain: what follows cannot be placed
-		}
-		r.Entries = append(r.Entries, *l)
-		seq, prev = seq+1, l.Hash
+	if err != nil {
+		r.Problems = append(r.Problems, Problem{Line: len(entries) + 1, Message: err.Error()})
+		return r // a broken chain: what follows cannot be placed
 	}
 	r.TailBytes = len(rest)
 	return r
@@ -112,6 +96,42 @@ func (r *Reader) Next(raw []byte) (*Line, error) {
 	r.seq++
 	r.prev = l.Hash
 	return l, nil
+}
+
+// NextAll verifies lines (each a whole line including its "\n") as the next lines, their
+// signatures checked together in batches (journal.OpenAll), and returns those that
+// verified, in order, up to the first that does not, with its error. The Reader then
+// expects the line after the last one returned.
+func (r *Reader) NextAll(lines [][]byte) ([]Line, error) {
+	payloads, errs := journal.OpenAll(lines, r.pub, Context)
+	out := make([]Line, 0, len(lines))
+	for n, raw := range lines {
+		err := errs[n]
+		var l *Line
+		if err == nil {
+			l, err = checkPayload(raw, payloads[n], r.seq, r.prev)
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, *l)
+		r.seq++
+		r.prev = l.Hash
+	}
+	return out, nil
+}
+
+// SplitLines returns the whole lines of data, each with its "\n", and the bytes after the
+// last one (a line still being written, or torn).
+func SplitLines(data []byte) (lines [][]byte, rest []byte) {
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			return lines, data
+		}
+		lines = append(lines, data[:i+1])
+		data = data[i+1:]
+	}
 }
 
 // checkLine checks raw, one whole line, as the line seq whose previous line's hash is

@@ -38,6 +38,10 @@ type Writer struct {
 	synced  int64           // lines made durable
 	syncing bool            // an fsync is in flight
 	failed  error
+
+	opening  bool   // catchUp is reading the ledger for Open
+	opened   []Line // the lines verified at Open, until TakeOpened
+	openedID [2]uint64
 }
 
 // Entry is an appended line: its index and hash, and the tree size once it is durable.
@@ -90,13 +94,16 @@ func resume(f *os.File, key ed25519.PrivateKey) (*Writer, error) {
 	case st.Mode&0o077 != 0:
 		return nil, fmt.Errorf("ledger: mode %04o; group and other must have no permissions", st.Mode&0o7777)
 	}
-	w := &Writer{f: f, key: key, now: time.Now, prev: ZeroHash, known: map[string]bool{}}
+	w := &Writer{f: f, key: key, now: time.Now, prev: ZeroHash, known: map[string]bool{}, openedID: [2]uint64{uint64(st.Dev), st.Ino}}
 	w.cond = sync.NewCond(&w.mu)
 	if err := w.lock(); err != nil {
 		return nil, err
 	}
 	defer w.unlock()
-	if err := w.catchUp(); err != nil {
+	w.opening = true
+	err := w.catchUp()
+	w.opening = false
+	if err != nil {
 		return nil, err
 	}
 	w.synced = w.seq
@@ -131,32 +138,67 @@ func (w *Writer) catchUp() error {
 	if _, err := w.f.ReadAt(data, w.size); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("ledger: read: %w", err)
 	}
-	var msg []byte
-	pub := w.key.Public().(ed25519.PublicKey)
-	for len(data) > 0 {
-		i := bytes.IndexByte(data, '\n')
-		if i < 0 {
-			if err := w.f.Truncate(w.size); err != nil {
-				return fmt.Errorf("ledger: cut the torn last line: %w", err)
-			}
-			if err := w.f.Sync(); err != nil {
-				return fmt.Errorf("ledger: sync: %w", err)
-			}
-			break
-		}
-		l, err := checkLine(data[:i+1], pub, &msg, w.seq, w.prev)
-		if err != nil {
-			return fmt.Errorf("ledger: cannot continue an invalid ledger: line %d: %v", w.seq+1, err)
-		}
+	// The whole lines are verified together (their signatures in batches: at Open this
+	// is the whole ledger), in order; a torn last line is cut off.
+	lines, _ := SplitLines(data)
+	rd := &Reader{pub: w.PublicKey(), seq: w.seq, prev: w.prev}
+	verified, err := rd.NextAll(lines)
+	for _, l := range verified {
 		if id := l.RunID(); id != "" {
 			w.known[id] = true
 		}
-		w.seq++
-		w.prev = l.Hash
-		w.size += int64(i + 1)
-		data = data[i+1:]
+		w.size += int64(len(l.Leaf)) + 1
+	}
+	w.seq, w.prev = rd.seq, rd.prev
+	if w.opening {
+		w.opened = append(w.opened, verified...)
+	}
+	if err != nil {
+		return fmt.Errorf("ledger: cannot continue an invalid ledger: line %d: %v", w.seq+1, err)
+	}
+	if w.size < st.Size() {
+		if err := w.f.Truncate(w.size); err != nil {
+			return fmt.Errorf("ledger: cut the torn last line: %w", err)
+		}
+		if err := w.f.Sync(); err != nil {
+			return fmt.Errorf("ledger: sync: %w", err)
+		}
 	}
 	return nil
+}
+
+// Opened is what a Writer verified of the ledger when it opened: its lines in order, the
+// file they were read from, and a Reader that continues the chain after them. A reader
+// that follows the ledger (the run index) starts from it instead of verifying the same
+// lines again.
+type Opened struct {
+	Lines  []Line
+	Size   int64     // bytes of the file the lines take
+	FileID [2]uint64 // device and inode of the file
+	Reader *Reader   // expects the line after Lines
+}
+
+// PublicKey is the key the Writer signs with and verified the ledger with.
+func (w *Writer) PublicKey() ed25519.PublicKey { return w.key.Public().(ed25519.PublicKey) }
+
+// TakeOpened returns what the Writer verified at Open and forgets it (nil the second
+// time). Lines appended since, by this Writer or another process, follow Size.
+func (w *Writer) TakeOpened() *Opened {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.opened == nil && w.openedID == ([2]uint64{}) {
+		return nil
+	}
+	o := &Opened{Lines: w.opened, FileID: w.openedID}
+	for _, l := range o.Lines {
+		o.Size += int64(len(l.Leaf)) + 1
+	}
+	o.Reader = &Reader{pub: w.PublicKey(), seq: int64(len(o.Lines)), prev: ZeroHash}
+	if n := len(o.Lines); n > 0 {
+		o.Reader.prev = o.Lines[n-1].Hash
+	}
+	w.opened, w.openedID = nil, [2]uint64{}
+	return o
 }
 
 // Append signs r as the next line, writes it and returns once it is durable. A failure

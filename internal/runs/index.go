@@ -1,7 +1,6 @@
 package runs
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -60,6 +59,9 @@ func (m *Manager) ledgerTail() (err error) {
 				m.ledgerErr = err
 			}
 		}()
+		if err := m.takeOpened(); err != nil {
+			return err
+		}
 	}
 	fd, err := unix.Open(m.ledgerPath, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if os.IsNotExist(err) {
@@ -100,21 +102,24 @@ func (m *Manager) ledgerTail() (err error) {
 	if _, err := f.ReadAt(data, m.ledgerOff); err != nil && err != io.EOF {
 		return errcode.Errorf(errcode.AuditUnavailable, "the project ledger: read: %v", err)
 	}
+	lines, _ := ledger.SplitLines(data) // a line still being written, or torn: taken when whole
+	verified, verr := m.ledgerReader.NextAll(lines)
+	if err := m.applyLines(verified); err != nil {
+		return err
+	}
+	if verr != nil {
+		return m.stopLedger(fmt.Errorf("line %d: %v", m.ledgerLines+1, verr))
+	}
+	return nil
+}
+
+// applyLines takes verified ledger lines, the next ones, into the index. m.mu is held.
+func (m *Manager) applyLines(lines []ledger.Line) error {
 	var added []string
-	for {
-		i := bytes.IndexByte(data, '\n')
-		if i < 0 {
-			break // a line still being written, or torn: taken when whole
-		}
-		raw := data[:i+1]
-		data = data[i+1:]
-		l, err := m.ledgerReader.Next(raw)
-		if err != nil {
-			return m.stopLedger(fmt.Errorf("line %d: %v", m.ledgerLines+1, err))
-		}
+	for i := range lines {
 		m.ledgerLines++
-		m.ledgerOff += int64(len(raw))
-		id, err := m.apply(l)
+		m.ledgerOff += int64(len(lines[i].Leaf)) + 1
+		id, err := m.apply(&lines[i])
 		if err != nil {
 			m.insert(added...)
 			return m.stopLedger(fmt.Errorf("line %d: %v", m.ledgerLines, err))
@@ -125,6 +130,22 @@ func (m *Manager) ledgerTail() (err error) {
 	}
 	m.insert(added...)
 	return nil
+}
+
+// takeOpened starts the index from the lines the server's ledger Writer verified when it
+// opened (ledger.Writer.TakeOpened), so that start-up verifies the ledger once; the
+// lines after them are then followed as any others. Without a Writer, or one that
+// verified with another key, the index reads the whole ledger itself. m.mu is held.
+func (m *Manager) takeOpened() error {
+	if m.cfg.Ledger == nil || !m.cfg.Ledger.PublicKey().Equal(m.pub) {
+		return nil
+	}
+	o := m.cfg.Ledger.TakeOpened()
+	if o == nil {
+		return nil
+	}
+	m.ledgerReader, m.ledgerID = o.Reader, o.FileID
+	return m.applyLines(o.Lines)
 }
 
 // stopLedger records that the ledger no longer verifies: from then on every answer that

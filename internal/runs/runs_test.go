@@ -1516,3 +1516,59 @@ func TestLedgerEntryNamesAnotherFile(t *testing.T) {
 		})
 	}
 }
+
+// TestIndexFromOpenedLedger: a server's Manager starts from the lines its ledger Writer
+// verified at Open (start-up verifies the ledger once) and knows what a Manager that
+// reads the whole ledger knows; lines appended after the Writer opened are read and
+// verified as before, and a Writer of another key is not taken at its word.
+func TestIndexFromOpenedLedger(t *testing.T) {
+	p, all := manyRuns(t, 150)
+	lw, err := ledger.Open(p.root, p.store.SigningKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lw.Close()
+	// Appended after lw verified the ledger: the index must read and verify it itself.
+	later := p.run(t, "alpha", runs.StatusCompleted)
+	all = append([]listed{{id: later, agent: "alpha", status: runs.StatusCompleted}}, all...)
+	m := runs.New(runs.Config{Root: p.root, Ledger: lw})
+	if lw.TakeOpened() != nil {
+		t.Fatal("the Manager did not take the Writer's opened lines")
+	}
+	every := func(listed) bool { return true }
+	if got, want := walk(t, m, runs.Filter{Limit: 7}), ids(all, every); !slices.Equal(got, want) {
+		t.Fatalf("listed %d runs, want %d:\n got %v\nwant %v", len(got), len(want), got, want)
+	}
+	fresh := p.open(t)
+	for _, f := range []runs.Filter{{Limit: runs.MaxLimit}, {Status: runs.StatusCompleted, Limit: runs.MaxLimit}, {Resolution: "accepted", Limit: runs.MaxLimit}} {
+		a, err := m.List(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := fresh.List(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ja, _ := json.Marshal(a)
+		jb, _ := json.Marshal(b)
+		if !bytes.Equal(ja, jb) {
+			t.Fatalf("filter %+v: from the opened ledger\n%s\nread whole\n%s", f, ja, jb)
+		}
+	}
+
+	// A later line that does not verify still stops the index.
+	p.resolve(t, later, "accepted", "")
+	editLines(t, p.ledgerPath(), func(ls [][]byte) [][]byte { ls[len(ls)-1] = flipByte(ls[len(ls)-1], 30); return ls })
+	_, err = m.List(runs.Filter{})
+	wantCode(t, err, errcode.AuditUnavailable, "signature does not verify")
+
+	// A Writer of another key (another project's): the Manager does not take its lines and
+	// reads its own project's ledger itself.
+	q := newTestProject(t, bytes.Repeat([]byte{7}, 32))
+	other := runs.New(runs.Config{Root: p.root, Ledger: q.lw})
+	if q.lw.TakeOpened() == nil {
+		t.Fatal("the Manager took the lines of a Writer of another key")
+	}
+	_, err = other.List(runs.Filter{})
+	wantCode(t, err, errcode.AuditUnavailable, "signature does not verify") // the line flipped above
+}
