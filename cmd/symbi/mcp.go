@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os/signal"
+	"runtime/debug"
+	"sync"
 	"syscall"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"symbi/internal/ledger"
 	"symbi/internal/mcpserver"
 	"symbi/internal/policy"
+	"symbi/internal/project"
 	"symbi/internal/runs"
 	"symbi/internal/schemapin"
 )
@@ -105,11 +108,18 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 		}
 		log.Info("executors registered", "names", execs.Names())
 	}
-	p, reg, err := openRegistry(o.dir, log, dsl.Options{Executors: func(n string) bool { _, ok := execs.Get(n); return ok }})
+	// agents/ is listed now; its files are read, parsed and admitted once the server is
+	// set up, while it answers initialize (the calls that need the registry wait for it).
+	p, err := project.Open(o.dir)
 	if err != nil {
 		return err
 	}
-	defer p.Close()
+	reg, err := p.PrepareRegistry(log, dsl.Options{Executors: func(n string) bool { _, ok := execs.Get(n); return ok }})
+	if err != nil {
+		p.Close()
+		return err
+	}
+	defer func() { reg.Stop(); p.Close() }()
 	pol := policy.Load(p.Root())
 	if pol.Mode == policy.ModeDenyAll {
 		log.Warn("policy set is deny_all: every response will be denied until it is fixed", "reason", pol.Reason)
@@ -168,13 +178,24 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 		rm.Resume(runner.Resume(h))
 	}
 	cfg := mcpserver.Config{Project: p, Registry: reg, Runs: rm, Schemas: schemapin.NewVerifier(e.getenv), Log: log, Rate: o.http.rate}
-	attrs := []any{"project", p.Path(), "agents", len(reg.Entries()), "policy_mode", pol.Mode, "policy_digest", pol.Digest, "access_mode", access.Mode}
+	attrs := []any{"project", p.Path(), "policy_mode", pol.Mode, "policy_digest", pol.Digest, "access_mode", access.Mode}
 	if prov != nil {
 		attrs = append(attrs, "provider", prov.Name(), "model", prov.Model())
 	}
+	// The registry is read in the background (initialize does not need it): over stdio
+	// once the client has its answer to initialize, over HTTP at once; a call that needs
+	// it first starts it and waits.
+	loading, restoreGC := time.Now(), startupGC(e.getenv)
+	go func() {
+		<-reg.Ready()
+		restoreGC()
+		log.Info("registry loaded", "agents", len(reg.Entries()), "took", time.Since(loading).Round(time.Millisecond))
+	}()
 	if o.http.addr != "" {
+		reg.Load()
 		return serveHTTP(e, o.http, cfg, runner, log, attrs)
 	}
+	cfg.Initialized = reg.Load
 	server := mcpserver.New(cfg)
 	log.Info("serving", attrs...)
 
@@ -213,6 +234,22 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 		return fmt.Errorf("MCP session: %w", runErr)
 	}
 	return nil
+}
+
+// startupGCPercent is the garbage collector's target while the registry loads: start-up
+// allocates much and keeps little (each file's parse is garbage once admitted), so fewer
+// collections make it faster, at a heap of a few tens of MB.
+const startupGCPercent = 400
+
+// startupGC raises the collector's target for start-up unless GOGC is set, and returns
+// what restores it.
+func startupGC(getenv func(string) string) (restore func()) {
+	if getenv("GOGC") != "" {
+		return func() {}
+	}
+	old := debug.SetGCPercent(startupGCPercent)
+	var once sync.Once
+	return func() { once.Do(func() { debug.SetGCPercent(old) }) }
 }
 
 // shutdownRuns cancels the runs in flight and waits, at most shutdownGrace, for each to

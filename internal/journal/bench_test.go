@@ -22,10 +22,14 @@ func BenchmarkAppendSync(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer w.Close()
-	if err := w.Append(Started{Agent: "bench"}); err != nil {
-		b.Fatal(err)
+	// A delegated run's start, then its agent's thoughts: a record a run may repeat.
+	for _, r := range delegatedRecords()[:2] {
+		if err := w.Append(r); err != nil {
+			b.Fatal(err)
+		}
 	}
-	rec := InferenceFinished{CallID: "call-1", Outcome: "completed", HTTPStatus: 200, ResponseSHA256: sum("r"), TextSHA256: sum("t"), Text: strings.Repeat("x", 200)}
+	text := strings.Repeat("x", 200)
+	rec := AgentThought{TextSHA256: sum(text), Bytes: int64(len(text)), Chunks: 4, Text: text}
 	line, err := w.line(rec)
 	if err != nil {
 		b.Fatal(err)

@@ -333,3 +333,73 @@ func TestRegistryLoadIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestPrepareRegistry: agents/ is listed at PrepareRegistry and its files read only once
+// the load starts — by Load, or by the first call that needs them, which waits; every
+// caller then sees LoadRegistry's snapshot. Stop before a load prevents it (an empty
+// snapshot); after one, it waits for it.
+func TestPrepareRegistry(t *testing.T) {
+	root := t.TempDir()
+	for _, n := range []string{"a", "b", "c"} {
+		writeFile(t, root, "agents/"+n+".symbi", []byte("agent "+n+" {}"))
+	}
+	writeFile(t, root, "agents/d.symbi", []byte("agent d {\n")) // refused
+	want, _ := loadRegistry(t, root)
+	discard := slog.New(slog.DiscardHandler)
+
+	t.Run("lazy", func(t *testing.T) {
+		r, err := openProject(t, root, false).PrepareRegistry(discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-r.Ready():
+			t.Fatal("the registry was read before Load")
+		default:
+		}
+		writeFile(t, root, "agents/late.symbi", []byte("agent late {}")) // not listed
+		t.Cleanup(func() { os.Remove(filepath.Join(root, "agents", "late.symbi")) })
+		got := make(chan []Entry, 8)
+		for range 8 {
+			go func() { got <- r.Entries() }()
+		}
+		for range 8 {
+			if e := <-got; fmt.Sprint(e) != fmt.Sprint(want.Entries()) {
+				t.Fatalf("entries %v, want %v", e, want.Entries())
+			}
+		}
+		if _, err := r.Resolve("late"); !errors.Is(err, errcode.UnknownAgent) {
+			t.Fatalf("a file added after the listing resolved: %v", err)
+		}
+		r.Stop() // after the load: waits, changes nothing
+		if len(r.Entries()) != 4 {
+			t.Fatalf("after Stop: %v", r.Entries())
+		}
+	})
+	t.Run("Load then Wait", func(t *testing.T) {
+		r, err := openProject(t, root, false).PrepareRegistry(discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Load()
+		r.Load()
+		<-r.Ready()
+		if fmt.Sprint(r.Entries()) != fmt.Sprint(want.Entries()) {
+			t.Fatalf("entries %v, want %v", r.Entries(), want.Entries())
+		}
+	})
+	t.Run("Stop before Load", func(t *testing.T) {
+		r, err := openProject(t, root, false).PrepareRegistry(discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Stop()
+		r.Load()
+		if e := r.Entries(); len(e) != 0 {
+			t.Fatalf("entries after Stop: %v", e)
+		}
+		if _, err := r.Resolve("a"); !errors.Is(err, errcode.UnknownAgent) {
+			t.Fatalf("Resolve after Stop: %v", err)
+		}
+	})
+}
