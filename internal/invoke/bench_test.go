@@ -62,8 +62,11 @@ func benchSessions(b *testing.B, withLedger **mcp.ClientSession) (gov, ungov *mc
 }
 
 // fsyncFloor does the durable writes a run cannot avoid, with raw system calls: create the
-// run's file, fsync it and its directory, then three appends each followed by fsync.
-func fsyncFloor(dir string, i int) error {
+// run's file, fsync it and its directory, then three appends each followed by fsync; and
+// one line appended to the project's ledger, ledger (shared by every run, opened
+// O_APPEND), and fsynced — concurrent runs' fsyncs of it are the file system's to share,
+// as the ledger's group commit shares them.
+func fsyncFloor(dir string, ledger *os.File, i int) error {
 	// The files are kept, as journals are, so both directories grow alike.
 	d, err := os.Open(dir)
 	if err != nil {
@@ -89,7 +92,10 @@ func fsyncFloor(dir string, i int) error {
 			return err
 		}
 	}
-	return nil
+	if _, err := ledger.Write(line[:400]); err != nil {
+		return err
+	}
+	return ledger.Sync()
 }
 
 // batch runs c concurrent calls of fn and returns each call's latency.
@@ -112,17 +118,23 @@ func batch(b *testing.B, c int, fn func(i int) error) []time.Duration {
 }
 
 // BenchmarkInvoke measures invoke_agent end to end through the MCP server — a client
-// calling the tool over an in-memory transport — governed, and through the same server
-// whose runner has journal and policy switched off, side by side in one run, at
-// concurrency 1, 8 and 64, together with the raw cost of the fsyncs a governed run cannot
-// avoid. It reports per-invocation wall time (batch time / concurrency) for each, the p50
+// calling the tool over an in-memory transport — governed, with the project ledger, and
+// through the same server whose runner has journal and policy switched off, side by side
+// in one run, at concurrency 1, 8 and 64, together with the raw cost of the fsyncs a
+// governed run cannot avoid (fsyncFloor, its ledger line included). It reports per-invocation wall time (batch time / concurrency) for each, the p50
 // latencies, and the ratios governed / (ungoverned + fsync floor), of the per-invocation
 // times and of the p50s.
 func BenchmarkInvoke(b *testing.B) {
 	for _, c := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
-			gov, ungov := benchSessions(b, nil)
+			var gov *mcp.ClientSession
+			_, ungov := benchSessions(b, &gov)
 			floorDir := b.TempDir()
+			floorLedger, err := os.OpenFile(filepath.Join(floorDir, "ledger"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer floorLedger.Close()
 			var tg, tu, tf time.Duration
 			var lg, lu, lf []time.Duration
 			b.ResetTimer()
@@ -132,7 +144,7 @@ func BenchmarkInvoke(b *testing.B) {
 				t1 := time.Now()
 				lu = append(lu, batch(b, c, call(ungov))...)
 				t2 := time.Now()
-				lf = append(lf, batch(b, c, func(j int) error { return fsyncFloor(floorDir, i*c+j) })...)
+				lf = append(lf, batch(b, c, func(j int) error { return fsyncFloor(floorDir, floorLedger, i*c+j) })...)
 				tg, tu, tf = tg+t1.Sub(t0), tu+t2.Sub(t1), tf+time.Since(t2)
 			}
 			b.StopTimer()
