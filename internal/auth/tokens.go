@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"symbi/internal/errcode"
+	"symbi/internal/opfile"
 )
 
 // Limits and forms of the token file.
@@ -28,7 +29,6 @@ const (
 	TokenPrefix         = "symbi_"
 	StaticTokenLifetime = time.Hour // the Expiration a static token's TokenInfo carries
 	hashPrefix          = "sha256:"
-	modeWriteMask       = 0o022
 )
 
 // ErrInvalidTokenFile is wrapped by every refusal of a token file.
@@ -232,42 +232,18 @@ func AddToken(path, name string, random io.Reader) (string, error) {
 	return token, nil
 }
 
-// openTokenFile opens path without following a symbolic link (creating it 0600 when flags
-// say so) and refuses anything but a regular file that neither group nor others may
-// write.
+// openTokenFile opens path as an operator file (opfile.Open: no symbolic link, regular,
+// not writable by group or others; created 0600 when flags say so).
 func openTokenFile(path string, flags int) (*os.File, error) {
-	fd, err := unix.Open(path, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	f, err := opfile.Open(path, flags, "it decides who may call the server (chmod go-w)")
 	if err != nil {
 		return nil, fileError(path, err)
-	}
-	f := os.NewFile(uintptr(fd), path)
-	st, err := f.Stat()
-	switch {
-	case err != nil:
-		err = fileError(path, err)
-	case !st.Mode().IsRegular():
-		err = fileError(path, errors.New("not a regular file"))
-	case st.Mode().Perm()&modeWriteMask != 0:
-		err = fileError(path, fmt.Errorf("mode %04o lets group or others write it; it decides who may call the server (chmod go-w)", st.Mode().Perm()))
-	}
-	if err != nil {
-		f.Close()
-		return nil, err
 	}
 	return f, nil
 }
 
 // readTokenFile reads f, at most MaxTokenFileBytes.
-func readTokenFile(f *os.File) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(f, MaxTokenFileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxTokenFileBytes {
-		return nil, fmt.Errorf("more than %d bytes", MaxTokenFileBytes)
-	}
-	return data, nil
-}
+func readTokenFile(f *os.File) ([]byte, error) { return opfile.Read(f, MaxTokenFileBytes) }
 
 // syncDir syncs the directory dir.
 func syncDir(dir string) error {

@@ -30,7 +30,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -39,20 +38,20 @@ import (
 	"golang.org/x/sys/unix"
 
 	"symbi/internal/errcode"
+	"symbi/internal/opfile"
 	"symbi/internal/strictjson"
 )
 
 // Limits.
 const (
-	MaxFileBytes  = 1 << 20
-	MaxExecutors  = 64
-	MaxArgs       = 64
-	MaxArgBytes   = 4 << 10
-	MaxNameBytes  = 64
-	MaxModeBytes  = 128
-	FlagName      = "--executors"
-	pathEnvName   = "PATH"
-	modeWriteMask = 0o022
+	MaxFileBytes = 1 << 20
+	MaxExecutors = 64
+	MaxArgs      = 64
+	MaxArgBytes  = 4 << 10
+	MaxNameBytes = 64
+	MaxModeBytes = 128
+	FlagName     = "--executors"
+	pathEnvName  = "PATH"
 )
 
 // ErrInvalid is wrapped by every refusal of an executors file.
@@ -112,29 +111,14 @@ func Load(path string, getenv func(string) string) (*Registry, error) {
 // readFile reads path without following a symbolic link, refusing a file group or others
 // may write.
 func readFile(path string) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	f, err := opfile.Open(path, unix.O_RDONLY, "it decides what programs the server runs (chmod go-w)")
 	if err != nil {
 		return nil, invalid("%s %s: %v", FlagName, path, err)
 	}
-	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
-	st, err := f.Stat()
-	switch {
-	case err != nil:
-		return nil, invalid("%s %s: %v", FlagName, path, err)
-	case !st.Mode().IsRegular():
-		return nil, invalid("%s %s: not a regular file", FlagName, path)
-	case st.Mode().Perm()&modeWriteMask != 0:
-		return nil, invalid("%s %s: mode %04o lets group or others write it; it decides what programs the server runs (chmod go-w)", FlagName, path, st.Mode().Perm())
-	case st.Size() > MaxFileBytes:
-		return nil, invalid("%s %s: %d bytes, more than %d", FlagName, path, st.Size(), MaxFileBytes)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	data, err := opfile.Read(f, MaxFileBytes)
 	if err != nil {
 		return nil, invalid("%s %s: %v", FlagName, path, err)
-	}
-	if len(data) > MaxFileBytes {
-		return nil, invalid("%s %s: more than %d bytes", FlagName, path, MaxFileBytes)
 	}
 	return data, nil
 }

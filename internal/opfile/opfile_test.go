@@ -1,0 +1,94 @@
+package opfile
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestOpen: a regular file not writable by group or others opens; a symbolic link, a
+// directory, a FIFO, a group- or other-writable file and a missing file are refused, each
+// with its reason; O_CREAT creates the file 0600.
+func TestOpen(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("data"), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good", 0o644)
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(good, link); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, path, want string
+	}{
+		{"regular", good, ""},
+		{"symbolic link", link, "too many levels of symbolic links"},
+		{"directory", dir, "not a regular file"},
+		{"fifo", fifo, "not a regular file"},
+		{"group writable", write("gw", 0o620), "mode 0620 lets group or others write it; WHY"},
+		{"other writable", write("ow", 0o602), "mode 0602 lets group or others write it; WHY"},
+		{"missing", filepath.Join(dir, "none"), "no such file or directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := Open(tt.path, unix.O_RDONLY, "WHY")
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err %v, want %q", err, tt.want)
+			}
+		})
+	}
+	created := filepath.Join(dir, "new")
+	f, err := Open(created, unix.O_RDWR|unix.O_CREAT, "WHY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if st, err := os.Stat(created); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("created: %v, %v", st.Mode(), err)
+	}
+}
+
+// TestRead: up to the limit is read whole; one byte more is ErrTooLarge.
+func TestRead(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	for _, n := range []int{0, 10, 11} {
+		if err := os.WriteFile(p, []byte(strings.Repeat("x", n)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := Read(f, 10)
+		f.Close()
+		switch {
+		case n <= 10 && (err != nil || len(data) != n):
+			t.Fatalf("%d bytes: %d, %v", n, len(data), err)
+		case n > 10 && !errors.Is(err, ErrTooLarge):
+			t.Fatalf("%d bytes: %v, want ErrTooLarge", n, err)
+		}
+	}
+}
