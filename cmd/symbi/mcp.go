@@ -119,7 +119,8 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 		p.Close()
 		return err
 	}
-	defer func() { reg.Stop(); p.Close() }()
+	served := make(chan struct{})
+	defer func() { close(served); reg.Stop(); p.Close() }()
 	pol := policy.Load(p.Root())
 	if pol.Mode == policy.ModeDenyAll {
 		log.Warn("policy set is deny_all: every response will be denied until it is fixed", "reason", pol.Reason)
@@ -185,17 +186,42 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	// The registry is read in the background (initialize does not need it): over stdio
 	// once the client has its answer to initialize, over HTTP at once; a call that needs
 	// it first starts it and waits.
-	loading, restoreGC := time.Now(), startupGC(e.getenv)
+	// The collector's start-up target (startupGC) is raised when the load starts here and
+	// restored when it ends, or when the server ends first; it is never raised after that.
+	var gc struct {
+		sync.Mutex
+		restore func()
+	}
+	loading := time.Now()
+	load := func() {
+		gc.Lock()
+		if gc.restore == nil {
+			gc.restore = startupGC(e.getenv)
+		}
+		gc.Unlock()
+		reg.Load()
+	}
 	go func() {
-		<-reg.Ready()
-		restoreGC()
+		defer func() {
+			gc.Lock()
+			if gc.restore != nil {
+				gc.restore()
+			}
+			gc.restore = func() {}
+			gc.Unlock()
+		}()
+		select {
+		case <-reg.Ready():
+		case <-served: // never needed, or still loading at exit: Stop settles it
+			return
+		}
 		log.Info("registry loaded", "agents", len(reg.Entries()), "took", time.Since(loading).Round(time.Millisecond))
 	}()
 	if o.http.addr != "" {
-		reg.Load()
+		load()
 		return serveHTTP(e, o.http, cfg, runner, log, attrs)
 	}
-	cfg.Initialized = reg.Load
+	cfg.Initialized = load
 	server := mcpserver.New(cfg)
 	log.Info("serving", attrs...)
 
@@ -248,8 +274,7 @@ func startupGC(getenv func(string) string) (restore func()) {
 		return func() {}
 	}
 	old := debug.SetGCPercent(startupGCPercent)
-	var once sync.Once
-	return func() { once.Do(func() { debug.SetGCPercent(old) }) }
+	return func() { debug.SetGCPercent(old) }
 }
 
 // shutdownRuns cancels the runs in flight and waits, at most shutdownGrace, for each to
