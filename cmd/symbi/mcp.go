@@ -192,11 +192,11 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 		sync.Mutex
 		restore func()
 	}
-	loading := time.Now()
+	var loading time.Time
 	load := func() {
 		gc.Lock()
 		if gc.restore == nil {
-			gc.restore = startupGC(e.getenv)
+			gc.restore, loading = startupGC(e.getenv), time.Now()
 		}
 		gc.Unlock()
 		reg.Load()
@@ -215,7 +215,14 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 		case <-served: // never needed, or still loading at exit: Stop settles it
 			return
 		}
-		log.Info("registry loaded", "agents", len(reg.Entries()), "took", time.Since(loading).Round(time.Millisecond))
+		gc.Lock()
+		began := loading
+		gc.Unlock()
+		attrs := []any{"agents", len(reg.Entries())}
+		if !began.IsZero() { // else a call that needed it started the load
+			attrs = append(attrs, "took", time.Since(began).Round(time.Millisecond))
+		}
+		log.Info("registry loaded", attrs...)
 	}()
 	if o.http.addr != "" {
 		load()

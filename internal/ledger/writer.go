@@ -151,7 +151,7 @@ func (w *Writer) catchUp() error {
 	}
 	w.seq, w.prev = rd.seq, rd.prev
 	if w.opening {
-		w.opened = append(w.opened, verified...)
+		w.opened = verified
 	}
 	if err != nil {
 		return fmt.Errorf("ledger: cannot continue an invalid ledger: line %d: %v", w.seq+1, err)
@@ -182,7 +182,8 @@ type Opened struct {
 func (w *Writer) PublicKey() ed25519.PublicKey { return w.key.Public().(ed25519.PublicKey) }
 
 // TakeOpened returns what the Writer verified at Open and forgets it (nil the second
-// time). Lines appended since, by this Writer or another process, follow Size.
+// time). Until then the Writer holds those lines: a long-lived caller that does not
+// follow the ledger takes them to free them. Lines appended since, by this Writer or another process, follow Size.
 func (w *Writer) TakeOpened() *Opened {
 	w.mu.Lock()
 	defer w.mu.Unlock()

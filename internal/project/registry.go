@@ -70,7 +70,8 @@ type Agent struct {
 }
 
 // Registry is the agent registry snapshot taken by LoadRegistry: the agent files of
-// agents/ as they were when it was taken. Files added later are not seen.
+// agents/ as they were when it was taken (with PrepareRegistry: the names listed then,
+// the contents read when the load ran). Files added later are not seen.
 type Registry struct {
 	mu     sync.Mutex
 	start  func()        // builds agents (PrepareRegistry); nil once started or stopped

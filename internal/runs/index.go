@@ -144,6 +144,9 @@ func (m *Manager) takeOpened() error {
 	if o == nil {
 		return nil
 	}
+	if o.Size > ledger.MaxLedgerBytes {
+		return m.stopLedger(fmt.Errorf("more than %d bytes", ledger.MaxLedgerBytes))
+	}
 	m.ledgerReader, m.ledgerID = o.Reader, o.FileID
 	return m.applyLines(o.Lines)
 }

@@ -356,6 +356,11 @@ func (m *Manager) lookup(id string) (*run, error) {
 	if !validID(id) {
 		return nil, errcode.Errorf(errcode.InvalidRequest, "run_id %q is not a run id (ASCII letters, digits, '-' and '_', at most %d bytes)", clip(id), MaxRunIDBytes)
 	}
+	if m.cfg.Registry != nil {
+		// agentIDs below may need the registry, which a server reads while it starts:
+		// wait for it here rather than with m.mu held.
+		m.cfg.Registry.Wait()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.runs[id]
