@@ -551,14 +551,22 @@ func inspector(t *testing.T, node, dir string, model *loopback.Server, args ...s
 // the Inspector's -e) and symbi mcp's further flags serverArgs.
 func confInspector(t *testing.T, node, dir string, env, serverArgs []string, args ...string) (int, []byte, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	argv := []string{filepath.Join("node_modules", "@modelcontextprotocol", "inspector", "cli", "build", "cli.js"), "--cli"}
+	argv := []string{"--cli"}
 	for _, kv := range env {
 		argv = append(argv, "-e", kv)
 	}
 	argv = append(append(argv, symbiBin, "mcp", "--project", dir), serverArgs...)
-	cmd := exec.CommandContext(ctx, node, append(argv, args...)...)
+	return runInspectorCLI(t, node, append(argv, args...))
+}
+
+// runInspectorCLI runs the MCP Inspector's CLI with argv (within 5 minutes) and returns its
+// exit code, stdout and stderr.
+func runInspectorCLI(t *testing.T, node string, argv []string) (int, []byte, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cli := filepath.Join("node_modules", "@modelcontextprotocol", "inspector", "cli", "build", "cli.js")
+	cmd := exec.CommandContext(ctx, node, append([]string{cli}, argv...)...)
 	cmd.Dir = conformanceDir
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -872,26 +880,11 @@ type confCaller struct{ ID, Auth string }
 // with --header) and returns its exit code, stdout and stderr.
 func confInspectorURL(t *testing.T, node, url string, headers []string, args ...string) (int, []byte, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	argv := []string{filepath.Join("node_modules", "@modelcontextprotocol", "inspector", "cli", "build", "cli.js"), "--cli", url, "--transport", "http"}
+	argv := []string{"--cli", url, "--transport", "http"}
 	for _, h := range headers {
 		argv = append(argv, "--header", h)
 	}
-	cmd := exec.CommandContext(ctx, node, append(argv, args...)...)
-	cmd.Dir = conformanceDir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	code := 0
-	if err != nil {
-		ee, ok := err.(*exec.ExitError)
-		if !ok {
-			t.Fatalf("inspector: %v", err)
-		}
-		code = ee.ExitCode()
-	}
-	return code, out, stderr.String()
+	return runInspectorCLI(t, node, append(argv, args...))
 }
 
 // confRunInspector tries one Inspector invocation (inspect with args) as the subtest name:

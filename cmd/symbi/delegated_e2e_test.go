@@ -354,6 +354,21 @@ func delLive(pgid int, pids ...int) []string {
 	return live
 }
 
+// delCancel cancels runID with cancel_run, which waits for the run's end up to 10 s: on a
+// slow machine, or with an agent that takes its grace periods to be killed, the run may
+// still be running then; it must not be reported already finished.
+func delCancel(t *testing.T, s *server, runID string) {
+	t.Helper()
+	var out struct {
+		runs.Status
+		AlreadyFinished bool `json:"already_finished"`
+	}
+	s.callInto(t, "cancel_run", map[string]any{"run_id": runID}, &out)
+	if out.AlreadyFinished || (out.Status.Status != runs.StatusCancelled && out.Status.Status != runs.StatusRunning) {
+		t.Fatalf("cancel_run: %+v", out)
+	}
+}
+
 // delGone waits until the agent's process group (from its recorded start event) and the
 // given pids have no live process left. The run has ended when this is called: the group
 // was SIGKILLed, only the delivery may still be under way — the bound is a guard, not an
@@ -714,16 +729,8 @@ func TestE2EDelegatedCancelAndTimeout(t *testing.T) {
 		t.Run("cancel_"+name, func(t *testing.T) {
 			run := started[name]
 			e.waitEvent(t, run.RunID, journal.TypeToolCall) // the child is spawned, the agent hangs
-			var out struct {
-				runs.Status
-				AlreadyFinished bool `json:"already_finished"`
-			}
-			e.s.callInto(t, "cancel_run", map[string]any{"run_id": run.RunID}, &out)
-			// cancel_run waits for the run's end up to 10 s: the stubborn agent takes two
-			// grace periods (5 s each) to be killed, so it may still be running then.
-			if out.AlreadyFinished || (out.Status.Status != runs.StatusCancelled && out.Status.Status != runs.StatusRunning) {
-				t.Fatalf("cancel_run: %+v", out)
-			}
+			// The stubborn agent takes two grace periods (5 s each) to be killed.
+			delCancel(t, e.s, run.RunID)
 			st, recs := e.finish(t, run)
 			if st.Status != runs.StatusCancelled || st.Released || !strings.Contains(st.Reason, "cancel_run") {
 				t.Fatalf("run_status %+v", st)
