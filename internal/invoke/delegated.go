@@ -44,6 +44,9 @@ func (d *delegatedExecutor) Describe(s *journal.Started) {
 	s.DeadlineMS = ms(d.deadline)
 }
 
+// Opening is empty: a delegated run begins by starting the agent, once started is durable.
+func (d *delegatedExecutor) Opening() []journal.Record { return nil }
+
 func (d *delegatedExecutor) Execute(ctx context.Context, w *journal.Writer, progress func(Stage)) (Output, error) {
 	// Journal, then act: started is durable before any process is started.
 	if err := w.Sync(); err != nil {

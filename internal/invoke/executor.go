@@ -22,9 +22,14 @@ type Executor interface {
 	// Describe fills the executor's fields of the started record: the mode of the answer
 	// and what produces it, with the limits in force.
 	Describe(s *journal.Started)
-	// Execute does the work after started has been appended (not yet synced): it appends
-	// its own records, makes them durable before it acts and after, and reports each stage.
-	// A failure comes with the terminated reason it stands for.
+	// Opening returns the records the executor's work begins with, written after started
+	// when the journal is created (and signed while its file is made durable); none for an
+	// executor that begins by acting.
+	Opening() []journal.Record
+	// Execute does the work after started and the opening records have been appended (not
+	// yet synced): it appends its own records, makes them durable before it acts and
+	// after, and reports each stage. A failure comes with the terminated reason it stands
+	// for.
 	Execute(ctx context.Context, w *journal.Writer, progress func(Stage)) (Output, error)
 }
 
@@ -55,6 +60,7 @@ type modelExecutor struct {
 	maxTokens  int
 	hashesOnly bool
 	at         func(point string) // the Runner's test hook
+	callID     string             // of the one call, set by Opening
 }
 
 func (m *modelExecutor) Describe(s *journal.Started) {
@@ -63,17 +69,22 @@ func (m *modelExecutor) Describe(s *journal.Started) {
 	s.MaxOutputTokens, s.DeadlineMS = int64(m.maxTokens), ms(m.deadline)
 }
 
-func (m *modelExecutor) Execute(ctx context.Context, w *journal.Writer, progress func(Stage)) (Output, error) {
-	callID := uuid.NewString()
-	if err := w.Append(journal.InferenceRequested{
-		CallID:        callID,
+// Opening is inference_requested: the exact request is journaled with started.
+func (m *modelExecutor) Opening() []journal.Record {
+	m.callID = uuid.NewString()
+	return []journal.Record{journal.InferenceRequested{
+		CallID:        m.callID,
 		RequestSHA256: digest.SHA256Hex(m.call.Body),
 		RequestBytes:  int64(len(m.call.Body)),
 		MaxTokens:     int64(m.maxTokens),
 		DeadlineMS:    ms(m.deadline),
-	}); err != nil {
-		return Output{}, &ExecError{reasonAuditFailed, err}
-	}
+	}}
+}
+
+func (m *modelExecutor) Execute(ctx context.Context, w *journal.Writer, progress func(Stage)) (Output, error) {
+	callID := m.callID
+	// started and inference_requested, appended when the journal was created, are
+	// durable before the call.
 	if err := w.Sync(); err != nil {
 		return Output{}, &ExecError{reasonAuditFailed, err}
 	}

@@ -293,7 +293,38 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 		return nil, &Error{Err: errcode.Errorf(errcode.Internal, "run id: %v", err)}
 	}
 	runID := id.String()
-	w, err := store.Create(p.agentID, runID)
+	adm := p.agent.Admission
+	instr := []byte(p.conv.Instructions)
+	started := journal.Started{
+		Agent:                p.name,
+		File:                 p.agent.Entry.File,
+		SourceSHA256:         p.agent.SourceSHA256,
+		DeclarationSHA256:    p.agent.DeclarationSHA256,
+		Surface:              p.req.Surface,
+		Caller:               p.req.Caller,
+		CallerAuth:           p.req.CallerAuth,
+		ServerVersion:        buildinfo.Version,
+		InlinePolicies:       adm.Policies,
+		InlinePoliciesSHA256: adm.PolicyDigest,
+		PolicyMode:           string(r.cfg.Policies.Mode),
+		PolicyDigest:         r.cfg.Policies.Digest,
+		PolicyReason:         r.cfg.Policies.Reason,
+		PromptSHA256:         digest.SHA256Hex([]byte(p.req.Prompt)),
+		PromptBytes:          int64(len(p.req.Prompt)),
+		InstructionsSHA256:   digest.SHA256Hex(instr),
+		InstructionsBytes:    int64(len(instr)),
+	}
+	p.exec.Describe(&started)
+	if !r.cfg.HashesOnly {
+		started.Prompt = p.req.Prompt
+		started.Instructions = p.conv.Instructions
+	}
+	// started and the executor's opening records are signed while the file is created.
+	w, err := store.Create(p.agentID, runID, append([]journal.Record{started}, p.exec.Opening()...)...)
+	if errors.Is(err, journal.ErrOpening) {
+		return nil, &Error{Err: errcode.Errorf(errcode.AuditUnavailable,
+			"journal write failed before the run's first record was durable; nothing was sent or released, and the empty journal was removed: %v", err)}
+	}
 	if err != nil {
 		return nil, &Error{Err: errcode.Wrap(errcode.AuditUnavailable, err)}
 	}
@@ -330,35 +361,6 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 	}
 	progress(StageJournalOpened)
 
-	adm := p.agent.Admission
-	instr := []byte(p.conv.Instructions)
-	started := journal.Started{
-		Agent:                p.name,
-		File:                 p.agent.Entry.File,
-		SourceSHA256:         p.agent.SourceSHA256,
-		DeclarationSHA256:    p.agent.DeclarationSHA256,
-		Surface:              p.req.Surface,
-		Caller:               p.req.Caller,
-		CallerAuth:           p.req.CallerAuth,
-		ServerVersion:        buildinfo.Version,
-		InlinePolicies:       adm.Policies,
-		InlinePoliciesSHA256: adm.PolicyDigest,
-		PolicyMode:           string(r.cfg.Policies.Mode),
-		PolicyDigest:         r.cfg.Policies.Digest,
-		PolicyReason:         r.cfg.Policies.Reason,
-		PromptSHA256:         digest.SHA256Hex([]byte(p.req.Prompt)),
-		PromptBytes:          int64(len(p.req.Prompt)),
-		InstructionsSHA256:   digest.SHA256Hex(instr),
-		InstructionsBytes:    int64(len(instr)),
-	}
-	p.exec.Describe(&started)
-	if !r.cfg.HashesOnly {
-		started.Prompt = p.req.Prompt
-		started.Instructions = p.conv.Instructions
-	}
-	if err := w.Append(started); err != nil {
-		return journalFailed(err)
-	}
 	out, err := p.exec.Execute(ctx, w, progress)
 	if err != nil {
 		var ee *ExecError

@@ -195,7 +195,7 @@ func loadKey(dirfd int, name, path string, create bool) (ed25519.PrivateKey, err
 	if len(seed) != ed25519.SeedSize {
 		return nil, errcode.Errorf(errcode.AuditUnavailable, "%w: %s must hold exactly %d bytes (the raw Ed25519 seed), not %s", ErrUnsafeKey, path, ed25519.SeedSize, sizeText(len(seed)))
 	}
-	return ed25519.NewKeyFromSeed(seed), nil
+	return keyFromSeed(seed), nil
 }
 
 func sizeText(n int) string {

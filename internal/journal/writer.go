@@ -66,7 +66,15 @@ type Writer struct {
 // Create makes the run's journal <agentID>.<runID>.jsonl in the governed directory
 // (O_CREAT|O_EXCL|O_NOFOLLOW, 0600) and fsyncs the file and the directory. Both ids must be
 // non-empty and made of ASCII letters, digits, '-' and '_' (at most 128 bytes each).
-func (s *Store) Create(agentID, runID string) (*Writer, error) {
+//
+// Then it appends first, the run's opening records (started first), without fsync: the
+// caller syncs at its first durable point. They are checked and signed while the file is
+// being created and made durable — another goroutine's work, off the run's critical path —
+// and written only after, so the file holds exactly what Create followed by Append would
+// have written, in the same order. If one of them cannot be written, the new file is removed
+// and the error wraps ErrOpening; if the file could not be removed either, the error says
+// so and does not wrap ErrOpening.
+func (s *Store) Create(agentID, runID string, first ...Record) (*Writer, error) {
 	for _, id := range []string{agentID, runID} {
 		if !ValidID(id) {
 			return nil, errcode.Errorf(errcode.InvalidRequest, "journal: invalid id %q (letters, digits, '-' and '_' only)", id)
@@ -74,6 +82,14 @@ func (s *Store) Create(agentID, runID string) (*Writer, error) {
 	}
 	name := FileName(agentID, runID)
 	path := filepath.Join(s.path, name)
+	var signed chan openingLines
+	if len(first) > 0 {
+		signed = make(chan openingLines, 1) // buffered: a creation that fails leaves no goroutine waiting
+		go func() {
+			lines, err := newWriter(nil, path, s.key, agentID, runID).prepareAll(first)
+			signed <- openingLines{lines, err}
+		}()
+	}
 	// The writer keeps its own descriptor of the project, to locate its file from there;
 	// taken first, so that no failure leaves a file behind it.
 	rootFD, err := unix.FcntlInt(s.root.Fd(), unix.F_DUPFD_CLOEXEC, 0)
@@ -107,7 +123,54 @@ func (s *Store) Create(agentID, runID string) (*Writer, error) {
 	w := newWriter(f, path, s.key, agentID, runID)
 	w.root = os.NewFile(uintptr(rootFD), s.root.Name())
 	w.name = name
+	if signed == nil {
+		return w, nil
+	}
+	opening := <-signed
+	err = opening.err
+	for _, p := range opening.lines {
+		if err != nil {
+			break
+		}
+		err = w.AppendPrepared(p)
+	}
+	if err != nil {
+		derr := w.Discard()
+		w.Close()
+		if derr != nil {
+			return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: %s: the run's opening records: %w; and the file, which could not be removed, was kept: %v", path, err, derr)
+		}
+		return nil, fmt.Errorf("%w: %w", ErrOpening, err)
+	}
 	return w, nil
+}
+
+// ErrOpening wraps the error of a run's opening records that Create could not write; the
+// new file was removed.
+var ErrOpening = errors.New("journal: the run's opening records could not be written, and its new file was removed")
+
+// openingLines are the opening records of a run, prepared while its file is created.
+type openingLines struct {
+	lines []*Prepared
+	err   error
+}
+
+// prepareAll prepares rs as the next lines, each following the one before, and advances
+// the writer past them without writing anything: for a scratch writer with no file, whose
+// lines another writer of the same run then writes with AppendPrepared.
+func (w *Writer) prepareAll(rs []Record) ([]*Prepared, error) {
+	lines := make([]*Prepared, 0, len(rs))
+	for _, r := range rs {
+		p, err := w.Prepare(r)
+		if err != nil {
+			return nil, err
+		}
+		w.mu.Lock()
+		w.advance(p)
+		w.mu.Unlock()
+		lines = append(lines, p)
+	}
+	return lines, nil
 }
 
 func newWriter(f file, path string, key ed25519.PrivateKey, agentID, runID string) *Writer {
@@ -246,12 +309,17 @@ func (w *Writer) AppendPrepared(p *Prepared) error {
 	if err != nil {
 		return w.fail(fmt.Errorf("write %s record: %w", p.typ, err))
 	}
-	w.size += int64(n)
+	w.advance(p)
+	return nil
+}
+
+// advance moves the writer's state past p, written (or, in prepareAll, counted as if).
+func (w *Writer) advance(p *Prepared) {
+	w.size += int64(len(p.line))
 	w.machine = p.machine
 	w.seq++
 	w.prev = p.Receipt.Head
 	w.terminated = p.typ == TypeTerminated
-	return nil
 }
 
 // checkReachable refuses a journal file that is no longer exactly one name in the file
@@ -302,7 +370,7 @@ func (w *Writer) line(r Record) ([]byte, error) {
 // same envelope under its own context, so a line of one is never valid in the other.
 func Seal(key ed25519.PrivateKey, context string, p []byte) []byte {
 	msg := make([]byte, 0, len(context)+len(p))
-	sig := ed25519.Sign(key, append(append(msg, context...), p...))
+	sig := sign(key, append(append(msg, context...), p...))
 	line := make([]byte, 0, len(p)+len(linePrefix)+len(sigPrefix)+base64.StdEncoding.EncodedLen(len(sig))+len(lineSuffix))
 	line = append(line, linePrefix...)
 	line = append(line, p...)

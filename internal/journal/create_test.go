@@ -1,0 +1,116 @@
+package journal
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCreateOpening: the opening records given to Create are written after the file, in
+// order, not yet durable; the journal then holds what Create followed by Append writes.
+func TestCreateOpening(t *testing.T) {
+	_, root := newProject(t)
+	s := openStore(t, root)
+	recs := run{agent: "helper", prompt: "hi", text: "hello", allow: true}.records()
+	w, err := s.Create(agentID("helper"), "opening", recs[0], recs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := w.Receipt().Records; got != 2 {
+		t.Fatalf("after Create: %d records appended, want 2", got)
+	}
+	if got := w.Durable().Records; got != 0 {
+		t.Fatalf("after Create: %d records durable, want 0 (the caller syncs)", got)
+	}
+	if lines := bytes.Count(mustRead(t, w.Path()), []byte("\n")); lines != 2 {
+		t.Fatalf("after Create: the file holds %d lines, want 2", lines)
+	}
+	for _, r := range recs[2:] {
+		if err := w.Append(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	rep := Verify(w.Path(), s.PublicKey(), VerifyOptions{RunID: "opening"})
+	if rep.Status != StatusComplete || rep.Records != len(recs) {
+		t.Fatalf("verify: %s", reportJSON(rep))
+	}
+	// The same records through Create and Append: the same lines but for time, prev and
+	// signature.
+	other := openStore(t, openRoot(t, t.TempDir()))
+	ref := writeRecords(t, other, "helper", "opening", recs)
+	got, want := payloads(t, w.Path()), payloads(t, ref.Path())
+	if len(got) != len(want) {
+		t.Fatalf("%d lines, want %d", len(got), len(want))
+	}
+	for i := range got {
+		for _, k := range []string{"time", "prev"} {
+			delete(got[i], k)
+			delete(want[i], k)
+		}
+		g, _ := json.Marshal(got[i])
+		x, _ := json.Marshal(want[i])
+		if !bytes.Equal(g, x) {
+			t.Errorf("line %d: %s\nwant %s", i, g, x)
+		}
+	}
+}
+
+// payloads returns the payload of each line of the journal at path.
+func payloads(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for line := range bytes.Lines(mustRead(t, path)) {
+		var l struct{ Payload map[string]any }
+		if err := json.Unmarshal(line, &l); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, l.Payload)
+	}
+	return out
+}
+
+// TestCreateOpeningRefused: an opening record that cannot be written fails Create with
+// ErrOpening and the reason, and leaves no file behind.
+func TestCreateOpeningRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		first []Record
+		want  error
+	}{
+		{"not started first", []Record{InferenceRequested{CallID: "c"}}, ErrOrder},
+		{"started twice", []Record{Started{Agent: "a"}, Started{Agent: "a"}}, ErrOrder},
+		{"record too large", []Record{Started{Agent: "a", Prompt: strings.Repeat("p", MaxRecordBytes)}}, ErrRecordTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, root := newProject(t)
+			s := openStore(t, root)
+			w, err := s.Create("a", "r", tc.first...)
+			if w != nil || !errors.Is(err, ErrOpening) || !errors.Is(err, tc.want) {
+				t.Fatalf("Create: %v, %v; want ErrOpening and %v", w, err, tc.want)
+			}
+			ents, err := os.ReadDir(filepath.Join(dir, ".symbiont", "governed"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				if e.Name() != KeyFileName {
+					t.Errorf("left behind: %s", e.Name())
+				}
+			}
+			// The name is free again: the run can be created.
+			if w, err := s.Create("a", "r", Started{Agent: "a"}); err != nil {
+				t.Fatalf("Create after the refusal: %v", err)
+			} else {
+				w.Close()
+			}
+		})
+	}
+}
