@@ -53,16 +53,18 @@ func (m *Manager) ledgerTail() (err error) {
 		if err := m.openStore(); err != nil {
 			return err
 		}
-		defer func() {
-			if err == nil {
-				err = m.scanJournals()
-				m.ledgerErr = err
-			}
-		}()
 		if err := m.takeOpened(); err != nil {
 			return err
 		}
 	}
+	// Once the ledger has been read, the journals it does not know are added: at the
+	// first call that reads it, or — when that failed — the next one that does.
+	defer func() {
+		if err == nil && !m.scanned {
+			err = m.scanJournals()
+			m.scanned = err == nil
+		}
+	}()
 	fd, err := unix.Open(m.ledgerPath, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if os.IsNotExist(err) {
 		if m.ledgerLines > 0 {

@@ -62,6 +62,7 @@ type Manager struct {
 	ledgerOff    int64
 	ledgerLines  int64
 	ledgerErr    error
+	scanned      bool              // the governed directory was scanned for journals the ledger does not know
 	ledgerID     [2]uint64         // device and inode of the ledger file read
 	names        map[string]string // the governed directory's journals by run id (listing)
 	namesStamp   [3]int64          // the directory's mtime and size when names was read

@@ -1572,3 +1572,33 @@ func TestIndexFromOpenedLedger(t *testing.T) {
 	_, err = other.List(runs.Filter{})
 	wantCode(t, err, errcode.AuditUnavailable, "signature does not verify") // the line flipped above
 }
+
+// TestScanAfterFailedFirstRead: when the first read of the ledger fails for a while (here
+// a symlink in its place, which is refused without following it), the journals the
+// ledger does not know are listed once it can be read again.
+func TestScanAfterFailedFirstRead(t *testing.T) {
+	p := newTestProject(t, nil)
+	id := newRunID(t)
+	p.journalRun(t, "alpha", id, records("alpha", "", "", true), false)
+	aside := p.ledgerPath() + ".aside"
+	if err := os.Rename(p.ledgerPath(), aside); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(aside, p.ledgerPath()); err != nil {
+		t.Fatal(err)
+	}
+	m := runs.New(runs.Config{Root: p.root})
+	if _, err := m.List(runs.Filter{}); err == nil {
+		t.Fatal("list with a symlink as the ledger: no error")
+	}
+	if err := os.Remove(p.ledgerPath()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(aside, p.ledgerPath()); err != nil {
+		t.Fatal(err)
+	}
+	page, err := m.List(runs.Filter{})
+	if err != nil || len(page.Runs) != 1 || page.Runs[0].RunID != id || page.Runs[0].Status != runs.StatusAbandoned {
+		t.Fatalf("list once the ledger reads: %+v, %v; want the journal on disk, abandoned", page, err)
+	}
+}
