@@ -370,7 +370,7 @@ func (w *Writer) line(r Record) ([]byte, error) {
 // same envelope under its own context, so a line of one is never valid in the other.
 func Seal(key ed25519.PrivateKey, context string, p []byte) []byte {
 	msg := make([]byte, 0, len(context)+len(p))
-	sig := sign(key, append(append(msg, context...), p...))
+	sig := ed25519.Sign(key, append(append(msg, context...), p...))
 	line := make([]byte, 0, len(p)+len(linePrefix)+len(sigPrefix)+base64.StdEncoding.EncodedLen(len(sig))+len(lineSuffix))
 	line = append(line, linePrefix...)
 	line = append(line, p...)
