@@ -264,7 +264,6 @@ var targets = []target{
 	{"project verification vs raw (all cores)", "BenchmarkVerifyProject", "x-raw-verify", atLeast, 1.0, ratio, ""},
 	{"governed invoke_agent p50 / (ungoverned + fsync floor), c=1", "BenchmarkInvoke/c=1", "ratio-p50", atMost, 1.2, ratio, ""},
 	{"the same, c=64", "BenchmarkInvoke/c=64", "ratio-p50", atMost, 2.0, ratio, "floor-only-ratio-p50"},
-	{"c=64, over ungoverned and floor combined per call", "BenchmarkInvoke/c=64", "ratio-p50-combined", atMost, 2.0, ratio, ""},
 	{"parser throughput vs the previous parser", "BenchmarkParse", "x-baseline", atLeast, 1.25, ratio, "allocs/file"},
 	{"start-up to initialize, 1,024 files, idle", "BenchmarkStartupRealistic/hogs=0", "ms-to-initialize", atMost, 50, ms, ""},
 	{"the same with two CPU hogs", "BenchmarkStartupRealistic/hogs=2", "ms-to-initialize", atMost, 50, ms, ""},

@@ -292,11 +292,10 @@ PASS
 	// project verification vs raw (all cores)                      -                        ≥ 1.0×   not run  no BenchmarkVerifyProject in the input
 	// governed invoke_agent p50 / (ungoverned + fsync floor), c=1  -                        ≤ 1.2×   not run  no BenchmarkInvoke/c=1 in the input
 	// the same, c=64                                               -                        ≤ 2.0×   not run  no BenchmarkInvoke/c=64 in the input
-	// c=64, over ungoverned and floor combined per call            -                        ≤ 2.0×   not run  no BenchmarkInvoke/c=64 in the input
 	// parser throughput vs the previous parser                     1.28× [0.64–1.32]  3     ≥ 1.25×  met      731 allocs/file
 	// start-up to initialize, 1,024 files, idle                    -                        ≤ 50 ms  not run  no BenchmarkStartupRealistic/hogs=0 in the input
 	// the same with two CPU hogs                                   -                        ≤ 50 ms  not run  no BenchmarkStartupRealistic/hogs=2 in the input
-	// 1 of 9 met, 8 not run
+	// 1 of 8 met, 7 not run
 	//
 	// Other side-by-side ratios
 	// BENCHMARK                    METRIC      VALUE  RUNS

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"symbi/internal/digest"
+	"symbi/internal/errcode"
 	"symbi/internal/inference"
 	"symbi/internal/journal"
 	"symbi/internal/policy"
@@ -83,6 +84,9 @@ func (m *modelExecutor) Opening() []journal.Record {
 
 func (m *modelExecutor) Execute(ctx context.Context, w *journal.Writer, progress func(Stage)) (Output, error) {
 	callID := m.callID
+	if callID == "" {
+		return Output{}, &ExecError{reasonAuditFailed, errcode.Errorf(errcode.Internal, "the model run began without its inference_requested record")}
+	}
 	// started and inference_requested, appended when the journal was created, are
 	// durable before the call.
 	if err := w.Sync(); err != nil {

@@ -325,6 +325,11 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 		return nil, &Error{Err: errcode.Errorf(errcode.AuditUnavailable,
 			"journal write failed before the run's first record was durable; nothing was sent or released, and the empty journal was removed: %v", err)}
 	}
+	if errors.Is(err, journal.ErrOpeningKept) {
+		r.cfg.Log.Warn("journal kept after its first write failed", "run_id", runID, "err", err)
+		return nil, &Error{Err: errcode.Errorf(errcode.AuditUnavailable,
+			"journal write failed before the run's first record was durable; nothing was sent or released: %v", err)}
+	}
 	if err != nil {
 		return nil, &Error{Err: errcode.Wrap(errcode.AuditUnavailable, err)}
 	}

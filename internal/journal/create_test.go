@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestCreateOpening: the opening records given to Create are written after the file, in
@@ -113,4 +119,63 @@ func TestCreateOpeningRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCreateOpeningWriteFails: an opening record whose write fails (a file size limit,
+// in a child process) fails Create with ErrOpening, and the new file is removed.
+func TestCreateOpeningWriteFails(t *testing.T) {
+	dir, _ := newProject(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "JOURNAL_TEST_CHILD=opening", "JOURNAL_TEST_DIR="+dir)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child: %v: %s", err, out)
+	}
+	var res struct {
+		Opening, Kept bool
+		Err           string
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("child output %q: %v", out, err)
+	}
+	if !res.Opening || res.Kept || !strings.Contains(res.Err, "write started record") {
+		t.Fatalf("child result %+v; want ErrOpening after a failed write", res)
+	}
+	ents, err := os.ReadDir(filepath.Join(dir, ".symbiont", "governed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Name() != KeyFileName {
+			t.Errorf("left behind: %s", e.Name())
+		}
+	}
+}
+
+// childOpening creates a journal whose started record is larger than the file size
+// limit allows, and prints what Create returned.
+func childOpening(dir string) int {
+	root, err := os.Open(dir)
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	s, err := OpenStore(root, StoreOptions{Create: true})
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	signal.Ignore(syscall.SIGXFSZ)
+	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: 1000, Max: 1000}); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	w, err := s.Create("a", "r", Started{Agent: "a", Prompt: strings.Repeat("p", 2000)})
+	if w != nil {
+		fmt.Println("Create succeeded")
+		return 1
+	}
+	out, _ := json.Marshal(map[string]any{"Opening": errors.Is(err, ErrOpening), "Kept": errors.Is(err, ErrOpeningKept), "Err": err.Error()})
+	fmt.Println(string(out))
+	return 0
 }

@@ -23,6 +23,8 @@ func TestMain(m *testing.M) {
 		os.Exit(childKey(os.Getenv("JOURNAL_TEST_DIR")))
 	case "fsize":
 		os.Exit(childFsize(os.Getenv("JOURNAL_TEST_DIR")))
+	case "opening":
+		os.Exit(childOpening(os.Getenv("JOURNAL_TEST_DIR")))
 	}
 	os.Exit(m.Run())
 }

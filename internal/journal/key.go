@@ -11,8 +11,7 @@ import (
 // multiplication) is done again only when the seed differs.
 var derived struct {
 	sync.Mutex
-	seed [ed25519.SeedSize]byte
-	key  ed25519.PrivateKey
+	key ed25519.PrivateKey // its first ed25519.SeedSize bytes are the seed
 }
 
 // keyFromSeed returns ed25519.NewKeyFromSeed(seed), the same key value as the last call
@@ -20,11 +19,9 @@ var derived struct {
 func keyFromSeed(seed []byte) ed25519.PrivateKey {
 	derived.Lock()
 	defer derived.Unlock()
-	if derived.key != nil && subtle.ConstantTimeCompare(derived.seed[:], seed) == 1 {
+	if derived.key != nil && subtle.ConstantTimeCompare(derived.key[:ed25519.SeedSize], seed) == 1 {
 		return derived.key
 	}
-	key := ed25519.NewKeyFromSeed(seed)
-	copy(derived.seed[:], seed)
-	derived.key = key
-	return key
+	derived.key = ed25519.NewKeyFromSeed(seed)
+	return derived.key
 }

@@ -72,8 +72,8 @@ type Writer struct {
 // being created and made durable — another goroutine's work, off the run's critical path —
 // and written only after, so the file holds exactly what Create followed by Append would
 // have written, in the same order. If one of them cannot be written, the new file is removed
-// and the error wraps ErrOpening; if the file could not be removed either, the error says
-// so and does not wrap ErrOpening.
+// and the error wraps ErrOpening; if the file could not be removed either, it wraps
+// ErrOpeningKept instead.
 func (s *Store) Create(agentID, runID string, first ...Record) (*Writer, error) {
 	for _, id := range []string{agentID, runID} {
 		if !ValidID(id) {
@@ -86,6 +86,11 @@ func (s *Store) Create(agentID, runID string, first ...Record) (*Writer, error) 
 	if len(first) > 0 {
 		signed = make(chan openingLines, 1) // buffered: a creation that fails leaves no goroutine waiting
 		go func() {
+			defer func() {
+				if v := recover(); v != nil { // not the server's end: the run's
+					signed <- openingLines{err: errcode.Errorf(errcode.Internal, "journal: signing the opening records: %v", v)}
+				}
+			}()
 			lines, err := newWriter(nil, path, s.key, agentID, runID).prepareAll(first)
 			signed <- openingLines{lines, err}
 		}()
@@ -138,7 +143,7 @@ func (s *Store) Create(agentID, runID string, first ...Record) (*Writer, error) 
 		derr := w.Discard()
 		w.Close()
 		if derr != nil {
-			return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: %s: the run's opening records: %w; and the file, which could not be removed, was kept: %v", path, err, derr)
+			return nil, errcode.Errorf(errcode.AuditUnavailable, "%w: %s: the run's opening records: %w; and the file could not be removed: %v", ErrOpeningKept, path, err, derr)
 		}
 		return nil, fmt.Errorf("%w: %w", ErrOpening, err)
 	}
@@ -148,6 +153,10 @@ func (s *Store) Create(agentID, runID string, first ...Record) (*Writer, error) 
 // ErrOpening wraps the error of a run's opening records that Create could not write; the
 // new file was removed.
 var ErrOpening = errors.New("journal: the run's opening records could not be written, and its new file was removed")
+
+// ErrOpeningKept wraps the error of a run's opening records that Create could not write
+// when the new file could not be removed either: it is left, holding no durable record.
+var ErrOpeningKept = errors.New("journal: the run's opening records could not be written, and its new file was kept")
 
 // openingLines are the opening records of a run, prepared while its file is created.
 type openingLines struct {
