@@ -102,15 +102,7 @@ func TestCreateOpeningRefused(t *testing.T) {
 			if w != nil || !errors.Is(err, ErrOpening) || !errors.Is(err, tc.want) {
 				t.Fatalf("Create: %v, %v; want ErrOpening and %v", w, err, tc.want)
 			}
-			ents, err := os.ReadDir(filepath.Join(dir, ".symbiont", "governed"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range ents {
-				if e.Name() != KeyFileName {
-					t.Errorf("left behind: %s", e.Name())
-				}
-			}
+			checkNoJournals(t, dir)
 			// The name is free again: the run can be created.
 			if w, err := s.Create("a", "r", Started{Agent: "a"}); err != nil {
 				t.Fatalf("Create after the refusal: %v", err)
@@ -141,6 +133,13 @@ func TestCreateOpeningWriteFails(t *testing.T) {
 	if !res.Opening || res.Kept || !strings.Contains(res.Err, "write started record") {
 		t.Fatalf("child result %+v; want ErrOpening after a failed write", res)
 	}
+	checkNoJournals(t, dir)
+}
+
+// checkNoJournals fails t if the project dir's governed directory holds anything but
+// the key.
+func checkNoJournals(t *testing.T, dir string) {
+	t.Helper()
 	ents, err := os.ReadDir(filepath.Join(dir, ".symbiont", "governed"))
 	if err != nil {
 		t.Fatal(err)
