@@ -6,14 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-
-	"golang.org/x/sys/unix"
 )
 
 // TestCreateOpening: the opening records given to Create are written after the file, in
@@ -117,19 +112,11 @@ func TestCreateOpeningRefused(t *testing.T) {
 // in a child process) fails Create with ErrOpening, and the new file is removed.
 func TestCreateOpeningWriteFails(t *testing.T) {
 	dir, _ := newProject(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "JOURNAL_TEST_CHILD=opening", "JOURNAL_TEST_DIR="+dir)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("child: %v: %s", err, out)
-	}
 	var res struct {
 		Opening, Kept bool
 		Err           string
 	}
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("child output %q: %v", out, err)
-	}
+	runChild(t, "opening", dir, &res)
 	if !res.Opening || res.Kept || !strings.Contains(res.Err, "write started record") {
 		t.Fatalf("child result %+v; want ErrOpening after a failed write", res)
 	}
@@ -154,18 +141,12 @@ func checkNoJournals(t *testing.T, dir string) {
 // childOpening creates a journal whose started record is larger than the file size
 // limit allows, and prints what Create returned.
 func childOpening(dir string) int {
-	root, err := os.Open(dir)
+	s, err := childStore(dir)
 	if err != nil {
 		fmt.Println(err)
 		return 1
 	}
-	s, err := OpenStore(root, StoreOptions{Create: true})
-	if err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	signal.Ignore(syscall.SIGXFSZ)
-	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: 1000, Max: 1000}); err != nil {
+	if err := limitFileSize(1000); err != nil {
 		fmt.Println(err)
 		return 1
 	}

@@ -7,7 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -246,4 +249,35 @@ func gatedRecords() []Record {
 		ApprovalDecided{Decision: "approve", Approver: "bob", ApproverAuth: "token", Reason: "checked: no customer data", Via: "approve_run"},
 		Terminated{Reason: "completed", Released: true, DurationMS: 42},
 	}
+}
+
+// runChild runs this test binary as the child mode of TestMain on the project dir and
+// decodes the JSON it prints into res.
+func runChild(t *testing.T, mode, dir string, res any) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "JOURNAL_TEST_CHILD="+mode, "JOURNAL_TEST_DIR="+dir)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child: %v: %s", err, out)
+	}
+	if err := json.Unmarshal(out, res); err != nil {
+		t.Fatalf("child output %q: %v", out, err)
+	}
+}
+
+// childStore opens (creating) the store of the project dir in a child process.
+func childStore(dir string) (*Store, error) {
+	root, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	return OpenStore(root, StoreOptions{Create: true})
+}
+
+// limitFileSize sets RLIMIT_FSIZE to n bytes with SIGXFSZ ignored, so that a write past it
+// fails with EFBIG instead of killing the process.
+func limitFileSize(n uint64) error {
+	signal.Ignore(syscall.SIGXFSZ)
+	return unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: n, Max: n})
 }

@@ -7,14 +7,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"symbi/internal/errcode"
 )
@@ -167,12 +163,7 @@ func TestFailStop(t *testing.T) {
 // childFsize appends to a journal under a low RLIMIT_FSIZE (with SIGXFSZ ignored, so the
 // write fails with EFBIG instead of killing the process) and reports what happened.
 func childFsize(dir string) int {
-	root, err := os.Open(dir)
-	if err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	s, err := OpenStore(root, StoreOptions{Create: true})
+	s, err := childStore(dir)
 	if err != nil {
 		fmt.Println(err)
 		return 1
@@ -182,8 +173,7 @@ func childFsize(dir string) int {
 		fmt.Println(err)
 		return 1
 	}
-	signal.Ignore(syscall.SIGXFSZ)
-	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: 2000, Max: 2000}); err != nil {
+	if err := limitFileSize(2000); err != nil {
 		fmt.Println(err)
 		return 1
 	}
@@ -217,20 +207,12 @@ func childFsize(dir string) int {
 
 func TestFailStopRealFsizeLimit(t *testing.T) {
 	dir, _ := newProject(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "JOURNAL_TEST_CHILD=fsize", "JOURNAL_TEST_DIR="+dir)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("child: %v: %s", err, out)
-	}
 	var res struct {
 		Appended          int
 		FirstErr, Later   string
 		Stopped, LaterErr bool
 	}
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("child output %q: %v", out, err)
-	}
+	runChild(t, "fsize", dir, &res)
 	if res.Appended < 1 || !res.Stopped || !res.LaterErr {
 		t.Fatalf("child result %+v", res)
 	}
