@@ -548,15 +548,39 @@ func inspector(t *testing.T, node, dir string, model *loopback.Server, args ...s
 }
 
 // confInspector is inspector with the server's environment env (KEY=VALUE, given with
-// the Inspector's -e) and symbi mcp's further flags serverArgs.
+// the Inspector's -e) and symbi mcp's further flags serverArgs. The Inspector starts
+// symbi through outOfReach (see there).
 func confInspector(t *testing.T, node, dir string, env, serverArgs []string, args ...string) (int, []byte, string) {
 	t.Helper()
 	argv := []string{"--cli"}
 	for _, kv := range env {
 		argv = append(argv, "-e", kv)
 	}
-	argv = append(append(argv, symbiBin, "mcp", "--project", dir), serverArgs...)
+	argv = append(append(argv, outOfReach(t), "mcp", "--project", dir), serverArgs...)
 	return runInspectorCLI(t, node, append(argv, args...))
+}
+
+// outOfReach writes, and returns the path of, a shell script that runs symbi with its
+// arguments and the script's own stdin, stdout and stderr, and waits for it. The
+// Inspector, once it has its answer, closes its server's input, then sends SIGTERM after
+// 2 s and SIGKILL after 4 s, whether or not the server has finished. A server whose run
+// is in flight when its input closes cancels the run and writes the run's last records
+// before exiting (TestE2EShutdownCancelsAsyncRuns, TestE2EDelegatedShutdown). On a
+// loaded machine that can take longer than the Inspector waits. The Inspector's timing is
+// not under test, and a server killed by it would leave a run that the next invocation
+// finds abandoned. So the signals reach only this script. The server still sees its
+// input close and runs its own shutdown; the test waits for the run's terminated record
+// wherever it needs it.
+func outOfReach(t *testing.T) string {
+	t.Helper()
+	script := filepath.Join(t.TempDir(), "symbi-out-of-reach")
+	// A command started with & by a non-interactive shell has its stdin replaced by
+	// /dev/null before its own redirections: the script's stdin is kept on fd 3 first.
+	writeFile(t, script, "#!/bin/sh\nexec 3<&0\n\""+symbiBin+"\" \"$@\" <&3 3<&- &\nexec 3<&-\nwait $!\n")
+	if err := os.Chmod(script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return script
 }
 
 // runInspectorCLI runs the MCP Inspector's CLI with argv (within 5 minutes) and returns its
