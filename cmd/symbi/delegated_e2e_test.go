@@ -107,66 +107,125 @@ func TestE2EDelegatedRun(t *testing.T) {
 	}
 }
 
-// TestE2EDelegatedShutdown: closing stdin while a delegated agent hangs, ignoring
-// session/cancel and SIGTERM, with a background child: the server kills the agent's whole
-// process group, finishes the run's journal (terminated, cancelled) and exits 0.
+// TestE2EDelegatedShutdown: a delegated agent hangs, ignoring session/cancel and SIGTERM,
+// with a background child, when the server is told to stop. Each way ends with the server
+// killing the agent's whole process group, finishing the run's journal (terminated,
+// cancelled) and exiting 0:
+//   - stdin closed: the agent is given its grace periods, then killed;
+//   - stdin closed, then SIGTERM (what MCP clients do when their server is slow to exit):
+//     the signal hurries the shutdown, and the agent is killed at once;
+//   - SIGTERM, then SIGINT: the second signal hurries it.
+//
+// How the agent's session ended (session_finished's error) tells the three apart.
 func TestE2EDelegatedShutdown(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "fake-acp-agent")
 	if out, err := exec.Command("go", "build", "-o", bin, "../fake-acp-agent").CombinedOutput(); err != nil {
 		t.Fatalf("building the fake agent: %v\n%s", err, out)
 	}
-	dir := newE2EProject(t)
-	writeFile(t, filepath.Join(dir, "agents", "coder.symbi"), "metadata { executor = \"fake\" }\nagent coder {}\n")
-	execFile := filepath.Join(t.TempDir(), "executors.json")
-	writeFile(t, execFile, `{"executors":{"fake":{"command":["`+bin+`"]}}}`)
-	pidFile := filepath.Join(t.TempDir(), "child.pid")
-	script := filepath.Join(t.TempDir(), "script.json")
-	writeFile(t, script, `{"ignore_sigterm": true, "steps": [
-		{"spawn_background": ["sleep", "1000"], "pid_file": "`+pidFile+`"},
-		{"tool_call": {"id": "t1", "kind": "think", "title": "working"}},
-		{"hang": true, "ignore_cancel": true}]}`)
-	s := startSymbiPatient(t, dir, append(modelEnv(nil), "FAKE_ACP_SCRIPT="+script), "--executors", execFile)
-	res := s.call(t, "start_run", map[string]any{"agent": "coder", "prompt": "work"})
-	var st struct {
-		RunID string                `json:"run_id"`
-		Audit struct{ Path string } `json:"audit"`
+	const graceNote = "the agent did not end its turn within the grace period nor exit on SIGTERM: its process group was killed"
+	const hurriedNote = "the server was told again to stop: its process group was killed without the rest of the grace period"
+	for _, c := range []struct {
+		name  string
+		first syscall.Signal // begins the shutdown; 0: closing stdin does
+		then  syscall.Signal // sent once the server says it is shutting down; 0: none
+		note  string
+	}{
+		{"stdin closed", 0, 0, graceNote},
+		{"stdin closed then SIGTERM", 0, syscall.SIGTERM, hurriedNote},
+		{"SIGTERM then SIGINT", syscall.SIGTERM, syscall.SIGINT, hurriedNote},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := newE2EProject(t)
+			writeFile(t, filepath.Join(dir, "agents", "coder.symbi"), "metadata { executor = \"fake\" }\nagent coder {}\n")
+			execFile := filepath.Join(t.TempDir(), "executors.json")
+			writeFile(t, execFile, `{"executors":{"fake":{"command":["`+bin+`"]}}}`)
+			pidFile := filepath.Join(t.TempDir(), "child.pid")
+			script := filepath.Join(t.TempDir(), "script.json")
+			writeFile(t, script, `{"ignore_sigterm": true, "steps": [
+				{"spawn_background": ["sleep", "1000"], "pid_file": "`+pidFile+`"},
+				{"tool_call": {"id": "t1", "kind": "think", "title": "working"}},
+				{"hang": true, "ignore_cancel": true}]}`)
+			s := startSymbiPatient(t, dir, append(modelEnv(nil), "FAKE_ACP_SCRIPT="+script), "--executors", execFile)
+			res := s.call(t, "start_run", map[string]any{"agent": "coder", "prompt": "work"})
+			var st struct {
+				RunID string                `json:"run_id"`
+				Audit struct{ Path string } `json:"audit"`
+			}
+			raw, _ := json.Marshal(res.StructuredContent)
+			if res.IsError || json.Unmarshal(raw, &st) != nil {
+				t.Fatalf("start_run: %s", text(res))
+			}
+			// Wait until the agent is working (its tool call, after the child was spawned,
+			// is an event), then stop the server.
+			for cursor := int64(0); ; {
+				res := s.call(t, "run_events", map[string]any{"run_id": st.RunID, "after": cursor, "wait_ms": 30000})
+				var page runs.Events
+				raw, _ := json.Marshal(res.StructuredContent)
+				if res.IsError || json.Unmarshal(raw, &page) != nil || page.Done {
+					t.Fatalf("run_events: %s", text(res))
+				}
+				if strings.Contains(text(res), `"type":"tool_call"`) {
+					break
+				}
+				cursor = page.NextCursor
+			}
+			// Closing the session closes stdin and waits for the process to exit by itself.
+			closed := make(chan struct{})
+			closeSession := func() { go func() { s.session.Close(); close(closed) }() }
+			if c.first == 0 {
+				closeSession()
+			} else if err := s.cmd.Process.Signal(c.first); err != nil {
+				t.Fatal(err)
+			}
+			if c.then != 0 {
+				waitLog(t, s, "shutting down")
+				if err := s.cmd.Process.Signal(c.then); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if c.first != 0 {
+				closeSession()
+			}
+			<-closed
+			if st := s.cmd.ProcessState; st == nil || !st.Exited() || st.ExitCode() != 0 {
+				t.Fatalf("symbi mcp ended with %v, want exit 0", st)
+			}
+			recs := records(t, st.Audit.Path)
+			last := recs[len(recs)-1]
+			if last["type"] != "terminated" || last["data"].(map[string]any)["reason"] != "cancelled" {
+				t.Fatalf("last record %v", last)
+			}
+			var fin map[string]any
+			for _, r := range recs {
+				if r["type"] == "session_finished" {
+					fin, _ = r["data"].(map[string]any)
+				}
+			}
+			if e, _ := fin["error"].(string); !strings.HasSuffix(e, c.note) {
+				t.Fatalf("session_finished %v, want its error to end %q", fin, c.note)
+			}
+			b, err := os.ReadFile(pidFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid := strings.TrimSpace(string(b))
+			if _, err := os.Stat("/proc/" + pid); err == nil {
+				if stat, _ := os.ReadFile("/proc/" + pid + "/stat"); !strings.Contains(string(stat), ") Z ") {
+					t.Fatalf("the agent's background child %s survived", pid)
+				}
+			}
+		})
 	}
-	raw, _ := json.Marshal(res.StructuredContent)
-	if res.IsError || json.Unmarshal(raw, &st) != nil {
-		t.Fatalf("start_run: %s", text(res))
-	}
-	// Wait until the agent is working (its tool call, after the child was spawned, is an
-	// event), then leave.
-	for cursor := int64(0); ; {
-		res := s.call(t, "run_events", map[string]any{"run_id": st.RunID, "after": cursor, "wait_ms": 30000})
-		var page runs.Events
-		raw, _ := json.Marshal(res.StructuredContent)
-		if res.IsError || json.Unmarshal(raw, &page) != nil || page.Done {
-			t.Fatalf("run_events: %s", text(res))
+}
+
+// waitLog waits until the server's log holds want.
+func waitLog(t *testing.T, s *server, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(hangGuard); !strings.Contains(s.stderr.String(), want); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server never logged %q:\n%s", want, s.stderr.String())
 		}
-		if strings.Contains(text(res), `"type":"tool_call"`) {
-			break
-		}
-		cursor = page.NextCursor
-	}
-	s.session.Close() // closes stdin, and waits for the process to exit by itself
-	if st := s.cmd.ProcessState; st == nil || !st.Exited() || st.ExitCode() != 0 {
-		t.Fatalf("symbi mcp ended with %v, want exit 0", st)
-	}
-	recs := records(t, st.Audit.Path)
-	last := recs[len(recs)-1]
-	if last["type"] != "terminated" || last["data"].(map[string]any)["reason"] != "cancelled" {
-		t.Fatalf("last record %v", last)
-	}
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid := strings.TrimSpace(string(b))
-	if _, err := os.Stat("/proc/" + pid); err == nil {
-		if stat, _ := os.ReadFile("/proc/" + pid + "/stat"); !strings.Contains(string(stat), ") Z ") {
-			t.Fatalf("the agent's background child %s survived", pid)
-		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -232,9 +232,9 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	server := mcpserver.New(cfg)
 	log.Info("serving", attrs...)
 
-	sigCtx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer stop()
-	ctx, clientGone := context.WithCancelCause(sigCtx)
+	stopping := watchStop(log, runner.Hurry)
+	defer stopping.stop()
+	ctx, clientGone := context.WithCancelCause(stopping.Context())
 	defer clientGone(nil)
 	stdout := mcpserver.WatchWrites(e.stdout, func(err error) {
 		log.Warn("the client stopped reading stdout; cancelling the runs in flight", "err", err)
@@ -245,12 +245,18 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	var runErr error
 	select {
 	case runErr = <-runDone: // stdin closed: the client is done
+		why := "the client closed stdin"
+		if runErr != nil {
+			why = runErr.Error()
+		}
+		stopping.begin(why)
 	case <-ctx.Done():
 		// A signal, or a client that stopped reading: cancel the runs in flight at once
 		// and wait, within the grace period, for each to write terminated. The SDK's Run
 		// then waits for the calls; a call blocked writing to a client that no longer
 		// reads would hold it forever, so it gets transportGrace and is then left behind:
 		// every journal is finished by then, and exiting loses no record.
+		stopping.begin(context.Cause(ctx).Error())
 		shutdownRuns(runner, log)
 		select {
 		case runErr = <-runDone:
@@ -260,9 +266,10 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	}
 	signalled := ctx.Err() != nil // a signal, or the client gone: both end the session cleanly
 	// The signals stay caught until every run has finished its journal: a client that
-	// closes stdin and sends SIGTERM after a grace period must not kill the runs' ends.
+	// closes stdin and sends SIGTERM after a grace period must not kill the runs' ends;
+	// its signal hurries them instead (stopWatch).
 	shutdownRuns(runner, log)
-	stop()
+	stopping.stop()
 	if runErr != nil && !signalled {
 		return fmt.Errorf("MCP session: %w", runErr)
 	}

@@ -10,9 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"symbi/internal/auth"
@@ -135,8 +133,8 @@ func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		TLSConfig:         tlsConfig,
 	}
-	sigCtx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer stop()
+	stopping := watchStop(log, runner.Hurry)
+	defer stopping.stop()
 	serveDone := make(chan error, 1)
 	go func() {
 		if tlsConfig != nil {
@@ -150,7 +148,8 @@ func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner,
 	var serveErr error
 	select {
 	case serveErr = <-serveDone:
-	case <-sigCtx.Done():
+		stopping.begin(fmt.Sprintf("the HTTP server stopped: %v", serveErr))
+	case <-stopping.Context().Done():
 	}
 	// Stop accepting at once; cancel the runs and let each write terminated; then give
 	// the requests still open (long polls, event streams) transportGrace to end.
@@ -165,7 +164,7 @@ func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner,
 		srv.Close()
 		<-shut
 	}
-	stop()
+	stopping.stop()
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return fmt.Errorf("HTTP server: %w", serveErr)
 	}

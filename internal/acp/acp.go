@@ -12,8 +12,8 @@
 // Process discipline: the agent runs argv (no shell) in the workspace, in its own process
 // group. Cancelling ctx sends session/cancel, answers pending permission requests
 // cancelled, waits Config.Grace for the turn to end, then SIGTERMs the group, waits Grace
-// again and SIGKILLs it. Whatever happens, when Run returns the whole group has been
-// SIGKILLed and the agent reaped.
+// again and SIGKILLs it; closing Config.Hurry cuts those waits short. Whatever happens,
+// when Run returns the whole group has been SIGKILLed and the agent reaped.
 package acp
 
 import (
@@ -104,7 +104,14 @@ type Config struct {
 	MaxFileBytes int64         // fs read/write limit (default DefaultMaxFileBytes)
 	MaxTextBytes int64         // final answer limit (default DefaultMaxTextBytes); past it the run ends with an error
 	Env          []string      // the agent's environment (nil: this process's)
+	// Hurry, when closed, ends a cancelled session without the rest of its grace: the
+	// agent's process group is killed at once (a server told a second time to stop,
+	// whose client will soon kill it). nil never hurries.
+	Hurry <-chan struct{}
 }
+
+// hurriedNote is why a hurried session's agent was killed before its grace ran out.
+const hurriedNote = "the server was told again to stop: its process group was killed without the rest of the grace period"
 
 // Outcomes of a session.
 const (
@@ -492,6 +499,8 @@ func (r *runner) run(ctx context.Context) Result {
 		// would be ignored (no turn in progress), and the turn would then run on. The
 		// prompt is written at once after the session opens; its write is awaited within
 		// the grace period.
+		// A hurried session (cfg.Hurry closed, now or during a wait) gives up the rest of
+		// its grace: its process group is killed below, at once.
 		grace := time.NewTimer(cfg.Grace)
 		select {
 		case <-r.prompted.written:
@@ -499,9 +508,11 @@ func (r *runner) run(ctx context.Context) Result {
 			gotResp = true
 		case <-r.aborted:
 		case <-grace.C:
+		case <-cfg.Hurry:
+			termNote = hurriedNote
 		}
 		grace.Stop()
-		if !gotResp && r.abortedErr() == nil {
+		if !gotResp && r.abortedErr() == nil && termNote == "" {
 			cctx, ccancel := context.WithTimeout(context.Background(), cfg.Grace)
 			_ = r.conn.Cancel(cctx, sdk.CancelNotification{SessionId: r.sid})
 			ccancel()
@@ -510,12 +521,16 @@ func (r *runner) run(ctx context.Context) Result {
 			case pr = <-pch:
 				gotResp = true
 			case <-r.aborted:
+			case <-cfg.Hurry:
+				termNote = hurriedNote
 			case <-grace.C:
 				termNote = "the agent did not end its turn within the grace period: its process group was terminated"
 				_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGTERM)
 				grace.Reset(cfg.Grace)
 				select {
 				case <-r.exited:
+				case <-cfg.Hurry:
+					termNote = "the agent did not end its turn within the grace period and " + hurriedNote
 				case <-grace.C:
 					termNote = "the agent did not end its turn within the grace period nor exit on SIGTERM: its process group was killed"
 				}

@@ -654,6 +654,51 @@ func TestCancelIgnored(t *testing.T) {
 	e.finishAndVerify(res)
 }
 
+// TestCancelHurried: a cancelled session whose agent ignores session/cancel and SIGTERM,
+// its grace an hour, ends at once when Hurry closes — closed before the cancel, or while
+// the agent ignores session/cancel — its agent killed, the note saying why.
+func TestCancelHurried(t *testing.T) {
+	for _, early := range []bool{true, false} {
+		t.Run(fmt.Sprintf("hurried before the cancel %v", early), func(t *testing.T) {
+			e := newEnv(t, map[string]any{"ignore_sigterm": true, "steps": []any{map[string]any{"hang": true, "ignore_cancel": true}}})
+			e.cfg.Grace = time.Hour // only Hurry can end the session within the test's guard
+			hurry := make(chan struct{})
+			e.cfg.Hurry = hurry
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan Result, 1)
+			go func() { done <- Run(ctx, e.cfg) }()
+			e.waitEvent("prompt")
+			if early {
+				close(hurry)
+				cancel()
+			} else {
+				cancel()
+				e.waitEvent("cancel")
+				close(hurry)
+			}
+			var res Result
+			select {
+			case res = <-done:
+			case <-time.After(guard):
+				t.Fatal("Run did not return")
+			}
+			mustOutcome(t, res, OutcomeCancelled)
+			if !errors.Is(res.Err, context.Canceled) || !strings.Contains(res.Err.Error(), hurriedNote) {
+				t.Fatalf("err %v, want the hurried note", res.Err)
+			}
+			if pid := int(e.eventsNamed("start")[0]["pid"].(float64)); alive(pid) {
+				t.Fatalf("the agent %d is alive", pid)
+			}
+			fin := data[journal.SessionFinished](t, ofType(e.entries(), journal.TypeSessionFinished)[0])
+			if !strings.Contains(fin.Error, hurriedNote) {
+				t.Fatalf("session_finished %+v", fin)
+			}
+			e.finishAndVerify(res)
+		})
+	}
+}
+
 // expired is a context whose deadline passes when the test says so: the timeout outcome
 // without a wall-clock expectation.
 type expired struct {

@@ -36,6 +36,7 @@ type delegatedExecutor struct {
 	decide    func(runID string, t policy.ToolUse) policy.Decision
 	hold      acp.Holder // a gated denial waits for approve_run
 	runID     func() string
+	hurry     <-chan struct{} // the Runner's: closed by Hurry
 }
 
 func (d *delegatedExecutor) Describe(s *journal.Started) {
@@ -64,6 +65,7 @@ func (d *delegatedExecutor) Execute(ctx context.Context, w *journal.Writer, prog
 	res := acp.Run(callCtx, acp.Config{
 		Executor: d.executor, Workspace: ws, Journal: w, Prompt: d.prompt, HashesOnly: d.hashes,
 		Decide: func(t policy.ToolUse) policy.Decision { return d.decide(runID, t) }, Hold: d.hold,
+		Hurry: d.hurry,
 	})
 	progress(StageResponseReceived)
 	switch {

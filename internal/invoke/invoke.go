@@ -112,6 +112,8 @@ type Runner struct {
 	cfg     Config
 	base    context.Context // the server's lifetime: cancelled by Shutdown
 	stop    context.CancelFunc
+	hurry   chan struct{} // closed by Hurry
+	hurried sync.Once
 	runs    sync.WaitGroup
 	ungov   bool       // benchmark-only (bench_test.go): no journal, no policy
 	mu      sync.Mutex // guards closing, active and runs.Add against Shutdown's Wait
@@ -136,7 +138,21 @@ func New(cfg Config) *Runner {
 		cfg.ApprovalTimeout = DefaultApprovalTimeout
 	}
 	base, stop := context.WithCancel(context.Background())
-	return &Runner{cfg: cfg, base: base, stop: stop, terminateBudget: terminateBudget}
+	return &Runner{cfg: cfg, base: base, stop: stop, hurry: make(chan struct{}), terminateBudget: terminateBudget}
+}
+
+// Hurry cancels every run in flight, as Shutdown does, and ends them without the rest of
+// their grace periods: a delegated agent that has not ended its turn has its process
+// group killed at once instead of being given time to wind down. Each run still writes
+// its terminated record. A server calls it when told a second time to stop: its client
+// will kill it soon, and a record written in time is worth more than an agent's clean
+// exit.
+func (r *Runner) Hurry() {
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
+	r.hurried.Do(func() { close(r.hurry) })
+	r.stop()
 }
 
 // Shutdown cancels every run in flight and waits until each has written its terminated
