@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -549,38 +550,71 @@ func inspector(t *testing.T, node, dir string, model *loopback.Server, args ...s
 
 // confInspector is inspector with the server's environment env (KEY=VALUE, given with
 // the Inspector's -e) and symbi mcp's further flags serverArgs. The Inspector starts
-// symbi through outOfReach (see there).
+// symbi through outOfReachScript (see there); once the Inspector has exited,
+// confInspector waits for the server to exit too.
 func confInspector(t *testing.T, node, dir string, env, serverArgs []string, args ...string) (int, []byte, string) {
 	t.Helper()
-	argv := []string{"--cli"}
+	pidFile := filepath.Join(t.TempDir(), "server.pid")
+	argv := []string{"--cli", "-e", "SYMBI_SERVER_PID_FILE=" + pidFile}
 	for _, kv := range env {
 		argv = append(argv, "-e", kv)
 	}
-	argv = append(append(argv, outOfReach(t), "mcp", "--project", dir), serverArgs...)
-	return runInspectorCLI(t, node, append(argv, args...))
+	argv = append(append(argv, outOfReachScript, "mcp", "--project", dir), serverArgs...)
+	code, out, stderr := runInspectorCLI(t, node, append(argv, args...))
+	if b, err := os.ReadFile(pidFile); err == nil {
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatalf("the server's pid file holds %q", b)
+		}
+		waitExited(t, pid)
+	}
+	return code, out, stderr
 }
 
-// outOfReach writes, and returns the path of, a shell script that runs symbi with its
-// arguments and the script's own stdin, stdout and stderr, and waits for it. The
-// Inspector, once it has its answer, closes its server's input, then sends SIGTERM after
-// 2 s and SIGKILL after 4 s, whether or not the server has finished. A server whose run
-// is in flight when its input closes cancels the run and writes the run's last records
-// before exiting (TestE2EShutdownCancelsAsyncRuns, TestE2EDelegatedShutdown). On a
-// loaded machine that can take longer than the Inspector waits. The Inspector's timing is
-// not under test, and a server killed by it would leave a run that the next invocation
-// finds abandoned. So the signals reach only this script. The server still sees its
-// input close and runs its own shutdown; the test waits for the run's terminated record
-// wherever it needs it.
-func outOfReach(t *testing.T) string {
-	t.Helper()
-	script := filepath.Join(t.TempDir(), "symbi-out-of-reach")
+// outOfReachScript is the path of a shell script (written by writeOutOfReach) that
+// starts symbi with its arguments and the script's own stdin, stdout and stderr, writes
+// symbi's pid to $SYMBI_SERVER_PID_FILE, and waits for it. The Inspector, once it has its
+// answer, closes its server's input, then sends SIGTERM after 2 s and SIGKILL after 4 s,
+// whether or not the server has finished. A server whose run is in flight when its input
+// closes cancels the run and writes the run's last records before exiting; told again
+// to stop, it hurries (TestE2EShutdownCancelsAsyncRuns and TestE2EDelegatedShutdown test
+// both, with the client's timing). On a loaded machine even that can take longer than the
+// Inspector waits, and a server killed by it would leave a run that the next invocation
+// finds abandoned. The Inspector's timing is not under test here: its signals reach only
+// the script, the server sees its input close and runs its own shutdown, and
+// confInspector waits for it to exit.
+var outOfReachScript string
+
+// writeOutOfReach writes outOfReachScript beside symbi (in TestMain, before any test can
+// fork a process that might hold the new file open).
+func writeOutOfReach(dir string) error {
+	outOfReachScript = filepath.Join(dir, "symbi-out-of-reach")
 	// A command started with & by a non-interactive shell has its stdin replaced by
 	// /dev/null before its own redirections: the script's stdin is kept on fd 3 first.
-	writeFile(t, script, "#!/bin/sh\nexec 3<&0\n\""+symbiBin+"\" \"$@\" <&3 3<&- &\nexec 3<&-\nwait $!\n")
-	if err := os.Chmod(script, 0o755); err != nil {
-		t.Fatal(err)
+	script := "#!/bin/sh\nexec 3<&0\n" + shellQuote(symbiBin) + ` "$@" <&3 3<&- &` +
+		"\necho $! > \"$SYMBI_SERVER_PID_FILE\"\nexec 3<&-\nwait $!\n"
+	return os.WriteFile(outOfReachScript, []byte(script), 0o755)
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// waitExited waits until the process pid has exited (gone, or a zombie nobody reaps).
+func waitExited(t *testing.T, pid int) {
+	t.Helper()
+	stat := fmt.Sprintf("/proc/%d/stat", pid)
+	for deadline := time.Now().Add(hangGuard); ; {
+		b, err := os.ReadFile(stat)
+		if err != nil || strings.Contains(string(b), ") Z ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server %d did not exit", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return script
 }
 
 // runInspectorCLI runs the MCP Inspector's CLI with argv (within 5 minutes) and returns its

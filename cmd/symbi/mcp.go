@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os/signal"
 	"runtime/debug"
@@ -232,31 +234,37 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	server := mcpserver.New(cfg)
 	log.Info("serving", attrs...)
 
-	stopping := watchStop(log, runner.Hurry)
-	defer stopping.stop()
-	ctx, clientGone := context.WithCancelCause(stopping.Context())
+	watch := watchShutdown(log, runner.Hurry)
+	defer watch.end()
+	ctx, clientGone := context.WithCancelCause(watch.Context())
 	defer clientGone(nil)
 	stdout := mcpserver.WatchWrites(e.stdout, func(err error) {
 		log.Warn("the client stopped reading stdout; cancelling the runs in flight", "err", err)
 		clientGone(fmt.Errorf("writing to stdout: %w", err))
 	})
+	// stdin closing ends the session: the SDK cancels the calls in flight, and Run returns
+	// once they have. The shutdown begins at the close, not then: the runs start_run began
+	// are cancelled at once, and a signal from here on hurries them.
+	stdin := mcpserver.WatchReads(e.stdin, func(err error) {
+		runner.Stop()
+		why := "the client closed stdin"
+		if !errors.Is(err, io.EOF) {
+			why = fmt.Sprintf("reading stdin: %v", err)
+		}
+		watch.begin(why)
+	})
 	runDone := make(chan error, 1)
-	go func() { runDone <- server.Run(ctx, mcpserver.NewStdioTransport(e.stdin, stdout)) }()
+	go func() { runDone <- server.Run(ctx, mcpserver.NewStdioTransport(stdin, stdout)) }()
 	var runErr error
 	select {
 	case runErr = <-runDone: // stdin closed: the client is done
-		why := "the client closed stdin"
-		if runErr != nil {
-			why = runErr.Error()
-		}
-		stopping.begin(why)
 	case <-ctx.Done():
 		// A signal, or a client that stopped reading: cancel the runs in flight at once
 		// and wait, within the grace period, for each to write terminated. The SDK's Run
 		// then waits for the calls; a call blocked writing to a client that no longer
 		// reads would hold it forever, so it gets transportGrace and is then left behind:
 		// every journal is finished by then, and exiting loses no record.
-		stopping.begin(context.Cause(ctx).Error())
+		watch.begin(context.Cause(ctx).Error())
 		shutdownRuns(runner, log)
 		select {
 		case runErr = <-runDone:
@@ -267,9 +275,9 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	signalled := ctx.Err() != nil // a signal, or the client gone: both end the session cleanly
 	// The signals stay caught until every run has finished its journal: a client that
 	// closes stdin and sends SIGTERM after a grace period must not kill the runs' ends;
-	// its signal hurries them instead (stopWatch).
+	// its signal hurries them instead (shutdownWatch).
 	shutdownRuns(runner, log)
-	stopping.stop()
+	watch.end()
 	if runErr != nil && !signalled {
 		return fmt.Errorf("MCP session: %w", runErr)
 	}

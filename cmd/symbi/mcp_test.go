@@ -45,6 +45,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "building symbi:", err)
 		os.Exit(1)
 	}
+	if err := writeOutOfReach(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -133,8 +133,8 @@ func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		TLSConfig:         tlsConfig,
 	}
-	stopping := watchStop(log, runner.Hurry)
-	defer stopping.stop()
+	watch := watchShutdown(log, runner.Hurry)
+	defer watch.end()
 	serveDone := make(chan error, 1)
 	go func() {
 		if tlsConfig != nil {
@@ -148,8 +148,8 @@ func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner,
 	var serveErr error
 	select {
 	case serveErr = <-serveDone:
-		stopping.begin(fmt.Sprintf("the HTTP server stopped: %v", serveErr))
-	case <-stopping.Context().Done():
+		watch.begin(fmt.Sprintf("the HTTP server stopped: %v", serveErr))
+	case <-watch.Context().Done():
 	}
 	// Stop accepting at once; cancel the runs and let each write terminated; then give
 	// the requests still open (long polls, event streams) transportGrace to end.
@@ -164,7 +164,7 @@ func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner,
 		srv.Close()
 		<-shut
 	}
-	stopping.stop()
+	watch.end()
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return fmt.Errorf("HTTP server: %w", serveErr)
 	}

@@ -113,6 +113,10 @@ type Config struct {
 // hurriedNote is why a hurried session's agent was killed before its grace ran out.
 const hurriedNote = "the server was told again to stop: its process group was killed without the rest of the grace period"
 
+// hurriedWaitDelay bounds how long a hurried session waits, after the group kill, for the
+// agent's stderr to close.
+const hurriedWaitDelay = 100 * time.Millisecond
+
 // Outcomes of a session.
 const (
 	OutcomeCompleted = "completed"
@@ -512,6 +516,9 @@ func (r *runner) run(ctx context.Context) Result {
 			termNote = hurriedNote
 		}
 		grace.Stop()
+		if !gotResp && isClosed(cfg.Hurry) {
+			termNote = hurriedNote // no session/cancel: the group is killed at once
+		}
 		if !gotResp && r.abortedErr() == nil && termNote == "" {
 			cctx, ccancel := context.WithTimeout(context.Background(), cfg.Grace)
 			_ = r.conn.Cancel(cctx, sdk.CancelNotification{SessionId: r.sid})
@@ -769,6 +776,11 @@ func (r *runner) kill() {
 	}
 	r.died = isClosed(r.exited)
 	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+	if isClosed(r.cfg.Hurry) {
+		// A process that left the group may hold the agent's stderr open: a hurried
+		// session does not wait the grace period for the rest of it.
+		r.cmd.WaitDelay = hurriedWaitDelay
+	}
 	_ = r.cmd.Wait()
 	r.stdoutR.Close()
 }

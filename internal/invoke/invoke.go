@@ -141,27 +141,30 @@ func New(cfg Config) *Runner {
 	return &Runner{cfg: cfg, base: base, stop: stop, hurry: make(chan struct{}), terminateBudget: terminateBudget}
 }
 
-// Hurry cancels every run in flight, as Shutdown does, and ends them without the rest of
-// their grace periods: a delegated agent that has not ended its turn has its process
-// group killed at once instead of being given time to wind down. Each run still writes
-// its terminated record. A server calls it when told a second time to stop: its client
-// will kill it soon, and a record written in time is worth more than an agent's clean
-// exit.
-func (r *Runner) Hurry() {
+// Stop cancels every run in flight and refuses new ones, without waiting: each run then
+// writes its terminated record (Shutdown waits for them).
+func (r *Runner) Stop() {
 	r.mu.Lock()
 	r.closing = true
 	r.mu.Unlock()
-	r.hurried.Do(func() { close(r.hurry) })
 	r.stop()
+}
+
+// Hurry is Stop, and the runs end without the rest of their grace periods: a delegated
+// agent that has not ended its turn has its process group killed at once instead of
+// being given time to wind down. Each run still writes its terminated record (Shutdown
+// waits for them). A server calls it when told again to stop during its shutdown: its
+// client will kill it soon, and a record written in time is worth more than an agent's
+// clean exit.
+func (r *Runner) Hurry() {
+	r.hurried.Do(func() { close(r.hurry) })
+	r.Stop()
 }
 
 // Shutdown cancels every run in flight and waits until each has written its terminated
 // record, or until ctx is done.
 func (r *Runner) Shutdown(ctx context.Context) error {
-	r.mu.Lock()
-	r.closing = true
-	r.mu.Unlock()
-	r.stop()
+	r.Stop()
 	done := make(chan struct{})
 	go func() { r.runs.Wait(); close(done) }()
 	select {

@@ -45,6 +45,28 @@ func WatchWrites(w io.Writer, broken func(error)) io.Writer {
 	return &watchedWriter{w: w, broken: broken}
 }
 
+// WatchReads returns a reader that passes every read to r and calls ended once, with the
+// error, when a read first fails: io.EOF when the client closed its end. The session is
+// over then (the SDK cancels the calls in flight), and the server need not wait for them
+// to return before it begins its shutdown.
+func WatchReads(r io.Reader, ended func(error)) io.Reader {
+	return &watchedReader{r: r, ended: ended}
+}
+
+type watchedReader struct {
+	r     io.Reader
+	once  sync.Once
+	ended func(error)
+}
+
+func (w *watchedReader) Read(p []byte) (int, error) {
+	n, err := w.r.Read(p)
+	if err != nil {
+		w.once.Do(func() { w.ended(err) })
+	}
+	return n, err
+}
+
 type watchedWriter struct {
 	w      io.Writer
 	once   sync.Once

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"symbi/internal/invoke"
@@ -202,3 +204,36 @@ func TestTransportScreening(t *testing.T) {
 		w.listAgents(t, 201)
 	})
 }
+
+// TestWatchReads: every byte passes; ended is called once, with the read's error, at the
+// first failed read — io.EOF at the end of the input, another error as it is.
+func TestWatchReads(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   io.Reader
+		want error
+	}{
+		{"end of input", strings.NewReader("line one\nline two\n"), io.EOF},
+		{"read error", iotest.ErrReader(errBroken), errBroken},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var ended []error
+			r := mcpserver.WatchReads(c.in, func(err error) { ended = append(ended, err) })
+			b, err := io.ReadAll(r)
+			if err != nil && !errors.Is(err, c.want) {
+				t.Fatalf("ReadAll: %v", err)
+			}
+			if c.want == io.EOF && string(b) != "line one\nline two\n" {
+				t.Fatalf("read %q", b)
+			}
+			if _, err := r.Read(make([]byte, 1)); !errors.Is(err, c.want) {
+				t.Fatalf("a read after the end: %v, want %v", err, c.want)
+			}
+			if len(ended) != 1 || !errors.Is(ended[0], c.want) {
+				t.Fatalf("ended called with %v, want once with %v", ended, c.want)
+			}
+		})
+	}
+}
+
+var errBroken = errors.New("broken pipe")

@@ -12,14 +12,14 @@ import (
 // stopSignals are the signals that shut symbi mcp down.
 var stopSignals = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP}
 
-// stopWatch catches the stop signals for a server's life. A signal that arrives before
+// shutdownWatch catches the stop signals for a server's life. A signal that arrives before
 // the shutdown has begun begins it: the watch's context is done. Once the shutdown has
 // begun — by that signal, or by begin for another reason (the client closed stdin or
 // stopped reading, the HTTP server stopped) — every further signal hurries it. MCP
 // clients close their server's input, then send SIGTERM after a moment and SIGKILL after
 // another (the TypeScript SDK waits 2 s for each): a signal during a shutdown says
 // little time is left, and a run's terminated record must be written before the kill.
-type stopWatch struct {
+type shutdownWatch struct {
 	log    *slog.Logger
 	hurry  func()
 	ctx    context.Context
@@ -28,34 +28,36 @@ type stopWatch struct {
 	quit   chan struct{}
 	done   chan struct{}
 
-	stopped sync.Once
+	ended sync.Once
 
 	mu    sync.Mutex
 	begun bool
 }
 
-// watchStop starts catching the stop signals; hurry is called at each signal that comes
+// watchShutdown starts catching the stop signals; hurry is called at each signal that comes
 // once the shutdown has begun.
-func watchStop(log *slog.Logger, hurry func()) *stopWatch {
-	w := &stopWatch{log: log, hurry: hurry, sigs: make(chan os.Signal, 4), quit: make(chan struct{}), done: make(chan struct{})}
+func watchShutdown(log *slog.Logger, hurry func()) *shutdownWatch {
+	w := &shutdownWatch{log: log, hurry: hurry, sigs: make(chan os.Signal, 4), quit: make(chan struct{}), done: make(chan struct{})}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	signal.Notify(w.sigs, stopSignals...)
 	go w.watch()
 	return w
 }
 
-func (w *stopWatch) watch() {
+func (w *shutdownWatch) watch() {
 	defer close(w.done)
 	for {
 		select {
 		case s := <-w.sigs:
+			// Act, then log: a log write blocked on a stderr nobody reads must not hold
+			// the shutdown.
 			if w.start() {
-				w.log.Info("shutting down", "signal", s.String())
 				w.cancel()
+				w.log.Info("shutting down", "signal", s.String())
 				continue
 			}
-			w.log.Warn("told again to stop: ending the runs in flight without the rest of their grace periods", "signal", s.String())
 			w.hurry()
+			w.log.Warn("told again to stop: ending the runs in flight without the rest of their grace periods", "signal", s.String())
 		case <-w.quit:
 			return
 		}
@@ -63,7 +65,7 @@ func (w *stopWatch) watch() {
 }
 
 // start marks the shutdown begun and reports whether this call began it.
-func (w *stopWatch) start() bool {
+func (w *shutdownWatch) start() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	first := !w.begun
@@ -72,18 +74,18 @@ func (w *stopWatch) start() bool {
 }
 
 // Context is done when a signal began the shutdown.
-func (w *stopWatch) Context() context.Context { return w.ctx }
+func (w *shutdownWatch) Context() context.Context { return w.ctx }
 
 // begin says the shutdown has begun, for the reason why unless it had already.
-func (w *stopWatch) begin(why string) {
+func (w *shutdownWatch) begin(why string) {
 	if w.start() {
 		w.log.Info("shutting down", "cause", why)
 	}
 }
 
-// stop ends the watch: the signals are no longer caught. It may be called again.
-func (w *stopWatch) stop() {
-	w.stopped.Do(func() {
+// end ends the watch: the signals are no longer caught. It may be called again.
+func (w *shutdownWatch) end() {
+	w.ended.Do(func() {
 		signal.Stop(w.sigs)
 		close(w.quit)
 		<-w.done

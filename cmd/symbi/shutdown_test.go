@@ -7,10 +7,11 @@ import (
 	"time"
 )
 
-// TestStopWatch: the first signal begins the shutdown (the watch's context is done) and
+// TestShutdownWatch: the first signal begins the shutdown (the watch's context is done) and
 // does not hurry it; a signal once the shutdown has begun — by a signal or for another
-// reason — hurries it, each time.
-func TestStopWatch(t *testing.T) {
+// reason — hurries it, each time. The signals are sent to the test process itself, which
+// the watch's signal.Notify keeps alive: no other test may run beside it (no t.Parallel).
+func TestShutdownWatch(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		begin bool // the shutdown begins for another reason before the first signal
@@ -24,8 +25,8 @@ func TestStopWatch(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			hurried := make(chan struct{}, 4)
-			w := watchStop(slog.New(slog.DiscardHandler), func() { hurried <- struct{}{} })
-			defer w.stop()
+			w := watchShutdown(slog.New(slog.DiscardHandler), func() { hurried <- struct{}{} })
+			defer w.end()
 			if c.begin {
 				w.begin("the test")
 			}
@@ -54,7 +55,7 @@ func TestStopWatch(t *testing.T) {
 			if c.begin && w.Context().Err() != nil {
 				t.Fatal("a shutdown begun for another reason made the signals' context done")
 			}
-			w.stop() // waits for the watch to end: every hurry is counted
+			w.end() // waits for the watch to end: every hurry is counted
 			if got += len(hurried); got != c.want {
 				t.Fatalf("%d hurries, want %d", got, c.want)
 			}
