@@ -570,16 +570,10 @@ func TestCancelHang(t *testing.T) {
 	e := newEnv(t, map[string]any{"steps": []any{map[string]any{"message": "working"}, map[string]any{"hang": true}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan Result, 1)
-	go func() { done <- Run(ctx, e.cfg) }()
+	wait := startRun(ctx, e.cfg)
 	e.waitEvent("prompt")
 	cancel()
-	var res Result
-	select {
-	case res = <-done:
-	case <-time.After(guard):
-		t.Fatal("Run did not return")
-	}
+	res := wait(t)
 	mustOutcome(t, res, OutcomeCancelled)
 	if res.StopReason != "cancelled" || !errors.Is(res.Err, context.Canceled) {
 		t.Fatalf("result %+v", res)
@@ -604,20 +598,14 @@ func TestCancelPendingPermission(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan Result, 1)
-	go func() { done <- Run(ctx, e.cfg) }()
+	wait := startRun(ctx, e.cfg)
 	select {
 	case <-entered:
 	case <-time.After(guard):
 		t.Fatal("no permission request")
 	}
 	cancel()
-	var res Result
-	select {
-	case res = <-done:
-	case <-time.After(guard):
-		t.Fatal("Run did not return")
-	}
+	res := wait(t)
 	mustOutcome(t, res, OutcomeCancelled)
 	if p := e.eventsNamed("permission"); len(p) != 1 || p[0]["outcome"] != "cancelled" {
 		t.Fatalf("the agent heard %v", p)
@@ -633,16 +621,10 @@ func TestCancelIgnored(t *testing.T) {
 	e.cfg.Grace = 100 * time.Millisecond // configuration, not an expectation
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan Result, 1)
-	go func() { done <- Run(ctx, e.cfg) }()
+	wait := startRun(ctx, e.cfg)
 	e.waitEvent("prompt")
 	cancel()
-	var res Result
-	select {
-	case res = <-done:
-	case <-time.After(guard):
-		t.Fatal("Run did not return")
-	}
+	res := wait(t)
 	mustOutcome(t, res, OutcomeCancelled)
 	if !strings.Contains(res.Err.Error(), "grace") {
 		t.Fatalf("err %v", res.Err)
@@ -666,8 +648,7 @@ func TestCancelHurried(t *testing.T) {
 			e.cfg.Hurry = hurry
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			done := make(chan Result, 1)
-			go func() { done <- Run(ctx, e.cfg) }()
+			wait := startRun(ctx, e.cfg)
 			e.waitEvent("prompt")
 			if early {
 				close(hurry)
@@ -677,12 +658,7 @@ func TestCancelHurried(t *testing.T) {
 				e.waitEvent("cancel")
 				close(hurry)
 			}
-			var res Result
-			select {
-			case res = <-done:
-			case <-time.After(guard):
-				t.Fatal("Run did not return")
-			}
+			res := wait(t)
 			mustOutcome(t, res, OutcomeCancelled)
 			if !errors.Is(res.Err, context.Canceled) || !strings.Contains(res.Err.Error(), hurriedNote) {
 				t.Fatalf("err %v, want the hurried note", res.Err)
@@ -696,6 +672,23 @@ func TestCancelHurried(t *testing.T) {
 			}
 			e.finishAndVerify(res)
 		})
+	}
+}
+
+// startRun runs Run(ctx, cfg) on its own goroutine; wait returns its result, failing the
+// test if none comes within guard.
+func startRun(ctx context.Context, cfg Config) (wait func(t *testing.T) Result) {
+	done := make(chan Result, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	return func(t *testing.T) Result {
+		t.Helper()
+		select {
+		case res := <-done:
+			return res
+		case <-time.After(guard):
+			t.Fatal("Run did not return")
+			return Result{}
+		}
 	}
 }
 
@@ -720,11 +713,10 @@ func (c *expired) Err() error {
 func TestTimeout(t *testing.T) {
 	e := newEnv(t, map[string]any{"steps": []any{map[string]any{"message": "partial"}, map[string]any{"hang": true}}})
 	ctx := &expired{Context: context.Background(), done: make(chan struct{})}
-	done := make(chan Result, 1)
-	go func() { done <- Run(ctx, e.cfg) }()
+	wait := startRun(ctx, e.cfg)
 	e.waitEvent("prompt")
 	close(ctx.done)
-	res := <-done
+	res := wait(t)
 	mustOutcome(t, res, OutcomeTimeout)
 	if !errors.Is(res.Err, context.DeadlineExceeded) || res.StopReason != "cancelled" {
 		t.Fatalf("result %+v", res)
