@@ -114,9 +114,10 @@ func TestE2EDelegatedRun(t *testing.T) {
 //   - stdin closed: the agent is given its grace periods, then killed;
 //   - stdin closed, then SIGTERM (what MCP clients do when their server is slow to exit):
 //     the signal hurries the shutdown, and the agent is killed at once;
-//   - SIGTERM, then SIGINT: the second signal hurries it.
+//   - SIGTERM, then SIGINT: the second signal hurries it;
+//   - the same over HTTP (symbi mcp --http).
 //
-// How the agent's session ended (session_finished's error) tells the three apart.
+// How the agent's session ended (session_finished's error) tells them apart.
 func TestE2EDelegatedShutdown(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "fake-acp-agent")
 	if out, err := exec.Command("go", "build", "-o", bin, "../fake-acp-agent").CombinedOutput(); err != nil {
@@ -135,40 +136,9 @@ func TestE2EDelegatedShutdown(t *testing.T) {
 		{"SIGTERM then SIGINT", syscall.SIGTERM, syscall.SIGINT, hurriedNote},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			dir := newE2EProject(t)
-			writeFile(t, filepath.Join(dir, "agents", "coder.symbi"), "metadata { executor = \"fake\" }\nagent coder {}\n")
-			execFile := filepath.Join(t.TempDir(), "executors.json")
-			writeFile(t, execFile, `{"executors":{"fake":{"command":["`+bin+`"]}}}`)
-			pidFile := filepath.Join(t.TempDir(), "child.pid")
-			script := filepath.Join(t.TempDir(), "script.json")
-			writeFile(t, script, `{"ignore_sigterm": true, "steps": [
-				{"spawn_background": ["sleep", "1000"], "pid_file": "`+pidFile+`"},
-				{"tool_call": {"id": "t1", "kind": "think", "title": "working"}},
-				{"hang": true, "ignore_cancel": true}]}`)
-			s := startSymbiPatient(t, dir, append(modelEnv(nil), "FAKE_ACP_SCRIPT="+script), "--executors", execFile)
-			res := s.call(t, "start_run", map[string]any{"agent": "coder", "prompt": "work"})
-			var st struct {
-				RunID string                `json:"run_id"`
-				Audit struct{ Path string } `json:"audit"`
-			}
-			raw, _ := json.Marshal(res.StructuredContent)
-			if res.IsError || json.Unmarshal(raw, &st) != nil {
-				t.Fatalf("start_run: %s", text(res))
-			}
-			// Wait until the agent is working (its tool call, after the child was spawned,
-			// is an event), then stop the server.
-			for cursor := int64(0); ; {
-				res := s.call(t, "run_events", map[string]any{"run_id": st.RunID, "after": cursor, "wait_ms": 30000})
-				var page runs.Events
-				raw, _ := json.Marshal(res.StructuredContent)
-				if res.IsError || json.Unmarshal(raw, &page) != nil || page.Done {
-					t.Fatalf("run_events: %s", text(res))
-				}
-				if strings.Contains(text(res), `"type":"tool_call"`) {
-					break
-				}
-				cursor = page.NextCursor
-			}
+			h := newHangingAgent(t, bin)
+			s := startSymbiPatient(t, h.dir, h.env, h.flags...)
+			run := h.start(t, s)
 			// Closing the session closes stdin and waits for the process to exit by itself.
 			closed := make(chan struct{})
 			closeSession := func() { go func() { s.session.Close(); close(closed) }() }
@@ -178,7 +148,7 @@ func TestE2EDelegatedShutdown(t *testing.T) {
 				t.Fatal(err)
 			}
 			if c.then != 0 {
-				waitLog(t, s, "shutting down")
+				waitLog(t, s.stderr, "shutting down")
 				if err := s.cmd.Process.Signal(c.then); err != nil {
 					t.Fatal(err)
 				}
@@ -190,40 +160,115 @@ func TestE2EDelegatedShutdown(t *testing.T) {
 			if st := s.cmd.ProcessState; st == nil || !st.Exited() || st.ExitCode() != 0 {
 				t.Fatalf("symbi mcp ended with %v, want exit 0", st)
 			}
-			recs := records(t, st.Audit.Path)
-			last := recs[len(recs)-1]
-			if last["type"] != "terminated" || last["data"].(map[string]any)["reason"] != "cancelled" {
-				t.Fatalf("last record %v", last)
-			}
-			var fin map[string]any
-			for _, r := range recs {
-				if r["type"] == "session_finished" {
-					fin, _ = r["data"].(map[string]any)
-				}
-			}
-			if e, _ := fin["error"].(string); !strings.Contains(e, c.note) {
-				t.Fatalf("session_finished %v, want its error to say %q", fin, c.note)
-			}
-			b, err := os.ReadFile(pidFile)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pid := strings.TrimSpace(string(b))
-			if _, err := os.Stat("/proc/" + pid); err == nil {
-				if stat, _ := os.ReadFile("/proc/" + pid + "/stat"); !strings.Contains(string(stat), ") Z ") {
-					t.Fatalf("the agent's background child %s survived", pid)
-				}
-			}
+			h.checkEnd(t, run, c.note)
 		})
+	}
+	t.Run("HTTP SIGTERM twice", func(t *testing.T) {
+		h := newHangingAgent(t, bin)
+		s := httpStart(t, h.dir, h.env, h.flags...)
+		run := h.start(t, httpConnect(t, s, ""))
+		if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		waitLog(t, s.stderr, "shutting down")
+		if st := httpStop(t, s); !st.Exited() || st.ExitCode() != 0 { // SIGTERM again
+			t.Fatalf("symbi mcp --http ended with %v, want exit 0", st)
+		}
+		h.checkEnd(t, run, hurriedNote)
+	})
+}
+
+// hangingAgent is a project whose delegated agent coder (the fake agent) spawns a
+// background child, reports a tool call, then hangs ignoring session/cancel and SIGTERM;
+// env and flags are the server's.
+type hangingAgent struct {
+	dir, pidFile string
+	env, flags   []string
+}
+
+func newHangingAgent(t *testing.T, bin string) *hangingAgent {
+	t.Helper()
+	h := &hangingAgent{dir: newE2EProject(t), pidFile: filepath.Join(t.TempDir(), "child.pid")}
+	writeFile(t, filepath.Join(h.dir, "agents", "coder.symbi"), "metadata { executor = \"fake\" }\nagent coder {}\n")
+	execFile := filepath.Join(t.TempDir(), "executors.json")
+	writeFile(t, execFile, `{"executors":{"fake":{"command":["`+bin+`"]}}}`)
+	script := filepath.Join(t.TempDir(), "script.json")
+	writeFile(t, script, `{"ignore_sigterm": true, "steps": [
+		{"spawn_background": ["sleep", "1000"], "pid_file": "`+h.pidFile+`"},
+		{"tool_call": {"id": "t1", "kind": "think", "title": "working"}},
+		{"hang": true, "ignore_cancel": true}]}`)
+	h.env = append(modelEnv(nil), "FAKE_ACP_SCRIPT="+script)
+	h.flags = []string{"--executors", execFile}
+	return h
+}
+
+// hungRun is the run of a hangingAgent.
+type hungRun struct {
+	RunID string                `json:"run_id"`
+	Audit struct{ Path string } `json:"audit"`
+}
+
+// start starts coder's run on s and waits until the agent is working (its tool call,
+// after the child was spawned, is an event).
+func (h *hangingAgent) start(t *testing.T, s *server) hungRun {
+	t.Helper()
+	res := s.call(t, "start_run", map[string]any{"agent": "coder", "prompt": "work"})
+	var run hungRun
+	raw, _ := json.Marshal(res.StructuredContent)
+	if res.IsError || json.Unmarshal(raw, &run) != nil {
+		t.Fatalf("start_run: %s", text(res))
+	}
+	for cursor := int64(0); ; {
+		res := s.call(t, "run_events", map[string]any{"run_id": run.RunID, "after": cursor, "wait_ms": 30000})
+		var page runs.Events
+		raw, _ := json.Marshal(res.StructuredContent)
+		if res.IsError || json.Unmarshal(raw, &page) != nil || page.Done {
+			t.Fatalf("run_events: %s", text(res))
+		}
+		if strings.Contains(text(res), `"type":"tool_call"`) {
+			return run
+		}
+		cursor = page.NextCursor
+	}
+}
+
+// checkEnd checks, once the server has exited, that run's journal ends terminated
+// (cancelled) with session_finished's error saying note, and that the agent's background
+// child did not survive.
+func (h *hangingAgent) checkEnd(t *testing.T, run hungRun, note string) {
+	t.Helper()
+	recs := records(t, run.Audit.Path)
+	last := recs[len(recs)-1]
+	if last["type"] != "terminated" || last["data"].(map[string]any)["reason"] != "cancelled" {
+		t.Fatalf("last record %v", last)
+	}
+	var fin map[string]any
+	for _, r := range recs {
+		if r["type"] == "session_finished" {
+			fin, _ = r["data"].(map[string]any)
+		}
+	}
+	if e, _ := fin["error"].(string); !strings.Contains(e, note) {
+		t.Fatalf("session_finished %v, want its error to say %q", fin, note)
+	}
+	b, err := os.ReadFile(h.pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(string(b))
+	if _, err := os.Stat("/proc/" + pid); err == nil {
+		if stat, _ := os.ReadFile("/proc/" + pid + "/stat"); !strings.Contains(string(stat), ") Z ") {
+			t.Fatalf("the agent's background child %s survived", pid)
+		}
 	}
 }
 
 // waitLog waits until the server's log holds want.
-func waitLog(t *testing.T, s *server, want string) {
+func waitLog(t *testing.T, log *syncBuffer, want string) {
 	t.Helper()
-	for deadline := time.Now().Add(hangGuard); !strings.Contains(s.stderr.String(), want); {
+	for deadline := time.Now().Add(hangGuard); !strings.Contains(log.String(), want); {
 		if time.Now().After(deadline) {
-			t.Fatalf("the server never logged %q:\n%s", want, s.stderr.String())
+			t.Fatalf("the server never logged %q:\n%s", want, log.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
