@@ -601,15 +601,17 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// waitExited waits until the process pid has exited (gone, or a zombie nobody reaps).
+// exited reports whether the process pid has exited: it is gone, or a zombie nobody
+// has reaped.
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err != nil || strings.Contains(string(b), ") Z ")
+}
+
+// waitExited waits until the process pid has exited.
 func waitExited(t *testing.T, pid int) {
 	t.Helper()
-	stat := fmt.Sprintf("/proc/%d/stat", pid)
-	for deadline := time.Now().Add(hangGuard); ; {
-		b, err := os.ReadFile(stat)
-		if err != nil || strings.Contains(string(b), ") Z ") {
-			return
-		}
+	for deadline := time.Now().Add(hangGuard); !exited(pid); {
 		if time.Now().After(deadline) {
 			t.Fatalf("the server %d did not exit", pid)
 		}
