@@ -20,45 +20,57 @@ import (
 	"symbi/internal/runs"
 )
 
-// benchSessions returns MCP client sessions to two servers over the same project and the
-// same zero-latency loopback model, connected through in-memory transports: one governed,
-// one whose runner takes the benchmark-only path without journal and policy.
-//
-// With withLedger set, it also returns there a governed session whose runner records each
-// run in the project ledger.
-func benchSessions(b *testing.B, withLedger **mcp.ClientSession) (gov, ungov *mcp.ClientSession) {
+// benchServers builds MCP servers over one project and one zero-latency loopback model,
+// each reached by a client session through in-memory transports.
+type benchServers struct {
+	b   *testing.B
+	cfg invoke.Config
+}
+
+func newBenchServers(b *testing.B) *benchServers {
 	b.Helper()
 	fx := benchfix.New(b)
-	p, reg, prov := fx.Project, fx.Registry, fx.Provider
-	cfg := invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov}
-	connect := func(r *invoke.Runner) *mcp.ClientSession {
-		srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: r, Registry: reg})})
-		st, ct := mcp.NewInMemoryTransports()
-		ctx := context.Background()
-		ss, err := srv.Connect(ctx, st, nil)
+	return &benchServers{b: b, cfg: invoke.Config{Project: fx.Project, Registry: fx.Registry, Policies: policy.Load(fx.Project.Root()), Provider: fx.Provider}}
+}
+
+// governed is a session to a governed server; with the project ledger, its runs are
+// recorded there too.
+func (s *benchServers) governed(withLedger bool) *mcp.ClientSession {
+	cfg := s.cfg
+	if withLedger {
+		lw, _, err := ledger.OpenProject(cfg.Project.Root(), "")
 		if err != nil {
-			b.Fatal(err)
+			s.b.Fatal(err)
 		}
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx, ct, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { cs.Close(); ss.Close(); r.Shutdown(ctx) })
-		return cs
+		s.b.Cleanup(func() { lw.Close() })
+		cfg.Ledger = lw
 	}
-	ungovRunner := invoke.New(cfg)
-	invoke.SetUngoverned(ungovRunner)
-	if withLedger != nil {
-		lw, _, err := ledger.OpenProject(p.Root(), "")
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { lw.Close() })
-		lcfg := cfg
-		lcfg.Ledger = lw
-		*withLedger = connect(invoke.New(lcfg))
+	return s.connect(invoke.New(cfg))
+}
+
+// ungoverned is a session to a server whose runner takes the benchmark-only path without
+// journal and policy.
+func (s *benchServers) ungoverned() *mcp.ClientSession {
+	r := invoke.New(s.cfg)
+	invoke.SetUngoverned(r)
+	return s.connect(r)
+}
+
+func (s *benchServers) connect(r *invoke.Runner) *mcp.ClientSession {
+	b, p, reg := s.b, s.cfg.Project, s.cfg.Registry
+	srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: r, Registry: reg})})
+	st, ct := mcp.NewInMemoryTransports()
+	ctx := context.Background()
+	ss, err := srv.Connect(ctx, st, nil)
+	if err != nil {
+		b.Fatal(err)
 	}
-	return connect(invoke.New(cfg)), connect(ungovRunner)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cs.Close(); ss.Close(); r.Shutdown(ctx) })
+	return cs
 }
 
 // fsyncFloor does the durable writes a run cannot avoid, with raw system calls: create the
@@ -129,8 +141,8 @@ func batch(b *testing.B, c int, fn func(i int) error) []time.Duration {
 func BenchmarkInvoke(b *testing.B) {
 	for _, c := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
-			var gov *mcp.ClientSession
-			_, ungov := benchSessions(b, &gov)
+			srv := newBenchServers(b)
+			gov, ungov := srv.governed(true), srv.ungoverned()
 			floorDir := b.TempDir()
 			floorLedger, err := os.OpenFile(filepath.Join(floorDir, "ledger"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 			if err != nil {
@@ -187,8 +199,8 @@ func BenchmarkInvoke(b *testing.B) {
 func BenchmarkLedger(b *testing.B) {
 	for _, c := range []int{1, 64} {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
-			var led *mcp.ClientSession
-			gov, _ := benchSessions(b, &led)
+			srv := newBenchServers(b)
+			led, gov := srv.governed(true), srv.governed(false)
 			var tl, tg time.Duration
 			var ll, lg []time.Duration
 			b.ResetTimer()
