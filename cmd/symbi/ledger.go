@@ -3,9 +3,10 @@ package main
 import (
 	"crypto/ed25519"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -41,10 +42,13 @@ func projectLedger(e *env, dir string) (*journal.Store, []ledger.Line, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	data, err := os.ReadFile(filepath.Join(dir, ".symbiont", ledger.FileName))
+	data, err := ledger.ReadDurable(root)
 	if err != nil {
 		store.Close()
-		return nil, nil, errcode.Wrap(errcode.NotFound, err)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, errcode.Wrap(errcode.NotFound, err)
+		}
+		return nil, nil, err
 	}
 	rep := ledger.Verify(data, store.PublicKey())
 	if len(rep.Problems) > 0 {

@@ -139,6 +139,13 @@ func ReadLog(path string, limit int64) ([]byte, error) {
 	}
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
+	return ReadLogFile(f, limit)
+}
+
+// ReadLogFile reads the open signed log f as ReadLog does: a regular file of at most
+// limit bytes.
+func ReadLogFile(f *os.File, limit int64) ([]byte, error) {
+	path := f.Name()
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err

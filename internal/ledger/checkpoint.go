@@ -149,6 +149,13 @@ func CheckConsistent(t *Tree, c Checkpoint) error {
 	if c.Size > t.size {
 		return fmt.Errorf("%w: it covers %d lines, the ledger has %d: the ledger was truncated or rolled back", ErrCheckpoint, c.Size, t.size)
 	}
+	if c.Size == 0 {
+		// The empty tree is a prefix of every tree; tlog has no proof of it to check.
+		if empty, err := t.Root(0); err != nil || c.Root != empty {
+			return fmt.Errorf("%w: it covers no line, and its root is not the empty tree's", ErrCheckpoint)
+		}
+		return nil
+	}
 	now, err := t.Root(t.size)
 	if err != nil {
 		return err

@@ -152,6 +152,12 @@ func (Pruned) Type() string { return TypePruned }
 var (
 	// ErrStopped: an earlier write or fsync failed, so the writer refuses everything.
 	ErrStopped = errors.New("ledger writer stopped after a failure")
+	// ErrEvidence: Prune left a journal in place that does not verify or no longer
+	// matches what the ledger recorded of it.
+	ErrEvidence = errors.New("it is evidence, not pruned")
+	// ErrKnown: a recovered entry was refused because the ledger already has an entry
+	// for the run (another server recorded it since this writer last read the ledger).
+	ErrKnown = errors.New("the ledger already has an entry for the run")
 )
 
 // payload is P, members in their documented order.

@@ -159,6 +159,12 @@ func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *Pro
 			f.Problem = fmt.Sprintf("the journal has %d records with head %s; the ledger recorded %d with head %s: truncated or replaced", jr.Records, jr.Head, k.facts.Records, k.facts.Head)
 		case jr.Status == journal.StatusInvalid:
 			f.Problem = "the journal is invalid: " + firstProblem(jr)
+		case k.entry == TypeRun && jr.Status != journal.StatusComplete:
+			// Its records end with the terminated line the ledger recorded, yet it is not
+			// complete: bytes follow that line, which no run writes.
+			f.Problem = "the journal has bytes after the terminated line the ledger recorded"
+		case k.entry == TypeRecovered && jr.Status != k.facts.State:
+			f.Problem = fmt.Sprintf("the journal was recovered as %s and is now %s", k.facts.State, jr.Status)
 		}
 		if f.Problem != "" {
 			note(journal.StatusInvalid)
@@ -215,4 +221,30 @@ func readLedger(path string) ([]byte, error) {
 		return nil, nil
 	}
 	return data, err
+}
+
+// ReadDurable reads the ledger of the project root for a checkpoint or a proof: found
+// from the project without following links, with the writers' lock held (no line is half
+// written) and after an fsync of the file, so that every line read is durable — a
+// checkpoint never signs a line a crash could still take back. A missing ledger is an
+// error wrapping fs.ErrNotExist.
+func ReadDurable(root *os.File) ([]byte, error) {
+	sym, err := unix.Openat(int(root.Fd()), ".symbiont", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open .symbiont (not a symlink): %w", err)
+	}
+	defer unix.Close(sym)
+	fd, err := unix.Openat(sym, FileName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open .symbiont/%s (not a symlink): %w", FileName, err)
+	}
+	f := os.NewFile(uintptr(fd), filepath.Join(".symbiont", FileName))
+	defer f.Close()
+	if err := unix.Flock(fd, unix.LOCK_SH); err != nil {
+		return nil, fmt.Errorf("ledger: lock: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return nil, fmt.Errorf("ledger: sync: %w", err)
+	}
+	return journal.ReadLogFile(f, MaxLedgerBytes)
 }

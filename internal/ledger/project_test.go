@@ -125,6 +125,10 @@ func TestVerifyProjectThreats(t *testing.T) {
 			b, _ := os.ReadFile(p.files[2])
 			os.WriteFile(p.files[2], b[:bytes.IndexByte(b, '\n')+1], 0o600)
 		}, false, "truncated or replaced", journal.StatusInvalid},
+		{"bytes appended after the terminated line", func(t *testing.T, p *project) {
+			b, _ := os.ReadFile(p.files[1])
+			os.WriteFile(p.files[1], append(b, `{"payload":{}`...), 0o600)
+		}, false, "bytes after the terminated line", journal.StatusInvalid},
 		{"ledger line deleted", func(t *testing.T, p *project) {
 			editLedger(t, p, func(ls [][]byte) [][]byte { return append(ls[:1], ls[2:]...) })
 		}, false, "ledger line 2", journal.StatusInvalid},

@@ -3,6 +3,7 @@ package ledger
 import (
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -49,7 +50,9 @@ func Reconcile(w *Writer, gov string, pub ed25519.PublicKey) ([]Recovered, error
 			continue
 		}
 		rec := Recovered{RunID: runID, AgentID: agentID, File: base, State: rep.Status, Records: int64(rep.Records), Head: rep.Head}
-		if _, err := w.Append(rec); err != nil {
+		if _, err := w.Append(rec); errors.Is(err, ErrKnown) {
+			continue // another server recorded it since this one opened the ledger
+		} else if err != nil {
 			return out, err
 		}
 		out = append(out, rec)
@@ -94,9 +97,11 @@ func OpenProjectResuming(root *os.File, keyFile string, resume func(store *journ
 
 // Prune removes the journals of the runs select chooses — the only sanctioned way to
 // delete a journal: each removal is recorded as a pruned entry, durable, before the file
-// is removed. A run is pruned only when its journal still matches what the ledger
-// recorded of it (run or recovered entry: same records and head); a journal that does
-// not is evidence and is left in place, with an error. With dryRun nothing is changed.
+// is removed. A run is pruned only when its journal verifies (complete, or incomplete as
+// a crash leaves it) and still matches what the ledger recorded of it (run or recovered
+// entry: same records and head); a journal that does not — or that the ledger recorded
+// as invalid — is evidence and is left in place, with an error (ErrEvidence). With dryRun
+// nothing is changed: the ledger is read and verified, not opened for writing.
 // select is given the run id and the journal file's modification time.
 func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Time) bool, dryRun bool) ([]Pruned, error) {
 	store, err := journal.OpenStore(root, journal.StoreOptions{KeyFile: keyFile})
@@ -104,17 +109,25 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 		return nil, err
 	}
 	defer store.Close()
-	w, err := Open(root, store.SigningKey())
-	if err != nil {
-		return nil, err
+	var w *Writer
+	if !dryRun {
+		// Open takes the ledger's lock and verifies it whole: the lines read below are
+		// the lines it continues.
+		if w, err = Open(root, store.SigningKey()); err != nil {
+			return nil, err
+		}
+		defer w.Close()
 	}
-	defer w.Close()
 	data, err := readLedger(filepath.Join(filepath.Dir(store.Dir()), FileName))
 	if err != nil {
 		return nil, err
 	}
+	ver := Verify(data, store.PublicKey())
+	if len(ver.Problems) > 0 {
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "ledger: cannot prune from an invalid ledger: line %d: %s", ver.Problems[0].Line, ver.Problems[0].Message)
+	}
 	recorded := map[string]entryFacts{}
-	for _, l := range Verify(data, store.PublicKey()).Entries {
+	for _, l := range ver.Entries {
 		var f entryFacts
 		switch l.Type {
 		case TypeRun, TypeRecovered:
@@ -144,8 +157,15 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 			continue
 		}
 		rep := journal.Verify(path, store.PublicKey(), journal.VerifyOptions{RunID: id})
-		if int64(rep.Records) != f.Records || rep.Head != f.Head {
-			return out, fmt.Errorf("ledger: %s no longer matches what the ledger recorded (%d records, head %s; the file has %d, head %s): it is evidence, not pruned", f.File, f.Records, f.Head, rep.Records, rep.Head)
+		switch {
+		case f.State == journal.StatusInvalid || rep.Status == journal.StatusInvalid:
+			msg := "the ledger recorded it as invalid"
+			if len(rep.Problems) > 0 {
+				msg = rep.Problems[0].Message
+			}
+			return out, fmt.Errorf("ledger: %s does not verify (%s): %w", f.File, msg, ErrEvidence)
+		case int64(rep.Records) != f.Records || rep.Head != f.Head:
+			return out, fmt.Errorf("ledger: %s no longer matches what the ledger recorded (%d records, head %s; the file has %d, head %s): %w", f.File, f.Records, f.Head, rep.Records, rep.Head, ErrEvidence)
 		}
 		p := Pruned{RunID: id, File: filepath.Base(f.File), Records: f.Records, Head: f.Head}
 		if !dryRun {

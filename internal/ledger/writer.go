@@ -22,14 +22,19 @@ import (
 // mutex, across processes (two servers on one project, symbi audit prune) by an exclusive
 // flock held while a line is written, the writer first taking in, verified, the lines
 // others appended since. Concurrent appenders share fsyncs (group commit): lines written
-// while an fsync is in flight are made durable together by the next one. After one
-// failed write or fsync it refuses every later append.
+// while an fsync is in flight are made durable together by the next one. After each fsync
+// it checks that its file is still the project's ledger (one link, the file at
+// .symbiont/ledger.jsonl found from the project without following links). After one
+// failed write, fsync or check it refuses every later append; after a failed fsync or
+// check it also removes, where it can, its lines no fsync covered (retract).
 type Writer struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	f    *os.File
+	root *os.File // the project, to find the ledger from at each check; nil in unit tests
 	key  ed25519.PrivateKey
 	now  func() time.Time
+	sync func() error // f.Sync; a test makes it fail
 
 	known   map[string]bool // run ids with a run, recovered or pruned entry
 	size    int64           // bytes of the ledger taken in (verified or written)
@@ -37,7 +42,9 @@ type Writer struct {
 	prev    string          // hash of the last line written
 	synced  int64           // lines made durable
 	syncing bool            // an fsync is in flight
-	failed  error
+	floor   int64           // bytes durable or another process's: retract cuts no lower
+	failed  error           // the first failure: every later append is refused
+	syncErr error           // a failed fsync or check: lines it did not cover never will be
 
 	opening  bool   // catchUp is reading the ledger for Open
 	opened   []Line // the lines verified at Open, until TakeOpened
@@ -75,6 +82,12 @@ func Open(root *os.File, key ed25519.PrivateKey) (*Writer, error) {
 		f.Close()
 		return nil, errcode.Errorf(errcode.AuditUnavailable, "ledger: sync .symbiont: %w", err)
 	}
+	rootFD, err := unix.FcntlInt(root.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		f.Close()
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "ledger: duplicate the project descriptor: %w", err)
+	}
+	w.root = os.NewFile(uintptr(rootFD), root.Name())
 	return w, nil
 }
 
@@ -94,7 +107,7 @@ func resume(f *os.File, key ed25519.PrivateKey) (*Writer, error) {
 	case st.Mode&0o077 != 0:
 		return nil, fmt.Errorf("ledger: mode %04o; group and other must have no permissions", st.Mode&0o7777)
 	}
-	w := &Writer{f: f, key: key, now: time.Now, prev: ZeroHash, known: map[string]bool{}, openedID: [2]uint64{uint64(st.Dev), st.Ino}}
+	w := &Writer{f: f, key: key, now: time.Now, sync: f.Sync, prev: ZeroHash, known: map[string]bool{}, openedID: [2]uint64{uint64(st.Dev), st.Ino}}
 	w.cond = sync.NewCond(&w.mu)
 	if err := w.lock(); err != nil {
 		return nil, err
@@ -106,7 +119,7 @@ func resume(f *os.File, key ed25519.PrivateKey) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.synced = w.seq
+	w.synced, w.floor = w.seq, w.size
 	return w, nil
 }
 
@@ -219,6 +232,13 @@ func (w *Writer) Append(r Record) (Entry, error) {
 		w.cond.Broadcast()
 		return Entry{}, errcode.Wrap(errcode.AuditUnavailable, err)
 	}
+	w.floor = max(w.floor, w.size) // the lines taken in are another process's
+	// Reconciliation decided on a recovered entry from what this writer had read; another
+	// server may have recorded the run since (taken in just now).
+	if rec, ok := r.(Recovered); ok && w.known[rec.RunID] {
+		w.unlock()
+		return Entry{}, fmt.Errorf("ledger: recovered %s: %w", rec.RunID, ErrKnown)
+	}
 	line, err := w.line(r)
 	if err != nil {
 		w.unlock()
@@ -244,28 +264,87 @@ func (w *Writer) Append(r Record) (Entry, error) {
 		w.known[r.RunID] = true
 	}
 	// Group commit: wait until an fsync that began after this line was written covers it.
-	for w.synced <= e.Seq && w.failed == nil {
+	// A failure other than an fsync's (another append's) does not stop this line's fsync:
+	// it is written, and its run is told whether it is durable.
+	for w.synced <= e.Seq && w.syncErr == nil {
 		if w.syncing {
 			w.cond.Wait()
 			continue
 		}
 		w.syncing = true
-		target := w.seq
+		target, targetSize := w.seq, w.size
 		w.mu.Unlock()
-		err := w.f.Sync()
+		err := w.sync()
+		if err != nil {
+			err = fmt.Errorf("fsync: %w", err)
+		} else {
+			err = w.checkReachable()
+		}
 		w.mu.Lock()
 		w.syncing = false
 		if err != nil {
-			w.failed = err
+			w.syncErr = err
+			if w.failed == nil {
+				w.failed = err
+			}
+			w.retract()
 		} else if target > w.synced {
-			w.synced = target
+			w.synced, w.floor = target, max(w.floor, targetSize)
 		}
 		w.cond.Broadcast()
 	}
 	if w.synced <= e.Seq {
-		return Entry{}, errcode.Errorf(errcode.AuditUnavailable, "ledger: fsync: %w", w.failed)
+		return Entry{}, errcode.Errorf(errcode.AuditUnavailable, "ledger: %w", w.syncErr)
 	}
 	return e, nil
+}
+
+// retract, after a failed fsync or check, cuts off this writer's lines no fsync covered,
+// when no other process has appended after them: their runs are told the ledger failed
+// and their journals end audit_failed, so the lines must not stay as if recorded — a run
+// without an entry gets a recovered one, as found, at the next start-up. Best effort,
+// with w.mu held: lines it cannot cut stay, and verification reports each such entry
+// against its journal.
+func (w *Writer) retract() {
+	if w.size <= w.floor || w.lock() != nil {
+		return
+	}
+	defer w.unlock()
+	if st, err := w.f.Stat(); err != nil || st.Size() != w.size {
+		return
+	}
+	if w.f.Truncate(w.floor) == nil && w.sync() == nil {
+		w.size = w.floor
+	}
+}
+
+// checkReachable refuses a ledger file that is no longer exactly one name in the file
+// system, or no longer the file at .symbiont/ledger.jsonl found from the project without
+// following links: lines appended there could not be found by an auditor.
+func (w *Writer) checkReachable() error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(w.f.Fd()), &st); err != nil {
+		return fmt.Errorf("stat: %w", err)
+	}
+	if st.Nlink != 1 {
+		return fmt.Errorf("the ledger file has %d links, want 1 (it was removed or linked elsewhere)", st.Nlink)
+	}
+	if w.root == nil {
+		return nil
+	}
+	sym, err := unix.Openat(int(w.root.Fd()), ".symbiont", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == nil {
+		var at unix.Stat_t
+		err = unix.Fstatat(sym, FileName, &at, unix.AT_SYMLINK_NOFOLLOW)
+		unix.Close(sym)
+		if err == nil && (at.Dev != st.Dev || at.Ino != st.Ino) {
+			err = errors.New("another file is there")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf(".symbiont/%s is no longer this writer's ledger (it or .symbiont was moved, removed or replaced): %w", FileName, err)
+	}
+	return nil
 }
 
 // line signs r as the next line.
@@ -295,4 +374,9 @@ func (w *Writer) Size() int64 {
 }
 
 // Close closes the ledger file.
-func (w *Writer) Close() error { return w.f.Close() }
+func (w *Writer) Close() error {
+	if w.root != nil {
+		w.root.Close()
+	}
+	return w.f.Close()
+}

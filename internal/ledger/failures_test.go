@@ -1,0 +1,355 @@
+package ledger
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"symbi/internal/journal"
+)
+
+// store opens the project's store (for its key) for the rest of the test.
+func (p *project) store(t testing.TB) *journal.Store {
+	t.Helper()
+	root := p.root(t)
+	s, err := journal.OpenStore(root, journal.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func (p *project) root(t testing.TB) *os.File {
+	t.Helper()
+	root, err := os.Open(p.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	return root
+}
+
+func fileSize(t testing.TB, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
+
+// TestReconcileAfterAnotherServer: a server opens the ledger; another server's run ends
+// (its run entry appended) before the first reconciles. The first must not append a
+// recovered entry for that run: the run id would appear twice.
+func TestReconcileAfterAnotherServer(t *testing.T) {
+	p := newProjectRuns(t, 0) // p.lw is the other server
+	store := p.store(t)
+	b, err := Open(p.root(t), store.SigningKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	p.addRun(t, store, "run-a", true)
+	if rec, err := Reconcile(b, p.gov, p.pub); err != nil || len(rec) != 0 {
+		t.Fatalf("reconciled %+v, %v; want nothing: the run has its entry", rec, err)
+	}
+	if r := VerifyProject(p.dir, p.pub, nil); r.ExitCode() != 0 {
+		t.Fatalf("exit %d: %v %+v", r.ExitCode(), r.Problems, r.Runs)
+	}
+	// A recovered entry for a run the ledger knows is refused with ErrKnown, which
+	// stops nothing.
+	if _, err := b.Append(Recovered{RunID: "run-a", AgentID: "agent", File: "agent.run-a.jsonl", State: journal.StatusComplete}); !errors.Is(err, ErrKnown) {
+		t.Fatalf("recovered for a known run: %v, want ErrKnown", err)
+	}
+	if _, err := b.Append(Resolution{RunID: "run-a", Resolution: "accepted", Caller: "stdio"}); err != nil {
+		t.Fatalf("an append after ErrKnown: %v", err)
+	}
+}
+
+// TestCheckpointOfEmptyLedger: a checkpoint signed before the first run stays
+// consistent with the ledger as it grows; one with a wrong root does not.
+func TestCheckpointOfEmptyLedger(t *testing.T) {
+	p := newProjectRuns(t, 0)
+	cp := p.checkpoint(t)
+	if r := VerifyProject(p.dir, p.pub, [][]byte{cp}); r.ExitCode() != 0 {
+		t.Fatalf("empty: exit %d: %v", r.ExitCode(), r.Problems)
+	}
+	p.addRun(t, p.store(t), "run-1", true)
+	if r := VerifyProject(p.dir, p.pub, [][]byte{cp}); r.ExitCode() != 0 {
+		t.Fatalf("after one run: exit %d: %v", r.ExitCode(), r.Problems)
+	}
+	tree, err := NewTree(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty, err := tree.Root(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Checkpoint{Size: 0, Root: empty}
+	c.Root[0] ^= 1
+	if err := CheckConsistent(tree, c); !errors.Is(err, ErrCheckpoint) {
+		t.Fatalf("size 0 with another root: %v, want ErrCheckpoint", err)
+	}
+}
+
+// TestPruneKeepsEvidence: prune never removes a journal that does not verify — even one
+// whose tampering came before its recovered entry, so that entry matches it.
+func TestPruneKeepsEvidence(t *testing.T) {
+	p := newProjectRuns(t, 1)
+	p.addRun(t, p.store(t), "orphan", false) // a crash between journal and ledger
+	b, _ := os.ReadFile(p.files[1])
+	b[40] ^= 1
+	os.WriteFile(p.files[1], b, 0o600)
+	if rec, err := Reconcile(p.lw, p.gov, p.pub); err != nil || len(rec) != 1 || rec[0].State != journal.StatusInvalid {
+		t.Fatalf("reconciled %+v, %v; want orphan recovered invalid", rec, err)
+	}
+	p.lw.Close()
+	before := fileSize(t, p.ledgerPath())
+	pr, err := Prune(p.root(t), "", func(id string, _ time.Time) bool { return id == "orphan" }, false)
+	if !errors.Is(err, ErrEvidence) || len(pr) != 0 {
+		t.Fatalf("pruned %+v, %v; want ErrEvidence", pr, err)
+	}
+	if _, err := os.Stat(p.files[1]); err != nil {
+		t.Fatalf("the tampered journal is gone: %v", err)
+	}
+	if fileSize(t, p.ledgerPath()) != before {
+		t.Fatal("the ledger changed")
+	}
+	if r := VerifyProject(p.dir, p.pub, nil); r.ExitCode() != 1 {
+		t.Fatalf("exit %d, want 1", r.ExitCode())
+	}
+	// The intact run is still prunable.
+	if pr, err := Prune(p.root(t), "", func(id string, _ time.Time) bool { return id == "run-0" }, false); err != nil || len(pr) != 1 {
+		t.Fatalf("pruning an intact run: %+v, %v", pr, err)
+	}
+}
+
+// TestPruneDryRunChangesNothing: --dry-run does not open the ledger for writing, so a
+// torn last line stays, and a project without a ledger gets none.
+func TestPruneDryRunChangesNothing(t *testing.T) {
+	p := newProjectRuns(t, 1)
+	p.lw.Close()
+	f, err := os.OpenFile(p.ledgerPath(), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte(`{"payload":{"v":1`))
+	f.Close()
+	before, _ := os.ReadFile(p.ledgerPath())
+	pr, err := Prune(p.root(t), "", func(string, time.Time) bool { return true }, true)
+	if err != nil || len(pr) != 1 || pr[0].RunID != "run-0" {
+		t.Fatalf("dry run: %+v, %v; want run-0 listed", pr, err)
+	}
+	if after, _ := os.ReadFile(p.ledgerPath()); !bytes.Equal(before, after) {
+		t.Fatalf("the dry run changed the ledger: %d bytes, then %d", len(before), len(after))
+	}
+	if _, err := os.Stat(p.files[0]); err != nil {
+		t.Fatalf("the dry run removed the journal: %v", err)
+	}
+	os.Remove(p.ledgerPath())
+	if _, err := Prune(p.root(t), "", func(string, time.Time) bool { return true }, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(p.ledgerPath()); !os.IsNotExist(err) {
+		t.Fatalf("the dry run created a ledger: %v", err)
+	}
+}
+
+// TestWriterStopsWhenUnreachable: once the ledger file is no longer the project's
+// ledger — moved away, removed, linked elsewhere, replaced — the writer's next append
+// fails (its run is told so) and every later one is refused.
+func TestWriterStopsWhenUnreachable(t *testing.T) {
+	tests := []struct {
+		name string
+		act  func(t *testing.T, p *project)
+	}{
+		{"moved away", func(t *testing.T, p *project) {
+			if err := os.Rename(p.ledgerPath(), filepath.Join(p.dir, "moved.jsonl")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"removed", func(t *testing.T, p *project) { os.Remove(p.ledgerPath()) }},
+		{"hard-linked", func(t *testing.T, p *project) {
+			if err := os.Link(p.ledgerPath(), filepath.Join(p.dir, "copy.jsonl")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"replaced", func(t *testing.T, p *project) {
+			data, _ := os.ReadFile(p.ledgerPath())
+			os.Rename(p.ledgerPath(), filepath.Join(p.dir, "moved.jsonl"))
+			os.WriteFile(p.ledgerPath(), data, 0o600)
+		}},
+		{".symbiont replaced by a symlink", func(t *testing.T, p *project) {
+			sym := filepath.Join(p.dir, ".symbiont")
+			os.Rename(sym, filepath.Join(p.dir, "elsewhere"))
+			os.Symlink(filepath.Join(p.dir, "elsewhere"), sym)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newProjectRuns(t, 1)
+			tt.act(t, p)
+			if _, err := p.lw.Append(Resolution{RunID: "run-0", Resolution: "accepted", Caller: "stdio"}); err == nil {
+				t.Fatal("an append to a ledger no auditor can find succeeded")
+			}
+			if _, err := p.lw.Append(Resolution{RunID: "run-0", Resolution: "accepted", Caller: "stdio"}); !errors.Is(err, ErrStopped) {
+				t.Fatalf("the next append: %v, want ErrStopped", err)
+			}
+		})
+	}
+}
+
+// TestWriterFsyncFails: a line whose fsync failed is cut off again, so the run that was
+// told the ledger failed — its journal ending audit_failed — is found at the next
+// start-up without an entry and recovered as it is; the project then verifies.
+func TestWriterFsyncFails(t *testing.T) {
+	p := newProjectRuns(t, 1)
+	store := p.store(t)
+	w, err := store.Create("agent", "run-f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []journal.Record{journal.Started{Agent: "a"}, journal.InferenceRequested{CallID: "c1"}} {
+		if err := w.Append(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	prev := w.Durable()
+	prep, err := w.Prepare(journal.Terminated{Reason: "cancelled"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := fileSize(t, p.ledgerPath())
+	fail := errors.New("injected EIO")
+	p.lw.sync = func() error { return fail }
+	_, err = p.lw.Append(Run{RunID: "run-f", AgentID: "agent", Agent: "a", File: filepath.Base(w.Path()), Reason: "cancelled",
+		Records: int64(prep.Receipt.Records), Head: prep.Receipt.Head, PrevHead: prev.Head, Caller: "stdio"})
+	if !errors.Is(err, fail) {
+		t.Fatalf("append with a failing fsync: %v", err)
+	}
+	if got := fileSize(t, p.ledgerPath()); got != before {
+		t.Fatalf("the unacknowledged line stayed: %d bytes, was %d", got, before)
+	}
+	// The run ends as the invoke package ends it when the ledger fails.
+	if err := w.Append(journal.Terminated{Reason: "audit_failed", Error: "the project ledger could not record the run"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	p.lw.Close()
+	lw, err := Open(p.root(t), store.SigningKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lw.Close()
+	if rec, err := Reconcile(lw, p.gov, p.pub); err != nil || len(rec) != 1 || rec[0].RunID != "run-f" || rec[0].State != journal.StatusComplete {
+		t.Fatalf("reconciled %+v, %v; want run-f recovered complete", rec, err)
+	}
+	if r := VerifyProject(p.dir, p.pub, nil); r.ExitCode() != 0 {
+		t.Fatalf("exit %d: %v %+v", r.ExitCode(), r.Problems, r.Runs)
+	}
+}
+
+// TestGroupCommitWaiterOutlivesAnotherFailure: an append whose line is written while
+// another append fails (here: it cannot take in a line another process corrupted) still
+// waits for its fsync and succeeds: its line is durable, so its run is recorded.
+func TestGroupCommitWaiterOutlivesAnotherFailure(t *testing.T) {
+	p := newProjectRuns(t, 1)
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	first := true
+	p.lw.sync = func() error {
+		if first { // the fsync in flight while the others append
+			first = false
+			entered <- struct{}{}
+			<-release
+		}
+		return p.lw.f.Sync()
+	}
+	done := make(chan error, 2)
+	go func() {
+		_, err := p.lw.Append(Resolution{RunID: "run-0", Resolution: "accepted", Caller: "stdio"})
+		done <- err
+	}()
+	<-entered
+	size := fileSize(t, p.ledgerPath())
+	go func() {
+		_, err := p.lw.Append(Resolution{RunID: "run-0", Resolution: "rejected", Caller: "stdio"})
+		done <- err
+	}()
+	for fileSize(t, p.ledgerPath()) == size { // the second line written: it waits on the first fsync
+		time.Sleep(time.Millisecond)
+	}
+	f, err := os.OpenFile(p.ledgerPath(), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("{\"payload\":{}}\n")) // another process's corrupt line
+	f.Close()
+	if _, err := p.lw.Append(Resolution{RunID: "run-0", Resolution: "accepted", Caller: "stdio"}); err == nil {
+		t.Fatal("an append after a corrupt line succeeded")
+	}
+	close(release)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Errorf("an append whose line was written before the failure: %v", err)
+		}
+	}
+	if got := len(Verify(ledgerFile(t, p), p.pub).Entries); got != 3 {
+		t.Fatalf("%d valid entries, want 3", got)
+	}
+}
+
+func ledgerFile(t testing.TB, p *project) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p.ledgerPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestRecoveredJournalChanged: a journal recovered as complete that no longer is (bytes
+// appended after its last line) is reported, though its records and head still match.
+func TestRecoveredJournalChanged(t *testing.T) {
+	p := newProjectRuns(t, 0)
+	p.addRun(t, p.store(t), "orphan", false)
+	if rec, err := Reconcile(p.lw, p.gov, p.pub); err != nil || len(rec) != 1 || rec[0].State != journal.StatusComplete {
+		t.Fatalf("reconciled %+v, %v", rec, err)
+	}
+	b, _ := os.ReadFile(p.files[0])
+	os.WriteFile(p.files[0], append(b, `{"payload":`...), 0o600)
+	r := VerifyProject(p.dir, p.pub, nil)
+	if r.ExitCode() != 1 || len(r.Runs) != 1 || r.Runs[0].Problem != "the journal was recovered as complete and is now incomplete" {
+		t.Fatalf("exit %d, runs %+v", r.ExitCode(), r.Runs)
+	}
+}
+
+// TestReadDurable: the ledger read for a checkpoint is the file at .symbiont/ledger.jsonl,
+// never one a symlink leads to; a missing ledger is fs.ErrNotExist.
+func TestReadDurable(t *testing.T) {
+	p := newProjectRuns(t, 2)
+	data, err := ReadDurable(p.root(t))
+	if err != nil || !bytes.Equal(data, ledgerFile(t, p)) {
+		t.Fatalf("read %d bytes, %v", len(data), err)
+	}
+	aside := filepath.Join(p.dir, "aside.jsonl")
+	os.Rename(p.ledgerPath(), aside)
+	if _, err := ReadDurable(p.root(t)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("missing: %v, want fs.ErrNotExist", err)
+	}
+	os.Symlink(aside, p.ledgerPath())
+	if _, err := ReadDurable(p.root(t)); err == nil {
+		t.Fatal("read the ledger through a symlink")
+	}
+}
