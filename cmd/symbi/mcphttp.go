@@ -106,6 +106,7 @@ func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner,
 		// Everyone who can reach a loopback address is one caller.
 		cfg.Caller = runs.Caller{ID: auth.Anonymous.ID, Auth: auth.Anonymous.Method}
 	}
+	cfg.Authenticated = opts.Verifier != nil
 	// The certificate is loaded before listening, so that one that cannot be used stops
 	// the server at start, before it says it serves.
 	var tlsConfig *tls.Config
@@ -127,12 +128,8 @@ func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner,
 		opts.PublicURL = scheme + "://" + ln.Addr().String()
 	}
 	server := mcpserver.New(cfg)
-	srv := &http.Server{
-		Handler:           mcpserver.NewHTTPHandler(server, opts),
-		ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		TLSConfig:         tlsConfig,
-	}
+	srv := mcpserver.NewHTTPServer(mcpserver.NewHTTPHandler(server, opts), mcpserver.ConnIdle, log)
+	srv.TLSConfig = tlsConfig
 	watch := watchShutdown(log, runner.Hurry)
 	defer watch.end()
 	serveDone := make(chan error, 1)

@@ -90,6 +90,11 @@ type serveOpts struct {
 	version string // the protocol version the client offers; "" for the SDK's latest
 	// approvalTimeout bounds a wait at a human gate (0: the default, 24 h).
 	approvalTimeout time.Duration
+	// server, when set, is where the server is put, for more clients to connect to.
+	server **mcp.Server
+	// authenticated serves as with bearer tokens (Config.Authenticated); the in-memory
+	// client sends none.
+	authenticated bool
 }
 
 // serve serves the project at dir the way symbi mcp does and returns a connected client
@@ -139,7 +144,10 @@ func serveStoppable(t *testing.T, dir string, o serveOpts) (cs *mcp.ClientSessio
 	if schemas == nil {
 		schemas = schemapin.NewVerifier(getenv)
 	}
-	srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: runner, Registry: reg, Ledger: lw}), Schemas: schemas, Log: log})
+	srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: runner, Registry: reg, Ledger: lw}), Schemas: schemas, Log: log, Authenticated: o.authenticated})
+	if o.server != nil {
+		*o.server = srv
+	}
 	ct, st := mcp.NewInMemoryTransports()
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()

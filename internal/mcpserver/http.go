@@ -29,6 +29,23 @@ const (
 // closes it (its subscriptions end with it; a client reconnects with a new session).
 const SessionIdle = 30 * time.Minute
 
+// ConnIdle is how long a kept-alive HTTP connection may wait for its next request before
+// the server closes it.
+const ConnIdle = 2 * time.Minute
+
+// NewHTTPServer returns the http.Server that serves handler: request headers within 30 s,
+// and a kept-alive connection with no request in flight closed after idle — idle
+// connections would otherwise hold, for ever, descriptors that runs need. There is no
+// read or write timeout: event streams and long polls stay open while they serve.
+func NewHTTPServer(handler http.Handler, idle time.Duration, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       idle,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
 // HTTPOptions configure NewHTTPHandler.
 type HTTPOptions struct {
 	// Verifier checks each request's bearer token and names its caller (internal/auth);

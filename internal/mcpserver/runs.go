@@ -152,7 +152,7 @@ func (h *handlers) resolveRun(ctx context.Context, req *mcp.CallToolRequest, in 
 
 type approveInput struct {
 	RunID     string `json:"run_id" jsonschema:"the run's id"`
-	RequestID string `json:"request_id,omitempty" jsonschema:"for a delegated agent's held permission request: its request_id (from run_status's approval), so that the decision cannot reach another request"`
+	RequestID string `json:"request_id,omitempty" jsonschema:"the wait decided: a held permission request's request_id (from run_status's approval), or \"answer\" for the held answer. Required for a permission request and for any wait of a delegated run; optional only for a model run's held answer. A decision never reaches a wait it does not name"`
 	Decision  string `json:"decision" jsonschema:"approve or reject"`
 	Reason    string `json:"reason,omitempty" jsonschema:"why (at most 4 KiB)"`
 }
@@ -200,21 +200,61 @@ func (h *handlers) subscribe(ctx context.Context, req *mcp.SubscribeRequest) err
 		h.subs[req.Params.URI] = map[*mcp.ServerSession]bool{}
 	}
 	h.subs[req.Params.URI][req.Session] = true
+	if ss := req.Session; !h.watched[ss] {
+		// Over HTTP one server outlives many sessions: a session's subscriptions end
+		// with it (closed by its client or for idleness), not only by unsubscribing.
+		if h.watched == nil {
+			h.watched = map[*mcp.ServerSession]bool{}
+		}
+		h.watched[ss] = true
+		go func() {
+			ss.Wait()
+			h.dropSession(ss)
+		}()
+	}
 	return nil
 }
 
 func (h *handlers) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
 	h.subsMu.Lock()
 	defer h.subsMu.Unlock()
-	delete(h.subs[req.Params.URI], req.Session)
-	if len(h.subs[req.Params.URI]) == 0 {
-		delete(h.subs, req.Params.URI)
-	}
+	h.drop(req.Params.URI, req.Session)
 	return nil
 }
 
-// subscribed reports whether some session subscribed to uri (a session that ended
-// without unsubscribing still counts: the SDK then sends nothing to it).
+// drop removes ss's subscription to uri, with h.subsMu held.
+func (h *handlers) drop(uri string, ss *mcp.ServerSession) {
+	delete(h.subs[uri], ss)
+	if len(h.subs[uri]) == 0 {
+		delete(h.subs, uri)
+	}
+}
+
+// dropSession removes every subscription of ss, which has ended.
+func (h *handlers) dropSession(ss *mcp.ServerSession) {
+	h.subsMu.Lock()
+	defer h.subsMu.Unlock()
+	for uri := range h.subs {
+		h.drop(uri, ss)
+	}
+	delete(h.watched, ss)
+}
+
+// subscriptions returns how many sessions are subscribed to some run resource, and how
+// many are watched until they end (tests).
+func (h *handlers) subscriptions() (sessions, watched int) {
+	h.subsMu.Lock()
+	defer h.subsMu.Unlock()
+	seen := map[*mcp.ServerSession]bool{}
+	for _, m := range h.subs {
+		for ss := range m {
+			seen[ss] = true
+		}
+	}
+	return len(seen), len(h.watched)
+}
+
+// subscribed reports whether some session subscribed to uri.
 func (h *handlers) subscribed(uri string) bool {
 	h.subsMu.Lock()
 	defer h.subsMu.Unlock()

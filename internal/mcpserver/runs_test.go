@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -411,6 +412,56 @@ func TestRunResourceSubscription(t *testing.T) {
 	tmpl, err := cs.ListResourceTemplates(ctx, nil)
 	if err != nil || len(tmpl.ResourceTemplates) != 1 || tmpl.ResourceTemplates[0].URITemplate != mcpserver.RunURITemplate {
 		t.Fatalf("resource templates %+v, %v", tmpl, err)
+	}
+}
+
+// TestSubscriptionsEndWithTheirSession: over HTTP one server outlives many sessions; a
+// session that subscribed and ended (closed by its client, or for idleness) leaves no
+// subscription behind, while the others keep theirs.
+func TestSubscriptionsEndWithTheirSession(t *testing.T) {
+	model := newGatedModel(t)
+	var srv *mcp.Server
+	cs := serve(t, testProject(t, nil), serveOpts{env: model.env(), version: "2025-11-25", server: &srv})
+	defer model.open()
+	var st startContent
+	callOK(t, cs, "start_run", map[string]any{"agent": "helper", "prompt": "hold"}, &st)
+	uri := mcpserver.RunURIPrefix + st.RunID
+	ctx := context.Background()
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	var others []*mcp.ClientSession
+	for range 3 {
+		ct, stt := mcp.NewInMemoryTransports()
+		if _, err := srv.Connect(ctx, stt, nil); err != nil {
+			t.Fatal(err)
+		}
+		other, err := mcp.NewClient(&mcp.Implementation{Name: "other", Version: "1"}, nil).Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+			t.Fatal(err)
+		}
+		others = append(others, other)
+	}
+	if s, w := mcpserver.Subscriptions(srv); s != 4 || w != 4 {
+		t.Fatalf("%d sessions subscribed, %d watched; want 4 and 4", s, w)
+	}
+	for _, o := range others {
+		o.Close()
+	}
+	for { // the server's side of each session ends after its client's
+		if s, w := mcpserver.Subscriptions(srv); s == 1 && w == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := mcpserver.Subscriptions(srv); s != 0 {
+		t.Fatalf("%d sessions subscribed after the last unsubscribed", s)
 	}
 }
 

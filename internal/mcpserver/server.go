@@ -43,6 +43,10 @@ type Config struct {
 	// the zero value is the one client of a stdio server (invoke.CallerStdio). With
 	// authentication, each request's caller comes from its token (auth.FromTokenInfo).
 	Caller runs.Caller
+	// Authenticated is set when every request must carry a verified bearer token (the
+	// HTTP server with --auth-tokens or --auth-jwks): a request without one — which the
+	// token middleware lets none through — is then nobody, never Caller or stdio.
+	Authenticated bool
 	// Rate, when positive, is the requests a second each caller may make (tool calls,
 	// resource reads and subscriptions), with a burst of one second's worth; past it a
 	// request is refused with rate_limited.
@@ -67,6 +71,9 @@ func (c Config) caller(extra *mcp.RequestExtra) runs.Caller {
 		// A token that verified but names nobody: an identity no policy can be about.
 		return runs.Caller{ID: "", Auth: "unknown"}
 	}
+	if c.Authenticated {
+		return runs.Caller{ID: "", Auth: "unknown"}
+	}
 	if c.Caller.ID == "" {
 		return runs.Caller{ID: invoke.CallerStdio, Auth: invoke.CallerStdio}
 	}
@@ -76,14 +83,22 @@ func (c Config) caller(extra *mcp.RequestExtra) runs.Caller {
 // AgentsMDURI is the URI of the AGENTS.md resource.
 const AgentsMDURI = "file:///AGENTS.md"
 
+// testNewServer, set by tests, is told of each server New makes and its handlers.
+var testNewServer func(*mcp.Server, *handlers)
+
 // New returns an MCP server with the tools and, when AGENTS.md is readable through the
 // confined reader, the AGENTS.md resource.
-func New(cfg Config) *mcp.Server {
+func New(cfg Config) (s *mcp.Server) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	h := &handlers{cfg: cfg}
-	s := mcp.NewServer(&mcp.Implementation{Name: "symbi", Version: buildinfo.Version}, &mcp.ServerOptions{
+	defer func() {
+		if testNewServer != nil {
+			testNewServer(s, h)
+		}
+	}()
+	s = mcp.NewServer(&mcp.Implementation{Name: "symbi", Version: buildinfo.Version}, &mcp.ServerOptions{
 		Logger:             cfg.Log,
 		SubscribeHandler:   h.subscribe,
 		UnsubscribeHandler: h.unsubscribe,
@@ -142,7 +157,11 @@ const startRunDescription = "Start a governed run of one of the project's regist
 
 const approveRunDescription = "Decide a run whose answer a @gate(\"human\") policy holds (status awaiting_approval): decision approve releases the text, reject ends the run withheld (policy_denied, naming the gate); " +
 	"reason (at most 4 KiB) says why. The decision is signed into the run's journal and the project ledger before the text is released. " +
-	"Over HTTP a caller may by default approve only runs another caller started (Cedar approve_run). A run not awaiting approval is invalid_transition. Returns the run's status once it has ended."
+	"request_id names the wait decided (run_status's approval says what the run waits for): a delegated agent's held permission request by its request_id, a held answer as \"answer\". " +
+	"It is required for a permission request and for any wait of a delegated run, which may wait more than once (invalid_request without it), so that a decision never reaches a wait its approver did not see; " +
+	"a model run's held answer, its only wait, may be decided without it. " +
+	"Over HTTP a caller may by default approve only runs another caller started (Cedar approve_run). A run not awaiting approval, or not for the wait named, is invalid_transition. " +
+	"Returns the run's status once it has ended (for a permission request, once the decision is durable: the run goes on)."
 
 const runEventsDescription = "Read a run's events: its journal records, in order, each with its exact signed line (verify offline with the project's public key). " +
 	"after is a cursor: the number of events already read (0 for the first); pass next_cursor to read on — pages never overlap or skip. limit 1..1000 (default 100). " +

@@ -17,9 +17,11 @@ import (
 type handlers struct {
 	cfg Config
 	// subs counts the subscriptions to each run resource, so that runs nobody follows
-	// send no notifications.
-	subsMu sync.Mutex
-	subs   map[string]map[*mcp.ServerSession]bool
+	// send no notifications; a session's subscriptions go when it ends (watched tells
+	// which sessions are watched for that).
+	subsMu  sync.Mutex
+	subs    map[string]map[*mcp.ServerSession]bool
+	watched map[*mcp.ServerSession]bool
 }
 
 type invokeInput struct {
