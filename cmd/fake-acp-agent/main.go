@@ -25,6 +25,8 @@
 //	  "require_fs": true,               // initialize not offering fs read and write: exit 5
 //	  "expect_prompt_contains": ["…"],  // a prompt lacking one of these texts: exit 3
 //	  "ignore_sigterm": true,           // ignore SIGTERM (only SIGKILL ends it)
+//	  "stall_at": "initialize",         // stall (see the step) when that request arrives,
+//	                                    // before answering it: "initialize" or "session_new"
 //	  "linger": true,                   // do not exit when stdin closes
 //	  "record": "/abs/events.jsonl"     // append one JSON line per event (below)
 //	}
@@ -97,6 +99,14 @@
 //	                                   malformed or unsolicited JSON-RPC message)
 //	{"flood": N, "text": "x"}          N agent_message_chunk updates ("text", default "x")
 //	                                   as fast as the pipe takes them
+//	{"stall": N}                       stop reading stdin for good and fill the stdin pipe
+//	                                   (through a second write end opened on
+//	                                   /proc/self/fd/0), so that every write the client
+//	                                   makes to the agent blocks from now on — what an agent
+//	                                   that stops reading while the client answers it comes
+//	                                   to; then send N requests the client must answer
+//	                                   (terminal/create), record "stall" and hang: the agent
+//	                                   hears nothing more, session/cancel included
 //	{"mode_update": "mode-id"}         the agent switches mode itself: current_mode_update
 //	{"stop_reason": "end_turn"}        end the turn now with that stop reason (any string
 //	                                   is sent as is: end_turn, max_tokens,
@@ -125,12 +135,13 @@
 // client_capabilities, client_info), session_new (session_id, cwd), set_mode
 // (session_id, mode), prompt (session_id, text), permission (tool_call_id, outcome,
 // option_id), read (path, ok, content | error), write (path, ok, error), spawn (pid,
-// argv), mode_update (session_id, mode), cancel (session_id), prompt_end (session_id,
-// stop_reason | error), crash (code), exit (code, reason) and eof. The same lines go to
-// stderr. acp-go-sdk cancels the prompt before it delivers session/cancel to the
-// agent's handler, so a turn that ends cancelled waits (up to cancelRecordWait) for
-// "cancel" to be recorded before it records "prompt_end" and answers: once the client
-// has the answer it may close stdin, and the process would exit before the record.
+// argv), mode_update (session_id, mode), stall (at, requests), cancel (session_id),
+// prompt_end (session_id, stop_reason | error), crash (code), exit (code, reason) and
+// eof. The same lines go to stderr. acp-go-sdk cancels the prompt before it delivers
+// session/cancel to the agent's handler, so a turn that ends cancelled waits (up to
+// cancelRecordWait) for "cancel" to be recorded before it records "prompt_end" and
+// answers: once the client has the answer it may close stdin, and the process would exit
+// before the record.
 package main
 
 import (
@@ -186,7 +197,7 @@ func main() {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)).With("process", agentName))
 	out := &lockedWriter{w: os.Stdout}
 	ag := newAgent(sc, rec, out)
-	conn := acp.NewAgentSideConnection(ag, out, os.Stdin)
+	conn := acp.NewAgentSideConnection(ag, out, ag.in)
 	ag.setConn(conn)
 
 	<-conn.Done()
@@ -219,6 +230,7 @@ type script struct {
 	RequireFS            bool     `json:"require_fs"`
 	ExpectPromptContains []string `json:"expect_prompt_contains"`
 	IgnoreSIGTERM        bool     `json:"ignore_sigterm"`
+	StallAt              string   `json:"stall_at"`
 	Linger               bool     `json:"linger"`
 	Record               string   `json:"record"`
 }
@@ -240,6 +252,7 @@ type step struct {
 	Garbage         *string         `json:"garbage"`
 	Raw             json.RawMessage `json:"raw"`
 	Flood           *int            `json:"flood"`
+	Stall           *int            `json:"stall"`
 	ModeUpdate      *string         `json:"mode_update"`
 	StopReason      *string         `json:"stop_reason"`
 	Error           *rpcError       `json:"error"`
@@ -400,6 +413,9 @@ func (sc *script) validate() error {
 	if sc.Record != "" && !filepath.IsAbs(sc.Record) {
 		return fmt.Errorf("record %q: must be an absolute path", sc.Record)
 	}
+	if sc.StallAt != "" && sc.StallAt != "initialize" && sc.StallAt != "session_new" {
+		return fmt.Errorf("stall_at %q: not initialize or session_new", sc.StallAt)
+	}
 	for i := range sc.Steps {
 		if err := sc.Steps[i].validate(); err != nil {
 			return fmt.Errorf("step %d: %v", i+1, err)
@@ -428,6 +444,7 @@ func (s *step) validate() error {
 		{"garbage", s.Garbage != nil},
 		{"raw", s.Raw != nil},
 		{"flood", s.Flood != nil},
+		{"stall", s.Stall != nil},
 		{"mode_update", s.ModeUpdate != nil},
 		{"stop_reason", s.StopReason != nil},
 		{"error", s.Error != nil},
@@ -532,6 +549,10 @@ func (s *step) validate() error {
 		if *s.Flood < 0 {
 			return fmt.Errorf("flood must not be negative")
 		}
+	case "stall":
+		if *s.Stall < 0 {
+			return fmt.Errorf("stall must not be negative")
+		}
 	case "raw":
 		if !json.Valid(s.Raw) {
 			return fmt.Errorf("raw: not JSON")
@@ -604,6 +625,95 @@ func (r *recorder) event(name string, fields obj) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Stalling
+
+// stdinGate is the agent's stdin as the SDK reads it, until stall stops it: from then on
+// no read returns.
+type stdinGate struct {
+	r       io.Reader
+	mu      sync.Mutex
+	idle    *sync.Cond // signalled when a read ends
+	reading bool
+	stopped bool
+}
+
+func newStdinGate(r io.Reader) *stdinGate {
+	g := &stdinGate{r: r}
+	g.idle = sync.NewCond(&g.mu)
+	return g
+}
+
+func (g *stdinGate) Read(p []byte) (int, error) {
+	g.mu.Lock()
+	if g.stopped {
+		g.mu.Unlock()
+		for {
+			time.Sleep(time.Hour) // a timer, not a channel: the runtime sees no deadlock
+		}
+	}
+	g.reading = true
+	g.mu.Unlock()
+	n, err := g.r.Read(p)
+	g.mu.Lock()
+	g.reading = false
+	g.idle.Broadcast()
+	g.mu.Unlock()
+	return n, err
+}
+
+// stall stops reading stdin for good, fills the stdin pipe, sends n requests of session
+// sid the client must answer and records "stall" (at, requests).
+func (a *fakeAgent) stall(at string, sid acp.SessionId, n int) {
+	g := a.in
+	g.mu.Lock()
+	g.stopped = true
+	g.mu.Unlock()
+	// A read under way ends once there is something to read: fill, wait for it, fill
+	// again. Nothing reads the pipe after that.
+	if err := fillStdin(); err != nil {
+		a.exit(exitStepFailed, "stall: %v", err)
+	}
+	g.mu.Lock()
+	for g.reading {
+		g.idle.Wait()
+	}
+	g.mu.Unlock()
+	if err := fillStdin(); err != nil {
+		a.exit(exitStepFailed, "stall: %v", err)
+	}
+	for i := range n {
+		line := fmt.Sprintf(`{"jsonrpc":"2.0","id":"stall-%d","method":"terminal/create","params":{"sessionId":%q,"command":"true"}}`+"\n", i, sid)
+		if _, err := a.out.Write([]byte(line)); err != nil {
+			a.exit(exitStepFailed, "stall: %v", err)
+		}
+	}
+	a.rec.event("stall", obj{"at": at, "requests": n})
+}
+
+// fillStdin writes newlines into the pipe that is this process's stdin, through a second
+// write end opened on /proc/self/fd/0, until not one more byte fits.
+func fillStdin() error {
+	fd, err := syscall.Open("/proc/self/fd/0", syscall.O_WRONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening a write end on stdin (a pipe?): %w", err)
+	}
+	defer syscall.Close(fd)
+	chunk := bytes.Repeat([]byte("\n"), 4096)
+	for len(chunk) > 0 {
+		_, err := syscall.Write(fd, chunk)
+		switch err {
+		case nil:
+		case syscall.EAGAIN:
+			chunk = chunk[:len(chunk)/2] // a smaller write may still fit
+		case syscall.EINTR:
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------------------------------
 // The agent
 
 type session struct {
@@ -623,6 +733,7 @@ type fakeAgent struct {
 	sc  *script
 	rec *recorder
 	out *lockedWriter
+	in  *stdinGate
 
 	ready   chan struct{} // closed once conn is set
 	conn    *acp.AgentSideConnection
@@ -636,7 +747,7 @@ type fakeAgent struct {
 var _ acp.Agent = (*fakeAgent)(nil)
 
 func newAgent(sc *script, rec *recorder, out *lockedWriter) *fakeAgent {
-	return &fakeAgent{sc: sc, rec: rec, out: out, ready: make(chan struct{}), sessions: map[acp.SessionId]*session{}}
+	return &fakeAgent{sc: sc, rec: rec, out: out, in: newStdinGate(os.Stdin), ready: make(chan struct{}), sessions: map[acp.SessionId]*session{}}
 }
 
 func (a *fakeAgent) setConn(c *acp.AgentSideConnection) {
@@ -686,6 +797,9 @@ func (a *fakeAgent) Initialize(_ context.Context, p acp.InitializeRequest) (acp.
 	if a.sc.RequireFS && (!caps.Fs.ReadTextFile || !caps.Fs.WriteTextFile) {
 		a.exit(exitCapability, "capability violation: the client does not offer fs read and write (require_fs): %+v", caps.Fs)
 	}
+	if a.sc.StallAt == "initialize" {
+		a.stall("initialize", "", 0)
+	}
 	return acp.InitializeResponse{
 		ProtocolVersion:   acp.ProtocolVersionNumber,
 		AgentCapabilities: acp.AgentCapabilities{LoadSession: false},
@@ -705,6 +819,9 @@ func (a *fakeAgent) NewSession(_ context.Context, p acp.NewSessionRequest) (acp.
 	a.sessions[s.id] = s
 	a.mu.Unlock()
 	a.rec.event("session_new", obj{"session_id": s.id, "cwd": p.Cwd})
+	if a.sc.StallAt == "session_new" {
+		a.stall("session_new", s.id, 0)
+	}
 	resp := acp.NewSessionResponse{SessionId: s.id}
 	if len(a.sc.Modes) > 0 {
 		st := &acp.SessionModeState{CurrentModeId: acp.SessionModeId(a.sc.CurrentMode)}
@@ -887,6 +1004,10 @@ func (a *fakeAgent) runSteps(ctx context.Context, s *session) (acp.PromptRespons
 			for j := 0; j < *st.Flood && err == nil; j++ {
 				err = update(acp.UpdateAgentMessageText(text))
 			}
+		case "stall":
+			a.stall("prompt", s.id, *st.Stall)
+			<-connCtx.Done() // never: the agent reads nothing more
+			return acp.PromptResponse{}, errors.New("the client went away")
 		case "mode_update":
 			a.mu.Lock()
 			s.mode = *st.ModeUpdate

@@ -1322,6 +1322,8 @@ func TestScriptErrors(t *testing.T) {
 		{"bad expectation", `{"steps": [{"permission": {"tool_call_id": "c"}, "expect": "maybe"}]}`, "not a permission outcome"},
 		{"bad sleep", `{"steps": [{"sleep": "soon"}]}`, "not a duration"},
 		{"empty spawn", `{"steps": [{"spawn_background": ""}]}`, "empty command"},
+		{"negative stall", `{"steps": [{"stall": -1}]}`, "stall must not be negative"},
+		{"unknown stall point", `{"stall_at": "prompt"}`, "not initialize or session_new"},
 		{"current mode not offered", `{"modes": ["a"], "current_mode": "b"}`, "not one of modes"},
 		{"relative record", `{"record": "rec.jsonl"}`, "absolute"},
 		{"trailing data", `{} {}`, "trailing data"},

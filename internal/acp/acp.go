@@ -12,8 +12,10 @@
 // Process discipline: the agent runs argv (no shell) in the workspace, in its own process
 // group. Cancelling ctx sends session/cancel, answers pending permission requests
 // cancelled, waits Config.Grace for the turn to end, then SIGTERMs the group, waits Grace
-// again and SIGKILLs it; closing Config.Hurry cuts those waits short. Whatever happens,
-// when Run returns the whole group has been SIGKILLed and the agent reaped.
+// again and SIGKILLs it; closing Config.Hurry cuts those waits short. No wait depends on a
+// write to the agent (one that stops reading its stdin would hold it): the kill closes its
+// stdin, ending any write still under way. Whatever happens, when Run returns the whole
+// group has been SIGKILLed and the agent reaped.
 package acp
 
 import (
@@ -86,7 +88,11 @@ const (
 	updateQueue = 1024
 	// maxLineBytes is the longest line accepted from the agent (the SDK's own bound).
 	maxLineBytes = 10 << 20
-	stderrBytes  = 8 << 10
+	// maxLocationBytes bounds the paths of one tool call, permission or fs request
+	// together, so that its record fits one journal record even with JSON escaping at its
+	// worst (6 bytes a byte); each path is at most workspace.MaxPathBytes.
+	maxLocationBytes = 128 << 10
+	stderrBytes      = 8 << 10
 )
 
 // Config is one delegated session.
@@ -138,6 +144,12 @@ type Result struct {
 // own error): the caller ends the run audit_failed.
 var ErrJournal = errors.New("journal failed")
 
+// ErrMalformed wraps every way the agent breaks the protocol — a line that is not a
+// JSON-RPC message or is too long, a path over workspace.MaxPathBytes — which ends the
+// session with an error (outcome error; the caller's inference_failed), nothing of the
+// offending message journaled.
+var ErrMalformed = errors.New("malformed ACP")
+
 // Run runs one session of cfg.Executor in cfg.Workspace with cfg.Prompt.
 func Run(ctx context.Context, cfg Config) Result {
 	if cfg.Grace <= 0 {
@@ -165,11 +177,13 @@ type runner struct {
 	cmd  *exec.Cmd
 	sid  sdk.SessionId
 
-	stderr  tailBuffer
-	exited  chan struct{} // closed when the agent process has exited (not reaped)
-	stdoutR *os.File
-	eof     atomic.Bool // the agent's stdout ended (set before the SDK is told)
-	died    bool        // the agent had exited before the final kill (set by kill)
+	stderr   tailBuffer
+	exited   chan struct{} // closed when the agent process has exited (not reaped)
+	stdinW   *os.File      // the agent's stdin: closed by kill, which ends any write to it
+	stdoutR  *os.File
+	killOnce sync.Once
+	eof      atomic.Bool // the agent's stdout ended (set before the SDK is told)
+	died     bool        // the agent had exited before the final kill (set by kill)
 
 	abortOnce sync.Once
 	abortErr  error
@@ -366,7 +380,10 @@ func (r *runner) handle(u sdk.SessionUpdate) error {
 	case u.ToolCall != nil:
 		tc := u.ToolCall
 		in, inN := rawDigest(tc.RawInput)
-		paths, outside := r.paths(tc.Locations)
+		paths, outside, err := r.paths(tc.Locations)
+		if err != nil {
+			return err
+		}
 		return r.record(journal.ToolCall{ToolCallID: cut(string(tc.ToolCallId), journal.MaxTitleBytes), Kind: kindOf(&tc.Kind),
 			Title: cut(tc.Title, journal.MaxTitleBytes), Status: cut(string(tc.Status), journal.MaxTitleBytes),
 			Paths: capPaths(append(paths, outside...)), RawInputSHA256: in, RawInputBytes: inN}, false)
@@ -419,7 +436,10 @@ func (r *runner) run(ctx context.Context) Result {
 	}
 	defer r.stdoutR.Close()
 
-	// The handshake, bounded by ctx and by any abort.
+	// The handshake, bounded by ctx and by any abort. It runs on its own goroutine: its
+	// requests are written by the goroutine that sends them, and a write to an agent that
+	// has stopped reading its stdin never ends by itself. When the run ends first, the
+	// agent is killed, which ends the write (its stdin is closed).
 	hctx, hcancel := context.WithCancel(ctx)
 	go func() {
 		select {
@@ -429,8 +449,30 @@ func (r *runner) run(ctx context.Context) Result {
 		}
 		hcancel()
 	}()
-	started, err := r.handshake(hctx)
+	type hresult struct {
+		started journal.SessionStarted
+		err     error
+	}
+	hch := make(chan hresult, 1)
+	go func() {
+		st, err := r.handshake(hctx)
+		hch <- hresult{st, err}
+	}()
+	var h hresult
+	select {
+	case h = <-hch:
+	case <-hctx.Done():
+		select {
+		case h = <-hch: // it ended too
+		default:
+			r.kill()
+			if h = <-hch; h.err == nil {
+				h.err = errors.New("the handshake was cut short")
+			}
+		}
+	}
 	hcancel()
+	started, err := h.started, h.err
 	if err != nil {
 		outcome := OutcomeError
 		if a := r.abortedErr(); a != nil {
@@ -520,9 +562,11 @@ func (r *runner) run(ctx context.Context) Result {
 			termNote = hurriedNote // no session/cancel: the group is killed at once
 		}
 		if !gotResp && r.abortedErr() == nil && termNote == "" {
-			cctx, ccancel := context.WithTimeout(context.Background(), cfg.Grace)
-			_ = r.conn.Cancel(cctx, sdk.CancelNotification{SessionId: r.sid})
-			ccancel()
+			// session/cancel is written on its own goroutine: an agent that has stopped
+			// reading its stdin holds the write — and every other write to it, the SDK's
+			// writes being serialised — until its group is killed below, and the grace
+			// period, SIGTERM and SIGKILL must come regardless.
+			go func() { _ = r.conn.Cancel(context.Background(), sdk.CancelNotification{SessionId: r.sid}) }()
 			grace = time.NewTimer(cfg.Grace)
 			select {
 			case pr = <-pch:
@@ -674,7 +718,7 @@ func (r *runner) start() error {
 		outR.Close()
 		return fmt.Errorf("starting the agent %q: %w", argv[0], err)
 	}
-	r.stdoutR = outR
+	r.stdinW, r.stdoutR = inW, outR
 	r.exited = make(chan struct{})
 	pid := r.cmd.Process.Pid
 	go func() {
@@ -707,7 +751,7 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 		line = append(line, frag...)
 		if err == bufio.ErrBufferFull {
 			if len(line) > maxLineBytes {
-				r.abort(fmt.Errorf("malformed ACP: a line of more than %d bytes", maxLineBytes))
+				r.abort(fmt.Errorf("%w: a line of more than %d bytes", ErrMalformed, maxLineBytes))
 				dst.CloseWithError(errors.New("line too long"))
 				return
 			}
@@ -716,7 +760,7 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 		if len(line) > 0 {
 			if t := bytes.TrimSpace(line); len(t) > 0 {
 				if why := notMessage(t); why != "" {
-					r.abort(fmt.Errorf("malformed ACP: the agent wrote a line that is %s: %q", why, cut(string(t), 80)))
+					r.abort(fmt.Errorf("%w: the agent wrote a line that is %s: %q", ErrMalformed, why, cut(string(t), 80)))
 					dst.CloseWithError(errors.New("malformed ACP"))
 					return
 				}
@@ -769,13 +813,20 @@ func (r *runner) exitedByItself() bool {
 }
 
 // kill SIGKILLs the whole process group, then reaps the agent: the leader is reaped only
-// after the group kill, so its pid (the group id) cannot have been reused.
+// after the group kill, so its pid (the group id) cannot have been reused. It closes the
+// agent's stdin, which ends any write to it still under way (a process outside the group
+// may hold the pipe open). Only the first call acts.
 func (r *runner) kill() {
 	if r.cmd == nil || r.cmd.Process == nil {
 		return
 	}
+	r.killOnce.Do(r.killGroup)
+}
+
+func (r *runner) killGroup() {
 	r.died = isClosed(r.exited)
 	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+	r.stdinW.Close()
 	if isClosed(r.cfg.Hurry) {
 		// A process that left the group may hold the agent's stderr open: a hurried
 		// session does not wait the grace period for the rest of it.
@@ -827,16 +878,34 @@ func (r *runner) handshake(ctx context.Context) (journal.SessionStarted, error) 
 }
 
 // paths maps ACP locations to workspace-relative paths; the ones Rel refuses are outside.
-func (r *runner) paths(locs []sdk.ToolCallLocation) (paths, outside []string) {
+// All of them: what is decided on is never cut short (capPaths is for display only). A
+// path of more than workspace.MaxPathBytes bytes, or paths of more than maxLocationBytes
+// together, are malformed ACP (ErrMalformed): the caller ends the run, before anything of
+// the request is journaled.
+func (r *runner) paths(locs []sdk.ToolCallLocation) (paths, outside []string, err error) {
 	paths, outside = []string{}, []string{}
+	total := 0
 	for _, l := range locs {
+		if len(l.Path) > workspace.MaxPathBytes {
+			return nil, nil, fmt.Errorf("%w: a path of %d bytes, more than the limit of %d (PATH_MAX)", ErrMalformed, len(l.Path), workspace.MaxPathBytes)
+		}
+		if total += len(l.Path); total > maxLocationBytes {
+			return nil, nil, fmt.Errorf("%w: %d locations whose paths make more than %d bytes together", ErrMalformed, len(locs), maxLocationBytes)
+		}
 		if rel, err := r.cfg.Workspace.Rel(l.Path); err == nil {
 			paths = append(paths, rel)
 		} else {
 			outside = append(outside, cut(l.Path, journal.MaxTitleBytes))
 		}
 	}
-	return capPaths(paths), capPaths(outside)
+	return paths, outside, nil
+}
+
+// malformed ends the run for err (ErrMalformed) and returns the JSON-RPC error that
+// answers the request.
+func (r *runner) malformed(err error) error {
+	r.abort(err)
+	return sdk.NewInvalidParams(map[string]any{"error": err.Error()})
 }
 
 // decide runs the gate, unless the session is being cancelled first (nil).
@@ -845,9 +914,13 @@ func (r *runner) decide(ctx context.Context, t policy.ToolUse) *policy.Decision 
 	go func() { ch <- r.cfg.Decide(t) }()
 	select {
 	case d := <-ch:
-		if len(t.Outside) > 0 && d.Allow {
-			d.Allow = false
-			d.Reason = "a path is outside the workspace"
+		if len(t.Outside) > 0 {
+			// Denied whatever the decider says, and never held at a gate: no approval
+			// can open a path outside the workspace.
+			if d.Allow || d.Gate != "" {
+				d.Reason = "a path is outside the workspace"
+			}
+			d.Allow, d.Gate = false, ""
 		}
 		return &d
 	case <-r.cancelled:
@@ -910,11 +983,19 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 		title = cut(*tc.Title, journal.MaxTitleBytes)
 	}
 	in, _ := rawDigest(tc.RawInput)
-	paths, outside := r.paths(tc.Locations)
+	paths, outside, err := r.paths(tc.Locations)
+	if err != nil {
+		return sdk.RequestPermissionResponse{}, r.malformed(err)
+	}
 	t := policy.ToolUse{Kind: kindOf(tc.Kind), Title: title, Paths: paths, Outside: outside,
 		Workspace: r.cfg.Workspace.Path(), RawInputSHA256: in}
-	d := r.decide(ctx, t)
-	if d == nil {
+	var d *policy.Decision
+	if n := len(tc.Locations); n > journal.MaxPaths {
+		// The record holds at most MaxPaths paths, and a decision is only ever taken on
+		// what is recorded: denied before any policy, never decided on a part.
+		d = &policy.Decision{Errors: []string{fmt.Sprintf("symbi: the request names %d locations, more than the limit of %d: denied without a policy decision (the record lists the first %d)",
+			n, journal.MaxPaths, journal.MaxPaths)}}
+	} else if d = r.decide(ctx, t); d == nil {
 		return cancelled, nil
 	}
 	requestID := "perm-" + strconv.FormatInt(r.permN.Add(1), 10)
@@ -925,7 +1006,7 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 		return cancelled, nil
 	}
 	rec := journal.PermissionDecided{RequestID: requestID,
-		ToolCallID: cut(string(tc.ToolCallId), journal.MaxTitleBytes), Kind: t.Kind, Title: title, Paths: paths, Outside: outside,
+		ToolCallID: cut(string(tc.ToolCallId), journal.MaxTitleBytes), Kind: t.Kind, Title: title, Paths: capPaths(paths), Outside: capPaths(outside),
 		PolicyIDs: nonNil(d.Policies), Errors: nonNil(d.Errors)}
 	want := sdk.PermissionOptionKindRejectOnce
 	if d.Allow {
@@ -962,12 +1043,24 @@ func (r *runner) gateFS(ctx context.Context, sid sdk.SessionId, kind, method, pa
 	if sid != r.sid {
 		return "", "", sdk.NewInvalidParams(map[string]any{"error": "unknown session"})
 	}
-	paths, outside := r.paths([]sdk.ToolCallLocation{{Path: path}})
+	paths, outside, err := r.paths([]sdk.ToolCallLocation{{Path: path}})
+	if err != nil {
+		return "", "", r.malformed(err)
+	}
 	title := cut(method+" "+path, journal.MaxTitleBytes)
 	t := policy.ToolUse{Kind: kind, Title: title, Paths: paths, Outside: outside, Workspace: r.cfg.Workspace.Path()}
-	d := r.decide(ctx, t)
+	var d *policy.Decision
+	if len(paths) == 1 {
+		if err := r.cfg.Workspace.CheckNames(paths[0]); err != nil {
+			// A protected name (hidden, policies) is refused by its rule before any
+			// policy, like a path outside the workspace, and never held at a gate.
+			d = &policy.Decision{Reason: err.Error(), Errors: []string{"symbi: " + err.Error()}}
+		}
+	}
 	if d == nil {
-		return "", "", sdk.NewRequestCancelled(map[string]any{"error": "the session is ending"})
+		if d = r.decide(ctx, t); d == nil {
+			return "", "", sdk.NewRequestCancelled(map[string]any{"error": "the session is ending"})
+		}
 	}
 	requestID := "fs-" + strconv.FormatInt(r.fsN.Add(1), 10)
 	if err := r.hold(ctx, d, requestID, kind, title); err != nil {

@@ -30,6 +30,7 @@ const ModeDelegated = "delegated"
 type delegatedExecutor struct {
 	executor  *executors.Executor
 	workspace string // resolved
+	project   string // the project directory: its policies are protected in the workspace
 	prompt    string
 	deadline  time.Duration
 	hashes    bool
@@ -53,7 +54,7 @@ func (d *delegatedExecutor) Execute(ctx context.Context, w *journal.Writer, prog
 	if err := w.Sync(); err != nil {
 		return Output{}, &ExecError{reasonAuditFailed, err}
 	}
-	ws, err := workspace.Open(d.workspace)
+	ws, err := workspace.Open(d.workspace, workspace.Options{Project: d.project})
 	if err != nil {
 		return d.noSession(w, fmt.Errorf("workspace %s: %w", d.workspace, err))
 	}

@@ -116,7 +116,7 @@ func (r *Runner) preflightDelegated(req Request, agent *project.Agent) (*prepare
 	p := &prepared{req: req, agent: agent, name: adm.Agent, agentID: policy.AgentID(adm.Agent)}
 	p.conv = inference.Conversation{} // nothing goes to a model
 	p.exec = &delegatedExecutor{
-		executor: ex, workspace: ws, deadline: deadline, hashes: r.cfg.HashesOnly, hurry: r.hurry,
+		executor: ex, workspace: ws, project: r.cfg.Project.Path(), deadline: deadline, hashes: r.cfg.HashesOnly, hurry: r.hurry,
 		prompt: delegatedPrompt(adm.Agent, adm.Definition, guidance, req.SystemPrompt, req.Prompt),
 		decide: func(runID string, t policy.ToolUse) policy.Decision {
 			tr := policy.NewToolRequest(agent, runID, req.Surface, req.Caller, t)

@@ -92,7 +92,7 @@ func FuzzReadText(f *testing.F) {
 		f.Add(seed)
 	}
 	modes := []*Workspace{openWS(f, ws, false), openWS(f, ws, true)}
-	rules := []error{ErrBadPath, ErrOutside, ErrSymlink, ErrHardLink, ErrNotRegular, ErrNotUTF8,
+	rules := []error{ErrBadPath, ErrOutside, ErrHidden, ErrPolicies, ErrSymlink, ErrHardLink, ErrNotRegular, ErrNotUTF8,
 		ErrTooLarge, ErrUnreadable, ErrNotExist}
 	f.Fuzz(func(t *testing.T, p string) {
 		for _, w := range modes {

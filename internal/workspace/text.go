@@ -22,8 +22,8 @@ const maxAttempts = 16
 // newFileMode is the mode of a file WriteText creates, whatever the umask.
 const newFileMode = 0o644
 
-// parts splits path, as Rel accepts it, into its components inside the workspace. The
-// workspace itself ("." after Rel) is refused as not a regular file.
+// parts splits path, as Rel and CheckNames accept it, into its components inside the
+// workspace. The workspace itself ("." after Rel) is refused as not a regular file.
 func (w *Workspace) parts(path string) (string, []string, error) {
 	rel, err := w.Rel(path)
 	if err != nil {
@@ -32,11 +32,14 @@ func (w *Workspace) parts(path string) (string, []string, error) {
 	if rel == "." {
 		return "", nil, refuse(errcode.ProtectedPath, path, ErrNotRegular, errors.New("the workspace directory itself"))
 	}
+	if err := w.CheckNames(rel); err != nil {
+		return "", nil, err
+	}
 	return rel, strings.Split(rel, "/"), nil
 }
 
-// ReadText serves fs/read_text_file: it reads path (anything Rel accepts, normally its
-// result) through the confined reader — no symbolic link anywhere, a regular file with
+// ReadText serves fs/read_text_file: it reads path (anything Rel and CheckNames accept,
+// normally Rel's result) through the confined reader — no symbolic link anywhere, a regular file with
 // one link, at most maxBytes bytes, valid UTF-8 — and returns the content, sliced when
 // line or limit is set: from the 1-based line (default 1) at most limit lines (default
 // all), each with its "\n" terminator, so consecutive slices concatenate to the file. A
@@ -123,8 +126,8 @@ func sliceLines(s string, line, limit *int) string {
 }
 
 // WriteText serves fs/write_text_file: it creates or replaces the file at path (anything
-// Rel accepts, normally its result) with content, at most maxBytes bytes of valid UTF-8,
-// and returns its size and SHA-256 (lower-case hex).
+// Rel and CheckNames accept, normally Rel's result) with content, at most maxBytes bytes
+// of valid UTF-8, and returns its size and SHA-256 (lower-case hex).
 //
 // The parent directory must exist and is reached beneath the pinned workspace without
 // following a symbolic link. An existing file is replaced only if it is a regular file

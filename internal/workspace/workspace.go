@@ -20,14 +20,25 @@
 //
 // Rel maps a path an agent sends — absolute (as ACP sends them) or relative — to a clean
 // relative path inside the workspace, lexically, before any file system access: an empty
-// path or a NUL byte is refused (invalid_request), and so is any path that leads outside
-// the workspace, by ".." or by being an absolute path elsewhere (protected_path). ".."
-// components that stay inside are resolved lexically. The workspace itself is ".".
+// path, a NUL byte or more than MaxPathBytes bytes is refused (invalid_request), and so is
+// any path that leads outside the workspace, by ".." or by being an absolute path
+// elsewhere (protected_path). ".." components that stay inside are resolved lexically.
+// The workspace itself is ".".
+//
+// # Protected names
+//
+// The reader and writer apply the project's confined reader's rules about names to what
+// Rel returns (CheckNames): a hidden component anywhere (".symbiont" — the journals and
+// the signing key —, ".git", "a/.env") is refused (project.ErrHidden), and so is anything
+// at or under a policies directory: "policies" at the workspace's top, as in a project,
+// and, when Options.Project names the project and the workspace contains it, the
+// project's own policies directory ("proj/policies" in a workspace that is proj's
+// parent) (project.ErrPolicies). Both are protected_path.
 //
 // # Reads and writes
 //
-// ReadText and WriteText accept what Rel accepts and resolve the result with openat2
-// RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS beneath the pinned
+// ReadText and WriteText accept what Rel and CheckNames accept and resolve the result with
+// openat2 RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS beneath the pinned
 // descriptor, or, where openat2 is unavailable, with a component walk using O_NOFOLLOW
 // (project.OpenBeneath, shared with the project's confined reader). A symbolic link
 // anywhere in the path is refused, even one that points inside the workspace. Reads accept
@@ -37,8 +48,8 @@
 // file and the directory are fsynced.
 //
 // Every error carries an errcode code and wraps one Err* rule (test with errors.Is):
-// protected_path for a refused path (outside, symbolic link, hard link, not a regular
-// file, not readable or writable), not_found for a missing file or parent directory,
+// protected_path for a refused path (outside, hidden, under a policies directory, symbolic
+// link, hard link, not a regular file, not readable or writable), not_found for a missing file or parent directory,
 // limit_exceeded for a size over the limit, invalid_request for a malformed path, a bad
 // line or limit, or content that is not UTF-8. The package is Linux only.
 package workspace
@@ -69,6 +80,8 @@ var (
 var (
 	ErrBadPath    = errors.New(`refused by rule "well-formed path": the path is empty, contains a NUL byte or is too long`)
 	ErrOutside    = errors.New(`refused by rule "inside the workspace": the path leads outside the workspace`)
+	ErrHidden     = project.ErrHidden
+	ErrPolicies   = project.ErrPolicies
 	ErrSymlink    = project.ErrSymlink
 	ErrHardLink   = project.ErrHardLink
 	ErrNotRegular = project.ErrNotRegular
@@ -144,23 +157,50 @@ func within(p, root string) bool {
 	return strings.HasPrefix(p, root) && p[len(root)] == '/'
 }
 
+// MaxPathBytes bounds a path an agent sends (PATH_MAX): Rel refuses a longer one.
+const MaxPathBytes = 4096
+
 // Workspace is an opened, pinned workspace directory. Its methods may be called
 // concurrently; after Close they fail.
 type Workspace struct {
 	path string
 	dir  *os.File
+	// policies are the protected policies directories, relative to the workspace:
+	// "policies", and the project's when the workspace contains the project.
+	policies []string
 	// walk forces the component-by-component fallback instead of openat2.
 	walk bool
+}
+
+// Options are Open's optional settings.
+type Options struct {
+	// Project is the project directory (absolute). When the workspace contains it, its
+	// policies directory is protected wherever it lies in the workspace.
+	Project string
 }
 
 // Open pins dir, an absolute clean path without a symbolic link in any component (what
 // Resolve returns): the directory is opened once (O_DIRECTORY) and moving or replacing it
 // later cannot redirect reads or writes. A symbolic link in dir is refused
-// (errcode.ProtectedPath), a missing directory is errcode.NotFound, any other refusal
-// errcode.InvalidRequest.
-func Open(dir string) (*Workspace, error) {
+// (errcode.ProtectedPath), a missing directory is errcode.NotFound, a project that cannot
+// be resolved errcode.Internal, any other refusal errcode.InvalidRequest.
+func Open(dir string, opts ...Options) (*Workspace, error) {
 	if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir || strings.IndexByte(dir, 0) >= 0 {
 		return nil, errcode.Errorf(errcode.InvalidRequest, "workspace %q: %w (and clean)", dir, ErrWorkspaceNotAbsolute)
+	}
+	policies := []string{"policies"}
+	for _, o := range opts {
+		if o.Project == "" {
+			continue
+		}
+		proj, err := resolveDir(o.Project)
+		if err != nil {
+			return nil, errcode.Errorf(errcode.Internal, "workspace %q: project %q: %v", dir, o.Project, err)
+		}
+		if within(proj, dir) && proj != dir {
+			rel := strings.TrimPrefix(proj[len(dir):], "/")
+			policies = append(policies, rel+"/policies")
+		}
 	}
 	slash, err := openRetry(unix.AT_FDCWD, "/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
 	if err != nil {
@@ -182,7 +222,7 @@ func Open(dir string) (*Workspace, error) {
 		}
 		return nil, errcode.Errorf(errcode.InvalidRequest, "workspace %q: %w (%v)", dir, ErrWorkspaceNotDir, err)
 	}
-	return &Workspace{path: dir, dir: os.NewFile(uintptr(fd), dir)}, nil
+	return &Workspace{path: dir, dir: os.NewFile(uintptr(fd), dir), policies: policies}, nil
 }
 
 // Path returns the absolute path of the workspace at open time.
@@ -214,9 +254,13 @@ func (w *Workspace) withDir(f func(dirfd int) error) error {
 // "/" separators, lexically, without touching the file system. An absolute p must be the
 // workspace path (Path) or lie under it; a relative p is taken from the workspace. ".."
 // components are resolved lexically and refused when they lead outside. The workspace
-// itself maps to ".". An empty p or one with a NUL byte is refused with ErrBadPath
-// (errcode.InvalidRequest); a path outside with ErrOutside (errcode.ProtectedPath).
+// itself maps to ".". An empty p, one with a NUL byte or one of more than MaxPathBytes
+// bytes is refused with ErrBadPath (errcode.InvalidRequest); a path outside with
+// ErrOutside (errcode.ProtectedPath).
 func (w *Workspace) Rel(p string) (string, error) {
+	if len(p) > MaxPathBytes {
+		return "", errcode.Errorf(errcode.InvalidRequest, "a path of %d bytes: %w (at most %d bytes)", len(p), ErrBadPath, MaxPathBytes)
+	}
 	if p == "" || strings.IndexByte(p, 0) >= 0 {
 		return "", errcode.Errorf(errcode.InvalidRequest, "%q: %w", p, ErrBadPath)
 	}
@@ -237,6 +281,32 @@ func (w *Workspace) Rel(p string) (string, error) {
 		return "", errcode.Errorf(errcode.ProtectedPath, "%q: %w", p, ErrOutside)
 	}
 	return c, nil
+}
+
+// CheckNames applies the project's confined reader's rules about names to rel, a path
+// Rel returned: a hidden component anywhere is refused with ErrHidden, a path at or under
+// a protected policies directory with ErrPolicies (both errcode.ProtectedPath). ReadText
+// and WriteText apply it; a caller deciding on a path before either (the ACP client's gate)
+// applies it first, so that the refusal is decided and recorded before any policy.
+func (w *Workspace) CheckNames(rel string) error {
+	if rel == "." {
+		return nil
+	}
+	for _, c := range strings.Split(rel, "/") {
+		if c != "" && c[0] == '.' {
+			return refuse(errcode.ProtectedPath, rel, ErrHidden, nil)
+		}
+	}
+	for _, p := range w.policies {
+		if rel == p || strings.HasPrefix(rel, p+"/") {
+			var detail error
+			if p != "policies" {
+				detail = fmt.Errorf("the project's policies directory %s", p)
+			}
+			return refuse(errcode.ProtectedPath, rel, ErrPolicies, detail)
+		}
+	}
+	return nil
 }
 
 // openDir opens the directory made of parts beneath dirfd without following a symbolic

@@ -303,19 +303,23 @@ func TestRel(t *testing.T) {
 		{ws + "/../wsx", "", ErrOutside, errcode.ProtectedPath},
 		{ws + "/sub/../../x", "", ErrOutside, errcode.ProtectedPath},
 		{"nonexistent/ws/a.txt", "nonexistent/ws/a.txt", nil, ""}, // relative: taken from the workspace
+		{strings.Repeat("a/", MaxPathBytes/2-1) + "bc", strings.Repeat("a/", MaxPathBytes/2-1) + "bc", nil, ""},
+		{strings.Repeat("a/", MaxPathBytes/2) + "b", "", ErrBadPath, errcode.InvalidRequest},
+		{ws + "/" + strings.Repeat("x", MaxPathBytes), "", ErrBadPath, errcode.InvalidRequest},
+		{strings.Repeat("y", 2<<20), "", ErrBadPath, errcode.InvalidRequest},
 	}
 	for _, tt := range tests {
 		got, err := w.Rel(tt.in)
 		if tt.rule == nil {
 			if err != nil || got != tt.want {
-				t.Errorf("Rel(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+				t.Errorf("Rel(%.80q) = %.80q, %v; want %.80q", tt.in, got, err, tt.want)
 			}
 			continue
 		}
 		if got != "" {
-			t.Errorf("Rel(%q) returned %q with an error", tt.in, got)
+			t.Errorf("Rel(%.80q) returned %.80q with an error", tt.in, got)
 		}
-		checkRefusal(t, fmt.Sprintf("Rel(%q)", tt.in), err, tt.rule, tt.code)
+		checkRefusal(t, fmt.Sprintf("Rel(%.80q)", tt.in), err, tt.rule, tt.code)
 	}
 
 	// A workspace at the file system root holds every absolute path.
@@ -346,6 +350,7 @@ func TestReadTextRefusals(t *testing.T) {
 		{filepath.Join(filepath.Dir(ws), "outside/secret.txt"), ErrOutside, errcode.ProtectedPath},
 		{filepath.Join(filepath.Dir(ws), "wsx/secret.txt"), ErrOutside, errcode.ProtectedPath},
 		{"/etc/passwd", ErrOutside, errcode.ProtectedPath},
+		{".hidden", ErrHidden, errcode.ProtectedPath},
 		{"linkin", ErrSymlink, errcode.ProtectedPath},
 		{"linkout", ErrSymlink, errcode.ProtectedPath},
 		{"linkdir/b.txt", ErrSymlink, errcode.ProtectedPath},
@@ -402,7 +407,6 @@ func TestReadTextAccepted(t *testing.T) {
 		{"./a.txt", "hello\n"},
 		{"sub/b.txt", "inner\n"},
 		{"sub/../a.txt", "hello\n"},
-		{".hidden", "hidden but inside\n"},
 		{filepath.Join(ws, "sub/b.txt"), "inner\n"},
 		{"exact.txt", strings.Repeat("é", testLimit/2)}, // exactly the limit
 	}

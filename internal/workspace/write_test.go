@@ -49,7 +49,7 @@ func TestWriteText(t *testing.T) {
 			{"sub/../top.txt", "top.txt", "cleaned\n", 0o644},
 			{"a.txt", "a.txt", "replaced\n", 0o644},
 			{"private.txt", "private.txt", "new private\n", 0o600},
-			{".hidden", ".hidden", "", 0o644},
+			{"empty.txt", "empty.txt", "", 0o644},
 			{"exact.txt", "exact.txt", strings.Repeat("é", testLimit/2), 0o644}, // exactly the limit
 		}
 		for _, tt := range tests {
@@ -103,6 +103,9 @@ func TestWriteTextRefusals(t *testing.T) {
 		{"", "x", ErrBadPath, errcode.InvalidRequest},
 		{"new\x00.txt", "x", ErrBadPath, errcode.InvalidRequest},
 		{strings.Repeat("n", 300), "x", ErrBadPath, errcode.InvalidRequest},
+		{".hidden", "x", ErrHidden, errcode.ProtectedPath},
+		{"sub/.new", "x", ErrHidden, errcode.ProtectedPath},
+		{"policies/new.cedar", "x", ErrPolicies, errcode.ProtectedPath},
 		{"../outside/new.txt", "x", ErrOutside, errcode.ProtectedPath},
 		{"../outside/secret.txt", "x", ErrOutside, errcode.ProtectedPath},
 		{"sub/../../outside/secret.txt", "x", ErrOutside, errcode.ProtectedPath},

@@ -1,0 +1,262 @@
+package acp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"symbi/internal/journal"
+	"symbi/internal/policy"
+	"symbi/internal/workspace"
+)
+
+// countingDecider allows the kinds given when every path is under src/, and counts the
+// requests it decided.
+type countingDecider struct {
+	mu   sync.Mutex
+	seen []policy.ToolUse
+}
+
+func (c *countingDecider) decide(t policy.ToolUse) policy.Decision {
+	c.mu.Lock()
+	c.seen = append(c.seen, t)
+	c.mu.Unlock()
+	for _, p := range t.Paths {
+		if !strings.HasPrefix(p, "src/") {
+			return policy.Decision{Policies: []string{}, Reason: "only src/ is permitted"}
+		}
+	}
+	if len(t.Outside) > 0 {
+		return policy.Decision{Policies: []string{}, Reason: "outside"}
+	}
+	return policy.Decision{Allow: true, Policies: []string{"edit-src"}}
+}
+
+func (c *countingDecider) calls() []policy.ToolUse {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.seen)
+}
+
+// TestPermissionTooManyLocations: a permission request is decided on all its locations
+// or not at all. Past journal.MaxPaths it is rejected before any policy — never decided
+// on the first MaxPaths, which would let a 65th path the policy forbids ride along — and
+// the journal says why.
+func TestPermissionTooManyLocations(t *testing.T) {
+	src := func(n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("$CWD/src/f%d.go", i))
+		}
+		return out
+	}
+	tests := []struct {
+		name      string
+		locations []string
+		expect    string // what the agent must hear
+		decided   bool   // the policy saw the request
+	}{
+		{"64 under src", src(journal.MaxPaths), "allow", true},
+		{"64 under src and a secret", append(src(journal.MaxPaths), "$CWD/secrets/prod.env"), "reject", false},
+		{"65 under src", src(journal.MaxPaths + 1), "reject", false},
+		{"a secret and 64 under src", append([]string{"$CWD/secrets/prod.env"}, src(journal.MaxPaths)...), "reject", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, map[string]any{"steps": []any{
+				map[string]any{"permission": map[string]any{"tool_call_id": "p1", "kind": "edit", "title": "Edit files", "locations": tt.locations}, "expect": tt.expect},
+				map[string]any{"message": "done"},
+			}})
+			var dec countingDecider
+			e.cfg.Decide = dec.decide
+			res := e.run(nil)
+			mustOutcome(t, res, OutcomeCompleted)
+			if got := len(dec.calls()) == 1; got != tt.decided {
+				t.Fatalf("the policy decided %d requests, want decided %v", len(dec.calls()), tt.decided)
+			}
+			pds := ofType(e.entries(), journal.TypePermissionDecided)
+			if len(pds) != 1 {
+				t.Fatalf("%d permission_decided", len(pds))
+			}
+			pd := data[journal.PermissionDecided](t, pds[0])
+			if len(pd.Paths) > journal.MaxPaths {
+				t.Fatalf("%d paths recorded", len(pd.Paths))
+			}
+			if !tt.decided {
+				want := fmt.Sprintf("the request names %d locations, more than the limit of %d", len(tt.locations), journal.MaxPaths)
+				if pd.Decision != "deny" || pd.OptionID != "reject" || len(pd.Errors) != 1 || !strings.Contains(pd.Errors[0], want) {
+					t.Fatalf("permission_decided %+v, want a deny naming the limit (%q)", pd, want)
+				}
+			} else if pd.Decision != "allow" || len(pd.Paths) != journal.MaxPaths {
+				t.Fatalf("permission_decided %+v", pd)
+			}
+			e.finishAndVerify(res)
+		})
+	}
+}
+
+// TestLongPaths: a path the agent sends is at most workspace.MaxPathBytes bytes, and the
+// paths of one request at most maxLocationBytes together; past either the agent breaks
+// the protocol: the run ends with ErrMalformed naming the limit, nothing of the request
+// journaled — never audit_failed on a record too large.
+func TestLongPaths(t *testing.T) {
+	atLimit := strings.Repeat("d/", workspace.MaxPathBytes/2-1) + "xy"
+	over := atLimit + "z"
+	huge := strings.Repeat("a/", 1<<20)
+	// As many paths as a record holds, each at the limit, of control characters (6 bytes
+	// each once escaped in the journal): without the bound on their sum, a record of
+	// more than 1.5 MiB.
+	var many []string
+	for i := range journal.MaxPaths {
+		many = append(many, fmt.Sprintf("s%03d/", i)+strings.Repeat("\x01", workspace.MaxPathBytes-8))
+	}
+	tests := []struct {
+		name string
+		step map[string]any
+		want string // in the error; "" when the run completes
+	}{
+		{"tool call at the limit", map[string]any{"tool_call": map[string]any{"id": "c1", "kind": "read", "title": "t", "locations": []string{atLimit}}}, ""},
+		{"tool call over the limit", map[string]any{"tool_call": map[string]any{"id": "c1", "kind": "read", "title": "t", "locations": []string{over}}}, "4097 bytes"},
+		{"tool call of 2 MB", map[string]any{"tool_call": map[string]any{"id": "c1", "kind": "read", "title": "t", "locations": []string{huge}}}, "limit of 4096"},
+		{"tool call, paths too long together", map[string]any{"tool_call": map[string]any{"id": "c1", "kind": "read", "title": "t", "locations": many}}, fmt.Sprint(maxLocationBytes)},
+		{"permission", map[string]any{"permission": map[string]any{"tool_call_id": "p1", "kind": "edit", "title": "t", "locations": []string{"$CWD/" + over}}}, "limit of 4096"},
+		{"permission, paths too long together", map[string]any{"permission": map[string]any{"tool_call_id": "p1", "kind": "edit", "title": "t", "locations": many}}, fmt.Sprint(maxLocationBytes)},
+		{"read", map[string]any{"read": over}, "limit of 4096"},
+		{"write", map[string]any{"write": map[string]any{"path": "$CWD/" + over, "content": "x"}}, "limit of 4096"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, map[string]any{"steps": []any{tt.step, map[string]any{"message": "done"}}})
+			res := e.run(nil)
+			es := e.entries()
+			if tt.want == "" {
+				mustOutcome(t, res, OutcomeCompleted)
+				if tc := data[journal.ToolCall](t, ofType(es, journal.TypeToolCall)[0]); !slices.Equal(tc.Paths, []string{atLimit}) {
+					t.Fatalf("tool_call paths %.80q", tc.Paths)
+				}
+				e.finishAndVerify(res)
+				return
+			}
+			mustOutcome(t, res, OutcomeError)
+			if !errors.Is(res.Err, ErrMalformed) || errors.Is(res.Err, ErrJournal) || !strings.Contains(res.Err.Error(), tt.want) {
+				t.Fatalf("err %.200v, want ErrMalformed naming %q", res.Err, tt.want)
+			}
+			for _, x := range es {
+				switch x.Type {
+				case journal.TypeToolCall, journal.TypePermissionDecided, journal.TypeFSRead, journal.TypeFSWrite:
+					t.Fatalf("%s journaled: %.200s", x.Type, x.Data)
+				}
+			}
+			if fin := data[journal.SessionFinished](t, es[len(es)-1]); fin.Outcome != OutcomeError || !strings.Contains(fin.Error, "malformed ACP") {
+				t.Fatalf("session_finished %+v", fin)
+			}
+			e.finishAndVerify(res)
+		})
+	}
+}
+
+// TestFSProtectedNames: the agent's fs requests follow the project's rules about names —
+// no hidden component (the journals and the signing key under .symbiont, .git), nothing
+// at or under a policies directory, the project's own included when the workspace holds
+// the project. Each is refused by its rule before any policy and without a gate (the
+// decider holds everything at a gate, whose holder approves anything), journaled as a
+// deny naming the rule; the files are untouched.
+func TestFSProtectedNames(t *testing.T) {
+	type fsCase struct {
+		step map[string]any
+		rel  string
+		rule string
+	}
+	cases := []fsCase{
+		{map[string]any{"read": "$CWD/.symbiont/governed/other-run.jsonl"}, ".symbiont/governed/other-run.jsonl", "no hidden components"},
+		{map[string]any{"write": map[string]any{"path": "$CWD/.symbiont/governed/audit-signing.key", "content": "0123"}}, ".symbiont/governed/audit-signing.key", "no hidden components"},
+		{map[string]any{"read": ".git/config"}, ".git/config", "no hidden components"},
+		{map[string]any{"write": map[string]any{"path": "src/../.git/config", "content": "x"}}, ".git/config", "no hidden components"},
+		{map[string]any{"read": "$CWD/policies/tools.cedar"}, "policies/tools.cedar", "policies are protected"},
+		{map[string]any{"write": map[string]any{"path": "policies/tools.cedar", "content": "permit(principal, action, resource);\n"}}, "policies/tools.cedar", "policies are protected"},
+		{map[string]any{"write": map[string]any{"path": "$CWD/proj/policies/new.cedar", "content": "permit(principal, action, resource);\n"}}, "proj/policies/new.cedar", "policies are protected"},
+		{map[string]any{"read": "proj/.symbiont/governed/other-run.jsonl"}, "proj/.symbiont/governed/other-run.jsonl", "no hidden components"},
+	}
+	var steps []any
+	for _, c := range cases {
+		c.step["expect_error"] = true
+		steps = append(steps, c.step)
+	}
+	steps = append(steps, map[string]any{"read": "src/a.go", "expect_content": "package a\n"}, map[string]any{"message": "done"})
+	e := newEnv(t, map[string]any{"steps": steps})
+	for _, rel := range []string{".symbiont/governed/other-run.jsonl", ".symbiont/governed/audit-signing.key", ".git/config",
+		"policies/tools.cedar", "proj/.symbiont/governed/other-run.jsonl", "proj/policies/tools.cedar"} {
+		p := filepath.Join(e.dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("protected\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(e.dir, "src"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.dir, "src/a.go"), []byte("package a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := workspace.Open(e.dir, workspace.Options{Project: filepath.Join(e.dir, "proj")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	e.cfg.Workspace = ws
+	var mu sync.Mutex
+	var decided []policy.ToolUse
+	e.cfg.Decide = func(t policy.ToolUse) policy.Decision {
+		mu.Lock()
+		decided = append(decided, t)
+		mu.Unlock()
+		return policy.Decision{Policies: []string{"gate-all"}, Gate: "human", Reason: "held"}
+	}
+	var held atomic.Int64
+	e.cfg.Hold = func(_ context.Context, h Hold, _ func(journal.Record) error) HoldResult {
+		held.Add(1)
+		return HoldResult{Approved: true, Note: "approved"}
+	}
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeCompleted)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(decided) != 1 || !slices.Equal(decided[0].Paths, []string{"src/a.go"}) || held.Load() != 1 {
+		t.Fatalf("the policy decided %+v, the gate held %d: only src/a.go should reach the policy and the gate", decided, held.Load())
+	}
+	pds := ofType(e.entries(), journal.TypePermissionDecided)
+	if len(pds) != len(cases)+1 {
+		t.Fatalf("%d permission_decided, want %d", len(pds), len(cases)+1)
+	}
+	heard := append(e.eventsNamed("read"), e.eventsNamed("write")...)
+	for i, c := range cases {
+		pd := data[journal.PermissionDecided](t, pds[i])
+		if pd.Decision != "deny" || !slices.Equal(pd.Paths, []string{c.rel}) || len(pd.Outside) != 0 || len(pd.PolicyIDs) != 0 ||
+			len(pd.Errors) != 1 || !strings.Contains(pd.Errors[0], `refused by rule "`+c.rule+`"`) {
+			t.Errorf("case %d: permission_decided %+v, want a deny of %q by rule %q", i, pd, c.rel, c.rule)
+		}
+	}
+	for _, ev := range heard {
+		if ev["ok"] == false && !strings.Contains(fmt.Sprint(ev["error"]), "refused by rule") {
+			t.Errorf("the agent heard %v: the refusal names no rule", ev)
+		}
+	}
+	for _, rel := range []string{".symbiont/governed/audit-signing.key", ".git/config", "policies/tools.cedar"} {
+		if b, _ := os.ReadFile(filepath.Join(e.dir, rel)); string(b) != "protected\n" {
+			t.Errorf("%s now holds %q", rel, b)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, "proj/policies/new.cedar")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("proj/policies/new.cedar was written: %v", err)
+	}
+	e.finishAndVerify(res)
+}

@@ -1,0 +1,107 @@
+package acp
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"symbi/internal/journal"
+)
+
+// durableJournal closes durable once a record of type typ has been synced.
+type durableJournal struct {
+	*journal.Writer
+	typ     string
+	mu      sync.Mutex
+	seen    bool
+	once    sync.Once
+	durable chan struct{}
+}
+
+func (j *durableJournal) Append(r journal.Record) error {
+	err := j.Writer.Append(r)
+	if err == nil && r.Type() == j.typ {
+		j.mu.Lock()
+		j.seen = true
+		j.mu.Unlock()
+	}
+	return err
+}
+
+func (j *durableJournal) Sync() error {
+	err := j.Writer.Sync()
+	j.mu.Lock()
+	seen := j.seen
+	j.mu.Unlock()
+	if err == nil && seen {
+		j.once.Do(func() { close(j.durable) })
+	}
+	return err
+}
+
+// TestStalledAgent: an agent that stops reading its stdin — its pipe full, so that every
+// write symbi makes to it blocks: session/cancel, the answers to the requests it floods,
+// the prompt, a handshake request — never holds a cancelled run. The run ends by the
+// grace period, SIGTERM (ignored here) and SIGKILL, and the agent's whole process group is
+// dead when Run returns.
+func TestStalledAgent(t *testing.T) {
+	tests := []struct {
+		name    string
+		script  map[string]any
+		started bool // the session opened: wait for session_started before the cancel
+	}{
+		{"in the turn, flooding requests", map[string]any{"steps": []any{map[string]any{"message": "working"}, map[string]any{"stall": 200}}}, true},
+		{"before the prompt is written", map[string]any{"stall_at": "session_new", "steps": []any{map[string]any{"message": "never"}}}, true},
+		{"in the handshake", map[string]any{"stall_at": "initialize", "steps": []any{}}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.script["ignore_sigterm"] = true
+			e := newEnv(t, tt.script)
+			e.cfg.Grace = 100 * time.Millisecond // configuration, not an expectation
+			dj := &durableJournal{Writer: e.w, typ: journal.TypeSessionStarted, durable: make(chan struct{})}
+			e.cfg.Journal = dj
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			wait := startRun(ctx, e.cfg)
+			e.waitEvent("stall")
+			pid := int(e.eventsNamed("start")[0]["pid"].(float64))
+			t.Cleanup(func() {
+				if t.Failed() {
+					_ = syscall.Kill(-pid, syscall.SIGKILL) // a hung run leaves no agent behind
+				}
+			})
+			if tt.started {
+				select {
+				case <-dj.durable:
+				case <-time.After(guard):
+					t.Fatal("no session_started")
+				}
+			}
+			cancel()
+			res := wait(t)
+			mustOutcome(t, res, OutcomeCancelled)
+			if !errors.Is(res.Err, context.Canceled) {
+				t.Fatalf("err %v", res.Err)
+			}
+			if tt.started && !strings.Contains(res.Err.Error(), "nor exit on SIGTERM") {
+				t.Fatalf("err %v, want the grace period's note", res.Err)
+			}
+			if alive(pid) {
+				t.Fatalf("the agent %d is alive", pid)
+			}
+			if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
+				t.Fatalf("the agent's process group %d: %v, want none left", pid, err)
+			}
+			es := e.entries()
+			if fin := data[journal.SessionFinished](t, es[len(es)-1]); fin.Outcome != OutcomeCancelled {
+				t.Fatalf("session_finished %+v", fin)
+			}
+			e.finishAndVerify(res)
+		})
+	}
+}
