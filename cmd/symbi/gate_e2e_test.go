@@ -308,13 +308,14 @@ func gateLedgerApprovals(t *testing.T, dir, runID string) []map[string]any {
 // forbid, through the real binary over stdio (the one caller approves its own runs). The
 // fake ACP agent asks to run `go test ./...`: the run awaits approval with the request's
 // id and title; while it waits the agent's message is withheld from run_events;
-// approve_run approve lets the agent hear allow (its script's expectation), and the run
-// completes; reject lets it hear reject_once — the run still completes, its answer
-// allowed; concurrent approvals of one held request decide it once, and none is kept back
-// to decide the agent's next held request (which waits for its own decision); cancel_run
-// while the request is held ends the run cancelled and the agent's process group. Each
-// journal holds approval_requested, approval_decided and permission_decided in that order
-// and verifies complete; each decision is in the ledger.
+// approve_run approve naming the request (without request_id it is invalid_request) lets
+// the agent hear allow (its script's expectation), and the run completes; reject lets it
+// hear reject_once — the run still completes, its answer allowed; concurrent approvals
+// of one held request decide it once, and none is kept back to decide the agent's next
+// held request (which waits for its own decision); cancel_run while the request is held
+// ends the run cancelled and the agent's process group. Each journal holds
+// approval_requested, approval_decided and permission_decided in that order and verifies
+// complete; each decision is in the ledger.
 func TestGatePermission(t *testing.T) {
 	t.Parallel() // its own project, workspace, fake agent binary and server
 	e := delNewEnv(t)
@@ -356,8 +357,13 @@ func TestGatePermission(t *testing.T) {
 				t.Fatalf("list_runs awaiting_approval: %+v", waiting.Runs)
 			}
 
+			// A decision of a permission request names it: without request_id it is refused.
+			if res := e.s.call(t, "approve_run", map[string]any{"run_id": run.RunID, "decision": c.decision}); !res.IsError ||
+				!strings.HasPrefix(text(res), "invalid_request: ") || !strings.Contains(text(res), `request_id "perm-1"`) {
+				t.Fatalf("approve_run without request_id: %s", text(res))
+			}
 			var decided runs.Status
-			e.s.callInto(t, "approve_run", map[string]any{"run_id": run.RunID, "decision": c.decision, "reason": c.name + " by the test"}, &decided)
+			e.s.callInto(t, "approve_run", map[string]any{"run_id": run.RunID, "request_id": "perm-1", "decision": c.decision, "reason": c.name + " by the test"}, &decided)
 			// approve_run of a permission answers once the decision is durable: the run
 			// goes on (running), unless it has ended already.
 			if a := decided.Approval; a == nil || a.Decision != c.decision || a.Approver != "stdio" || a.ApproverAuth != "stdio" || a.Via != "approve_run" ||
@@ -441,7 +447,7 @@ func TestGatePermission(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 				defer cancel()
 				res, err := e.s.session.CallTool(ctx, &mcp.CallToolParams{Name: "approve_run",
-					Arguments: map[string]any{"run_id": run.RunID, "decision": "approve", "reason": fmt.Sprintf("approver %d", i)}})
+					Arguments: map[string]any{"run_id": run.RunID, "request_id": "perm-1", "decision": "approve", "reason": fmt.Sprintf("approver %d", i)}})
 				if err != nil {
 					res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "CallTool: " + err.Error()}}}
 				}
@@ -473,7 +479,7 @@ func TestGatePermission(t *testing.T) {
 		if got := delData(records(t, run.Audit.Path), journal.TypeApprovalDecided); len(got) != 1 || got[0]["request_id"] != "perm-1" {
 			t.Fatalf("approval_decided records while perm-2 waits: %v", got)
 		}
-		e.s.callInto(t, "approve_run", map[string]any{"run_id": run.RunID, "decision": "reject", "reason": "not that"}, &st)
+		e.s.callInto(t, "approve_run", map[string]any{"run_id": run.RunID, "request_id": "perm-2", "decision": "reject", "reason": "not that"}, &st)
 		st, recs := e.finish(t, run)
 		if st.Status != runs.StatusCompleted || st.Text == nil || *st.Text != "Done." {
 			t.Fatalf("run_status %+v", st)

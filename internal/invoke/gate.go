@@ -24,8 +24,10 @@ import (
 
 // Approval is a person's decision at a run's gate.
 type Approval struct {
-	// RequestID, when set, names the held permission request decided (Pending's): a
-	// decision meant for one request never decides another.
+	// RequestID names the wait decided: a held permission request's id (Pending's), or
+	// AnswerRequestID for the held answer. A decision meant for one wait never decides
+	// another; it may go unnamed only for the held answer of a run that waits no other
+	// way (Pending.named).
 	RequestID    string
 	Decision     string // ApprovalApprove or ApprovalReject
 	Reason       string // at most journal.MaxApprovalReasonBytes
@@ -33,6 +35,10 @@ type Approval struct {
 	ApproverAuth string // how it was authenticated
 	Via          string // "approve_run" (default) or "elicitation"
 }
+
+// AnswerRequestID is the RequestID that names a run's held answer (a held permission
+// request's id is "perm-" and a number).
+const AnswerRequestID = "answer"
 
 // The decisions of an Approval.
 const (
@@ -48,6 +54,11 @@ type Pending struct {
 	TextBytes int64     // the held text's length
 	RequestID string    // a delegated agent's held permission request ("" for the answer)
 	Title     string    // its title
+
+	// delegated is set for a delegated run's wait: the run waits once per held permission
+	// request and then, perhaps, for its answer, so a decision must name the wait it is
+	// for (named).
+	delegated bool
 
 	// This wait's own way in: a decision sent for it reaches no other wait of the run (a
 	// delegated run waits once per held request). ended is closed when the wait is over.
@@ -68,8 +79,19 @@ func (g *gateState) wait(p Pending) (end func()) {
 	}
 }
 
-// ErrNotAwaiting is wrapped by Approve's error for a run that is not waiting at a gate.
+// named reports whether a decision of this wait must name it (Approval.RequestID): a held
+// permission request, and any wait of a delegated run, which may wait more than once. Only
+// the held answer of a model run, its only wait, may be decided unnamed.
+func (p *Pending) named() bool { return p.RequestID != "" || p.delegated }
+
+// ErrNotAwaiting is wrapped by Approve's error for a run that is not waiting at a gate,
+// or not for the wait the decision names.
 var ErrNotAwaiting = errors.New("not awaiting approval")
+
+// ErrUnnamedWait is wrapped by Approve's error for a decision that does not name the wait
+// it decides where the run may wait more than once (Pending.named): it could otherwise
+// reach a wait its approver never saw.
+var ErrUnnamedWait = errors.New("the decision does not name the wait it decides")
 
 // gateState is a run's side of the gate: what it waits for and how a decision reaches it.
 type gateState struct {
@@ -107,7 +129,7 @@ func (r *Runner) hold(ctx context.Context, w *journal.Writer, p *prepared, gate 
 	// record (run_events wakes on it) also sees the run waiting; a decision sent meanwhile
 	// is taken once the record is durable.
 	now := time.Now()
-	defer p.gate.wait(Pending{Gate: gate, Since: now, Deadline: now.Add(wait), TextBytes: out.TextBytes})()
+	defer p.gate.wait(Pending{Gate: gate, Since: now, Deadline: now.Add(wait), TextBytes: out.TextBytes, delegated: p.delegated()})()
 	record := durably(w)
 	if err := record(journal.ApprovalRequested{Gate: gate, TextSHA256: out.TextSHA256, TextBytes: out.TextBytes, TimeoutMS: ms(wait)}); err != nil {
 		return verdict{journalErr: err}
@@ -180,7 +202,9 @@ func (run *Run) Pending() *Pending { return run.p.gate.pending.Load() }
 
 // Approve decides the run's gate and returns once the decision is durable in the journal
 // and the ledger (the run then releases its text or ends withheld). A run not waiting at
-// a gate — never held, already decided, ended — is invalid_transition.
+// a gate — never held, already decided, ended — or not for the wait a.RequestID names is
+// invalid_transition; a decision that does not name the wait of a run that may wait more
+// than once is invalid_request (Pending.named).
 func (run *Run) Approve(ctx context.Context, a Approval) error {
 	switch {
 	case a.Decision != ApprovalApprove && a.Decision != ApprovalReject:
@@ -197,12 +221,8 @@ func (run *Run) Approve(ctx context.Context, a Approval) error {
 	if pend == nil {
 		return errcode.Errorf(errcode.InvalidTransition, "%w: the run is not waiting at a human gate", ErrNotAwaiting)
 	}
-	if a.RequestID != "" && a.RequestID != pend.RequestID {
-		held := "its answer"
-		if pend.RequestID != "" {
-			held = "request " + pend.RequestID
-		}
-		return errcode.Errorf(errcode.InvalidTransition, "%w: request %s is not the one waiting (the run waits for %s)", ErrNotAwaiting, a.RequestID, held)
+	if err := pend.decides(a.RequestID); err != nil {
+		return err
 	}
 	// The decision goes to the wait seen waiting, never to a later one: a delegated run
 	// that moved on to its next held request does not take a decision sent for the last.
@@ -221,6 +241,32 @@ func (run *Run) Approve(ctx context.Context, a Approval) error {
 		return errcode.Errorf(errcode.Cancelled, "the approval was cancelled before the run took it")
 	}
 	return <-d.done
+}
+
+// decides checks that a decision naming requestID ("" for none) is for this wait: a
+// decision reaches only the wait its approver saw and named.
+func (p *Pending) decides(requestID string) error {
+	switch {
+	case requestID == "" && p.RequestID != "":
+		return errcode.Errorf(errcode.InvalidRequest, "%w: the run waits for its agent's permission request %s; a decision names the request it decides (request_id %q), so that it cannot reach another",
+			ErrUnnamedWait, p.RequestID, p.RequestID)
+	case requestID == "" && p.named():
+		return errcode.Errorf(errcode.InvalidRequest, "%w: a delegated run waits once per held permission request and then for its answer; a decision names the wait it decides (request_id %q for the held answer)",
+			ErrUnnamedWait, AnswerRequestID)
+	case requestID == "", requestID == p.RequestID, requestID == AnswerRequestID && p.RequestID == "":
+		return nil
+	}
+	held := "its answer"
+	if p.RequestID != "" {
+		held = "request " + p.RequestID
+	}
+	return errcode.Errorf(errcode.InvalidTransition, "%w: request %s is not the one waiting (the run waits for %s)", ErrNotAwaiting, requestID, held)
+}
+
+// delegated reports whether the run is a delegated agent's.
+func (p *prepared) delegated() bool {
+	_, ok := p.exec.(*delegatedExecutor)
+	return ok
 }
 
 // awaiting returns a channel closed when the run starts waiting at a gate (nil, which

@@ -106,7 +106,7 @@ func (r *Runner) Resume(h *Held) *Run {
 	p.journal.Store(h.w)
 	p.opened.Store(&Audit{RunID: h.w.RunID(), Path: h.w.Path(), PublicKey: h.pub})
 	p.gate.init()
-	p.gate.pending.Store(&Pending{Gate: h.gate, Since: h.since, Deadline: h.deadline, TextBytes: int64(len(h.text))})
+	p.gate.pending.Store(&Pending{Gate: h.gate, Since: h.since, Deadline: h.deadline, TextBytes: int64(len(h.text)), delegated: h.started.Mode == ModeDelegated})
 	ctx, cancel := context.WithCancelCause(r.base)
 	run := &Run{r: r, p: p, cancel: cancel, opened: make(chan struct{}), done: make(chan struct{})}
 	close(run.opened)

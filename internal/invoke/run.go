@@ -394,7 +394,9 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 	}
 	progress(StagePolicyDecided)
 	if !decision.Allow && decision.Gate != "" {
-		wait := max(r.cfg.ApprovalTimeout, time.Duration(started.DeadlineMS)*time.Millisecond)
+		// The wait is the agent's with timeout or, when longer, --approval-timeout — not the
+		// provider call's deadline (at most MaxDeadline), which bounds only the model call.
+		wait := max(r.cfg.ApprovalTimeout, adm.Timeout)
 		v := r.hold(ctx, w, p, decision.Gate, out, wait)
 		switch {
 		case v.journalErr != nil:

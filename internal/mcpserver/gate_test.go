@@ -4,7 +4,9 @@ import (
 	"crypto/ed25519"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +25,10 @@ var gatePolicies = map[string]string{
 
 // quickAgent answers within a second: a wait at a gate is max(--approval-timeout, this).
 const quickAgent = "agent quick {\n  capabilities = [\"answer\"]\n  with timeout = 1.seconds {}\n}\n"
+
+// slowAgent's with timeout, five minutes, is longer than a provider call may take (120 s):
+// a wait at a gate is still max(--approval-timeout, five minutes).
+const slowAgent = "agent slow {\n  capabilities = [\"answer\"]\n  with timeout = 5.minutes {}\n}\n"
 
 func pubOf(t *testing.T, hexKey string) ed25519.PublicKey {
 	t.Helper()
@@ -52,6 +58,26 @@ func awaitStatus(t *testing.T, call func(name string, args map[string]any, out a
 	}
 	t.Fatalf("run %s never reached %s", runID, want)
 	return runs.Status{}
+}
+
+// awaitEvent reads run_events with a long poll until the run has an event of type typ.
+func awaitEvent(t *testing.T, call func(name string, args map[string]any, out any), runID, typ string) {
+	t.Helper()
+	var cursor int64
+	for range 200 {
+		var page runs.Events
+		call("run_events", map[string]any{"run_id": runID, "after": cursor, "wait_ms": 30000}, &page)
+		for _, ev := range page.Events {
+			if ev.Type == typ {
+				return
+			}
+		}
+		if page.Done {
+			t.Fatalf("run %s ended %s without %s", runID, page.Status, typ)
+		}
+		cursor = page.NextCursor
+	}
+	t.Fatalf("run %s never recorded %s", runID, typ)
 }
 
 func journalTypes(t *testing.T, path string) []string {
@@ -142,8 +168,8 @@ func TestGateApprove(t *testing.T) {
 	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": "01a2300f-bb1b-789d-ba46-000000000000", "decision": "approve"}), "run_not_found")
 }
 
-// TestGateReject: a rejection ends the run withheld, policy_denied naming the gate; an
-// ungated forbid beside the gate denies outright.
+// TestGateReject: a rejection (naming the held answer) ends the run withheld,
+// policy_denied naming the gate; an ungated forbid beside the gate denies outright.
 func TestGateReject(t *testing.T) {
 	model := newGatedModel(t)
 	dir := testProject(t, gatePolicies)
@@ -154,7 +180,8 @@ func TestGateReject(t *testing.T) {
 	ok("start_run", map[string]any{"agent": "helper", "prompt": "ACME plans"}, &st)
 	awaitStatus(t, ok, st.RunID, runs.StatusAwaitingApproval)
 	var done runs.Status
-	ok("approve_run", map[string]any{"run_id": st.RunID, "decision": "reject", "reason": "names a customer"}, &done)
+	// A decision may name the held answer ("answer"); a model run's may also leave it out.
+	ok("approve_run", map[string]any{"run_id": st.RunID, "request_id": "answer", "decision": "reject", "reason": "names a customer"}, &done)
 	if done.Status != runs.StatusPolicyDenied || done.Released || done.Text != nil || !strings.Contains(done.Reason, "customer-names") || !strings.Contains(done.Reason, "names a customer") {
 		t.Fatalf("after reject: %+v", done)
 	}
@@ -183,7 +210,7 @@ func TestGateReject(t *testing.T) {
 // held run can be cancelled.
 func TestGateTimeoutAndCancel(t *testing.T) {
 	model := newGatedModel(t)
-	extra := map[string]string{"agents/quick.symbi": quickAgent}
+	extra := map[string]string{"agents/quick.symbi": quickAgent, "agents/slow.symbi": slowAgent}
 	for k, v := range gatePolicies {
 		extra[k] = v
 	}
@@ -203,8 +230,10 @@ func TestGateTimeoutAndCancel(t *testing.T) {
 		t.Fatalf("journal: %+v", rep)
 	}
 
+	// The slow agent's wait, five minutes, is longer than --approval-timeout: it waits
+	// until cancelled.
 	var st startContent
-	ok("start_run", map[string]any{"agent": "helper", "prompt": "ACME again"}, &st)
+	ok("start_run", map[string]any{"agent": "slow", "prompt": "ACME again"}, &st)
 	awaitStatus(t, ok, st.RunID, runs.StatusAwaitingApproval)
 	var c cancelContent
 	ok("cancel_run", map[string]any{"run_id": st.RunID}, &c)
@@ -213,6 +242,43 @@ func TestGateTimeoutAndCancel(t *testing.T) {
 	}
 	if rep := journal.Verify(st.Audit.Path, pubOf(t, st.Audit.PublicKey), journal.VerifyOptions{RunID: st.RunID}); rep.ExitCode() != 0 {
 		t.Fatalf("journal: %+v", rep)
+	}
+}
+
+// TestGateWaitBound: a wait at a gate is the agent's `with timeout` or, when longer,
+// --approval-timeout — never the provider call's deadline (at most 120 s), which an agent
+// whose with timeout is longer than that would otherwise get.
+func TestGateWaitBound(t *testing.T) {
+	extra := map[string]string{"agents/slow.symbi": slowAgent, "agents/quick.symbi": quickAgent}
+	for k, v := range gatePolicies {
+		extra[k] = v
+	}
+	tests := []struct {
+		name            string
+		agent           string
+		approvalTimeout time.Duration
+		wantMS          int64
+	}{
+		{"with timeout longer than a provider call", "slow", time.Second, 300000},
+		{"approval timeout longer than with timeout", "slow", time.Hour, 3600000},
+		{"with timeout shorter than a provider call", "quick", time.Millisecond, 1000},
+		{"no with timeout", "helper", time.Millisecond, 1},
+	}
+	model := newGatedModel(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cs := serve(t, testProject(t, extra), serveOpts{env: model.env(), approvalTimeout: tt.approvalTimeout})
+			ok := func(name string, args map[string]any, out any) { t.Helper(); callOK(t, cs, name, args, out) }
+			var held startContent
+			ok("start_run", map[string]any{"agent": tt.agent, "prompt": "ACME"}, &held)
+			awaitEvent(t, ok, held.RunID, journal.TypeApprovalRequested)
+			b, _ := os.ReadFile(held.Audit.Path)
+			if !regexp.MustCompile(fmt.Sprintf(`"timeout_ms":%d\b`, tt.wantMS)).Match(b) {
+				t.Fatalf("approval_requested does not wait %d ms:\n%s", tt.wantMS, b)
+			}
+			var c cancelContent // the run may have timed out already: cancel_run is idempotent
+			ok("cancel_run", map[string]any{"run_id": held.RunID}, &c)
+		})
 	}
 }
 

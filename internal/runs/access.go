@@ -151,9 +151,10 @@ const approveWait = 10 * time.Second
 
 // Approve decides a run held at a human gate: approve_run. The approver must be allowed
 // approve_run on the run (four eyes by default over HTTP); the run must be this server's
-// and waiting. It returns once the decision is durable in the journal and the ledger and
-// the run has ended (or approveWait has passed) — for a delegated agent's held permission
-// request, once the decision is durable — with the run's status.
+// and waiting, for the wait requestID names (invoke.Run.Approve). It returns once the
+// decision is durable in the journal and the ledger and the run has ended (or approveWait
+// has passed) — for a delegated agent's held permission request, once the decision is
+// durable — with the run's status.
 func (m *Manager) Approve(ctx context.Context, by Caller, runID, requestID, decision, reason string) (*Status, error) {
 	switch {
 	case decision != invoke.ApprovalApprove && decision != invoke.ApprovalReject:
@@ -179,6 +180,9 @@ func (m *Manager) Approve(ctx context.Context, by Caller, runID, requestID, deci
 	if err := lr.Approve(ctx, invoke.Approval{RequestID: requestID, Decision: decision, Reason: reason, Approver: by.ID, ApproverAuth: by.Auth}); err != nil {
 		if errors.Is(err, invoke.ErrNotAwaiting) {
 			return nil, errcode.Errorf(errcode.InvalidTransition, "%w: run %s is not awaiting approval (%v)", ErrTransition, runID, err)
+		}
+		if errors.Is(err, invoke.ErrUnnamedWait) {
+			return nil, errcode.Errorf(errcode.InvalidRequest, "run %s: %w", runID, err)
 		}
 		return nil, err
 	}

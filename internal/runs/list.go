@@ -94,7 +94,10 @@ func cheapMatch(r *run, f Filter, agentIDs map[string]bool) bool {
 	if f.Agent != "" && r.agent != "" && r.agent != f.Agent && r.agentID != f.Agent && !agentIDs[r.agentID] {
 		return false
 	}
-	if f.Status != "" && r.ended && r.reason != "" && r.live == nil && r.reason != f.Status {
+	// A finished run's status is its ledger reason, except that a run whose journal never
+	// got the terminated record its ledger entry names is audit_failed (build): only its
+	// journal tells, so audit_failed is never ruled out here.
+	if f.Status != "" && f.Status != StatusAuditFailed && r.ended && r.reason != "" && r.live == nil && r.reason != f.Status {
 		return false
 	}
 	return true

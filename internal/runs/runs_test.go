@@ -584,7 +584,8 @@ func TestJournalAltered(t *testing.T) {
 // receipt its ledger entry recorded. Only its last line missing, with the rest ending at
 // the entry's prev_head, is the server stopping between the ledger entry and that line
 // (the ledger holds the outcome); any other shortening is reported, and the events end
-// with an error rather than "done".
+// with an error rather than "done". list_runs' status filter finds each run under the
+// status run_status gives it (audit_failed for an end never written), and only there.
 func TestJournalTruncated(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -618,6 +619,17 @@ func TestJournalTruncated(t *testing.T) {
 			}
 			if tt.problem && !strings.Contains(st.JournalProblem, fmt.Sprintf("the journal has %d records", tt.keep)) {
 				t.Fatalf("journal_problem %q does not say how many records the journal has", st.JournalProblem)
+			}
+			// list_runs' status filter agrees with run_status: the run is listed under its
+			// status (audit_failed when unended, not the ledger's completed) and no other.
+			for _, s := range runs.Statuses {
+				page, err := m.List(runs.Filter{Status: s})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if listed := len(page.Runs) == 1 && page.Runs[0].RunID == id; listed != (s == st.Status) || len(page.Runs) > 1 {
+					t.Fatalf("list_runs {status: %s} lists %d runs; run_status says %s", s, len(page.Runs), st.Status)
+				}
 			}
 			evs, err := events(t, m, id, 0, 100)
 			if err != nil {
