@@ -1465,4 +1465,6 @@ func TestHTTPStartRefused(t *testing.T) {
 	for _, u := range []string{"symbi.example.com", "ftp://symbi.example.com", "https://", "https://symbi.example.com/?x=1"} {
 		httpStartRefused(t, dir, 2, "--public-url", "--auth-tokens", bad, "--public-url", u)
 	}
+	httpStartRefused(t, dir, 2, "--max-sessions 0: want 1 or more", "--max-sessions", "0")
+	httpStartRefused(t, dir, 2, "--max-sessions-per-caller -1: want 1 or more", "--max-sessions-per-caller", "-1")
 }

@@ -31,6 +31,8 @@ type httpFlags struct {
 	jwksAllowInsecure bool
 	maxPerCaller      int
 	rate              float64
+	maxSessions       int
+	maxSessionsCaller int
 }
 
 func (h *httpFlags) register(fs *flag.FlagSet) {
@@ -46,6 +48,8 @@ func (h *httpFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&h.jwksAllowPrivate, "auth-jwks-allow-private", false, "with --auth-jwks: allow the JWKS URL to resolve to a private or loopback address")
 	fs.BoolVar(&h.jwksAllowInsecure, "auth-jwks-allow-insecure", false, "with --auth-jwks: allow an http:// JWKS URL")
 	fs.IntVar(&h.maxPerCaller, "max-runs-per-caller", 0, "`N` runs in flight at most per caller; a call beyond it fails with busy (0: only --max-runs)")
+	fs.IntVar(&h.maxSessions, "max-sessions", mcpserver.DefaultMaxSessions, "with --http: `N` sessions open at most in all; a client opening one more gets busy (HTTP 503)")
+	fs.IntVar(&h.maxSessionsCaller, "max-sessions-per-caller", mcpserver.DefaultMaxSessionsPerCaller, "with --http: `N` sessions open at most per caller; one more closes the caller's least recently used session")
 	fs.Float64Var(&h.rate, "rate", 0, "`N` requests a second at most per caller (tool calls, resource reads), bursts of one second's worth; beyond it rate_limited (0: no limit)")
 }
 
@@ -64,6 +68,10 @@ func (h *httpFlags) check() error {
 		return errors.New("--auth-issuer, --auth-audience and --auth-jwks-allow-* go with --auth-jwks")
 	case h.maxPerCaller < 0:
 		return fmt.Errorf("--max-runs-per-caller %d: want 0 or more", h.maxPerCaller)
+	case h.maxSessions < 1:
+		return fmt.Errorf("--max-sessions %d: want 1 or more", h.maxSessions)
+	case h.maxSessionsCaller < 1:
+		return fmt.Errorf("--max-sessions-per-caller %d: want 1 or more", h.maxSessionsCaller)
 	case h.rate < 0 || h.rate != h.rate:
 		return fmt.Errorf("--rate %v: want 0 or more", h.rate)
 	case h.publicURL != "":
@@ -83,7 +91,7 @@ func (h *httpFlags) authenticated() bool { return h.tokens != "" || h.jwks != ""
 // serveHTTP serves cfg over Streamable HTTP until SIGTERM, SIGINT or SIGHUP: it then stops
 // accepting, cancels the runs in flight, waits for their journals to end, and closes.
 func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner, log *slog.Logger, attrs []any) error {
-	opts := mcpserver.HTTPOptions{Log: log}
+	opts := mcpserver.HTTPOptions{Log: log, MaxSessions: h.maxSessions, MaxSessionsPerCaller: h.maxSessionsCaller}
 	method := "none"
 	switch {
 	case h.tokens != "":

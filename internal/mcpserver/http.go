@@ -58,11 +58,14 @@ type HTTPOptions struct {
 	// AuthorizationServers are the issuers the metadata names (JWT mode); empty for
 	// static tokens.
 	AuthorizationServers []string
-	Log                  *slog.Logger
+	// MaxSessions and MaxSessionsPerCaller cap the sessions open at once, in all and of
+	// one caller (0: DefaultMaxSessions, DefaultMaxSessionsPerCaller): see sessionCaps.
+	MaxSessions, MaxSessionsPerCaller int
+	Log                               *slog.Logger
 }
 
 // NewHTTPHandler serves s over MCP Streamable HTTP at MCPPath: one MCP server, a session
-// per client, requests of at most MaxMessageBytes, the SDK's DNS-rebinding protection
+// per client (capped in all and per caller: sessionCaps), requests of at most MaxMessageBytes, the SDK's DNS-rebinding protection
 // (a request to a loopback address must name a loopback Host) and cross-origin
 // protection (a browser request from another origin is refused). With a Verifier, every
 // request to MCPPath needs a valid bearer token (401 with WWW-Authenticate pointing to
@@ -73,6 +76,7 @@ func NewHTTPHandler(s *mcp.Server, o HTTPOptions) http.Handler {
 		MaxRequestBodyBytes: MaxMessageBytes,
 		SessionTimeout:      SessionIdle,
 	})
+	h = newSessionCaps(s, o.MaxSessions, o.MaxSessionsPerCaller).wrap(h)
 	h = http.NewCrossOriginProtection().Handler(h)
 	mux := http.NewServeMux()
 	if o.Verifier != nil {

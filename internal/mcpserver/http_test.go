@@ -2,15 +2,19 @@ package mcpserver_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"symbi/internal/mcpserver"
 )
@@ -61,4 +65,89 @@ func TestAuthenticatedWithoutToken(t *testing.T) {
 	if !res.IsError || !strings.Contains(textOf(t, res), "access_denied") || !strings.Contains(textOf(t, res), "names no caller") {
 		t.Fatalf("start_run without a token: %s", textOf(t, res))
 	}
+}
+
+// TestHTTPSessionCaps: the HTTP server keeps at most MaxSessionsPerCaller sessions of one
+// caller — one more closes the caller's least recently used session, whose next request
+// then fails — and at most MaxSessions in all, past which one more is refused with busy
+// naming the flag (HTTP 503); a session closed by its client frees its place.
+func TestHTTPSessionCaps(t *testing.T) {
+	newServer := func(t *testing.T, max, perCaller int) (srv *mcp.Server, connect func() (*mcp.ClientSession, error), url string) {
+		srv = mcp.NewServer(&mcp.Implementation{Name: "caps", Version: "1"}, nil)
+		hs := httptest.NewServer(mcpserver.NewHTTPHandler(srv, mcpserver.HTTPOptions{MaxSessions: max, MaxSessionsPerCaller: perCaller, Log: slog.New(slog.DiscardHandler)}))
+		var open []*mcp.ClientSession
+		t.Cleanup(func() { // before hs.Close, which waits for the sessions' streams
+			for _, cs := range open {
+				cs.Close()
+			}
+			hs.Close()
+		})
+		return srv, func() (*mcp.ClientSession, error) {
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.URL + mcpserver.MCPPath}, nil)
+			if err == nil {
+				open = append(open, cs)
+			}
+			return cs, err
+		}, hs.URL + mcpserver.MCPPath
+	}
+	mustConnect := func(t *testing.T, connect func() (*mcp.ClientSession, error)) *mcp.ClientSession {
+		t.Helper()
+		cs, err := connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	sessions := func(srv *mcp.Server) int {
+		n := 0
+		for range srv.Sessions() {
+			n++
+		}
+		return n
+	}
+	ctx := context.Background()
+
+	t.Run("per caller", func(t *testing.T) {
+		_, connect, _ := newServer(t, 10, 2)
+		a, b := mustConnect(t, connect), mustConnect(t, connect)
+		if err := a.Ping(ctx, nil); err != nil { // a is now used more recently than b
+			t.Fatalf("a: %v", err)
+		}
+		c := mustConnect(t, connect)
+		if err := b.Ping(ctx, nil); err == nil {
+			t.Fatal("the least recently used session still answers after a third opened")
+		}
+		for _, cs := range []*mcp.ClientSession{a, c} {
+			if err := cs.Ping(ctx, nil); err != nil {
+				t.Fatalf("a session kept: %v", err)
+			}
+		}
+	})
+
+	t.Run("in all", func(t *testing.T) {
+		srv, connect, url := newServer(t, 2, 10)
+		a := mustConnect(t, connect)
+		mustConnect(t, connect)
+		// The SDK's client reports the status only: the refusal, read raw.
+		init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(init))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), `"message":"busy: `) || !strings.Contains(string(body), "(--max-sessions)") {
+			t.Fatalf("a third session: %s %s; want 503, busy naming --max-sessions", res.Status, body)
+		}
+		if err := a.Close(); err != nil { // DELETE
+			t.Fatal(err)
+		}
+		for sessions(srv) > 1 { // the server forgets the session once its streams have ended
+			time.Sleep(time.Millisecond)
+		}
+		mustConnect(t, connect)
+	})
 }

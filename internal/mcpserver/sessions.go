@@ -1,0 +1,186 @@
+package mcpserver
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"symbi/internal/auth"
+	"symbi/internal/errcode"
+)
+
+// Default caps on the sessions of the HTTP server (HTTPOptions).
+const (
+	DefaultMaxSessions          = 1024
+	DefaultMaxSessionsPerCaller = 32
+)
+
+// sessionHeader is the Streamable HTTP header that names a session.
+const sessionHeader = "Mcp-Session-Id"
+
+// sessionCaps bounds the HTTP sessions open at once: at most perCaller sessions of one
+// caller — a caller opening one more has its own least recently used session closed to
+// make room (a client that does not close its sessions, as one-shot clients do not, keeps
+// working; the evicted session's next request is answered 404, on which a client starts a
+// new one) — and at most max in all, past which a request that would open one more is
+// refused. A session counts from the request that opens it (a POST without a session id:
+// initialize) until it ends: closed by its client (DELETE), by the server after SessionIdle
+// without a request, or evicted. Without the caps one caller could open sessions until the
+// server runs out of memory.
+type sessionCaps struct {
+	srv            *mcp.Server
+	max, perCaller int
+	anonymous      string // the caller of a request without a token
+
+	mu      sync.Mutex
+	owner   map[string]string    // session id → caller id
+	used    map[string]time.Time // session id → its latest request
+	pending map[int]string       // sessions being opened → caller id
+	next    int                  // the next pending key
+}
+
+func newSessionCaps(srv *mcp.Server, max, perCaller int) *sessionCaps {
+	if max <= 0 {
+		max = DefaultMaxSessions
+	}
+	if perCaller <= 0 {
+		perCaller = DefaultMaxSessionsPerCaller
+	}
+	return &sessionCaps{srv: srv, max: max, perCaller: perCaller, anonymous: auth.Anonymous.ID,
+		owner: map[string]string{}, used: map[string]time.Time{}, pending: map[int]string{}}
+}
+
+// wrap applies the caps in front of next, the Streamable HTTP handler (behind the token
+// check, so that the caller is known).
+func (c *sessionCaps) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id := r.Header.Get(sessionHeader); id != "" || r.Method != http.MethodPost {
+			c.mu.Lock()
+			if _, ok := c.owner[id]; ok {
+				c.used[id] = time.Now()
+			}
+			c.mu.Unlock()
+			next.ServeHTTP(w, r)
+			return
+		}
+		caller := c.anonymous
+		if ti := sdkauth.TokenInfoFromContext(r.Context()); ti != nil {
+			if id, ok := auth.FromTokenInfo(ti); ok {
+				caller = id.ID
+			}
+		}
+		key, evict, status, err := c.reserve(caller)
+		if err != nil {
+			refuse(w, status, err)
+			return
+		}
+		if evict != nil {
+			evict.Close() // its streams end; the SDK forgets it
+		}
+		// The body's limit is set here on the server's own writer too (the SDK sets it on
+		// the writer it is given): past it the server must close the connection rather
+		// than read on, which only its own writer can tell it.
+		r.Body = http.MaxBytesReader(w, r.Body, MaxMessageBytes)
+		// The reservation becomes the session (or goes) as the answer's header is sent —
+		// before the client can send its next request, which may open another.
+		sw := &sessionWriter{ResponseWriter: w, sent: func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			delete(c.pending, key)
+			if id := w.Header().Get(sessionHeader); id != "" {
+				c.owner[id], c.used[id] = caller, time.Now()
+			}
+		}}
+		next.ServeHTTP(sw, r)
+		sw.once.Do(sw.sent)
+	})
+}
+
+// sessionWriter calls sent once, before the first byte of the answer is sent.
+type sessionWriter struct {
+	http.ResponseWriter
+	sent func()
+	once sync.Once
+}
+
+func (w *sessionWriter) WriteHeader(code int) {
+	w.once.Do(w.sent)
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *sessionWriter) Write(b []byte) (int, error) {
+	w.once.Do(w.sent)
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *sessionWriter) Flush() {
+	w.once.Do(w.sent)
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap gives http.ResponseController the writer beneath.
+func (w *sessionWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// reserve counts a session about to open for caller — choosing the caller's least
+// recently used session to close when it has perCaller already — or refuses it with the
+// HTTP status to answer: 503 when the server is full, 429 when the caller's sessions are
+// all still being opened.
+func (c *sessionCaps) reserve(caller string) (key int, evict *mcp.ServerSession, status int, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	live := map[string]*mcp.ServerSession{}
+	for ss := range c.srv.Sessions() {
+		live[ss.ID()] = ss
+	}
+	mine, oldest := 0, ""
+	for id, by := range c.owner {
+		switch {
+		case live[id] == nil:
+			delete(c.owner, id) // ended
+			delete(c.used, id)
+		case by == caller:
+			mine++
+			if oldest == "" || c.used[id].Before(c.used[oldest]) {
+				oldest = id
+			}
+		}
+	}
+	for _, by := range c.pending {
+		if by == caller {
+			mine++
+		}
+	}
+	n := len(c.owner) + len(c.pending)
+	if mine >= c.perCaller && oldest != "" {
+		evict, mine, n = live[oldest], mine-1, n-1
+	}
+	switch {
+	case n >= c.max:
+		return 0, nil, http.StatusServiceUnavailable, errcode.Errorf(errcode.Busy, "the server has %d sessions open, the most it keeps (--max-sessions); retry when one ends", n)
+	case mine >= c.perCaller:
+		return 0, nil, http.StatusTooManyRequests, errcode.Errorf(errcode.Busy, "caller %q is opening %d sessions at once, the most one caller may have (--max-sessions-per-caller); retry when one is open", caller, mine)
+	}
+	if evict != nil {
+		delete(c.owner, oldest)
+		delete(c.used, oldest)
+	}
+	c.next++
+	c.pending[c.next] = caller
+	return c.next, evict, 0, nil
+}
+
+// refuse answers an HTTP request with a JSON-RPC error (its id unknown: null) carrying
+// err's coded text.
+func refuse(w http.ResponseWriter, status int, err error) {
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": codeServerError, "message": errcode.Text(err)}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, "%s\n", body)
+}
