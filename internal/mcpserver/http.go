@@ -1,8 +1,10 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -65,7 +67,8 @@ type HTTPOptions struct {
 }
 
 // NewHTTPHandler serves s over MCP Streamable HTTP at MCPPath: one MCP server, a session
-// per client (capped in all and per caller: sessionCaps), requests of at most MaxMessageBytes, the SDK's DNS-rebinding protection
+// per client (capped in all and per caller: sessionCaps), requests of at most MaxMessageBytes
+// and each one JSON-RPC message by the stdio transport's rules (screenHTTP), the SDK's DNS-rebinding protection
 // (a request to a loopback address must name a loopback Host) and cross-origin
 // protection (a browser request from another origin is refused). With a Verifier, every
 // request to MCPPath needs a valid bearer token (401 with WWW-Authenticate pointing to
@@ -76,7 +79,7 @@ func NewHTTPHandler(s *mcp.Server, o HTTPOptions) http.Handler {
 		MaxRequestBodyBytes: MaxMessageBytes,
 		SessionTimeout:      SessionIdle,
 	})
-	h = newSessionCaps(s, o.MaxSessions, o.MaxSessionsPerCaller).wrap(h)
+	h = newSessionCaps(s, o.MaxSessions, o.MaxSessionsPerCaller).wrap(screenHTTP(h))
 	h = http.NewCrossOriginProtection().Handler(h)
 	mux := http.NewServeMux()
 	if o.Verifier != nil {
@@ -126,4 +129,52 @@ func ShutdownHTTP(ctx context.Context, srv *http.Server) {
 	if err := srv.Shutdown(ctx); err != nil {
 		srv.Close()
 	}
+}
+
+// screenHTTP refuses a POST body that is not one well-formed JSON-RPC message by the rules
+// the stdio transport applies to a line (check): a batch, or a member name repeated in
+// any object — which one reader may take first and another last — is answered HTTP 400
+// with the JSON-RPC error stdio gives (-32600, or -32700 for malformed JSON), and goes no
+// further. A body over MaxMessageBytes, or one that cannot be read, is left to the SDK,
+// which answers 413 or 400 as before.
+func screenHTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, MaxMessageBytes+1))
+		if err != nil || len(body) > MaxMessageBytes {
+			r.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(body), &stickyErr{r.Body, err}), r.Body}
+			next.ServeHTTP(w, r)
+			return
+		}
+		if msg := bytes.TrimSpace(body); len(msg) > 0 {
+			if id, code, why := check(msg); code != 0 {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				reject(w, id, code, why)
+				return
+			}
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// stickyErr reads on from r, or returns err when it is set (the error the first read
+// ended with).
+type stickyErr struct {
+	r   io.Reader
+	err error
+}
+
+func (s *stickyErr) Read(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	return s.r.Read(p)
 }

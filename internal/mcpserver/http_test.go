@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -150,4 +151,47 @@ func TestHTTPSessionCaps(t *testing.T) {
 		}
 		mustConnect(t, connect)
 	})
+}
+
+// TestHTTPScreensMessages: over HTTP as over stdio, a body that is not one JSON-RPC message
+// — a batch, a member name repeated in any object, malformed JSON — is refused with the
+// same JSON-RPC error, and the session goes on.
+func TestHTTPScreensMessages(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "screen", Version: "1"}, nil)
+	hs := httptest.NewServer(mcpserver.NewHTTPHandler(srv, mcpserver.HTTPOptions{Log: slog.New(slog.DiscardHandler)}))
+	defer hs.Close()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.URL + mcpserver.MCPPath}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	tests := []struct {
+		name, body, want string
+		code             int
+	}{
+		{"repeated name in params", `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a","name":"b"}}`, `member \"name\" appears twice`, -32600},
+		{"repeated method", `{"jsonrpc":"2.0","id":7,"method":"tools/list","method":"ping"}`, `member \"method\" appears twice`, -32600},
+		{"batch", `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`, "batches are not supported", -32600},
+		{"malformed", `{"jsonrpc":"2.0","id":7,`, "not valid JSON", -32700},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, hs.URL+mcpserver.MCPPath, strings.NewReader(tt.body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("Mcp-Session-Id", cs.ID())
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), tt.want) || !strings.Contains(string(body), fmt.Sprintf(`"code":%d`, tt.code)) {
+				t.Fatalf("%s: %s %s; want 400, code %d, %q", tt.name, res.Status, body, tt.code, tt.want)
+			}
+		})
+	}
+	if err := cs.Ping(context.Background(), nil); err != nil {
+		t.Fatalf("the session after the refusals: %v", err)
+	}
 }
