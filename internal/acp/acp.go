@@ -16,6 +16,10 @@
 // write to the agent (one that stops reading its stdin would hold it): the kill closes its
 // stdin, ending any write still under way. Whatever happens, when Run returns the whole
 // group has been SIGKILLed and the agent reaped.
+//
+// The agent's requests are served at most maxRequests at once (more is malformed ACP). A
+// file is read or written and the access journaled before session_finished, or not at
+// all; session_finished waits, within the grace period, for the requests still served.
 package acp
 
 import (
@@ -93,6 +97,10 @@ const (
 	// worst (6 bytes a byte); each path is at most workspace.MaxPathBytes.
 	maxLocationBytes = 128 << 10
 	stderrBytes      = 8 << 10
+	// maxRequests bounds the agent's requests served at once (the SDK serves each on its
+	// own goroutine, its parameters decoded): past it the agent floods requests, which is
+	// malformed ACP.
+	maxRequests = 16
 )
 
 // Config is one delegated session.
@@ -145,13 +153,23 @@ type Result struct {
 var ErrJournal = errors.New("journal failed")
 
 // ErrMalformed wraps every way the agent breaks the protocol — a line that is not a
-// JSON-RPC message or is too long, a path over workspace.MaxPathBytes — which ends the
-// session with an error (outcome error; the caller's inference_failed), nothing of the
-// offending message journaled.
+// JSON-RPC message or is too long, a path over workspace.MaxPathBytes, more than
+// maxRequests requests in flight — which ends the session with an error (outcome error;
+// the caller's inference_failed), nothing of the offending message journaled.
 var ErrMalformed = errors.New("malformed ACP")
+
+// ErrSessionOver is the error of a record made after the session closed (its turn over,
+// session_finished to come). It is no journal failure: what asked for the record — a held
+// permission request, say — is answered as cancelled.
+var ErrSessionOver = errors.New("the session is over")
 
 // Run runs one session of cfg.Executor in cfg.Workspace with cfg.Prompt.
 func Run(ctx context.Context, cfg Config) Result {
+	return newRunner(cfg).run(ctx)
+}
+
+// newRunner is the runner of one session of cfg, its bounds defaulted.
+func newRunner(cfg Config) *runner {
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultGrace
 	}
@@ -161,9 +179,8 @@ func Run(ctx context.Context, cfg Config) Result {
 	if cfg.MaxTextBytes <= 0 {
 		cfg.MaxTextBytes = DefaultMaxTextBytes
 	}
-	r := &runner{cfg: cfg, aborted: make(chan struct{}), cancelled: make(chan struct{}),
+	return &runner{cfg: cfg, aborted: make(chan struct{}), cancelled: make(chan struct{}), ended: make(chan struct{}),
 		updates: make(chan update, updateQueue), prompted: &promptWatch{written: make(chan struct{})}}
-	return r.run(ctx)
 }
 
 type update struct {
@@ -195,8 +212,18 @@ type runner struct {
 	prompted *promptWatch // closed once session/prompt has been written to the agent
 
 	updates chan update
-	open    atomic.Bool // session_started is durable (and sid set): requests are served
-	closed  atomic.Bool // no more in-session records
+	open    atomic.Bool   // session_started is durable (and sid set): requests are served
+	closed  atomic.Bool   // no more in-session records
+	ended   chan struct{} // closed when the session closes (closed set)
+
+	// fsMu is held (read) by an fs handler from its last check that the session is live
+	// to its fs_read or fs_write record, and (write) by close: a file is accessed and the
+	// access journaled before the session closes, or not accessed at all.
+	fsMu sync.RWMutex
+
+	reqMu   sync.Mutex    // reqN and reqIdle
+	reqN    int           // the agent's requests being served, at most maxRequests
+	reqIdle chan struct{} // set by idle: closed when reqN drops to 0
 
 	permN, fsN atomic.Int64
 
@@ -252,7 +279,7 @@ func (r *runner) record(rec journal.Record, durable bool) error {
 	r.mu.Lock()
 	if r.closed.Load() {
 		r.mu.Unlock()
-		return errors.New("the session is over")
+		return ErrSessionOver
 	}
 	err := r.flushLocked()
 	if err == nil {
@@ -345,7 +372,9 @@ func (r *runner) journaler(stop <-chan struct{}) {
 				close(u.done)
 				continue
 			}
-			if err := r.handle(u.n.Update); err != nil {
+			if err := r.handle(u.n.Update); err != nil && !errors.Is(err, ErrSessionOver) {
+				// (An update whose record the session refused, closing meanwhile, is
+				// dropped like those that come after the close.)
 				r.abort(err)
 				return
 			}
@@ -603,17 +632,22 @@ func (r *runner) run(ctx context.Context) Result {
 		case <-r.aborted:
 		}
 	}
-	r.mu.Lock()
-	if !errors.Is(r.abortedErr(), ErrJournal) {
-		_ = r.flushLocked()
-	}
-	r.closed.Store(true)
-	text := r.text.String()
-	r.mu.Unlock()
+	text := r.close()
 	stopJournaler()
 
 	r.kill()
 	pcancel()
+	// The handlers still serving the agent's requests end promptly now (the session is
+	// closed, the agent dead); session_finished waits for them, within the grace period
+	// (a hurried session does not): one in the midst of a file access and its record holds
+	// the close itself (fsMu).
+	grace := time.NewTimer(cfg.Grace)
+	select {
+	case <-r.idle():
+	case <-grace.C:
+	case <-cfg.Hurry:
+	}
+	grace.Stop()
 
 	res := Result{Text: text}
 	switch a := r.abortedErr(); {
@@ -656,6 +690,58 @@ func (r *runner) run(ctx context.Context) Result {
 		res.Outcome, res.Err = OutcomeError, err
 	}
 	return res
+}
+
+// close closes the session to further records and returns the final answer. It waits
+// for the fs handlers between their last check and their record (fsMu); the others find
+// the session over.
+func (r *runner) close() string {
+	r.fsMu.Lock()
+	defer r.fsMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !errors.Is(r.abortedErr(), ErrJournal) {
+		_ = r.flushLocked()
+	}
+	if !r.closed.Swap(true) {
+		close(r.ended)
+	}
+	return r.text.String()
+}
+
+// serve counts one of the agent's requests in flight, for its handler to call done when
+// it returns. Past maxRequests the agent floods requests: the run ends (ErrMalformed) and
+// the request is answered with the error.
+func (r *runner) serve() (done func(), err error) {
+	r.reqMu.Lock()
+	defer r.reqMu.Unlock()
+	if r.reqN >= maxRequests {
+		return nil, r.malformed(fmt.Errorf("%w: the agent floods requests: more than %d in flight", ErrMalformed, maxRequests))
+	}
+	r.reqN++
+	return r.served, nil
+}
+
+func (r *runner) served() {
+	r.reqMu.Lock()
+	defer r.reqMu.Unlock()
+	if r.reqN--; r.reqN == 0 && r.reqIdle != nil {
+		close(r.reqIdle)
+		r.reqIdle = nil
+	}
+}
+
+// idle returns a channel closed once no request of the agent is being served.
+func (r *runner) idle() <-chan struct{} {
+	r.reqMu.Lock()
+	defer r.reqMu.Unlock()
+	ch := make(chan struct{})
+	if r.reqN == 0 {
+		close(ch)
+	} else {
+		r.reqIdle = ch
+	}
+	return ch
 }
 
 // finish writes session_finished and syncs.
@@ -908,7 +994,7 @@ func (r *runner) malformed(err error) error {
 	return sdk.NewInvalidParams(map[string]any{"error": err.Error()})
 }
 
-// decide runs the gate, unless the session is being cancelled first (nil).
+// decide runs the gate, unless the session is being cancelled or is over first (nil).
 func (r *runner) decide(ctx context.Context, t policy.ToolUse) *policy.Decision {
 	ch := make(chan policy.Decision, 1)
 	go func() { ch <- r.cfg.Decide(t) }()
@@ -925,6 +1011,7 @@ func (r *runner) decide(ctx context.Context, t policy.ToolUse) *policy.Decision 
 		return &d
 	case <-r.cancelled:
 	case <-r.aborted:
+	case <-r.ended:
 	case <-ctx.Done():
 	}
 	return nil
@@ -970,6 +1057,11 @@ func (c *client) SessionUpdate(_ context.Context, n sdk.SessionNotification) err
 
 func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, error) {
 	r := c.r
+	done, err := r.serve()
+	if err != nil {
+		return sdk.RequestPermissionResponse{}, err
+	}
+	defer done()
 	cancelled := sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeCancelled()}
 	if !r.live() {
 		return cancelled, nil
@@ -1025,7 +1117,9 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 		rec.Decision = "deny"
 		rec.Errors = append(rec.Errors, fmt.Sprintf("symbi: the agent offered no %s option; answered cancelled", want))
 	}
-	if err := r.record(rec, true); err != nil {
+	if err := r.record(rec, true); errors.Is(err, ErrSessionOver) {
+		return cancelled, nil
+	} else if err != nil {
 		return sdk.RequestPermissionResponse{}, sdk.NewInternalError(map[string]any{"error": "symbi could not record the decision"})
 	}
 	if rec.OptionID == "" {
@@ -1034,11 +1128,16 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 	return sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeSelected(sdk.PermissionOptionId(rec.OptionID))}, nil
 }
 
+// ending is the JSON-RPC error of an fs request the session no longer serves.
+func ending() error {
+	return sdk.NewRequestCancelled(map[string]any{"error": "the session is ending"})
+}
+
 // gateFS decides and journals an fs request; it returns the request id and the relative
 // path when allowed, or the JSON-RPC error to answer.
 func (r *runner) gateFS(ctx context.Context, sid sdk.SessionId, kind, method, path string) (string, string, error) {
 	if !r.live() {
-		return "", "", sdk.NewRequestCancelled(map[string]any{"error": "the session is ending"})
+		return "", "", ending()
 	}
 	if sid != r.sid {
 		return "", "", sdk.NewInvalidParams(map[string]any{"error": "unknown session"})
@@ -1059,7 +1158,7 @@ func (r *runner) gateFS(ctx context.Context, sid sdk.SessionId, kind, method, pa
 	}
 	if d == nil {
 		if d = r.decide(ctx, t); d == nil {
-			return "", "", sdk.NewRequestCancelled(map[string]any{"error": "the session is ending"})
+			return "", "", ending()
 		}
 	}
 	requestID := "fs-" + strconv.FormatInt(r.fsN.Add(1), 10)
@@ -1067,14 +1166,16 @@ func (r *runner) gateFS(ctx context.Context, sid sdk.SessionId, kind, method, pa
 		if errors.Is(err, ErrJournal) {
 			return "", "", sdk.NewInternalError(map[string]any{"error": "symbi could not record the approval"})
 		}
-		return "", "", sdk.NewRequestCancelled(map[string]any{"error": "the session is ending"})
+		return "", "", ending()
 	}
 	rec := journal.PermissionDecided{RequestID: requestID, Kind: kind,
 		Title: title, Paths: paths, Outside: outside, Decision: "deny", PolicyIDs: nonNil(d.Policies), Errors: nonNil(d.Errors)}
 	if d.Allow {
 		rec.Decision = "allow"
 	}
-	if err := r.record(rec, true); err != nil {
+	if err := r.record(rec, true); errors.Is(err, ErrSessionOver) {
+		return "", "", ending()
+	} else if err != nil {
 		return "", "", sdk.NewInternalError(map[string]any{"error": "symbi could not record the decision"})
 	}
 	if !d.Allow {
@@ -1091,12 +1192,35 @@ func fsError(err error) error {
 	return sdk.NewInvalidParams(map[string]any{"error": err.Error()})
 }
 
+// access holds off the session's close for an allowed fs request, from its last check
+// that the session is live to its record: the file is accessed and the access journaled
+// before session_finished, or the file is not accessed (ok false: the session is ending,
+// or over). The caller calls done after its record.
+func (r *runner) access() (done func(), ok bool) {
+	r.fsMu.RLock()
+	if !r.live() {
+		r.fsMu.RUnlock()
+		return nil, false
+	}
+	return r.fsMu.RUnlock, true
+}
+
 func (c *client) ReadTextFile(ctx context.Context, req sdk.ReadTextFileRequest) (sdk.ReadTextFileResponse, error) {
 	r := c.r
+	served, err := r.serve()
+	if err != nil {
+		return sdk.ReadTextFileResponse{}, err
+	}
+	defer served()
 	id, rel, err := r.gateFS(ctx, req.SessionId, "read", "fs/read_text_file", req.Path)
 	if err != nil {
 		return sdk.ReadTextFileResponse{}, err
 	}
+	done, ok := r.access()
+	if !ok {
+		return sdk.ReadTextFileResponse{}, ending()
+	}
+	defer done()
 	content, size, sum, err := r.cfg.Workspace.ReadText(rel, req.Line, req.Limit, r.cfg.MaxFileBytes)
 	if err != nil {
 		return sdk.ReadTextFileResponse{}, fsError(err)
@@ -1109,10 +1233,20 @@ func (c *client) ReadTextFile(ctx context.Context, req sdk.ReadTextFileRequest) 
 
 func (c *client) WriteTextFile(ctx context.Context, req sdk.WriteTextFileRequest) (sdk.WriteTextFileResponse, error) {
 	r := c.r
+	served, err := r.serve()
+	if err != nil {
+		return sdk.WriteTextFileResponse{}, err
+	}
+	defer served()
 	id, rel, err := r.gateFS(ctx, req.SessionId, "edit", "fs/write_text_file", req.Path)
 	if err != nil {
 		return sdk.WriteTextFileResponse{}, err
 	}
+	done, ok := r.access()
+	if !ok {
+		return sdk.WriteTextFileResponse{}, ending()
+	}
+	defer done()
 	size, sum, err := r.cfg.Workspace.WriteText(rel, req.Content, r.cfg.MaxFileBytes)
 	if err != nil {
 		return sdk.WriteTextFileResponse{}, fsError(err)
@@ -1123,24 +1257,35 @@ func (c *client) WriteTextFile(ctx context.Context, req sdk.WriteTextFileRequest
 	return sdk.WriteTextFileResponse{}, nil
 }
 
+// notOffered answers a request for a capability symbi does not offer (terminals); it
+// counts among the requests in flight like any other.
+func (c *client) notOffered(method string) error {
+	done, err := c.r.serve()
+	if err != nil {
+		return err
+	}
+	done()
+	return sdk.NewMethodNotFound(method)
+}
+
 func (c *client) CreateTerminal(context.Context, sdk.CreateTerminalRequest) (sdk.CreateTerminalResponse, error) {
-	return sdk.CreateTerminalResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodTerminalCreate)
+	return sdk.CreateTerminalResponse{}, c.notOffered(sdk.ClientMethodTerminalCreate)
 }
 
 func (c *client) KillTerminal(context.Context, sdk.KillTerminalRequest) (sdk.KillTerminalResponse, error) {
-	return sdk.KillTerminalResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodTerminalKill)
+	return sdk.KillTerminalResponse{}, c.notOffered(sdk.ClientMethodTerminalKill)
 }
 
 func (c *client) TerminalOutput(context.Context, sdk.TerminalOutputRequest) (sdk.TerminalOutputResponse, error) {
-	return sdk.TerminalOutputResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodTerminalOutput)
+	return sdk.TerminalOutputResponse{}, c.notOffered(sdk.ClientMethodTerminalOutput)
 }
 
 func (c *client) ReleaseTerminal(context.Context, sdk.ReleaseTerminalRequest) (sdk.ReleaseTerminalResponse, error) {
-	return sdk.ReleaseTerminalResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodTerminalRelease)
+	return sdk.ReleaseTerminalResponse{}, c.notOffered(sdk.ClientMethodTerminalRelease)
 }
 
 func (c *client) WaitForTerminalExit(context.Context, sdk.WaitForTerminalExitRequest) (sdk.WaitForTerminalExitResponse, error) {
-	return sdk.WaitForTerminalExitResponse{}, sdk.NewMethodNotFound(sdk.ClientMethodTerminalWaitForExit)
+	return sdk.WaitForTerminalExitResponse{}, c.notOffered(sdk.ClientMethodTerminalWaitForExit)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1227,7 +1372,8 @@ func (t *tailBuffer) String() string {
 // hold waits at a gate when d is a gated denial and a Holder is configured: an approval
 // turns d into an allow; a rejection or a wait without a decision leaves it a denial, with
 // the reason among its errors. It returns an error when the request must not be answered
-// as decided: the session is ending (cancelled), or the journal failed (ErrJournal).
+// as decided: the session is ending (cancelled) or over (ErrSessionOver), or the journal
+// failed (ErrJournal).
 func (r *runner) hold(ctx context.Context, d *policy.Decision, requestID, kind, title string) error {
 	if d.Allow || d.Gate == "" || r.cfg.Hold == nil || !r.live() {
 		return nil
@@ -1238,12 +1384,17 @@ func (r *runner) hold(ctx context.Context, d *policy.Decision, requestID, kind, 
 		select {
 		case <-r.cancelled:
 		case <-r.aborted:
+		case <-r.ended:
 		case <-hctx.Done():
 		}
 		stop()
 	}()
 	res := r.cfg.Hold(hctx, Hold{RequestID: requestID, Gate: d.Gate, Kind: kind, Title: title}, func(rec journal.Record) error { return r.record(rec, true) })
 	switch {
+	case errors.Is(res.Err, ErrSessionOver):
+		// A record refused because the session closed meanwhile (a Holder may have
+		// taken it for a journal failure): the request is answered cancelled.
+		return ErrSessionOver
 	case res.Err != nil && r.abortedErr() != nil:
 		return fmt.Errorf("%w: %w", ErrJournal, res.Err)
 	case errors.Is(res.Err, ErrJournal):

@@ -99,7 +99,9 @@ type gateState struct {
 	once      sync.Once
 	awaiting  chan struct{}     // closed when the run starts waiting for its answer
 	decisions chan gateDecision // the waiting run receives one
-	permMu    sync.Mutex        // one held permission request at a time
+	// permTurn holds one token: a held permission request takes it to wait at the gate,
+	// one at a time, and gives up its place in line when its context is done.
+	permTurn chan struct{}
 }
 
 type gateDecision struct {
@@ -111,6 +113,7 @@ func (g *gateState) init() {
 	g.once.Do(func() {
 		g.awaiting = make(chan struct{})
 		g.decisions = make(chan gateDecision)
+		g.permTurn = make(chan struct{}, 1)
 	})
 }
 
@@ -170,7 +173,12 @@ func (r *Runner) await(ctx context.Context, p *prepared, gate, requestID string,
 		return verdict{reason: reasonTimeout, err: errcode.Errorf(errcode.Timeout, "no one approved or rejected %s by gate %s within %s", held, gate, wait)}
 	case d := <-decisions:
 		a := d.a
-		if err := record(journal.ApprovalDecided{RequestID: requestID, Decision: a.Decision, Approver: a.Approver, ApproverAuth: a.ApproverAuth, Reason: a.Reason, Via: a.Via}); err != nil {
+		if err := record(journal.ApprovalDecided{RequestID: requestID, Decision: a.Decision, Approver: a.Approver, ApproverAuth: a.ApproverAuth, Reason: a.Reason, Via: a.Via}); errors.Is(err, acp.ErrSessionOver) {
+			// The delegated session closed meanwhile: the request it held is over,
+			// undecided, and nothing failed.
+			d.done <- errcode.Errorf(errcode.InvalidTransition, "%w: the agent's session ended before the decision could be recorded", ErrNotAwaiting)
+			return verdict{reason: reasonCancelled, err: err}
+		} else if err != nil {
 			d.done <- errcode.Wrap(errcode.AuditUnavailable, err)
 			return verdict{journalErr: err}
 		}
@@ -279,11 +287,20 @@ func (run *Run) awaiting() <-chan struct{} {
 // holdPermission waits at a gate for a delegated agent's permission request (acp.Holder):
 // approval_requested with the request's id, durable, the same wait as an answer's (one
 // held request at a time), approval_decided and the ledger's approval entry, durable
-// before the agent hears the answer.
+// before the agent hears the answer. A request still waiting its turn when ctx is done
+// (the session cancelled or over) ends cancelled, unrecorded; a record refused because
+// the session is over (acp.ErrSessionOver) is no journal failure.
 func (r *Runner) holdPermission(ctx context.Context, p *prepared, h acp.Hold, record func(journal.Record) error) acp.HoldResult {
 	p.gate.init()
-	p.gate.permMu.Lock()
-	defer p.gate.permMu.Unlock()
+	select {
+	case p.gate.permTurn <- struct{}{}:
+	case <-ctx.Done():
+		return acp.HoldResult{Err: cancelledError(ctx, "while its agent's permission request waited its turn at the gate")}
+	}
+	defer func() { <-p.gate.permTurn }()
+	if ctx.Err() != nil {
+		return acp.HoldResult{Err: cancelledError(ctx, "while its agent's permission request waited its turn at the gate")}
+	}
 	wait := r.cfg.ApprovalTimeout
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 		// The session's own deadline (the agent's with timeout) bounds the whole session,
@@ -292,7 +309,9 @@ func (r *Runner) holdPermission(ctx context.Context, p *prepared, h acp.Hold, re
 	}
 	now := time.Now()
 	defer p.gate.wait(Pending{Gate: h.Gate, Since: now, Deadline: now.Add(wait), RequestID: h.RequestID, Title: h.Title})()
-	if err := record(journal.ApprovalRequested{Gate: h.Gate, RequestID: h.RequestID, TimeoutMS: ms(wait), Kind: h.Kind, Title: h.Title}); err != nil {
+	if err := record(journal.ApprovalRequested{Gate: h.Gate, RequestID: h.RequestID, TimeoutMS: ms(wait), Kind: h.Kind, Title: h.Title}); errors.Is(err, acp.ErrSessionOver) {
+		return acp.HoldResult{Err: err}
+	} else if err != nil {
 		return acp.HoldResult{Err: fmt.Errorf("%w: %w", acp.ErrJournal, err)}
 	}
 	v := r.await(ctx, p, h.Gate, h.RequestID, wait, record)

@@ -2,13 +2,20 @@ package invoke
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"symbi/internal/digest"
+	"symbi/internal/dsl"
 	"symbi/internal/errcode"
+	"symbi/internal/executors"
 	"symbi/internal/journal"
 	"symbi/internal/project"
 )
@@ -193,4 +200,94 @@ func TestDelegatedAnswerIsNamed(t *testing.T) {
 			t.Fatalf("the resumed run after its approval: %+v, %v", res, err)
 		}
 	})
+}
+
+// TestCancelQueuedHeldRequests: a delegated agent asks for several gated permissions at
+// once; they queue at the gate, one held at a time, and the run is cancelled. Every
+// queued request is answered cancelled — none waits on in the queue past the cancel, and
+// none that comes to record after the session closed is taken for a journal failure — so
+// the run ends cancelled, its journal ending session_finished and terminated, never
+// audit_failed.
+func TestCancelQueuedHeldRequests(t *testing.T) {
+	const queued = 12 // under acp's bound on requests in flight
+	aux := t.TempDir()
+	fake := filepath.Join(aux, "fake-acp-agent")
+	if out, err := exec.Command("go", "build", "-o", fake, "symbi/cmd/fake-acp-agent").CombinedOutput(); err != nil {
+		t.Fatalf("building the fake agent: %v\n%s", err, out)
+	}
+	var steps []any
+	for i := range queued {
+		steps = append(steps, map[string]any{"raw": map[string]any{"jsonrpc": "2.0", "id": 1000 + i, "method": "session/request_permission", "params": map[string]any{
+			"sessionId": "fake-session-1",
+			"toolCall":  map[string]any{"toolCallId": fmt.Sprintf("t%d", i), "title": "Edit", "kind": "edit", "locations": []any{map[string]any{"path": "src/a.go"}}},
+			"options":   []any{map[string]any{"optionId": "allow", "name": "Allow", "kind": "allow_once"}, map[string]any{"optionId": "reject", "name": "Reject", "kind": "reject_once"}}}}})
+	}
+	script, err := json.Marshal(map[string]any{"steps": append(steps, map[string]any{"hang": true})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scriptFile := filepath.Join(aux, "script.json")
+	if err := os.WriteFile(scriptFile, script, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	execs, err := json.Marshal(map[string]any{"executors": map[string]any{"fake": map[string]any{"command": []string{fake, "--script", scriptFile}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := executors.Parse(execs, os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 { // the race the queue ran was lost about every other time
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			f := newFixture(t, map[string]string{
+				"agents/coder.symbi":     "metadata { executor = \"fake\" }\nagent coder {}\n",
+				"policies/respond.cedar": "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n",
+				"policies/tools.cedar":   "@gate(\"human\") @id(\"edits-review\")\nforbid (principal, action == Action::\"use_tool\", resource == Tool::\"edit\");\n",
+			}, func(c *Config) {
+				c.Executors = reg
+				var err error
+				if c.Registry, err = c.Project.LoadRegistry(nil, dsl.Options{Executors: func(n string) bool { _, ok := reg.Get(n); return ok }}); err != nil {
+					t.Fatal(err)
+				}
+			})
+			held := make(chan struct{})
+			var once sync.Once
+			f.runner.hook = func(point string) {
+				if point == "awaiting approval" {
+					once.Do(func() { close(held) })
+				}
+			}
+			run, err := f.runner.Start(Request{Agent: "coder", Prompt: "Edit src/a.go.", Async: true}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-held:
+			case <-time.After(2 * time.Minute):
+				t.Fatal("no request held at the gate")
+			}
+			run.Cancel(ErrCancelRequested)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			_, err = run.Wait(ctx)
+			if errcode.Of(err) != errcode.Cancelled || run.Reason() != reasonCancelled {
+				t.Fatalf("the run ended %s: %v; want cancelled", run.Reason(), err)
+			}
+			recs := payloads(t, run.Audit().Path)
+			var types []string
+			for _, r := range recs {
+				types = append(types, r.Type)
+			}
+			n := len(types)
+			if n < 2 || types[n-2] != journal.TypeSessionFinished || types[n-1] != journal.TypeTerminated {
+				t.Fatalf("records %v; want session_finished and terminated last", types)
+			}
+			var fin journal.SessionFinished
+			if err := json.Unmarshal(recs[n-2].Data, &fin); err != nil || fin.Outcome != "cancelled" {
+				t.Fatalf("session_finished %s (%v)", recs[n-2].Data, err)
+			}
+			verifyComplete(t, run.Audit())
+		})
+	}
 }
