@@ -987,6 +987,17 @@ func (r *runner) paths(locs []sdk.ToolCallLocation) (paths, outside []string, er
 	return paths, outside, nil
 }
 
+// governed returns the refusal of the first path (workspace-relative) that reaches the
+// project's governance (workspace.CheckGoverned), or nil.
+func (r *runner) governed(paths []string) error {
+	for _, p := range paths {
+		if err := r.cfg.Workspace.CheckGoverned(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // malformed ends the run for err (ErrMalformed) and returns the JSON-RPC error that
 // answers the request.
 func (r *runner) malformed(err error) error {
@@ -1087,6 +1098,10 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 		// what is recorded: denied before any policy, never decided on a part.
 		d = &policy.Decision{Errors: []string{fmt.Sprintf("symbi: the request names %d locations, more than the limit of %d: denied without a policy decision (the record lists the first %d)",
 			n, journal.MaxPaths, journal.MaxPaths)}}
+	} else if err := r.governed(paths); err != nil {
+		// The project's audit store and policies are not the agent's to change with its
+		// own tools, whatever a policy permits: denied before any policy, never held.
+		d = &policy.Decision{Reason: err.Error(), Errors: []string{"symbi: " + err.Error()}}
 	} else if d = r.decide(ctx, t); d == nil {
 		return cancelled, nil
 	}

@@ -102,6 +102,43 @@ func TestPermissionTooManyLocations(t *testing.T) {
 	}
 }
 
+// TestPermissionGoverned: a permission request naming the project's audit store
+// (.symbiont) or its policies is denied before any policy, whatever it would permit; other
+// hidden names are the policy's to decide (here: only src/ is permitted).
+func TestPermissionGoverned(t *testing.T) {
+	tests := []struct {
+		name      string
+		locations []string
+		want      string // the rule of the refusal; "" for a request the policy decides
+	}{
+		{"the signing key", []string{"$CWD/src/a.go", "$CWD/.symbiont/governed/audit-signing.key"}, "the audit store is protected"},
+		{"a nested audit store", []string{"$CWD/sub/.symbiont/ledger.jsonl"}, "the audit store is protected"},
+		{"the policies", []string{"$CWD/policies/respond.cedar"}, "policies are protected"},
+		{"a hidden name", []string{"$CWD/.github/workflows/ci.yml"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			expect := "reject" // by the rule, or by the test's policy (only src/)
+			e := newEnv(t, map[string]any{"steps": []any{
+				map[string]any{"permission": map[string]any{"tool_call_id": "p1", "kind": "edit", "title": "Edit", "locations": tt.locations}, "expect": expect},
+				map[string]any{"message": "done"},
+			}})
+			var dec countingDecider
+			e.cfg.Decide = dec.decide
+			res := e.run(nil)
+			mustOutcome(t, res, OutcomeCompleted)
+			if got := len(dec.calls()); got != map[bool]int{true: 1, false: 0}[tt.want == ""] {
+				t.Fatalf("the policy decided %d requests", got)
+			}
+			pd := data[journal.PermissionDecided](t, ofType(e.entries(), journal.TypePermissionDecided)[0])
+			if tt.want != "" && (pd.Decision != "deny" || len(pd.Errors) != 1 || !strings.Contains(pd.Errors[0], tt.want)) {
+				t.Fatalf("permission_decided %+v, want a deny naming %q", pd, tt.want)
+			}
+			e.finishAndVerify(res)
+		})
+	}
+}
+
 // TestLongPaths: a path the agent sends is at most workspace.MaxPathBytes bytes, and the
 // paths of one request at most maxLocationBytes together; past either the agent breaks
 // the protocol: the run ends with ErrMalformed naming the limit, nothing of the request

@@ -78,10 +78,13 @@ var (
 // The rules Open, Rel, ReadText and WriteText refuse by. The rules about files are the
 // project's confined reader's own (the same values), so errors.Is matches either name.
 var (
-	ErrBadPath    = errors.New(`refused by rule "well-formed path": the path is empty, contains a NUL byte or is too long`)
-	ErrOutside    = errors.New(`refused by rule "inside the workspace": the path leads outside the workspace`)
-	ErrHidden     = project.ErrHidden
-	ErrPolicies   = project.ErrPolicies
+	ErrBadPath  = errors.New(`refused by rule "well-formed path": the path is empty, contains a NUL byte or is too long`)
+	ErrOutside  = errors.New(`refused by rule "inside the workspace": the path leads outside the workspace`)
+	ErrHidden   = project.ErrHidden
+	ErrPolicies = project.ErrPolicies
+	// ErrAuditStore refuses, in a permission request, a path through a ".symbiont"
+	// directory: the project's journals, ledger and signing key (CheckGoverned).
+	ErrAuditStore = errors.New(`refused by rule "the audit store is protected": a component is ".symbiont"`)
 	ErrSymlink    = project.ErrSymlink
 	ErrHardLink   = project.ErrHardLink
 	ErrNotRegular = project.ErrNotRegular
@@ -297,6 +300,11 @@ func (w *Workspace) CheckNames(rel string) error {
 			return refuse(errcode.ProtectedPath, rel, ErrHidden, nil)
 		}
 	}
+	return w.checkPolicies(rel)
+}
+
+// checkPolicies refuses rel at or under a protected policies directory (ErrPolicies).
+func (w *Workspace) checkPolicies(rel string) error {
 	for _, p := range w.policies {
 		if rel == p || strings.HasPrefix(rel, p+"/") {
 			var detail error
@@ -307,6 +315,21 @@ func (w *Workspace) CheckNames(rel string) error {
 		}
 	}
 	return nil
+}
+
+// CheckGoverned applies to rel, a path Rel returned that an agent's permission request
+// names, the rules that keep an agent's own tools off the project's governance: a
+// component ".symbiont" anywhere is refused with ErrAuditStore, a path at or under a
+// protected policies directory with ErrPolicies (both errcode.ProtectedPath). Other hidden
+// names (.git, .github) are left to the policy: an agent's tools may need them, while
+// symbi's own file access (CheckNames) refuses them all.
+func (w *Workspace) CheckGoverned(rel string) error {
+	for _, c := range strings.Split(rel, "/") {
+		if c == ".symbiont" {
+			return refuse(errcode.ProtectedPath, rel, ErrAuditStore, nil)
+		}
+	}
+	return w.checkPolicies(rel)
 }
 
 // openDir opens the directory made of parts beneath dirfd without following a symbolic
