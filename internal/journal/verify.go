@@ -53,6 +53,8 @@ type Report struct {
 	TailBytes      int       `json:"tail_bytes"` // bytes after the last "\n": an unverified tail
 	RunID          string    `json:"run_id,omitempty"`
 	AgentID        string    `json:"agent_id,omitempty"`
+	Caller         string    `json:"caller,omitempty"`      // the started record's caller, once its line verified
+	CallerAuth     string    `json:"caller_auth,omitempty"` // and how it was authenticated
 	TerminalReason string    `json:"terminal_reason,omitempty"`
 	Released       bool      `json:"released"`
 	Problems       []Problem `json:"problems"`
@@ -596,6 +598,8 @@ func checkEnvelope(r *Report, n, seq int, e *entry, prev string, opts VerifyOpti
 		r.RunID, r.AgentID = e.runID, e.agentID
 		if e.typ != TypeStarted {
 			r.problem(n, "first record is %q, want started", e.typ)
+		} else {
+			r.Caller, r.CallerAuth = startedCaller(e.data)
 		}
 	} else {
 		if e.runID != r.RunID {
@@ -611,6 +615,18 @@ func checkEnvelope(r *Report, n, seq int, e *entry, prev string, opts VerifyOpti
 	if opts.RunID != "" && e.runID != opts.RunID {
 		r.problem(n, "run_id %q is not the expected %q", e.runID, opts.RunID)
 	}
+}
+
+// startedCaller reads the optional caller and caller_auth strings of a started record's
+// data, by their exact names ("" when absent or not strings).
+func startedCaller(data json.RawMessage) (caller, auth string) {
+	d, _, err := objectMembers(data)
+	if err != nil {
+		return "", ""
+	}
+	jsonString(d["caller"], &caller)
+	jsonString(d["caller_auth"], &auth)
+	return caller, auth
 }
 
 // VerifyDir verifies every *.jsonl file directly in dir with the same key, using one worker

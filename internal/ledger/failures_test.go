@@ -353,3 +353,38 @@ func TestReadDurable(t *testing.T) {
 		t.Fatal("read the ledger through a symlink")
 	}
 }
+
+// TestRecoveredNamesCaller: a recovered entry names the run's caller as its journal's
+// started record does — only when that line verifies.
+func TestRecoveredNamesCaller(t *testing.T) {
+	p := newProjectRuns(t, 0)
+	store := p.store(t)
+	for _, id := range []string{"kept", "tampered"} {
+		w, err := store.Create("agent", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Append(journal.Started{Agent: "a", Caller: "alice", CallerAuth: "token"}); err != nil {
+			t.Fatal(err)
+		}
+		w.Sync()
+		w.Close()
+	}
+	path := filepath.Join(p.gov, journal.FileName("agent", "tampered"))
+	b, _ := os.ReadFile(path)
+	os.WriteFile(path, bytes.Replace(b, []byte(`"alice"`), []byte(`"mallory"`), 1), 0o600)
+	rec, err := Reconcile(p.lw, p.gov, p.pub)
+	if err != nil || len(rec) != 2 {
+		t.Fatalf("reconciled %+v, %v", rec, err)
+	}
+	got := map[string]Recovered{}
+	for _, r := range rec {
+		got[r.RunID] = r
+	}
+	if r := got["kept"]; r.Caller != "alice" || r.CallerAuth != "token" {
+		t.Errorf("kept: %+v, want caller alice (token)", r)
+	}
+	if r := got["tampered"]; r.Caller != "" || r.State != journal.StatusInvalid {
+		t.Errorf("tampered: %+v, want no caller, invalid", r)
+	}
+}

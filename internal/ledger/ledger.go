@@ -114,6 +114,10 @@ type Recovered struct {
 	State   string `json:"state"` // complete, incomplete or invalid
 	Records int64  `json:"records"`
 	Head    string `json:"head"`
+	// Caller and CallerAuth are the run's caller as its started record names it, when
+	// that line verified ("" otherwise: no caller is guessed).
+	Caller     string `json:"caller,omitempty"`
+	CallerAuth string `json:"caller_auth,omitempty"`
 }
 
 // Pruned is appended before a journal is deliberately removed (symbi audit prune).

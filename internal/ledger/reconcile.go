@@ -49,7 +49,8 @@ func Reconcile(w *Writer, gov string, pub ed25519.PublicKey) ([]Recovered, error
 		if runID == "" || w.Knows(runID) {
 			continue
 		}
-		rec := Recovered{RunID: runID, AgentID: agentID, File: base, State: rep.Status, Records: int64(rep.Records), Head: rep.Head}
+		rec := Recovered{RunID: runID, AgentID: agentID, File: base, State: rep.Status, Records: int64(rep.Records), Head: rep.Head,
+			Caller: rep.Caller, CallerAuth: rep.CallerAuth}
 		if _, err := w.Append(rec); errors.Is(err, ErrKnown) {
 			continue // another server recorded it since this one opened the ledger
 		} else if err != nil {
