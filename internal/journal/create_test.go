@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestCreateOpening: the opening records given to Create are written after the file, in
@@ -158,4 +160,37 @@ func childOpening(dir string) int {
 	out, _ := json.Marshal(map[string]any{"Opening": errors.Is(err, ErrOpening), "Kept": errors.Is(err, ErrOpeningKept), "Err": err.Error()})
 	fmt.Println(string(out))
 	return 0
+}
+
+// TestCreateHoldsScanLock: between creating a journal and locking it, Create holds the
+// governed directory's scan lock, so a reconciliation (LockScan, exclusive) never sees a
+// journal created but not yet held by its writer; the lock is released when Create
+// returns.
+func TestCreateHoldsScanLock(t *testing.T) {
+	_, root := newProject(t)
+	s := openStore(t, root)
+	var probed error
+	testCreating = func() {
+		fd, err := unix.Open(s.Dir(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			probed = err
+			return
+		}
+		defer unix.Close(fd)
+		probed = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+	}
+	defer func() { testCreating = nil }()
+	w, err := s.Create(agentID("helper"), "scan-locked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if !errors.Is(probed, unix.EWOULDBLOCK) {
+		t.Fatalf("an exclusive scan lock inside Create's window: %v, want EWOULDBLOCK", probed)
+	}
+	release, err := LockScan(s.Dir())
+	if err != nil {
+		t.Fatalf("the scan lock after Create: %v", err)
+	}
+	release()
 }

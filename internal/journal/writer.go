@@ -101,10 +101,22 @@ func (s *Store) Create(agentID, runID string, first ...Record) (*Writer, error) 
 	if err != nil {
 		return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: duplicate the project descriptor: %w", err)
 	}
-	fd, err := unix.Openat(int(s.dir.Fd()), name, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	// The file is created and locked under the directory's scan lock, shared: a server
+	// reconciling the ledger (ScanLock, exclusive) never finds it created and not yet
+	// locked — an empty journal no writer holds, which it would record as abandoned.
+	release, err := s.scanLock(unix.LOCK_SH)
 	if err != nil {
 		unix.Close(rootFD)
+		return nil, err
+	}
+	fd, err := unix.Openat(int(s.dir.Fd()), name, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		release()
+		unix.Close(rootFD)
 		return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: create %s: %w", path, err)
+	}
+	if testCreating != nil {
+		testCreating()
 	}
 	f := os.NewFile(uintptr(fd), path)
 	// undo removes the file just created, empty, when it cannot become a journal.
@@ -116,7 +128,10 @@ func (s *Store) Create(agentID, runID string, first ...Record) (*Writer, error) 
 	}
 	// The writer holds a lock on its file for its lifetime: another process reconciling
 	// the project's ledger leaves a journal still being written alone (InProgress).
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	// Blocking: the file is new, so only a passing probe (InProgress) can hold it.
+	err = unix.Flock(fd, unix.LOCK_EX)
+	release()
+	if err != nil {
 		return undo("journal: lock %s: %w", path, err)
 	}
 	if err := f.Sync(); err != nil {
@@ -148,6 +163,42 @@ func (s *Store) Create(agentID, runID string, first ...Record) (*Writer, error) 
 		return nil, fmt.Errorf("%w: %w", ErrOpening, err)
 	}
 	return w, nil
+}
+
+// testCreating, set by tests, runs inside Create between the file's creation and its lock.
+var testCreating func()
+
+// scanLock takes the governed directory's scan lock (how: unix.LOCK_SH or LOCK_EX) on a
+// descriptor of its own, so that concurrent holders in one process do not share it, and
+// returns its release.
+func (s *Store) scanLock(how int) (release func(), err error) {
+	fd, err := unix.Openat(int(s.dir.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		if err = unix.Flock(fd, how); err != nil {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: lock the directory %s: %w", s.path, err)
+	}
+	return func() { unix.Close(fd) }, nil
+}
+
+// LockScan takes the scan lock of the governed directory dir exclusively, for a
+// reconciliation deciding whether a journal no writer holds is abandoned: while it is
+// held no journal is between its creation and its writer's lock (Create holds the lock
+// shared there). The caller calls release.
+func LockScan(dir string) (release func(), err error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == nil {
+		if err = unix.Flock(fd, unix.LOCK_EX); err != nil {
+			unix.Close(fd)
+		}
+	}
+	if err != nil {
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: lock the directory %s: %w", dir, err)
+	}
+	return func() { unix.Close(fd) }, nil
 }
 
 // ErrOpening wraps the error of a run's opening records that Create could not write; the

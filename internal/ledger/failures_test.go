@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"symbi/internal/journal"
 )
 
@@ -387,4 +389,35 @@ func TestRecoveredNamesCaller(t *testing.T) {
 	if r := got["tampered"]; r.Caller != "" || r.State != journal.StatusInvalid {
 		t.Errorf("tampered: %+v, want no caller, invalid", r)
 	}
+}
+
+// TestReconcileHoldsScanLock: reconciliation decides on a journal no writer holds under
+// the governed directory's scan lock, exclusively: no journal can then be between its
+// creation and its writer's lock (journal.Store.Create holds the lock shared there).
+func TestReconcileHoldsScanLock(t *testing.T) {
+	p := newProjectRuns(t, 0)
+	p.addRun(t, p.store(t), "orphan", false)
+	var probed error
+	testRecovering = func() {
+		fd, err := unix.Open(p.gov, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			probed = err
+			return
+		}
+		defer unix.Close(fd)
+		probed = unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB)
+	}
+	defer func() { testRecovering = nil }()
+	if rec, err := Reconcile(p.lw, p.gov, p.pub); err != nil || len(rec) != 1 {
+		t.Fatalf("reconciled %+v, %v", rec, err)
+	}
+	if !errors.Is(probed, unix.EWOULDBLOCK) {
+		t.Fatalf("a shared scan lock while reconciliation decides: %v, want EWOULDBLOCK", probed)
+	}
+	// Released: a run can be created.
+	w, err := p.store(t).Create("agent", "after")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
 }

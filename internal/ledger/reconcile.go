@@ -21,7 +21,8 @@ import (
 // found (state complete, incomplete or invalid; records and head). Journals the ledger
 // knows (by the run id in their name) are not read, so start-up does not grow with the
 // history; a journal another server is still writing (its writer holds a lock on it) is
-// left to that server. Journals are never rewritten. It returns the entries appended.
+// left to that server, and one being created is waited for (journal.LockScan). Journals
+// are never rewritten. It returns the entries appended.
 func Reconcile(w *Writer, gov string, pub ed25519.PublicKey) ([]Recovered, error) {
 	ents, err := os.ReadDir(gov)
 	if err != nil {
@@ -38,27 +39,52 @@ func Reconcile(w *Writer, gov string, pub ed25519.PublicKey) ([]Recovered, error
 		if runID != "" && w.Knows(runID) {
 			continue
 		}
-		path := filepath.Join(gov, base)
-		if journal.InProgress(path) {
-			continue
-		}
-		rep := journal.Verify(path, pub, journal.VerifyOptions{})
-		if rep.RunID != "" {
-			runID, agentID = rep.RunID, rep.AgentID
-		}
-		if runID == "" || w.Knows(runID) {
-			continue
-		}
-		rec := Recovered{RunID: runID, AgentID: agentID, File: base, State: rep.Status, Records: int64(rep.Records), Head: rep.Head,
-			Caller: rep.Caller, CallerAuth: rep.CallerAuth}
-		if _, err := w.Append(rec); errors.Is(err, ErrKnown) {
-			continue // another server recorded it since this one opened the ledger
-		} else if err != nil {
+		rec, err := recoverJournal(w, gov, base, agentID, runID, pub)
+		if err != nil {
 			return out, err
 		}
-		out = append(out, rec)
+		if rec != nil {
+			out = append(out, *rec)
+		}
 	}
 	return out, nil
+}
+
+// testRecovering, set by tests, runs while recoverJournal holds the scan lock.
+var testRecovering func()
+
+// recoverJournal appends the recovered entry of the journal base when no writer holds it
+// and the ledger has no entry for its run; nil when it appended none. It decides under the
+// governed directory's scan lock: no journal is then between its creation and its
+// writer's lock, which would look abandoned.
+func recoverJournal(w *Writer, gov, base, agentID, runID string, pub ed25519.PublicKey) (*Recovered, error) {
+	release, err := journal.LockScan(gov)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if testRecovering != nil {
+		testRecovering()
+	}
+	path := filepath.Join(gov, base)
+	if journal.InProgress(path) {
+		return nil, nil
+	}
+	rep := journal.Verify(path, pub, journal.VerifyOptions{})
+	if rep.RunID != "" {
+		runID, agentID = rep.RunID, rep.AgentID
+	}
+	if runID == "" || w.Knows(runID) {
+		return nil, nil
+	}
+	rec := Recovered{RunID: runID, AgentID: agentID, File: base, State: rep.Status, Records: int64(rep.Records), Head: rep.Head,
+		Caller: rep.Caller, CallerAuth: rep.CallerAuth}
+	if _, err := w.Append(rec); errors.Is(err, ErrKnown) {
+		return nil, nil // another server recorded it since this one opened the ledger
+	} else if err != nil {
+		return nil, err
+	}
+	return &rec, nil
 }
 
 // OpenProject opens the project's governed store (creating it and the key when absent;
