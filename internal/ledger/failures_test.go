@@ -421,3 +421,29 @@ func TestReconcileHoldsScanLock(t *testing.T) {
 	}
 	w.Close()
 }
+
+// TestOfferAfterAnotherServer: a server that opened the ledger before another recorded an
+// orphan journal does not resume that journal's run: it takes in the other's lines first.
+func TestOfferAfterAnotherServer(t *testing.T) {
+	p := newProjectRuns(t, 0) // p.lw is the other server
+	store := p.store(t)
+	p.addRun(t, store, "orphan", false)
+	a, err := Open(p.root(t), store.SigningKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if rec, err := Reconcile(p.lw, p.gov, p.pub); err != nil || len(rec) != 1 {
+		t.Fatalf("the other server reconciled %+v, %v", rec, err)
+	}
+	var offered []string
+	if err := offer(a, store, func(_ *journal.Store, name string) { offered = append(offered, name) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(offered) != 0 {
+		t.Fatalf("offered %v for resuming, which the other server recorded", offered)
+	}
+	if !a.Knows("orphan") {
+		t.Fatal("the writer does not know the run after taking in the other's lines")
+	}
+}

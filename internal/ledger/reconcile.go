@@ -215,7 +215,10 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 }
 
 // offer calls resume for each journal of the governed directory that the ledger has no
-// entry for and no writer holds.
+// entry for and no writer holds. It decides on each under the directory's scan lock,
+// having taken in the lines other servers appended, and resume takes the journal's lock
+// before it returns: a server reconciling meanwhile finds the journal held, and one that
+// recorded it first is seen — never a run resumed and recovered both.
 func offer(w *Writer, store *journal.Store, resume func(store *journal.Store, name string)) error {
 	ents, err := os.ReadDir(store.Dir())
 	if err != nil {
@@ -225,10 +228,28 @@ func offer(w *Writer, store *journal.Store, resume func(store *journal.Store, na
 		base := ent.Name()
 		ids, ok := strings.CutSuffix(base, ".jsonl")
 		_, runID, _ := strings.Cut(ids, ".")
-		if !ok || runID == "" || w.Knows(runID) || journal.InProgress(filepath.Join(store.Dir(), base)) {
+		if !ok || runID == "" || w.Knows(runID) {
 			continue
 		}
-		resume(store, base)
+		if err := offerOne(w, store, base, runID, resume); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+func offerOne(w *Writer, store *journal.Store, base, runID string, resume func(store *journal.Store, name string)) error {
+	release, err := journal.LockScan(store.Dir())
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := w.Refresh(); err != nil {
+		return err
+	}
+	if w.Knows(runID) || journal.InProgress(filepath.Join(store.Dir(), base)) {
+		return nil
+	}
+	resume(store, base)
 	return nil
 }

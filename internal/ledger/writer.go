@@ -347,6 +347,27 @@ func (w *Writer) checkReachable() error {
 	return nil
 }
 
+// Refresh takes in, verified, the lines other processes appended since this writer last
+// read the ledger (Knows then answers for them too). A failure stops the writer.
+func (w *Writer) Refresh() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failed != nil {
+		return errcode.Errorf(errcode.AuditUnavailable, "%w (first failure: %w)", ErrStopped, w.failed)
+	}
+	if err := w.lock(); err != nil {
+		return errcode.Wrap(errcode.AuditUnavailable, err)
+	}
+	defer w.unlock()
+	if err := w.catchUp(); err != nil {
+		w.failed = err
+		w.cond.Broadcast()
+		return errcode.Wrap(errcode.AuditUnavailable, err)
+	}
+	w.floor = max(w.floor, w.size)
+	return nil
+}
+
 // line signs r as the next line.
 func (w *Writer) line(r Record) ([]byte, error) {
 	var buf bytes.Buffer
