@@ -447,3 +447,60 @@ func TestOfferAfterAnotherServer(t *testing.T) {
 		t.Fatal("the writer does not know the run after taking in the other's lines")
 	}
 }
+
+// TestWriterFsyncFailsGroup: lines of several appends waiting on one fsync that fails are
+// all cut off again — each append's catch-up raises the floor only past another
+// process's lines, never past this writer's own.
+func TestWriterFsyncFailsGroup(t *testing.T) {
+	p := newProjectRuns(t, 1)
+	before := fileSize(t, p.ledgerPath())
+	fail := errors.New("injected EIO")
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	p.lw.sync = func() error {
+		select {
+		case entered <- struct{}{}:
+			<-release // the first fsync waits until the second line is written
+		default:
+		}
+		return fail
+	}
+	done := make(chan error, 2)
+	go func() {
+		_, err := p.lw.Append(Resolution{RunID: "run-0", Resolution: "accepted", Caller: "stdio"})
+		done <- err
+	}()
+	<-entered
+	size := fileSize(t, p.ledgerPath())
+	go func() {
+		_, err := p.lw.Append(Resolution{RunID: "run-0", Resolution: "rejected", Caller: "stdio"})
+		done <- err
+	}()
+	for fileSize(t, p.ledgerPath()) == size { // the second line written: it waits on the fsync
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	for range 2 {
+		if err := <-done; !errors.Is(err, fail) {
+			t.Errorf("an append whose fsync failed: %v", err)
+		}
+	}
+	if got := fileSize(t, p.ledgerPath()); got != before {
+		t.Fatalf("the ledger is %d bytes, was %d: lines whose fsync failed stayed", got, before)
+	}
+}
+
+// TestWriterKeepsDurableLines: a line whose fsync succeeded stays when the check after it
+// fails (the ledger hard-linked elsewhere): a checkpoint may have signed it.
+func TestWriterKeepsDurableLines(t *testing.T) {
+	p := newProjectRuns(t, 1)
+	if err := os.Link(p.ledgerPath(), filepath.Join(p.dir, "copy.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	before := fileSize(t, p.ledgerPath())
+	if _, err := p.lw.Append(Resolution{RunID: "run-0", Resolution: "accepted", Caller: "stdio"}); err == nil {
+		t.Fatal("an append to a hard-linked ledger succeeded")
+	}
+	if got := fileSize(t, p.ledgerPath()); got <= before {
+		t.Fatalf("the durable line was cut: %d bytes, was %d", got, before)
+	}
+}

@@ -25,8 +25,8 @@ import (
 // while an fsync is in flight are made durable together by the next one. After each fsync
 // it checks that its file is still the project's ledger (one link, the file at
 // .symbiont/ledger.jsonl found from the project without following links). After one
-// failed write, fsync or check it refuses every later append; after a failed fsync or
-// check it also removes, where it can, its lines no fsync covered (retract).
+// failed write, fsync or check it refuses every later append; after a failed fsync it
+// also removes, where it can, its lines no fsync covered (retract).
 type Writer struct {
 	mu   sync.Mutex
 	cond *sync.Cond
@@ -226,13 +226,16 @@ func (w *Writer) Append(r Record) (Entry, error) {
 	if err := w.lock(); err != nil {
 		return Entry{}, errcode.Wrap(errcode.AuditUnavailable, err)
 	}
+	before := w.size
 	if err := w.catchUp(); err != nil {
 		w.unlock()
 		w.failed = err
 		w.cond.Broadcast()
 		return Entry{}, errcode.Wrap(errcode.AuditUnavailable, err)
 	}
-	w.floor = max(w.floor, w.size) // the lines taken in are another process's
+	if w.size != before {
+		w.floor = w.size // another process appended, after this writer's lines too
+	}
 	// Reconciliation decided on a recovered entry from what this writer had read; another
 	// server may have recorded the run since (taken in just now).
 	if rec, ok := r.(Recovered); ok && w.known[rec.RunID] {
@@ -275,7 +278,8 @@ func (w *Writer) Append(r Record) (Entry, error) {
 		target, targetSize := w.seq, w.size
 		w.mu.Unlock()
 		err := w.sync()
-		if err != nil {
+		synced := err == nil
+		if !synced {
 			err = fmt.Errorf("fsync: %w", err)
 		} else {
 			err = w.checkReachable()
@@ -287,7 +291,12 @@ func (w *Writer) Append(r Record) (Entry, error) {
 			if w.failed == nil {
 				w.failed = err
 			}
-			w.retract()
+			if !synced {
+				// Lines an fsync made durable are never cut (a checkpoint may have
+				// signed them); lines whose fsync failed are not, and their runs are
+				// told so.
+				w.retract()
+			}
 		} else if target > w.synced {
 			w.synced, w.floor = target, max(w.floor, targetSize)
 		}
@@ -299,7 +308,7 @@ func (w *Writer) Append(r Record) (Entry, error) {
 	return e, nil
 }
 
-// retract, after a failed fsync or check, cuts off this writer's lines no fsync covered,
+// retract, after a failed fsync, cuts off this writer's lines no fsync covered,
 // when no other process has appended after them: their runs are told the ledger failed
 // and their journals end audit_failed, so the lines must not stay as if recorded — a run
 // without an entry gets a recovered one, as found, at the next start-up. Best effort,
@@ -359,12 +368,15 @@ func (w *Writer) Refresh() error {
 		return errcode.Wrap(errcode.AuditUnavailable, err)
 	}
 	defer w.unlock()
+	before := w.size
 	if err := w.catchUp(); err != nil {
 		w.failed = err
 		w.cond.Broadcast()
 		return errcode.Wrap(errcode.AuditUnavailable, err)
 	}
-	w.floor = max(w.floor, w.size)
+	if w.size != before {
+		w.floor = w.size // another process appended, after this writer's lines too
+	}
 	return nil
 }
 
