@@ -49,7 +49,7 @@ func (h *httpFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&h.jwksAllowInsecure, "auth-jwks-allow-insecure", false, "with --auth-jwks: allow an http:// JWKS URL")
 	fs.IntVar(&h.maxPerCaller, "max-runs-per-caller", 0, "`N` runs in flight at most per caller; a call beyond it fails with busy (0: only --max-runs)")
 	fs.IntVar(&h.maxSessions, "max-sessions", mcpserver.DefaultMaxSessions, "with --http: `N` sessions open at most in all; a client opening one more gets busy (HTTP 503)")
-	fs.IntVar(&h.maxSessionsCaller, "max-sessions-per-caller", mcpserver.DefaultMaxSessionsPerCaller, "with --http: `N` sessions open at most per caller; one more closes the caller's least recently used session")
+	fs.IntVar(&h.maxSessionsCaller, "max-sessions-per-caller", mcpserver.DefaultMaxSessionsPerCaller, "with --http: `N` sessions open at most per caller; one more closes the caller's least recently used idle session (busy, HTTP 429, when none is idle)")
 	fs.Float64Var(&h.rate, "rate", 0, "`N` requests a second at most per caller (tool calls, resource reads), bursts of one second's worth; beyond it rate_limited (0: no limit)")
 }
 

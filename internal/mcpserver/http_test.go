@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,69 +70,72 @@ func TestAuthenticatedWithoutToken(t *testing.T) {
 }
 
 // TestHTTPSessionCaps: the HTTP server keeps at most MaxSessionsPerCaller sessions of one
-// caller — one more closes the caller's least recently used session, whose next request
-// then fails — and at most MaxSessions in all, past which one more is refused with busy
-// naming the flag (HTTP 503); a session closed by its client frees its place.
+// caller — one more closes the caller's least recently used idle session, whose next
+// request then fails, and is refused (429) when every one has a request in flight — and at
+// most MaxSessions in all, past which one more is refused with busy naming the flag
+// (HTTP 503); a session closed by its client frees its place.
 func TestHTTPSessionCaps(t *testing.T) {
-	newServer := func(t *testing.T, max, perCaller int) (srv *mcp.Server, connect func() (*mcp.ClientSession, error), url string) {
-		srv = mcp.NewServer(&mcp.Implementation{Name: "caps", Version: "1"}, nil)
-		hs := httptest.NewServer(mcpserver.NewHTTPHandler(srv, mcpserver.HTTPOptions{MaxSessions: max, MaxSessionsPerCaller: perCaller, Log: slog.New(slog.DiscardHandler)}))
+	type server struct {
+		srv             *mcp.Server
+		url             string
+		entered         chan struct{} // the tool "hold" was called
+		release         chan struct{} // and answers once this is closed
+		connect         func() (*mcp.ClientSession, error)
+		releaseOnce     sync.Once
+		releaseHeldCall func()
+	}
+	newServer := func(t *testing.T, max, perCaller int) *server {
+		s := &server{entered: make(chan struct{}, 10), release: make(chan struct{})}
+		s.releaseHeldCall = func() { s.releaseOnce.Do(func() { close(s.release) }) }
+		s.srv = mcp.NewServer(&mcp.Implementation{Name: "caps", Version: "1"}, nil)
+		mcp.AddTool(s.srv, &mcp.Tool{Name: "hold"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			s.entered <- struct{}{}
+			select {
+			case <-s.release:
+			case <-ctx.Done():
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "held"}}}, nil, nil
+		})
+		hs := httptest.NewServer(mcpserver.NewHTTPHandler(s.srv, mcpserver.HTTPOptions{MaxSessions: max, MaxSessionsPerCaller: perCaller, Log: slog.New(slog.DiscardHandler)}))
+		s.url = hs.URL + mcpserver.MCPPath
 		var open []*mcp.ClientSession
 		t.Cleanup(func() { // before hs.Close, which waits for the sessions' streams
+			s.releaseHeldCall()
 			for _, cs := range open {
 				cs.Close()
 			}
 			hs.Close()
 		})
-		return srv, func() (*mcp.ClientSession, error) {
-			cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.URL + mcpserver.MCPPath}, nil)
+		s.connect = func() (*mcp.ClientSession, error) {
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: s.url}, nil)
 			if err == nil {
 				open = append(open, cs)
 			}
 			return cs, err
-		}, hs.URL + mcpserver.MCPPath
+		}
+		return s
 	}
-	mustConnect := func(t *testing.T, connect func() (*mcp.ClientSession, error)) *mcp.ClientSession {
+	mustConnect := func(t *testing.T, s *server) *mcp.ClientSession {
 		t.Helper()
-		cs, err := connect()
+		cs, err := s.connect()
 		if err != nil {
 			t.Fatal(err)
 		}
 		return cs
 	}
-	sessions := func(srv *mcp.Server) int {
-		n := 0
-		for range srv.Sessions() {
-			n++
-		}
-		return n
-	}
-	ctx := context.Background()
-
-	t.Run("per caller", func(t *testing.T) {
-		_, connect, _ := newServer(t, 10, 2)
-		a, b := mustConnect(t, connect), mustConnect(t, connect)
-		if err := a.Ping(ctx, nil); err != nil { // a is now used more recently than b
-			t.Fatalf("a: %v", err)
-		}
-		c := mustConnect(t, connect)
-		if err := b.Ping(ctx, nil); err == nil {
-			t.Fatal("the least recently used session still answers after a third opened")
-		}
-		for _, cs := range []*mcp.ClientSession{a, c} {
-			if err := cs.Ping(ctx, nil); err != nil {
-				t.Fatalf("a session kept: %v", err)
+	live := func(s *server, id string) bool {
+		for ss := range s.srv.Sessions() {
+			if ss.ID() == id {
+				return true
 			}
 		}
-	})
-
-	t.Run("in all", func(t *testing.T) {
-		srv, connect, url := newServer(t, 2, 10)
-		a := mustConnect(t, connect)
-		mustConnect(t, connect)
+		return false
+	}
+	initialize := func(t *testing.T, s *server) (int, string) {
+		t.Helper()
 		// The SDK's client reports the status only: the refusal, read raw.
 		init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
-		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(init))
+		req, _ := http.NewRequest(http.MethodPost, s.url, strings.NewReader(init))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		res, err := http.DefaultClient.Do(req)
@@ -140,16 +144,85 @@ func TestHTTPSessionCaps(t *testing.T) {
 		}
 		body, _ := io.ReadAll(res.Body)
 		res.Body.Close()
-		if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), `"message":"busy: `) || !strings.Contains(string(body), "(--max-sessions)") {
-			t.Fatalf("a third session: %s %s; want 503, busy naming --max-sessions", res.Status, body)
+		return res.StatusCode, string(body)
+	}
+	// connectIdle connects once a session to evict is idle: a request is done on the
+	// server just after its answer reached the client, and until then its session is busy
+	// (a new one meanwhile is refused, 429).
+	connectIdle := func(t *testing.T, s *server) *mcp.ClientSession {
+		t.Helper()
+		for {
+			cs, err := s.connect()
+			if err == nil {
+				return cs
+			}
+			if !strings.Contains(err.Error(), "Too Many Requests") {
+				t.Fatal(err)
+			}
+		}
+	}
+	ctx := context.Background()
+	holdOn := func(s *server, cs *mcp.ClientSession) <-chan error {
+		called := make(chan error, 1)
+		go func() {
+			_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "hold"})
+			called <- err
+		}()
+		<-s.entered // the call is in flight on the server
+		return called
+	}
+
+	t.Run("per caller", func(t *testing.T) {
+		s := newServer(t, 10, 2)
+		a, b := mustConnect(t, s), mustConnect(t, s)
+		called := holdOn(s, a) // a: the least recently used from here on, but busy
+		if err := b.Ping(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		c := connectIdle(t, s) // evicts b, the only idle one
+		for live(s, b.ID()) {  // closed asynchronously
+			time.Sleep(time.Millisecond)
+		}
+		if err := b.Ping(ctx, nil); err == nil {
+			t.Fatal("the evicted session still answers")
+		}
+		if err := c.Ping(ctx, nil); err != nil {
+			t.Fatalf("the new session: %v", err)
+		}
+		s.releaseHeldCall()
+		if err := <-called; err != nil {
+			t.Fatalf("the busy session's call: %v", err)
+		}
+	})
+
+	t.Run("every session busy", func(t *testing.T) {
+		s := newServer(t, 10, 1)
+		a := mustConnect(t, s)
+		called := holdOn(s, a)
+		if code, body := initialize(t, s); code != http.StatusTooManyRequests || !strings.Contains(body, `"message":"busy: `) || !strings.Contains(body, "--max-sessions-per-caller") {
+			t.Fatalf("a session while the only one is busy: %d %s; want 429, busy naming --max-sessions-per-caller", code, body)
+		}
+		s.releaseHeldCall()
+		if err := <-called; err != nil {
+			t.Fatalf("the busy session's call: %v", err)
+		}
+		connectIdle(t, s) // a is idle now: it makes room
+	})
+
+	t.Run("in all", func(t *testing.T) {
+		s := newServer(t, 2, 10)
+		a := mustConnect(t, s)
+		mustConnect(t, s)
+		if code, body := initialize(t, s); code != http.StatusServiceUnavailable || !strings.Contains(body, `"message":"busy: `) || !strings.Contains(body, "(--max-sessions)") {
+			t.Fatalf("a third session: %d %s; want 503, busy naming --max-sessions", code, body)
 		}
 		if err := a.Close(); err != nil { // DELETE
 			t.Fatal(err)
 		}
-		for sessions(srv) > 1 { // the server forgets the session once its streams have ended
+		for live(s, a.ID()) { // the server forgets the session once its streams have ended
 			time.Sleep(time.Millisecond)
 		}
-		mustConnect(t, connect)
+		mustConnect(t, s)
 	})
 }
 

@@ -24,10 +24,11 @@ const (
 const sessionHeader = "Mcp-Session-Id"
 
 // sessionCaps bounds the HTTP sessions open at once: at most perCaller sessions of one
-// caller — a caller opening one more has its own least recently used session closed to
-// make room (a client that does not close its sessions, as one-shot clients do not, keeps
-// working; the evicted session's next request is answered 404, on which a client starts a
-// new one) — and at most max in all, past which a request that would open one more is
+// caller — a caller opening one more has its own least recently used idle session (no
+// request in flight) closed to make room, so that a client that does not close its
+// sessions, as one-shot clients do not, keeps working (the evicted session's next request
+// is answered 404, on which a client starts a new one); when none is idle, the new one is
+// refused — and at most max in all, past which a request that would open one more is
 // refused. A session counts from the request that opens it (a POST without a session id:
 // initialize) until it ends: closed by its client (DELETE), by the server after SessionIdle
 // without a request, or evicted. Without the caps one caller could open sessions until the
@@ -40,6 +41,7 @@ type sessionCaps struct {
 	mu      sync.Mutex
 	owner   map[string]string    // session id → caller id
 	used    map[string]time.Time // session id → its latest request
+	busy    map[string]int       // session id → its POSTs in flight (a GET is its stream)
 	pending map[int]string       // sessions being opened → caller id
 	next    int                  // the next pending key
 }
@@ -52,7 +54,7 @@ func newSessionCaps(srv *mcp.Server, max, perCaller int) *sessionCaps {
 		perCaller = DefaultMaxSessionsPerCaller
 	}
 	return &sessionCaps{srv: srv, max: max, perCaller: perCaller, anonymous: auth.Anonymous.ID,
-		owner: map[string]string{}, used: map[string]time.Time{}, pending: map[int]string{}}
+		owner: map[string]string{}, used: map[string]time.Time{}, busy: map[string]int{}, pending: map[int]string{}}
 }
 
 // wrap applies the caps in front of next, the Streamable HTTP handler (behind the token
@@ -61,10 +63,24 @@ func (c *sessionCaps) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id := r.Header.Get(sessionHeader); id != "" || r.Method != http.MethodPost {
 			c.mu.Lock()
-			if _, ok := c.owner[id]; ok {
+			_, owned := c.owner[id]
+			counted := owned && r.Method == http.MethodPost
+			if owned {
 				c.used[id] = time.Now()
 			}
+			if counted {
+				c.busy[id]++
+			}
 			c.mu.Unlock()
+			if counted {
+				defer func() {
+					c.mu.Lock()
+					defer c.mu.Unlock()
+					if c.busy[id]--; c.busy[id] <= 0 {
+						delete(c.busy, id)
+					}
+				}()
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -80,7 +96,8 @@ func (c *sessionCaps) wrap(next http.Handler) http.Handler {
 			return
 		}
 		if evict != nil {
-			evict.Close() // its streams end; the SDK forgets it
+			// Idle, but closing waits for whatever it still serves: not on this request.
+			go evict.Close()
 		}
 		// The body's limit is set here on the server's own writer too (the SDK sets it on
 		// the writer it is given): past it the server must close the connection rather
@@ -145,9 +162,10 @@ func (c *sessionCaps) reserve(caller string) (key int, evict *mcp.ServerSession,
 		case live[id] == nil:
 			delete(c.owner, id) // ended
 			delete(c.used, id)
+			delete(c.busy, id)
 		case by == caller:
 			mine++
-			if oldest == "" || c.used[id].Before(c.used[oldest]) {
+			if c.busy[id] == 0 && (oldest == "" || c.used[id].Before(c.used[oldest])) {
 				oldest = id
 			}
 		}
@@ -165,11 +183,12 @@ func (c *sessionCaps) reserve(caller string) (key int, evict *mcp.ServerSession,
 	case n >= c.max:
 		return 0, nil, http.StatusServiceUnavailable, errcode.Errorf(errcode.Busy, "the server has %d sessions open, the most it keeps (--max-sessions); retry when one ends", n)
 	case mine >= c.perCaller:
-		return 0, nil, http.StatusTooManyRequests, errcode.Errorf(errcode.Busy, "caller %q is opening %d sessions at once, the most one caller may have (--max-sessions-per-caller); retry when one is open", caller, mine)
+		return 0, nil, http.StatusTooManyRequests, errcode.Errorf(errcode.Busy, "caller %q has %d sessions open, each serving a request or being opened, the most one caller may have (--max-sessions-per-caller); retry when one is idle", caller, mine)
 	}
 	if evict != nil {
 		delete(c.owner, oldest)
 		delete(c.used, oldest)
+		delete(c.busy, oldest)
 	}
 	c.next++
 	c.pending[c.next] = caller
