@@ -36,10 +36,17 @@ var privatePrefixes = []struct {
 // checkAddr reports why addr may not be connected to, or nil; privateHint ends the
 // refusal of an address that allowPrivate would permit.
 func checkAddr(addr netip.Addr, allowPrivate bool, privateHint string) error {
-	addr = addr.Unmap()
-	for _, m := range metadataAddrs {
-		if addr == m {
-			return fmt.Errorf("%w: %s is a cloud metadata address", ErrRefusedAddress, addr)
+	// A zone names an interface, not another host: the address is the same without it
+	// (Linux ignores it for addresses that are not link-local).
+	addr = addr.Unmap().WithZone("")
+	for _, a := range append([]netip.Addr{addr}, embedded4(addr)...) {
+		for _, m := range metadataAddrs {
+			switch {
+			case a == m && a == addr:
+				return fmt.Errorf("%w: %s is a cloud metadata address", ErrRefusedAddress, addr)
+			case a == m:
+				return fmt.Errorf("%w: %s embeds %s, a cloud metadata address", ErrRefusedAddress, addr, a)
+			}
 		}
 	}
 	var what string
@@ -74,4 +81,24 @@ func checkAddr(addr netip.Addr, allowPrivate bool, privateHint string) error {
 		return fmt.Errorf("%w: %s is a %s address%s", ErrRefusedAddress, addr, what, hint(privateHint))
 	}
 	return nil
+}
+
+// embedded4 returns the IPv4 addresses an IPv6 address carries for translation or
+// tunnelling — NAT64 (64:ff9b::/96), 6to4 (2002::/16, the four bytes after the prefix),
+// IPv4-compatible (::/96) — which a gateway would reach.
+func embedded4(addr netip.Addr) []netip.Addr {
+	if !addr.Is6() {
+		return nil
+	}
+	b := addr.As16()
+	var out []netip.Addr
+	for _, p := range []netip.Prefix{netip.MustParsePrefix("64:ff9b::/96"), netip.MustParsePrefix("::/96")} {
+		if p.Contains(addr) {
+			out = append(out, netip.AddrFrom4([4]byte(b[12:16])))
+		}
+	}
+	if netip.MustParsePrefix("2002::/16").Contains(addr) {
+		out = append(out, netip.AddrFrom4([4]byte(b[2:6])))
+	}
+	return out
 }

@@ -37,6 +37,13 @@ func TestCheckAddr(t *testing.T) {
 		{"169.254.170.2", "cloud metadata", true},
 		{"168.63.129.16", "cloud metadata", true},
 		{"100.100.100.200", "cloud metadata", true},
+		// A zone does not make another host; translated and tunnelled forms reach the
+		// embedded IPv4 address through a gateway.
+		{"fd00:ec2::254%1", "cloud metadata", true},
+		{"fd00:ec2::254%eth0", "cloud metadata", true},
+		{"64:ff9b::a9fe:a9fe", "embeds 169.254.169.254", true},
+		{"2002:a9fe:a9fe::1", "embeds 169.254.169.254", true},
+		{"::a9fe:a9fe", "embeds 169.254.169.254", true},
 		{"::7f00:1", "IPv4-compatible", false},
 		{"2002:7f00:1::", "6to4", false},
 		{"0.0.0.0", "unspecified", true},
