@@ -163,14 +163,18 @@ func transportError(ctx context.Context, err error) *Error {
 }
 
 // newHTTPClient returns a client that sends each request on a fresh HTTP/1.1 connection
-// (so the transport never retries a request on a reused one) and refuses redirects.
+// (so the transport never retries a request on a reused one), asks for no compression and
+// refuses redirects.
 func newHTTPClient() *http.Client {
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	return &http.Client{
 		Transport: &http.Transport{
-			Proxy:                  http.ProxyFromEnvironment,
-			DisableKeepAlives:      true,
+			Proxy:             http.ProxyFromEnvironment,
+			DisableKeepAlives: true,
+			// No transparent gzip: the body journaled (its SHA-256 and length) and parsed
+			// is exactly the one on the wire.
+			DisableCompression:     true,
 			Protocols:              protocols,
 			TLSHandshakeTimeout:    30 * time.Second,
 			MaxResponseHeaderBytes: 64 << 10,

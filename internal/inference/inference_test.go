@@ -183,6 +183,13 @@ func TestFaults(t *testing.T) {
 		{name: "redirect not followed", reply: loopback.Reply{Status: 307, Location: "/elsewhere", Body: []byte("{}")}, kind: inference.KindStatus, code: errcode.InferenceFailed, status: 307},
 		{name: "malformed json", reply: loopback.Reply{Body: []byte(`{"choices": [`)}, kind: inference.KindMalformed, code: errcode.InferenceFailed, status: 200},
 		{name: "not an object", reply: loopback.Reply{Body: []byte(`null`)}, kind: inference.KindMalformed, code: errcode.InferenceFailed, status: 200},
+		// Read strictly, so that another reader of the same bytes finds the same text.
+		{name: "body not UTF-8", reply: loopback.Reply{Body: []byte("{\"type\":\"message\",\"content\":[{\"type\":\"text\",\"text\":\"hi \xff\"}]}")},
+			openaiBody: "{\"choices\":[{\"message\":{\"content\":\"hi \xff\"}}]}", kind: inference.KindMalformed, code: errcode.InferenceFailed, status: 200, inMessage: []string{"not valid UTF-8"}},
+		{name: "a member name twice", reply: loopback.Reply{Body: []byte(`{"type":"message","content":[{"type":"text","text":"a","text":"b"}]}`)},
+			openaiBody: `{"choices":[{"message":{"content":"a","content":"b"}}]}`, kind: inference.KindMalformed, code: errcode.InferenceFailed, status: 200, inMessage: []string{"duplicate member"}},
+		{name: "a member name in another case", reply: loopback.Reply{Body: []byte(`{"type":"message","CONTENT":[{"type":"text","text":"folded"}]}`)},
+			openaiBody: `{"CHOICES":[{"message":{"content":"folded"}}]}`, kind: inference.KindMalformed, code: errcode.InferenceFailed, status: 200, inMessage: []string{"spelled otherwise"}},
 		{name: "no content", reply: loopback.Reply{Body: []byte(`{"type":"message","content":[],"stop_reason":"max_tokens"}`)}, openaiBody: `{"choices":[{"message":{"role":"assistant","content":null},"finish_reason":"content_filter"}]}`, kind: inference.KindNoContent, code: errcode.InferenceFailed, status: 200},
 		{name: "finish reason over its bound", reply: loopback.Reply{Text: "hi", FinishReason: strings.Repeat("x", 2<<20)}, kind: inference.KindMalformed, code: errcode.InferenceFailed, status: 200,
 			inMessage: []string{"finish reason is 2097152 bytes, more than the 64-byte limit"}},
@@ -292,6 +299,27 @@ func TestDoSendsOnce(t *testing.T) {
 	s.Close()
 	if n := len(s.Requests()); n != 1 {
 		t.Errorf("server got %d requests, want 1", n)
+	}
+}
+
+// TestNoCompression: the client asks for no compression, so the body it journals (hash
+// and length) and parses is the one on the wire, not one the transport decoded.
+func TestNoCompression(t *testing.T) {
+	for _, format := range []string{"openai", "anthropic"} {
+		s := startServer(t)
+		call, err := newProvider(t, format, s).Prepare(conv, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		if _, err := call.Do(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		s.Close()
+		if ae := s.Requests()[0].Header.Get("Accept-Encoding"); strings.Contains(ae, "gzip") {
+			t.Errorf("%s: Accept-Encoding %q", format, ae)
+		}
 	}
 }
 

@@ -6,8 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
+	"strings"
+	"unicode/utf8"
 
 	"symbi/internal/errcode"
+	"symbi/internal/strictjson"
 )
 
 // OpenAI-compatible defaults.
@@ -125,15 +129,51 @@ func parseOpenAI(body []byte) (*Response, error) {
 	return resp, nil
 }
 
-// unmarshalObject decodes a body that must be exactly one JSON object.
+// unmarshalObject decodes a body that must be exactly one JSON object, strictly: valid
+// UTF-8, no member name twice in an object, and the members v reads spelled exactly —
+// encoding/json would let the last of two names win and match a name in any case, so
+// that another reader of the same bytes (an auditor's, from the journal) could find
+// another text than the one judged.
 func unmarshalObject(body []byte, v any) error {
 	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return &Error{Kind: KindMalformed, Err: errors.New("body is not a JSON object")}
 	}
+	if !utf8.Valid(body) {
+		return &Error{Kind: KindMalformed, Err: errors.New("body is not valid UTF-8")}
+	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return &Error{Kind: KindMalformed, Err: err}
 	}
+	if err := strictjson.Check(body, strictjson.Options{Single: true, ExactNames: jsonNames(reflect.TypeOf(v))}); err != nil {
+		return &Error{Kind: KindMalformed, Err: err}
+	}
 	return nil
+}
+
+// jsonNames returns the member names encoding/json reads into t: the json tags of its
+// struct fields, through pointers, slices and nested structs.
+func jsonNames(t reflect.Type) []string {
+	var names []string
+	seen := map[reflect.Type]bool{}
+	var walk func(reflect.Type)
+	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || seen[t] {
+			return
+		}
+		seen[t] = true
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+				names = append(names, name)
+			}
+			walk(f.Type)
+		}
+	}
+	walk(t)
+	return names
 }
 
 func checkUsage(u Usage) error {

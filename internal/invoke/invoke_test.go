@@ -219,6 +219,49 @@ func TestDenyAll(t *testing.T) {
 	verifyComplete(t, ie.Audit)
 }
 
+// TestAgentsMDUnreadable: an AGENTS.md that exists but cannot be read by the project's
+// rules refuses the run before any journal, with its own coded error — the agent never
+// runs without the project's guidance unsaid; without AGENTS.md the run goes on.
+func TestAgentsMDUnreadable(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, dir string)
+		code  errcode.Code
+	}{
+		{"over its limit", func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, "AGENTS.md"), []byte(strings.Repeat("x", project.AgentsMDLimit+1)), 0o644)
+		}, errcode.LimitExceeded},
+		{"a symlink", func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, "elsewhere.md"), []byte("# Guide\n"), 0o644)
+			os.Symlink(filepath.Join(dir, "elsewhere.md"), filepath.Join(dir, "AGENTS.md"))
+		}, errcode.ProtectedPath},
+		{"absent", func(t *testing.T, dir string) {}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, map[string]string{
+				"agents/helper.symbi":    "agent helper {}\n",
+				"policies/respond.cedar": "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n",
+			}, nil)
+			tt.setup(t, f.dir)
+			_, err := f.runner.Invoke(context.Background(), Request{Agent: "helper", Prompt: "hi"}, nil)
+			if tt.code == "" {
+				if err != nil {
+					t.Fatalf("without AGENTS.md: %v", err)
+				}
+				return
+			}
+			var ie *Error
+			if errcode.Of(err) != tt.code || !strings.Contains(err.Error(), "AGENTS.md") || (errors.As(err, &ie) && ie.Audit != nil) {
+				t.Fatalf("err %v, want %s naming AGENTS.md, before any journal", err, tt.code)
+			}
+			if ents, _ := os.ReadDir(filepath.Join(f.dir, ".symbiont", "governed")); len(ents) > 1 { // the key only
+				t.Fatalf("%d files in the governed directory: a journal was created", len(ents))
+			}
+		})
+	}
+}
+
 // Shutdown cancels a run in flight and returns only after its terminated record is durable.
 func TestShutdownTerminatesRuns(t *testing.T) {
 	arrived := make(chan struct{}, 1)

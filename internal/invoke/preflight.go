@@ -67,9 +67,9 @@ func (r *Runner) preflight(req Request) (*prepared, error) {
 	if adm.Timeout > 0 && adm.Timeout < deadline {
 		deadline = adm.Timeout
 	}
-	var guidance string
-	if md, err := r.cfg.Project.AgentsMD(); err == nil {
-		guidance = project.Guidance(md)
+	guidance, err := r.guidance()
+	if err != nil {
+		return nil, err
 	}
 	p.conv = conversation(adm.Agent, adm.Definition, guidance, req.SystemPrompt, req.Prompt)
 	// The request is built now, so that its size is checked before any journal exists.
@@ -109,9 +109,9 @@ func (r *Runner) preflightDelegated(req Request, agent *project.Agent) (*prepare
 	if adm.Timeout > 0 {
 		deadline = adm.Timeout
 	}
-	var guidance string
-	if md, err := r.cfg.Project.AgentsMD(); err == nil {
-		guidance = project.Guidance(md)
+	guidance, err := r.guidance()
+	if err != nil {
+		return nil, err
 	}
 	p := &prepared{req: req, agent: agent, name: adm.Agent, agentID: policy.AgentID(adm.Agent)}
 	p.conv = inference.Conversation{} // nothing goes to a model
@@ -156,4 +156,19 @@ func conversation(name string, definition []byte, guidance, systemPrompt, prompt
 	}
 	c.Instructions = strings.Join(parts, "\n\n")
 	return c
+}
+
+// guidance returns the project's guidance for its agents (AGENTS.md's generated section;
+// "" without AGENTS.md, or without the section). An AGENTS.md that exists but cannot be
+// read by the project's rules (over its limit, a link, not UTF-8) refuses the run with
+// its coded error: the agent would otherwise run without the project's rules, unsaid.
+func (r *Runner) guidance() (string, error) {
+	md, err := r.cfg.Project.AgentsMD()
+	switch {
+	case errcode.Of(err) == errcode.NotFound:
+		return "", nil
+	case err != nil:
+		return "", errcode.Errorf(errcode.Of(err), "AGENTS.md cannot be read, so the project's guidance cannot reach the agent: %w", err)
+	}
+	return project.Guidance(md), nil
 }

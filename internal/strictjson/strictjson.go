@@ -20,6 +20,21 @@ import (
 type Options struct {
 	IntegersOnly bool // refuse a number with a fraction or an exponent
 	Single       bool // refuse anything after the first value
+	// ExactNames are member names that must be spelled exactly: a member name equal to
+	// one of them under Unicode case folding (as encoding/json matches struct fields) but
+	// spelled otherwise is refused (*CaseError), so that a reader that does not fold case
+	// finds the same members.
+	ExactNames []string
+}
+
+// CaseError is a member name that matches a name of Options.ExactNames only by case.
+type CaseError struct {
+	Name, Want string
+	Path       string // the object, as DuplicateError's
+}
+
+func (e *CaseError) Error() string {
+	return fmt.Sprintf("member %q in the object at %s is %q spelled otherwise", e.Name, e.Path, e.Want)
 }
 
 // DuplicateError is a member name given twice in one object.
@@ -39,7 +54,8 @@ var ErrFloat = errors.New("floating-point number")
 var ErrTrailing = errors.New("data after the JSON value")
 
 // Check walks the JSON text data (already valid JSON) and returns the first problem: a
-// *DuplicateError, an error wrapping ErrFloat, ErrTrailing, or a decoding error.
+// *DuplicateError, a *CaseError, an error wrapping ErrFloat, ErrTrailing, or a decoding
+// error.
 func Check(data []byte, opts Options) error {
 	type frame struct {
 		members map[string]bool // nil for an array
@@ -92,6 +108,11 @@ func Check(data []byte, opts Options) error {
 			k := tok.(string)
 			if top.members[k] {
 				return &DuplicateError{Name: k, Path: path()}
+			}
+			for _, n := range opts.ExactNames {
+				if k != n && strings.EqualFold(k, n) {
+					return &CaseError{Name: k, Want: n, Path: path()}
+				}
 			}
 			top.members[k], top.wantKey, top.key = true, false, k
 			continue
