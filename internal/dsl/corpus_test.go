@@ -215,6 +215,7 @@ func TestLimits(t *testing.T) {
 		{"100000 unclosed braces", []byte(strings.Repeat("{", 100000)), dsl.ErrNesting, errcode.InvalidRequest, "1:257"},
 		{"lambda chain", []byte("function f() { let x = " + strings.Repeat("x => ", 100000) + "1; }"), dsl.ErrNesting, errcode.InvalidRequest, "1:5141"},
 		{"generic chain", []byte("type T = " + strings.Repeat("A<", 100000)), dsl.ErrNesting, errcode.InvalidRequest, "1:2059"},
+		{"if chain", []byte("agent a { policy p { allow: " + strings.Repeat("if ", 300000) + "}}"), dsl.ErrNesting, errcode.InvalidRequest, "1:3095"},
 		{"prefix operators", []byte("function f() { let x = " + strings.Repeat("!-", 50000) + "1; }"), nil, "", ""},
 	}
 	tests[1].src = append([]byte("agent a {}\n"), bytes.Repeat([]byte("#"), dsl.MaxSourceBytes-11)...)

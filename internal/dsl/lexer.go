@@ -200,6 +200,18 @@ func (s *scanner) run() error {
 				s.emit(tokVault, p)
 				continue
 			}
+			// An if in an expression (its condition may be another if) nests the
+			// recursive parse as => and < do; one that begins a statement or continues an
+			// else does not.
+			if s.text[p.Offset:s.off] == "if" && s.n > 0 {
+				switch s.tok.Value {
+				case "{", "}", ";", "else":
+				default:
+					if err := s.deepen(p); err != nil {
+						return err
+					}
+				}
+			}
 			s.emit(tokIdent, p)
 		case isDigit(c):
 			s.number()
