@@ -58,17 +58,18 @@ type Options struct {
 
 // refusal is returned by a rule check that refuses.
 type refusal struct {
-	rule string
-	pos  lexer.Position
-	msg  string
+	rule   string
+	pos    lexer.Position
+	format string // the message, formatted only if listed (apply lists MaxReasons)
+	args   []any
 }
 
 func refuse(rule string, pos lexer.Position, format string, args ...any) *refusal {
-	return &refusal{rule: rule, pos: pos, msg: fmt.Sprintf(format, args...)}
+	return &refusal{rule: rule, pos: pos, format: format, args: args}
 }
 
 func (r *refusal) String() string {
-	return fmt.Sprintf("%s at %d:%d: %s", r.rule, r.pos.Line, r.pos.Column, r.msg)
+	return fmt.Sprintf("%s at %d:%d: %s", r.rule, r.pos.Line, r.pos.Column, fmt.Sprintf(r.format, r.args...))
 }
 
 // MaxReasons bounds the refusals an Admission lists; past it, one last entry counts the

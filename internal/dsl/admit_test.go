@@ -317,3 +317,27 @@ func TestAdmitDelegated(t *testing.T) {
 		t.Fatalf("orga: %+v", a)
 	}
 }
+
+// TestAnalyzeManyAgents: Analyze gives an admission verdict for the first
+// MaxAdmissionViews agents of a file — each verdict reads the whole file — and says so of
+// the others, which the registry would still admit one file at a time.
+func TestAnalyzeManyAgents(t *testing.T) {
+	var src strings.Builder
+	n := dsl.MaxAdmissionViews + 4
+	for i := range n {
+		fmt.Fprintf(&src, "agent a%d { capabilities = [\"answer\"] }\n", i)
+	}
+	r := dsl.Analyze("many.symbi", []byte(src.String()))
+	if len(r.Agents) != n {
+		t.Fatalf("%d agents, want %d", len(r.Agents), n)
+	}
+	for i, a := range r.Agents {
+		evaluated := !strings.Contains(a.Refusal, "not evaluated")
+		if evaluated != (i < dsl.MaxAdmissionViews) {
+			t.Errorf("agent %d: refusal %q; evaluated %v", i, a.Refusal, evaluated)
+		}
+		if i < dsl.MaxAdmissionViews && !a.Admitted {
+			t.Errorf("agent %d: refused %q", i, a.Refusal)
+		}
+	}
+}

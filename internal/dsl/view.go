@@ -2,6 +2,7 @@ package dsl
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 )
 
@@ -156,7 +157,7 @@ func Analyze(name string, src []byte) *Result {
 				}
 			}
 		case it.Agent != nil:
-			r.Agents = append(r.Agents, f.agentView(it.Agent))
+			r.Agents = append(r.Agents, f.agentView(it.Agent, len(r.Agents) < MaxAdmissionViews))
 		case it.Policy != nil:
 			r.Policies = append(r.Policies, f.policyView(it.Policy))
 		case it.Type != nil:
@@ -201,7 +202,13 @@ func nested(items []*NestedItem, settings, sub map[string]any) {
 	}
 }
 
-func (f *File) agentView(a *Agent) AgentView {
+// MaxAdmissionViews bounds the agents of one file that Analyze gives an admission verdict:
+// each verdict reads the whole file, so a file of many agents would cost their square.
+// The agents after them are shown with a refusal saying so ("selection"); the registry
+// admits each file once, for the agent its name selects, and is not bounded by it.
+const MaxAdmissionViews = 16
+
+func (f *File) agentView(a *Agent, admit bool) AgentView {
 	v := AgentView{Name: a.Name, Line: a.Pos.Line, Column: a.Pos.Column, Params: params(a.Params),
 		Capabilities: []any{}, Policies: []PolicyView{}, With: []WithView{}, Functions: []FunctionView{}}
 	if a.Returns != nil {
@@ -230,6 +237,11 @@ func (f *File) agentView(a *Agent) AgentView {
 			}
 			v.With = append(v.With, w)
 		}
+	}
+	if !admit {
+		v.Refusal = fmt.Sprintf("selection at %d:%d: not evaluated: a verdict is given for the first %d agents of a file only; register this agent in a file of its own (agents/%s.symbi) for its own", a.Pos.Line, a.Pos.Column, MaxAdmissionViews, a.Name)
+		v.Refusals = []string{v.Refusal}
+		return v
 	}
 	ad := Admit(f, a.Name)
 	v.Admitted, v.Refusal, v.Refusals = ad.Admitted, ad.Reason, ad.Reasons
