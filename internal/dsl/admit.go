@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/alecthomas/participle/v2/lexer"
 )
@@ -355,7 +356,9 @@ func withRule(_ *File, ag *Agent, a *Admission) []*refusal {
 				}
 				sandbox = s
 				v, ok := word(s.Value)
-				if !ok || !sandboxes[strings.ToLower(v)] {
+				// Case-insensitive in ASCII only: strings.ToLower would also take a
+				// lookalike (a Kelvin sign for the k of "docker").
+				if !ok || strings.IndexFunc(v, func(r rune) bool { return r >= utf8.RuneSelf }) >= 0 || !sandboxes[strings.ToLower(v)] {
 					rs = append(rs, refuse("rule 5", s.Pos, "sandbox %s is not one of docker|tier1, gvisor|tier2, firecracker|tier3, e2b", settingText(s)))
 					continue
 				}

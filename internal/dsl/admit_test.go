@@ -71,6 +71,7 @@ func TestAdmission(t *testing.T) {
 		{"with setting", "a", "agent a { with memory = \"1Gi\" {} }", "rule 5", `rule 5 at 1:16: with setting "memory" is not allowed (only sandbox and timeout)`},
 		{"with body", "a", "agent a { with timeout = 5s {\n  run();\n} }", "rule 5", `rule 5 at 2:3: with block body must be empty`},
 		{"sandbox unknown", "a", "agent a { with sandbox = \"chroot\" {} }", "rule 5", `rule 5 at 1:16: sandbox "chroot" is not one of docker|tier1, gvisor|tier2, firecracker|tier3, e2b`},
+		{"sandbox lookalike", "a", "agent a { with sandbox = \"doc\u212Aer\" {} }", "rule 5", "rule 5 at 1:16: sandbox \"doc\u212Aer\" is not one of docker|tier1, gvisor|tier2, firecracker|tier3, e2b"},
 		{"sandbox repeated", "a", "agent a { with sandbox = \"docker\" {} with sandbox = \"docker\" {} }", "rule 5", `rule 5 at 1:43: sandbox is set more than once (first at 1:16)`},
 		{"timeout repeated", "a", "agent a { with timeout = 5s, timeout = 6s {} }", "rule 5", `rule 5 at 1:30: timeout is set more than once (first at 1:16)`},
 		{"timeout too long", "a", "agent a { with timeout = 1w {} }", "rule 5", `rule 5 at 1:16: timeout 1w is outside 1s .. 1 day`},

@@ -67,6 +67,8 @@ type Agent struct {
 	// Digests computed once, at registry time: of the whole file and of the selected
 	// declaration's exact bytes (lowercase hex SHA-256).
 	SourceSHA256, DeclarationSHA256 string
+
+	ambiguous bool // its stem is another agent file's too (markAmbiguous)
 }
 
 // Registry is the agent registry snapshot taken by LoadRegistry: the agent files of
@@ -192,7 +194,7 @@ func (p *Project) snapshot(names []string, o dsl.Options, log *slog.Logger) []*A
 		r.agents = append(r.agents, f.agent)
 	}
 	r.agents = append(r.agents, refused...)
-	r.markAmbiguous()
+	r.markAmbiguous(names)
 	sort.SliceStable(r.agents, func(i, j int) bool {
 		a, b := r.agents[i].Entry, r.agents[j].Entry
 		return a.Name < b.Name || a.Name == b.Name && a.File < b.File
@@ -348,14 +350,17 @@ func newAgent(rel, name string, src []byte, o dsl.Options) *Agent {
 		SourceSHA256: digest.SHA256Hex(src), DeclarationSHA256: digest.SHA256Hex(adm.Declaration)}
 }
 
-// markAmbiguous refuses every stem present as more than one file (x.symbi and x.dsl).
-func (r *Registry) markAmbiguous() {
+// markAmbiguous refuses every stem present as more than one file (x.symbi and x.dsl)
+// among names, the agent files found — read or not: a stem whose other file could not be
+// read (a link, too large, past the retention limit) is no less ambiguous.
+func (r *Registry) markAmbiguous(names []string) {
 	files := map[string][]string{}
-	for _, a := range r.agents {
-		files[a.Entry.Name] = append(files[a.Entry.Name], a.Entry.File)
+	for _, n := range names {
+		files[stem(n)] = append(files[stem(n)], agentsDir+"/"+n)
 	}
 	for _, a := range r.agents {
 		if fs := files[a.Entry.Name]; len(fs) > 1 {
+			a.ambiguous = true
 			a.Entry.Invocable, a.Entry.Mode, a.Entry.Executor = false, "", ""
 			a.Entry.Reason = ambiguity(a.Entry.Name, fs)
 			a.Entry.Reasons = append([]string{a.Entry.Reason}, a.Entry.Reasons...)
@@ -412,6 +417,9 @@ func (r *Registry) Resolve(stem string) (*Agent, error) {
 		return nil, errcode.Errorf(errcode.UnknownAgent, "%s", ambiguity(stem, files))
 	}
 	a := found[0]
+	if a.ambiguous { // its other file could not be read, so is not listed
+		return nil, errcode.Errorf(errcode.UnknownAgent, "%s", a.Entry.Reason)
+	}
 	if a.Admission == nil {
 		// Never read (its file name is not printable): nothing to show or invoke.
 		return nil, errcode.Errorf(errcode.RefusedDefinition, "%s: %s", a.Entry.File, a.Entry.Reason)

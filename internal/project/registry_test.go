@@ -159,6 +159,33 @@ func TestRegistrySkipsUnreadable(t *testing.T) {
 	}
 }
 
+// TestRegistryAmbiguousWithUnreadable: a stem present as two files is ambiguous even when
+// one of them cannot be read — the other is not invocable in its place.
+func TestRegistryAmbiguousWithUnreadable(t *testing.T) {
+	for name, setup := range map[string]func(t *testing.T, root string){
+		"a symlink": func(t *testing.T, root string) {
+			writeFile(t, root, "outside.symbi", []byte("agent x {}"))
+			must(t, os.Symlink("../outside.symbi", filepath.Join(root, "agents/x.symbi")))
+		},
+		"too large": func(t *testing.T, root string) {
+			writeFile(t, root, "agents/x.symbi", append([]byte("agent x {}\n//"), bytes.Repeat([]byte("x"), AgentFileLimit)...))
+		},
+		"not UTF-8": func(t *testing.T, root string) {
+			writeFile(t, root, "agents/x.symbi", []byte("agent x {} // caf\xe9"))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			writeFile(t, root, "agents/x.dsl", []byte("agent x {}"))
+			setup(t, root)
+			r, _ := loadRegistry(t, root)
+			if _, err := r.Resolve("x"); errcode.Of(err) != errcode.UnknownAgent || !strings.Contains(err.Error(), "ambiguous") {
+				t.Fatalf("Resolve(x): %v, want unknown_agent: ambiguous", err)
+			}
+		})
+	}
+}
+
 func TestRegistryEntryLimit(t *testing.T) {
 	root := t.TempDir()
 	const files = RegistryMaxEntries + 6
