@@ -268,30 +268,7 @@ func TestWriterFsyncFails(t *testing.T) {
 // waits for its fsync and succeeds: its line is durable, so its run is recorded.
 func TestGroupCommitWaiterOutlivesAnotherFailure(t *testing.T) {
 	p := newProjectRuns(t, 1)
-	release, entered := make(chan struct{}), make(chan struct{}, 1)
-	first := true
-	p.lw.sync = func() error {
-		if first { // the fsync in flight while the others append
-			first = false
-			entered <- struct{}{}
-			<-release
-		}
-		return p.lw.f.Sync()
-	}
-	done := make(chan error, 2)
-	go func() {
-		_, err := p.lw.Append(Resolution{RunID: "run-0", Resolution: "accepted", Caller: "stdio"})
-		done <- err
-	}()
-	<-entered
-	size := fileSize(t, p.ledgerPath())
-	go func() {
-		_, err := p.lw.Append(Resolution{RunID: "run-0", Resolution: "rejected", Caller: "stdio"})
-		done <- err
-	}()
-	for fileSize(t, p.ledgerPath()) == size { // the second line written: it waits on the first fsync
-		time.Sleep(time.Millisecond)
-	}
+	release, done := twoAppendsOneFsync(t, p, p.lw.f.Sync)
 	f, err := os.OpenFile(p.ledgerPath(), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -455,29 +432,7 @@ func TestWriterFsyncFailsGroup(t *testing.T) {
 	p := newProjectRuns(t, 1)
 	before := fileSize(t, p.ledgerPath())
 	fail := errors.New("injected EIO")
-	entered, release := make(chan struct{}, 1), make(chan struct{})
-	p.lw.sync = func() error {
-		select {
-		case entered <- struct{}{}:
-			<-release // the first fsync waits until the second line is written
-		default:
-		}
-		return fail
-	}
-	done := make(chan error, 2)
-	go func() {
-		_, err := p.lw.Append(Resolution{RunID: "run-0", Resolution: "accepted", Caller: "stdio"})
-		done <- err
-	}()
-	<-entered
-	size := fileSize(t, p.ledgerPath())
-	go func() {
-		_, err := p.lw.Append(Resolution{RunID: "run-0", Resolution: "rejected", Caller: "stdio"})
-		done <- err
-	}()
-	for fileSize(t, p.ledgerPath()) == size { // the second line written: it waits on the fsync
-		time.Sleep(time.Millisecond)
-	}
+	release, done := twoAppendsOneFsync(t, p, func() error { return fail })
 	close(release)
 	for range 2 {
 		if err := <-done; !errors.Is(err, fail) {
@@ -503,4 +458,34 @@ func TestWriterKeepsDurableLines(t *testing.T) {
 	if got := fileSize(t, p.ledgerPath()); got <= before {
 		t.Fatalf("the durable line was cut: %d bytes, was %d", got, before)
 	}
+}
+
+// twoAppendsOneFsync starts two appends to p's ledger, each on its goroutine, such that
+// the second line is written while the first append's fsync is in flight — held until
+// release is closed, then done by sync, as is every later one. done gets the appends'
+// errors.
+func twoAppendsOneFsync(t *testing.T, p *project, sync func() error) (release chan struct{}, done chan error) {
+	t.Helper()
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	p.lw.sync = func() error {
+		select {
+		case entered <- struct{}{}: // the first fsync waits until the second line is written
+			<-release
+		default:
+		}
+		return sync()
+	}
+	done = make(chan error, 2)
+	appendOne := func(resolution string) {
+		_, err := p.lw.Append(Resolution{RunID: "run-0", Resolution: resolution, Caller: "stdio"})
+		done <- err
+	}
+	go appendOne("accepted")
+	<-entered
+	size := fileSize(t, p.ledgerPath())
+	go appendOne("rejected")
+	for fileSize(t, p.ledgerPath()) == size { // the second line written: it waits on the fsync
+		time.Sleep(time.Millisecond)
+	}
+	return release, done
 }
