@@ -9,7 +9,6 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"strings"
@@ -26,6 +25,15 @@ type publicKey struct {
 // parsePublicKeyPEM accepts exactly one PEM block of type "PUBLIC KEY" holding an
 // ECDSA P-256 SubjectPublicKeyInfo, with nothing but white space around it.
 func parsePublicKeyPEM(text []byte) (*publicKey, error) {
+	// pem.Decode skips whatever comes before a block, broken blocks included: the text
+	// must begin with the block (an HTML page quoting someone's key is not a key).
+	t := bytes.TrimSpace(text)
+	switch n := bytes.Count(t, []byte("-----BEGIN ")); {
+	case n > 0 && !bytes.HasPrefix(t, []byte("-----BEGIN ")):
+		return nil, errcode.Errorf(errcode.InvalidRequest, "public key: data before the PEM block")
+	case n > 1:
+		return nil, errcode.Errorf(errcode.InvalidRequest, "public key: %d PEM blocks (a broken one is skipped by decoders), want exactly one", n)
+	}
 	block, rest := pem.Decode(text)
 	if block == nil {
 		return nil, errcode.Errorf(errcode.InvalidRequest, "public key: no PEM block found")
@@ -64,12 +72,6 @@ func keyKind(pub any) string {
 	return fmt.Sprintf("%T", pub)
 }
 
-// keyDocument is the .well-known/schemapin.json-style document; other members are ignored.
-type keyDocument struct {
-	PublicKeyPEM *string  `json:"public_key_pem"`
-	RevokedKeys  []string `json:"revoked_keys"`
-}
-
 // keySource is what a key URL yielded: the key and the fingerprints it revokes.
 type keySource struct {
 	key     *publicKey
@@ -87,25 +89,45 @@ func parseKeyBody(body []byte) (*keySource, error) {
 		}
 		return &keySource{key: k}, nil
 	}
-	if _, err := parse(body); err != nil {
+	// The document (a .well-known/schemapin.json-style object) is read from its strict
+	// parse, each member by its exact name: encoding/json would also take
+	// "PUBLIC_KEY_PEM" or a second "Revoked_Keys" for them, which another reader would
+	// not. Other members are ignored.
+	v, err := parse(body)
+	if err != nil {
 		return nil, fmt.Errorf("key document: %w", err)
 	}
-	var doc keyDocument
-	if err := json.Unmarshal(body, &doc); err != nil {
-		return nil, errcode.Errorf(errcode.InvalidRequest, "key document: %v", err)
+	doc, ok := v.(object)
+	if !ok {
+		return nil, errcode.Errorf(errcode.InvalidRequest, "key document: not a JSON object")
 	}
-	if doc.PublicKeyPEM == nil {
+	pemText, ok := doc["public_key_pem"].(string)
+	switch {
+	case doc["public_key_pem"] == nil:
 		return nil, errcode.Errorf(errcode.InvalidRequest, `key document: no "public_key_pem" member`)
+	case !ok:
+		return nil, errcode.Errorf(errcode.InvalidRequest, `key document: "public_key_pem" is not a string`)
 	}
-	k, err := parsePublicKeyPEM([]byte(*doc.PublicKeyPEM))
+	k, err := parsePublicKeyPEM([]byte(pemText))
 	if err != nil {
 		return nil, fmt.Errorf("key document: %w", err)
 	}
 	src := &keySource{key: k, revoked: map[string]bool{}}
-	for i, fp := range doc.RevokedKeys {
+	var revoked []any
+	if r, present := doc["revoked_keys"]; present && r != nil {
+		if revoked, ok = r.([]any); !ok {
+			return nil, errcode.Errorf(errcode.InvalidRequest, `key document: "revoked_keys" is not an array`)
+		}
+	}
+	for i, item := range revoked {
+		fp, isString := item.(string)
 		norm, ok := normalizeFingerprint(fp)
 		if !ok {
-			return nil, errcode.Errorf(errcode.InvalidRequest, "key document: revoked_keys[%d] %q is not sha256:<64 hex digits>", i, fp)
+			shown := fmt.Sprintf("%q", fp)
+			if !isString {
+				shown = fmt.Sprint(item)
+			}
+			return nil, errcode.Errorf(errcode.InvalidRequest, "key document: revoked_keys[%d] %s is not sha256:<64 hex digits>", i, shown)
 		}
 		src.revoked[norm] = true
 	}

@@ -94,6 +94,11 @@ func TestKeyDocuments(t *testing.T) {
 		"/upper-revoked":   `{"public_key_pem":"` + quoted + `","revoked_keys":["sha256:` + strings.ToUpper(strings.TrimPrefix(fingerprintOf(t), "sha256:")) + `"]}`,
 		"/not-a-key":       `hello`,
 		"/trailing-object": `{"public_key_pem":"` + quoted + `"} {}`,
+		// Member names are exact: another case is another member, ignored.
+		"/key-in-capitals":   `{"PUBLIC_KEY_PEM":"` + quoted + `"}`,
+		"/revocation-folded": `{"public_key_pem":"` + quoted + `","revoked_keys":["` + fingerprintOf(t) + `"],"Revoked_Keys":[]}`,
+		"/junk-before-pem":   "<html>hello\n" + pem,
+		"/broken-pem-first":  "-----BEGIN PUBLIC KEY-----\n!!\n-----END PUBLIC KEY-----\n" + pem,
 	}
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(docs[r.URL.Path]))
@@ -106,7 +111,11 @@ func TestKeyDocuments(t *testing.T) {
 		revoked   bool
 	}{
 		{"/no-key", `no "public_key_pem" member`, false},
-		{"/key-not-string", "cannot unmarshal number", false},
+		{"/key-not-string", `"public_key_pem" is not a string`, false},
+		{"/key-in-capitals", `no "public_key_pem" member`, false},
+		{"/revocation-folded", "", true},
+		{"/junk-before-pem", "data before the PEM block", false},
+		{"/broken-pem-first", "2 PEM blocks", false},
 		{"/bad-revocation", `revoked_keys[0] "md5:00" is not sha256`, false},
 		{"/duplicate", `duplicate object key "public_key_pem"`, false},
 		{"/upper-revoked", "", true},
