@@ -16,6 +16,7 @@ import (
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 
 	"symbi/internal/errcode"
+	"symbi/internal/strictjson"
 )
 
 // Limits and defaults of JWT verification.
@@ -138,13 +139,27 @@ func (j *JWT) Verify(ctx context.Context, token string, _ *http.Request) (*sdkau
 
 // checkClaims checks the claims of a verified payload at now.
 func (j *JWT) checkClaims(payload []byte, now time.Time) (*sdkauth.TokenInfo, error) {
-	var std registeredClaims
 	var all map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &all); err != nil || all == nil {
 		return nil, refuse(ErrMalformed, "the claims are not a JSON object")
 	}
-	if err := json.Unmarshal(payload, &std); err != nil {
-		return nil, refuse(ErrMalformed, "registered claims: %v", err)
+	// One meaning for every reader: no claim named twice (the last would win here, the
+	// first elsewhere), and each registered claim read by its exact name — claim names
+	// are case-sensitive (RFC 7519 §4), so "Aud" or "EXP" are other, private claims, never
+	// the audience or the expiry (encoding/json's struct decoding would take them for it).
+	if err := strictjson.Check(payload, strictjson.Options{Single: true}); err != nil {
+		return nil, refuse(ErrMalformed, "the claims: %v", err)
+	}
+	var std registeredClaims
+	for _, c := range []struct {
+		name string
+		dst  any
+	}{{"iss", &std.Issuer}, {"aud", &std.Audience}, {"exp", &std.Expiry}, {"nbf", &std.NotBefore}, {"iat", &std.IssuedAt}} {
+		if raw, ok := all[c.name]; ok {
+			if err := json.Unmarshal(raw, c.dst); err != nil {
+				return nil, refuse(ErrMalformed, "registered claim %s: %v", c.name, err)
+			}
+		}
 	}
 	switch {
 	case std.Issuer != j.cfg.Issuer:
@@ -187,14 +202,14 @@ func (j *JWT) checkClaims(payload []byte, now time.Time) (*sdkauth.TokenInfo, er
 	}, nil
 }
 
-// registeredClaims are the registered claims checked (RFC 7519 §4.1); the caller claim,
-// which may be sub, is read on its own.
+// registeredClaims are the registered claims checked (RFC 7519 §4.1), each read by its
+// exact name (checkClaims); the caller claim, which may be sub, is read on its own.
 type registeredClaims struct {
-	Issuer    string           `json:"iss"`
-	Audience  jwt.Audience     `json:"aud"`
-	Expiry    *jwt.NumericDate `json:"exp"`
-	NotBefore *jwt.NumericDate `json:"nbf"`
-	IssuedAt  *jwt.NumericDate `json:"iat"`
+	Issuer    string
+	Audience  jwt.Audience
+	Expiry    *jwt.NumericDate
+	NotBefore *jwt.NumericDate
+	IssuedAt  *jwt.NumericDate
 }
 
 // fits reports whether k may verify a signature made with alg: a public signature key of

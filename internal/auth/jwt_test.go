@@ -49,6 +49,26 @@ func (s signer) public() jose.JSONWebKey {
 	return jose.JSONWebKey{Key: s.priv.Public(), KeyID: s.kid, Use: "sig"}
 }
 
+// signRaw makes a compact JWS of the exact payload bytes with s (claims a map cannot
+// hold: a name twice).
+func (s signer) signRaw(t testing.TB, payload string) string {
+	t.Helper()
+	key := jose.JSONWebKey{Key: s.priv, KeyID: s.kid}
+	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: s.alg, Key: key}, (&jose.SignerOptions{}).WithType("JWT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jws, err := sig.Sign([]byte(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := jws.CompactSerialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
 // sign makes a compact JWS of claims with s, with kid unless kid is "-".
 func (s signer) sign(t testing.TB, claims map[string]any) string {
 	t.Helper()
@@ -240,7 +260,13 @@ func TestJWTVerify(t *testing.T) {
 		{"no exp", j, ecS.sign(t, claims("exp", nil)), auth.ErrExpired, "no exp claim"},
 		{"nbf in the future", j, ecS.sign(t, claims("nbf", now+120)), auth.ErrNotYetValid, "nbf"},
 		{"iat in the future", j, ecS.sign(t, claims("iat", now+120)), auth.ErrNotYetValid, "iat"},
-		{"exp not a number", j, ecS.sign(t, claims("exp", "tomorrow")), auth.ErrMalformed, "registered claims"},
+		{"exp not a number", j, ecS.sign(t, claims("exp", "tomorrow")), auth.ErrMalformed, "registered claim exp"},
+		// Claim names are case-sensitive: "Aud", "EXP" are other claims, never these.
+		{"aud only in capitals", j, ecS.sign(t, claims("aud", nil, "AUD", audience)), auth.ErrAudience, "aud does not contain"},
+		// (In this order: encoding/json let a later case-folded name overwrite the real one.)
+		{"aud for another, Aud for us", j, ecS.signRaw(t, fmt.Sprintf(`{"iss":%q,"aud":"other","Aud":%q,"exp":%d,"sub":"alice"}`, issuer, audience, time.Now().Add(time.Hour).Unix())), auth.ErrAudience, "aud does not contain"},
+		{"expired exp, Exp in the future", j, ecS.signRaw(t, fmt.Sprintf(`{"iss":%q,"aud":%q,"exp":%d,"Exp":%d,"sub":"alice"}`, issuer, audience, time.Now().Add(-time.Hour).Unix(), time.Now().Add(time.Hour).Unix())), auth.ErrExpired, "has passed"},
+		{"a claim twice", j, ecS.signRaw(t, fmt.Sprintf(`{"iss":%q,"aud":%q,"exp":%d,"sub":"alice","sub":"bob"}`, issuer, audience, time.Now().Add(time.Hour).Unix())), auth.ErrMalformed, `duplicate member "sub"`},
 		{"missing sub", j, ecS.sign(t, claims("sub", nil)), auth.ErrCallerID, `no "sub" claim`},
 		{"sub not a string", j, ecS.sign(t, claims("sub", 42)), auth.ErrCallerID, "not a string"},
 		{"sub with a space", j, ecS.sign(t, claims("sub", "alice smith")), auth.ErrCallerID, "is not a caller id"},
