@@ -94,6 +94,30 @@ func journalTypes(t *testing.T, path string) []string {
 	return types
 }
 
+// TestGateReadForbidden: an approver may read a run awaiting its decision although no
+// read_run policy permits it — but not past a read_run forbid that matches it.
+func TestGateReadForbidden(t *testing.T) {
+	model := newGatedModel(t)
+	files := map[string]string{"policies/access/read.cedar": `@id("no-reading") forbid (principal == Caller::"stdio", action == Action::"read_run", resource);
+@id("approve") permit (principal, action == Action::"approve_run", resource);
+`}
+	for k, v := range gatePolicies {
+		files[k] = v
+	}
+	cs := serve(t, testProject(t, files), serveOpts{env: model.env()})
+	res := call(t, cs, "invoke_agent", map[string]any{"agent": "helper", "prompt": "write to ACME"})
+	wantToolError(t, res, "approval_required")
+	var failed struct {
+		Audit struct {
+			RunID string `json:"run_id"`
+		} `json:"audit"`
+	}
+	if err := json.Unmarshal(structuredJSON(t, res), &failed); err != nil {
+		t.Fatal(err)
+	}
+	wantToolError(t, call(t, cs, "run_status", map[string]any{"run_id": failed.Audit.RunID}), "access_denied", "no-reading")
+}
+
 // TestGateApprove: an answer a @gate("human") forbid holds waits (awaiting_approval,
 // approval_requested durable); invoke_agent answers approval_required at once with the
 // run's reference; approve_run releases it; the journal verifies with the gate's records.

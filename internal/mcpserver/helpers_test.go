@@ -144,7 +144,7 @@ func serveStoppable(t *testing.T, dir string, o serveOpts) (cs *mcp.ClientSessio
 	if schemas == nil {
 		schemas = schemapin.NewVerifier(getenv)
 	}
-	srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: runner, Registry: reg, Ledger: lw}), Schemas: schemas, Log: log, Authenticated: o.authenticated})
+	srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: runner, Registry: reg, Ledger: lw, Access: policy.LoadAccess(p.Root())}), Schemas: schemas, Log: log, Authenticated: o.authenticated})
 	if o.server != nil {
 		*o.server = srv
 	}

@@ -66,10 +66,12 @@ func (m *Manager) Authorize(by Caller, action, runID string) (*Status, error) {
 }
 
 // mayRead is the read_run decision, widened for a run waiting at a gate: whoever may
-// approve it may read it while it waits (an approver must see what it decides).
+// approve it may read it while it waits (an approver must see what it decides). Only a
+// read nothing decided against is widened — the built-in default or no permit — never a
+// forbid that matched or an evaluation error: those deny.
 func (m *Manager) mayRead(by Caller, st *Status) policy.Decision {
 	d := m.decide(by, policy.ActionReadRun, st)
-	if !d.Allow && st.Status == StatusAwaitingApproval {
+	if !d.Allow && len(d.Policies) == 0 && len(d.Errors) == 0 && st.Status == StatusAwaitingApproval {
 		if a := m.decide(by, policy.ActionApproveRun, st); a.Allow {
 			return policy.Decision{Allow: true, Policies: a.Policies, Reason: "allowed while the run awaits approval: the caller may approve it (" + a.Reason + ")"}
 		}
