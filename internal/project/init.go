@@ -2,11 +2,14 @@ package project
 
 import (
 	"errors"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"symbi/internal/errcode"
 )
@@ -84,14 +87,25 @@ func Init(dir string, log *slog.Logger) ([]string, error) {
 			return nil, errcode.Errorf(errcode.Internal, "init %s: %w", dir, err)
 		}
 	}
+	// Everything is created beneath the project's directory, opened once, without
+	// following a symbolic link in any component: a policies/ or .gitignore that is a
+	// link leads elsewhere, and init writes nothing there.
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, errcode.Errorf(errcode.Internal, "init: %w", err)
+	}
+	rootFD, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, errcode.Errorf(errcode.Internal, "init: open %s: %w", dir, err)
+	}
+	defer unix.Close(rootFD)
 	var created []string
 	for _, f := range starterFiles {
-		if err := createFile(filepath.Join(dir, f.rel), []byte(f.content)); err != nil {
+		if err := createFile(rootFD, f.rel, []byte(f.content)); err != nil {
 			return created, err
 		}
 		created = append(created, f.rel)
 	}
-	switch fresh, err := ensureIgnored(filepath.Join(dir, ".gitignore")); {
+	switch fresh, err := ensureIgnored(rootFD, ".gitignore"); {
 	case err != nil:
 		return created, err
 	case fresh:
@@ -110,19 +124,32 @@ func Init(dir string, log *slog.Logger) ([]string, error) {
 	if err != nil {
 		return created, err
 	}
-	if err := createFile(filepath.Join(dir, agentsMDName), md); err != nil {
+	if err := createFile(rootFD, agentsMDName, md); err != nil {
 		return created, err
 	}
 	return append(created, agentsMDName), nil
 }
 
-// ensureIgnored makes the .gitignore at path list .symbiont/: it creates the file
-// (created reports it), or appends the line to an existing one that lacks it.
-func ensureIgnored(path string) (created bool, err error) {
-	old, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return true, createFile(path, []byte("# symbi: run journals and the project's private signing key\n"+gitignoreEntry+"\n"))
+// ensureIgnored makes the .gitignore rel beneath root list .symbiont/: it creates the
+// file (created reports it), or appends the line to an existing one that lacks it. A
+// .gitignore that is a symbolic link is refused.
+func ensureIgnored(root int, rel string) (created bool, err error) {
+	fd, err := unix.Openat(root, rel, unix.O_RDWR|unix.O_APPEND|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return true, createFile(root, rel, []byte("# symbi: run journals and the project's private signing key\n"+gitignoreEntry+"\n"))
 	}
+	if errors.Is(err, unix.ELOOP) {
+		return false, errcode.Errorf(errcode.ProtectedPath, "init: %s is a symbolic link; symbi does not write through one", rel)
+	}
+	if err != nil {
+		return false, errcode.Errorf(errcode.Internal, "init: %s: %w", rel, err)
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return false, errcode.Errorf(errcode.ProtectedPath, "init: %s is not a regular file", rel)
+	}
+	old, err := io.ReadAll(f)
 	if err != nil {
 		return false, errcode.Errorf(errcode.Internal, "init: %w", err)
 	}
@@ -131,37 +158,51 @@ func ensureIgnored(path string) (created bool, err error) {
 			return false, nil
 		}
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		return false, errcode.Errorf(errcode.Internal, "init: %w", err)
-	}
 	sep := ""
 	if len(old) > 0 && old[len(old)-1] != '\n' {
 		sep = "\n"
 	}
 	if _, err := f.WriteString(sep + gitignoreEntry + "\n"); err != nil {
-		f.Close()
 		return false, errcode.Errorf(errcode.Internal, "init: %w", err)
 	}
 	return false, f.Close()
 }
 
-// createFile creates path (and its parent directories) with content; it never
-// replaces an existing file or follows a link.
-func createFile(path string, content []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return errcode.Errorf(errcode.Internal, "init: %w", err)
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+// createFile creates rel beneath root (and its parent directories, 0755) with content; it
+// never replaces an existing file, and follows no symbolic link in any component.
+func createFile(root int, rel string, content []byte) error {
+	parts := strings.Split(rel, "/")
+	dfd, err := unix.Dup(root)
 	if err != nil {
 		return errcode.Errorf(errcode.Internal, "init: %w", err)
 	}
+	for _, d := range parts[:len(parts)-1] {
+		if err := unix.Mkdirat(dfd, d, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			unix.Close(dfd)
+			return errcode.Errorf(errcode.Internal, "init: create %s: %w", d, err)
+		}
+		next, err := unix.Openat(dfd, d, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(dfd)
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return errcode.Errorf(errcode.ProtectedPath, "init: %s: %s is a symbolic link or not a directory; symbi does not write through one", rel, d)
+		}
+		if err != nil {
+			return errcode.Errorf(errcode.Internal, "init: %s: %w", rel, err)
+		}
+		dfd = next
+	}
+	defer unix.Close(dfd)
+	fd, err := unix.Openat(dfd, parts[len(parts)-1], unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return errcode.Errorf(errcode.Internal, "init: create %s: %w", rel, err)
+	}
+	f := os.NewFile(uintptr(fd), rel)
 	if _, err := f.Write(content); err != nil {
 		f.Close()
-		return errcode.Errorf(errcode.Internal, "init: write %s: %w", path, err)
+		return errcode.Errorf(errcode.Internal, "init: write %s: %w", rel, err)
 	}
 	if err := f.Close(); err != nil {
-		return errcode.Errorf(errcode.Internal, "init: close %s: %w", path, err)
+		return errcode.Errorf(errcode.Internal, "init: close %s: %w", rel, err)
 	}
 	return nil
 }

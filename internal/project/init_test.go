@@ -67,3 +67,30 @@ func TestInit(t *testing.T) {
 		t.Fatalf("refused init changed README.md: %q", b)
 	}
 }
+
+// TestInitFollowsNoLink: init writes nothing through a symbolic link — a policies/ that
+// leads elsewhere, or a .gitignore that does — and says which.
+func TestInitFollowsNoLink(t *testing.T) {
+	for name, link := range map[string]string{"policies": "policies", "gitignore": ".gitignore"} {
+		t.Run(name, func(t *testing.T) {
+			base := t.TempDir()
+			dir, outside := filepath.Join(base, "p"), filepath.Join(base, "outside")
+			must(t, os.MkdirAll(dir, 0o755))
+			must(t, os.MkdirAll(outside, 0o755))
+			target := outside
+			if link == ".gitignore" {
+				target = filepath.Join(outside, "target")
+				must(t, os.WriteFile(target, []byte("x\n"), 0o644))
+			}
+			must(t, os.Symlink(target, filepath.Join(dir, link)))
+			_, err := Init(dir, nil)
+			if errcode.Of(err) != errcode.ProtectedPath || !strings.Contains(err.Error(), "symbolic link") {
+				t.Fatalf("init: %v, want protected_path naming the link", err)
+			}
+			ents, _ := os.ReadDir(outside)
+			if b, _ := os.ReadFile(filepath.Join(outside, "target")); len(ents) > 1 || (link == ".gitignore" && string(b) != "x\n") || (link == "policies" && len(ents) != 0) {
+				t.Fatalf("init wrote through the link: %v, %q", ents, b)
+			}
+		})
+	}
+}
