@@ -87,6 +87,17 @@ func Init(dir string, log *slog.Logger) ([]string, error) {
 			return nil, errcode.Errorf(errcode.Internal, "init %s: %w", dir, err)
 		}
 	}
+	// No link on the way to a file init writes (checked again as it writes, by createFile
+	// and ensureIgnored): refused before anything is changed.
+	for _, rel := range append(targets, ".gitignore") {
+		parts := strings.Split(rel, "/")
+		for i := range parts {
+			sub := strings.Join(parts[:i+1], "/")
+			if st, err := os.Lstat(filepath.Join(dir, sub)); err == nil && st.Mode()&fs.ModeSymlink != 0 {
+				return nil, errcode.Errorf(errcode.ProtectedPath, "init %s: %s is a symbolic link; symbi does not write through one; nothing was changed", dir, sub)
+			}
+		}
+	}
 	// Everything is created beneath the project's directory, opened once, without
 	// following a symbolic link in any component: a policies/ or .gitignore that is a
 	// link leads elsewhere, and init writes nothing there.

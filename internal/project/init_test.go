@@ -2,6 +2,7 @@ package project
 
 import (
 	"errors"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -86,6 +87,9 @@ func TestInitFollowsNoLink(t *testing.T) {
 			_, err := Init(dir, nil)
 			if errcode.Of(err) != errcode.ProtectedPath || !strings.Contains(err.Error(), "symbolic link") {
 				t.Fatalf("init: %v, want protected_path naming the link", err)
+			}
+			if _, err := os.Lstat(filepath.Join(dir, "agents")); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("init changed the project before refusing: %v", err)
 			}
 			ents, _ := os.ReadDir(outside)
 			if b, _ := os.ReadFile(filepath.Join(outside, "target")); len(ents) > 1 || (link == ".gitignore" && string(b) != "x\n") || (link == "policies" && len(ents) != 0) {
