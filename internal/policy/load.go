@@ -315,6 +315,13 @@ func (l *loader) parse(file string, data []byte) {
 	}
 	for _, p := range list {
 		pos := p.Position()
+		// Annotation names are exact: a mis-cased @Gate would otherwise leave a plain
+		// forbid (a review turned into a denial, unsaid), a mis-cased @ID a made-up id.
+		if bad := misspelledAnnotation(p.Annotations()); bad != "" {
+			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column,
+				Message: fmt.Sprintf("annotation @%s: symbi reads @%s, spelled exactly so", bad, strings.ToLower(bad))})
+			continue
+		}
 		id := fmt.Sprintf("%s:%d:%d", file, pos.Line, pos.Column)
 		if v, ok := p.Annotations()["id"]; ok {
 			id = string(v)
@@ -368,4 +375,15 @@ func parseProblem(file string, err error) Problem {
 		rest = prefix + " " + rest
 	}
 	return Problem{File: file, Line: line, Column: col, Message: rest}
+}
+
+// misspelledAnnotation returns an annotation name that is "id" or "gate" in another case
+// ("" when none is).
+func misspelledAnnotation[M ~map[K]V, K ~string, V any](annotations M) string {
+	for k := range annotations {
+		if n := string(k); n != "id" && n != "gate" && (strings.EqualFold(n, "id") || strings.EqualFold(n, "gate")) {
+			return n
+		}
+	}
+	return ""
 }

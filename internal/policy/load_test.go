@@ -80,6 +80,8 @@ func TestLoadModes(t *testing.T) {
 		{name: "non-UTF-8 file", files: map[string]string{"policies/a.cedar": "permit (principal, action, resource)\n// caf\xe9\n;"}, mode: ModeDenyAll, problem: "policies/a.cedar:2:7: invalid UTF-8", pos: [2]int{2, 7}},
 		{name: "duplicate id", files: map[string]string{"policies/a.cedar": permitAll, "policies/mcp-server/b.cedar": permitAll}, mode: ModeDenyAll, problem: `duplicate policy id "all" (also in policies/a.cedar)`},
 		{name: "empty id", files: map[string]string{"policies/a.cedar": "@id(\"\") permit (principal, action, resource);"}, mode: ModeDenyAll, problem: "empty @id"},
+		{name: "gate in another case", files: map[string]string{"policies/a.cedar": permitAll + "\n@Gate(\"human\") @id(\"review\") forbid (principal, action, resource);"}, mode: ModeDenyAll, problem: "annotation @Gate: symbi reads @gate"},
+		{name: "id in another case", files: map[string]string{"policies/a.cedar": "@ID(\"x\") permit (principal, action, resource);"}, mode: ModeDenyAll, problem: "annotation @ID: symbi reads @id"},
 		{name: "symlink to a valid file", files: map[string]string{"elsewhere.txt": permitAll}, setup: func(t testing.TB, d string) {
 			must(t, os.Mkdir(filepath.Join(d, "policies"), 0o755))
 			must(t, os.Symlink("../elsewhere.txt", filepath.Join(d, "policies/a.cedar")))
