@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"strings"
 	"os"
 	"slices"
 
@@ -103,7 +104,12 @@ func (s *Set) DecideAccess(r AccessRequest) Decision {
 		return Decision{Reason: "denied: access policies unusable (deny_all): " + s.Reason}
 	case ModeCedar:
 		if s.Mentions(r.Action) {
-			return s.decideCedarRequest(accessCedarRequest(r))
+			d := s.decideCedarRequest(accessCedarRequest(r))
+			if d.Gate != "" { // access denials are final: a gate holds nothing here
+				d.Gate = ""
+				d.Reason = "denied by forbid " + strings.Join(d.Policies, ", ") + " (its @gate has no effect on access)"
+			}
+			return d
 		}
 	case ModeDefault:
 	default:

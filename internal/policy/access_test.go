@@ -175,6 +175,19 @@ func TestAccessFailClosed(t *testing.T) {
 	}
 }
 
+// TestAccessGateHasNoEffect: a gated forbid in policies/access denies like any forbid —
+// no gate on the decision, and its reason says nothing is held.
+func TestAccessGateHasNoEffect(t *testing.T) {
+	s := loadAccessDir(t, makeProject(t, map[string]string{"policies/access/a.cedar": `
+@id("all") permit (principal, action, resource);
+@gate("human") @id("g") forbid (principal, action == Action::"cancel_run", resource);
+`}, nil))
+	d := s.DecideAccess(runAccess(ActionCancelRun, "alice", "alice"))
+	if d.Allow || d.Gate != "" || strings.Contains(d.Reason, "held") || !strings.Contains(d.Reason, "denied by forbid g") {
+		t.Fatalf("a gated forbid in the access set: %+v", d)
+	}
+}
+
 // TestShippedAccessPolicies: the example project's policies/access says what it promises
 // and validates against the shipped schema.
 func TestShippedAccessPolicies(t *testing.T) {
