@@ -103,6 +103,19 @@ func runPolicyEval(e *env, args []string) int {
 			*callerAuth = auth.MethodStdio
 		}
 	}
+	// Only what the server can produce: another value would answer for a caller that
+	// never exists.
+	switch {
+	case !slices.Contains([]string{auth.MethodStdio, auth.MethodToken, auth.MethodJWT, auth.MethodNone}, *callerAuth):
+		fmt.Fprintf(e.stderr, "symbi policy eval: --caller-auth %q: want stdio, token, jwt or none\n", *callerAuth)
+		return 2
+	case !auth.ValidCallerID(*caller):
+		fmt.Fprintf(e.stderr, "symbi policy eval: --caller %q is not a caller id (printable ASCII without quotes or backslashes, not starting with - or #)\n", *caller)
+		return 2
+	case set["run-owner"] && !auth.ValidCallerID(*runOwner):
+		fmt.Fprintf(e.stderr, "symbi policy eval: --run-owner %q is not a caller id\n", *runOwner)
+		return 2
+	}
 	if slices.Contains(policy.AccessActions, *action) {
 		return runAccessEval(e, set, fs.Args(), *dir, *asJSON, policy.AccessRequest{Action: *action, Caller: *caller, CallerAuth: *callerAuth},
 			*agent, &policy.RunResource{ID: policyDryRunID, Owner: *runOwner, Agent: *runAgent, Status: *runStatus})

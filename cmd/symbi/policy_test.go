@@ -207,6 +207,8 @@ func TestPolicyEval(t *testing.T) {
 		{name: "no agent", project: repo, args: []string{"--response", "hi"}, code: 2, stderr: "--agent is required"},
 		{name: "no response", project: repo, args: []string{"--agent", "reviewer"}, code: 2, stderr: "exactly one of"},
 		{name: "both responses", project: repo, args: []string{"--agent", "reviewer", "--response", "a", "--response-file", "b"}, code: 2, stderr: "exactly one of"},
+		{name: "an authentication method the server never gives", project: repo, args: []string{"--agent", "reviewer", "--response", "a", "--caller-auth", "STDIO"}, code: 2, stderr: "want stdio, token, jwt or none"},
+		{name: "a caller id the server never gives", project: repo, args: []string{"--agent", "reviewer", "--response", "a", "--caller", `bad"id`}, code: 2, stderr: "is not a caller id"},
 	}
 	keyFile := filepath.Join(t.TempDir(), "answer.txt")
 	if err := os.WriteFile(keyFile, []byte(key), 0o644); err != nil {
