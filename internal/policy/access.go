@@ -2,9 +2,9 @@ package policy
 
 import (
 	"fmt"
-	"strings"
 	"os"
 	"slices"
+	"strings"
 
 	cedar "github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
