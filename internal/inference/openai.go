@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"symbi/internal/errcode"
@@ -150,9 +151,21 @@ func unmarshalObject(body []byte, v any) error {
 	return nil
 }
 
+// exactNames caches jsonNames per type: it is read on every answer.
+var exactNames sync.Map // reflect.Type → []string
+
 // jsonNames returns the member names encoding/json reads into t: the json tags of its
 // struct fields, through pointers, slices and nested structs.
 func jsonNames(t reflect.Type) []string {
+	if names, ok := exactNames.Load(t); ok {
+		return names.([]string)
+	}
+	names := walkNames(t)
+	exactNames.Store(t, names)
+	return names
+}
+
+func walkNames(t reflect.Type) []string {
 	var names []string
 	seen := map[reflect.Type]bool{}
 	var walk func(reflect.Type)

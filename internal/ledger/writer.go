@@ -226,15 +226,9 @@ func (w *Writer) Append(r Record) (Entry, error) {
 	if err := w.lock(); err != nil {
 		return Entry{}, errcode.Wrap(errcode.AuditUnavailable, err)
 	}
-	before := w.size
-	if err := w.catchUp(); err != nil {
+	if err := w.takeIn(); err != nil {
 		w.unlock()
-		w.failed = err
-		w.cond.Broadcast()
-		return Entry{}, errcode.Wrap(errcode.AuditUnavailable, err)
-	}
-	if w.size != before {
-		w.floor = w.size // another process appended, after this writer's lines too
+		return Entry{}, err
 	}
 	// Reconciliation decided on a recovered entry from what this writer had read; another
 	// server may have recorded the run since (taken in just now).
@@ -368,6 +362,13 @@ func (w *Writer) Refresh() error {
 		return errcode.Wrap(errcode.AuditUnavailable, err)
 	}
 	defer w.unlock()
+	return w.takeIn()
+}
+
+// takeIn is catchUp for a writer in use, with w.mu and the flock held: a failure stops
+// the writer, and lines another process appended raise the floor retract cuts to (they
+// follow this writer's own lines, which can then no longer be cut).
+func (w *Writer) takeIn() error {
 	before := w.size
 	if err := w.catchUp(); err != nil {
 		w.failed = err
@@ -375,7 +376,7 @@ func (w *Writer) Refresh() error {
 		return errcode.Wrap(errcode.AuditUnavailable, err)
 	}
 	if w.size != before {
-		w.floor = w.size // another process appended, after this writer's lines too
+		w.floor = w.size
 	}
 	return nil
 }

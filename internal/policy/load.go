@@ -379,7 +379,7 @@ func parseProblem(file string, err error) Problem {
 
 // misspelledAnnotation returns an annotation name that is "id" or "gate" in another case
 // ("" when none is).
-func misspelledAnnotation[M ~map[K]V, K ~string, V any](annotations M) string {
+func misspelledAnnotation(annotations cedar.Annotations) string {
 	for k := range annotations {
 		if n := string(k); n != "id" && n != "gate" && (strings.EqualFold(n, "id") || strings.EqualFold(n, "gate")) {
 			return n
