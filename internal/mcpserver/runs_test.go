@@ -476,7 +476,15 @@ func TestRunsAfterRestart(t *testing.T) {
 	callOK(t, cs, "start_run", map[string]any{"agent": "helper", "prompt": "say FORBIDDEN"}, &denied)
 	callOK(t, cs, "start_run", map[string]any{"agent": "helper", "prompt": "hang"}, &cancelled)
 	pub, _ := hex.DecodeString(done.Audit.PublicKey)
+	readAll(t, cs, done.RunID, 100, pub) // waits for the run to end
+	// Read again once it has ended: a page read while it ran may hold its answer line
+	// withheld (status.go), which after the release is served in clear.
 	before := readAll(t, cs, done.RunID, 100, pub)
+	for i, ev := range before {
+		if ev.Withheld != "" || ev.Line == "" {
+			t.Fatalf("event %d of a completed run withheld: %+v", i, ev)
+		}
+	}
 	readAll(t, cs, denied.RunID, 100, pub)
 	var r runs.Status
 	callOK(t, cs, "resolve_run", map[string]any{"run_id": denied.RunID, "resolution": "rejected", "note": "policy"}, &r)
