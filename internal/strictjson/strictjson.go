@@ -1,10 +1,14 @@
 // Package strictjson checks JSON text for what encoding/json accepts silently but a
 // security boundary must not: a member name given twice in one object (Go's decoder keeps
 // the last, another reader may keep the first, so the two would read different values),
-// floating-point numbers where only integers are meant, and data after the value.
+// member names that match an expected name only under case folding, floating-point numbers
+// where only integers are meant, and data after the value.
 //
-// Check takes text that json.Valid already accepted; it reports the first problem in
-// document order.
+// Check reads the text once, left to right, and reports the first problem in document
+// order. It is also a validator: text that is not JSON by RFC 8259, as json.Valid decides
+// it, is refused with an error wrapping ErrSyntax. Member names are compared as
+// encoding/json decodes them: escapes resolved, and each invalid UTF-8 byte or lone
+// surrogate escape read as U+FFFD.
 package strictjson
 
 import (
@@ -12,8 +16,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"strconv"
 	"strings"
+	"sync"
+	"unicode/utf8"
 )
 
 // Options select the checks beyond duplicate member names, which are always refused.
@@ -53,92 +59,388 @@ var ErrFloat = errors.New("floating-point number")
 // ErrTrailing is the error for data after the first value under Single.
 var ErrTrailing = errors.New("data after the JSON value")
 
-// Check walks the JSON text data (already valid JSON) and returns the first problem: a
-// *DuplicateError, a *CaseError, an error wrapping ErrFloat, ErrTrailing, or a decoding
-// error.
+// ErrSyntax is wrapped by the error for text that is not JSON.
+var ErrSyntax = errors.New("invalid JSON")
+
+// MaxDepth is the deepest nesting of arrays and objects Check reads, as json.Valid.
+const MaxDepth = 10000
+
+// linearNames is how many member names of one object are compared one by one before
+// they are kept in a map.
+const linearNames = 16
+
+// Check reads the JSON text data and returns the first problem: a *DuplicateError, a
+// *CaseError, an error wrapping ErrFloat or ErrSyntax, or ErrTrailing. Without
+// Options.Single, data may hold several values one after the other.
 func Check(data []byte, opts Options) error {
-	type frame struct {
-		members map[string]bool // nil for an array
-		wantKey bool            // in an object: the next token is a member name
-		key     string          // in an object: the member whose value is being read
-		index   int             // in an array: the index of the next element
-		step    string          // how the enclosing value reaches this one
+	c := checkers.Get().(*checker)
+	c.data, c.pos, c.opts = data, 0, opts
+	for _, n := range opts.ExactNames {
+		c.exact = append(c.exact, []byte(n))
 	}
-	var stack []*frame
-	path := func() string {
-		var b strings.Builder
-		b.WriteString("$")
-		for _, f := range stack {
-			b.WriteString(f.step)
+	err := c.run()
+	// Keep nothing of data, and nothing large, for the next Check.
+	clear(c.stack[:cap(c.stack)])
+	clear(c.names[:cap(c.names)])
+	clear(c.exact[:cap(c.exact)])
+	c.data, c.opts, c.stack, c.names, c.exact = nil, Options{}, c.stack[:0], c.names[:0], c.exact[:0]
+	if cap(c.stack) <= 64 && cap(c.names) <= 1024 && cap(c.exact) <= 64 {
+		checkers.Put(c)
+	}
+	return err
+}
+
+// checkers keeps a checker's stacks from one Check to the next.
+var checkers = sync.Pool{New: func() any { return new(checker) }}
+
+// frame is one open array or object.
+type frame struct {
+	object bool
+	key    []byte              // in an object: the name of the member being read
+	index  int                 // in an array: the index of the element being read
+	first  int                 // in an object: where its names start in checker.names
+	set    map[string]struct{} // in an object with many members: its names
+}
+
+type checker struct {
+	data  []byte
+	pos   int
+	opts  Options
+	exact [][]byte
+	stack []frame
+	names [][]byte // the member names of the open objects, outermost first
+}
+
+func (c *checker) syntax(what string) error {
+	if c.pos >= len(c.data) {
+		return fmt.Errorf("%w: unexpected end of input (%s)", ErrSyntax, what)
+	}
+	return fmt.Errorf("%w: %s at offset %d, found %q", ErrSyntax, what, c.pos, c.data[c.pos])
+}
+
+func (c *checker) space() {
+	for c.pos < len(c.data) {
+		switch c.data[c.pos] {
+		case ' ', '\t', '\n', '\r':
+			c.pos++
+		default:
+			return
 		}
-		return b.String()
 	}
-	done := false
-	// closed marks the value just read as complete.
-	closed := func() {
-		if n := len(stack); n == 0 {
-			done = true
-		} else if stack[n-1].members != nil {
-			stack[n-1].wantKey = true
-		}
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
+}
+
+// run reads values and what joins them until the end of the text.
+func (c *checker) run() error {
 	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
+		c.space()
+		if c.pos == len(c.data) {
+			if c.pos == 0 || c.opts.Single {
+				return c.syntax("a value")
+			}
 			return nil
 		}
-		if err != nil {
+		if err := c.value(); err != nil {
 			return err
 		}
-		if done && opts.Single {
+		c.space()
+		if c.pos == len(c.data) {
+			return nil
+		}
+		if c.opts.Single {
 			return ErrTrailing
 		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
+	}
+}
+
+// value reads one complete value, nesting without recursion.
+func (c *checker) value() error {
+	for {
+		// A value starts here.
+		c.space()
+		if c.pos == len(c.data) {
+			return c.syntax("a value")
 		}
-		if tok == json.Delim('}') || tok == json.Delim(']') {
-			stack = stack[:len(stack)-1]
-			closed()
+		switch b := c.data[c.pos]; {
+		case b == '{':
+			c.pos++
+			if len(c.stack) == MaxDepth {
+				return fmt.Errorf("%w: nested deeper than %d", ErrSyntax, MaxDepth)
+			}
+			c.stack = append(c.stack, frame{object: true, first: len(c.names)})
+			c.space()
+			if c.pos < len(c.data) && c.data[c.pos] == '}' {
+				c.pos++
+				c.pop()
+				break
+			}
+			if err := c.member(); err != nil {
+				return err
+			}
 			continue
-		}
-		if top != nil && top.wantKey {
-			k := tok.(string)
-			if top.members[k] {
-				return &DuplicateError{Name: k, Path: path()}
+		case b == '[':
+			c.pos++
+			if len(c.stack) == MaxDepth {
+				return fmt.Errorf("%w: nested deeper than %d", ErrSyntax, MaxDepth)
 			}
-			for _, n := range opts.ExactNames {
-				if k != n && strings.EqualFold(k, n) {
-					return &CaseError{Name: k, Want: n, Path: path()}
-				}
+			c.stack = append(c.stack, frame{})
+			c.space()
+			if c.pos < len(c.data) && c.data[c.pos] == ']' {
+				c.pos++
+				c.pop()
+				break
 			}
-			top.members[k], top.wantKey, top.key = true, false, k
 			continue
-		}
-		step := ""
-		switch {
-		case top != nil && top.members != nil:
-			step = "." + top.key
-		case top != nil:
-			step = fmt.Sprintf("[%d]", top.index)
-			top.index++
-		}
-		switch t := tok.(type) {
-		case json.Delim: // '{' or '['
-			f := &frame{step: step}
-			if t == '{' {
-				f.members, f.wantKey = map[string]bool{}, true
+		case b == '"':
+			if _, _, err := c.str(); err != nil {
+				return err
 			}
-			stack = append(stack, f)
-		case json.Number:
-			if opts.IntegersOnly && strings.ContainsAny(string(t), ".eE") {
-				return fmt.Errorf("%w %s", ErrFloat, t)
+		case b == '-' || (b >= '0' && b <= '9'):
+			if err := c.number(); err != nil {
+				return err
 			}
-			closed()
+		case b == 't':
+			if err := c.literal("true"); err != nil {
+				return err
+			}
+		case b == 'f':
+			if err := c.literal("false"); err != nil {
+				return err
+			}
+		case b == 'n':
+			if err := c.literal("null"); err != nil {
+				return err
+			}
 		default:
-			closed()
+			return c.syntax("a value")
+		}
+		// A value ended: close what it ends, until another value is due.
+		for {
+			if len(c.stack) == 0 {
+				return nil
+			}
+			c.space()
+			if c.pos == len(c.data) {
+				return c.syntax("',' or the end of an array or object")
+			}
+			top := &c.stack[len(c.stack)-1]
+			b := c.data[c.pos]
+			if b == ',' {
+				c.pos++
+				if top.object {
+					c.space()
+					if err := c.member(); err != nil {
+						return err
+					}
+				} else {
+					top.index++
+				}
+				break
+			}
+			if (top.object && b == '}') || (!top.object && b == ']') {
+				c.pos++
+				c.pop()
+				continue
+			}
+			if top.object {
+				return c.syntax("',' or '}' after a member")
+			}
+			return c.syntax("',' or ']' after an element")
 		}
 	}
+}
+
+func (c *checker) pop() {
+	top := c.stack[len(c.stack)-1]
+	if top.object {
+		c.names = c.names[:top.first]
+	}
+	c.stack = c.stack[:len(c.stack)-1]
+}
+
+// member reads a member's name and the colon after it, in the object on top of the stack.
+func (c *checker) member() error {
+	if c.pos == len(c.data) || c.data[c.pos] != '"' {
+		return c.syntax("a member name")
+	}
+	raw, plain, err := c.str()
+	if err != nil {
+		return err
+	}
+	name := raw[1 : len(raw)-1]
+	if !plain {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return fmt.Errorf("%w: member name: %v", ErrSyntax, err)
+		}
+		name = []byte(s)
+	}
+	top := &c.stack[len(c.stack)-1]
+	if c.seen(top, name) {
+		return &DuplicateError{Name: string(name), Path: c.path()}
+	}
+	for i, n := range c.exact {
+		if !bytes.Equal(name, n) && bytes.EqualFold(name, n) {
+			return &CaseError{Name: string(name), Want: c.opts.ExactNames[i], Path: c.path()}
+		}
+	}
+	top.key = name
+	c.space()
+	if c.pos == len(c.data) || c.data[c.pos] != ':' {
+		return c.syntax("':' after a member name")
+	}
+	c.pos++
+	return nil
+}
+
+// seen reports whether the object f already has a member name, and records it.
+func (c *checker) seen(f *frame, name []byte) bool {
+	if f.set != nil {
+		if _, ok := f.set[string(name)]; ok {
+			return true
+		}
+		f.set[string(name)] = struct{}{}
+		return false
+	}
+	mine := c.names[f.first:]
+	for _, n := range mine {
+		if bytes.Equal(n, name) {
+			return true
+		}
+	}
+	if len(mine) < linearNames {
+		c.names = append(c.names, name)
+		return false
+	}
+	f.set = make(map[string]struct{}, 2*linearNames)
+	for _, n := range mine {
+		f.set[string(n)] = struct{}{}
+	}
+	f.set[string(name)] = struct{}{}
+	return false
+}
+
+// path names the object on top of the stack: "$", then a step per enclosing level.
+func (c *checker) path() string {
+	var b strings.Builder
+	b.WriteString("$")
+	for _, f := range c.stack[:len(c.stack)-1] {
+		if f.object {
+			b.WriteString(".")
+			b.Write(f.key)
+		} else {
+			b.WriteString("[")
+			b.WriteString(strconv.Itoa(f.index))
+			b.WriteString("]")
+		}
+	}
+	return b.String()
+}
+
+// str reads a string and returns its text with the quotes; plain reports that the text
+// between them is the string's value (no escape, valid UTF-8).
+func (c *checker) str() (raw []byte, plain bool, err error) {
+	start := c.pos
+	c.pos++ // the opening quote
+	plain = true
+	ascii := true
+	for c.pos < len(c.data) {
+		b := c.data[c.pos]
+		switch {
+		case b == '"':
+			c.pos++
+			raw = c.data[start:c.pos]
+			if !ascii && !utf8.Valid(raw) {
+				plain = false
+			}
+			return raw, plain, nil
+		case b == '\\':
+			plain = false
+			c.pos++
+			if c.pos == len(c.data) {
+				return nil, false, c.syntax("an escape")
+			}
+			switch c.data[c.pos] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				c.pos++
+			case 'u':
+				c.pos++
+				for range 4 {
+					if c.pos == len(c.data) || !isHex(c.data[c.pos]) {
+						return nil, false, c.syntax("a hexadecimal digit in a \\u escape")
+					}
+					c.pos++
+				}
+			default:
+				return nil, false, c.syntax("an escape")
+			}
+		case b < 0x20:
+			return nil, false, c.syntax("a string character (a control character must be escaped)")
+		default:
+			if b >= 0x80 {
+				ascii = false
+			}
+			c.pos++
+		}
+	}
+	return nil, false, c.syntax("the end of a string")
+}
+
+func isHex(b byte) bool {
+	return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F')
+}
+
+func isDigit(b byte) bool { return b >= '0' && b <= '9' }
+
+// number reads a number: -? (0 | [1-9][0-9]*) (.[0-9]+)? ([eE][+-]?[0-9]+)?
+func (c *checker) number() error {
+	start := c.pos
+	float := false
+	if c.data[c.pos] == '-' {
+		c.pos++
+	}
+	switch {
+	case c.pos < len(c.data) && c.data[c.pos] == '0':
+		c.pos++
+	case c.pos < len(c.data) && isDigit(c.data[c.pos]):
+		for c.pos < len(c.data) && isDigit(c.data[c.pos]) {
+			c.pos++
+		}
+	default:
+		return c.syntax("a digit")
+	}
+	if c.pos < len(c.data) && c.data[c.pos] == '.' {
+		float = true
+		c.pos++
+		if c.pos == len(c.data) || !isDigit(c.data[c.pos]) {
+			return c.syntax("a digit after the decimal point")
+		}
+		for c.pos < len(c.data) && isDigit(c.data[c.pos]) {
+			c.pos++
+		}
+	}
+	if c.pos < len(c.data) && (c.data[c.pos] == 'e' || c.data[c.pos] == 'E') {
+		float = true
+		c.pos++
+		if c.pos < len(c.data) && (c.data[c.pos] == '+' || c.data[c.pos] == '-') {
+			c.pos++
+		}
+		if c.pos == len(c.data) || !isDigit(c.data[c.pos]) {
+			return c.syntax("a digit in the exponent")
+		}
+		for c.pos < len(c.data) && isDigit(c.data[c.pos]) {
+			c.pos++
+		}
+	}
+	if float && c.opts.IntegersOnly {
+		return fmt.Errorf("%w %s", ErrFloat, c.data[start:c.pos])
+	}
+	return nil
+}
+
+func (c *checker) literal(word string) error {
+	if !bytes.HasPrefix(c.data[c.pos:], []byte(word)) {
+		return c.syntax("true, false or null")
+	}
+	c.pos += len(word)
+	return nil
 }

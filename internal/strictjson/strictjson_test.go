@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"testing"
 
 	"symbi/internal/strictjson"
@@ -124,6 +126,188 @@ func FuzzCheck(f *testing.F) {
 		want, wantDup := repeatedName(json.RawMessage(data))
 		if dup != wantDup || (dup && de.Name != want) {
 			t.Fatalf("%q: Check says %v, oracle %q (dup %v)", data, err, want, wantDup)
+		}
+	})
+}
+
+// tokenCheck is the checker Check replaced, built on json.Decoder.Token: an oracle for
+// Check's verdicts on valid JSON (FuzzAgainstTokens).
+func tokenCheck(data []byte, opts strictjson.Options) error {
+	type frame struct {
+		members map[string]bool // nil for an array
+		wantKey bool            // in an object: the next token is a member name
+		key     string          // in an object: the member whose value is being read
+		index   int             // in an array: the index of the next element
+		step    string          // how the enclosing value reaches this one
+	}
+	var stack []*frame
+	path := func() string {
+		var b strings.Builder
+		b.WriteString("$")
+		for _, f := range stack {
+			b.WriteString(f.step)
+		}
+		return b.String()
+	}
+	done := false
+	// closed marks the value just read as complete.
+	closed := func() {
+		if n := len(stack); n == 0 {
+			done = true
+		} else if stack[n-1].members != nil {
+			stack[n-1].wantKey = true
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if done && opts.Single {
+			return strictjson.ErrTrailing
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if tok == json.Delim('}') || tok == json.Delim(']') {
+			stack = stack[:len(stack)-1]
+			closed()
+			continue
+		}
+		if top != nil && top.wantKey {
+			k := tok.(string)
+			if top.members[k] {
+				return &strictjson.DuplicateError{Name: k, Path: path()}
+			}
+			for _, n := range opts.ExactNames {
+				if k != n && strings.EqualFold(k, n) {
+					return &strictjson.CaseError{Name: k, Want: n, Path: path()}
+				}
+			}
+			top.members[k], top.wantKey, top.key = true, false, k
+			continue
+		}
+		step := ""
+		switch {
+		case top != nil && top.members != nil:
+			step = "." + top.key
+		case top != nil:
+			step = fmt.Sprintf("[%d]", top.index)
+			top.index++
+		}
+		switch t := tok.(type) {
+		case json.Delim: // '{' or '['
+			f := &frame{step: step}
+			if t == '{' {
+				f.members, f.wantKey = map[string]bool{}, true
+			}
+			stack = append(stack, f)
+		case json.Number:
+			if opts.IntegersOnly && strings.ContainsAny(string(t), ".eE") {
+				return fmt.Errorf("%w %s", strictjson.ErrFloat, t)
+			}
+			closed()
+		default:
+			closed()
+		}
+	}
+}
+
+var fuzzOptions = []strictjson.Options{
+	{},
+	{Single: true},
+	{IntegersOnly: true, Single: true},
+	{Single: true, ExactNames: []string{"id", "choices", "Kelvin", "long"}},
+}
+
+// FuzzAgainstTokens: on valid JSON, Check gives exactly the verdict of the Token-based
+// checker it replaced, under every option set; on text json.Valid refuses, Check under
+// Single refuses too, and it refuses as ErrSyntax only what json.Valid refuses.
+func FuzzAgainstTokens(f *testing.F) {
+	for _, s := range []string{
+		`{"a":1,"a":2}`, `{"a":{"b":[1,2,{"c":1,"c":2}]}}`, `{"x":1.5}`, `[1e3]`, `{"ID":1}`,
+		`{"\u212Aelvin":1}`, `{"\u017fong":1}`, `{"\ud800":1,"\udc00":2}`, "{\"\xff\":1,\"\xfe\":2}",
+		`{} {}`, `1 2`, ` `, ``, `{"a":}`, `[1,]`, `{"a" 1}`, `"\u12"`, `-`, `-01`, `1.`, `1e`, `tru`,
+		`{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17,"a":18}`,
+		`{"k":[{"a":1},{"a":1,"b":{"a":1}}],"a":[],"k":0}`, "\"\x01\"", `[[[[]]]]`, `{"a":1}x`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		valid := json.Valid([]byte(data))
+		for _, opts := range fuzzOptions {
+			got := strictjson.Check([]byte(data), opts)
+			if errors.Is(got, strictjson.ErrSyntax) && valid {
+				t.Fatalf("%q %+v: valid JSON refused as %v", data, opts, got)
+			}
+			if !valid {
+				if opts.Single && got == nil {
+					t.Fatalf("%q %+v: json.Valid refuses it, Check accepts it", data, opts)
+				}
+				continue
+			}
+			want := tokenCheck([]byte(data), opts)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("%q %+v: Check says %v, the Token checker %v", data, opts, got, want)
+			}
+		}
+	})
+}
+
+func TestSyntax(t *testing.T) {
+	for _, s := range []string{
+		``, ` `, `{`, `{"a"}`, `{"a":}`, `{"a":1,}`, `{,}`, `[1,]`, `[,1]`, `[1 2]`, `{"a":1 "b":2}`,
+		`{1:2}`, `"abc`, "\"a\x1fb\"", `"\x"`, `"\u12g4"`, `01`, `-`, `1.`, `.5`, `1e`, `1e+`, `+1`,
+		`tru`, `nul`, `falsey`, `[true false]`, `{"a":1}}`, `]`, `NaN`, `[1]x`,
+		strings.Repeat("[", strictjson.MaxDepth+1) + strings.Repeat("]", strictjson.MaxDepth+1),
+	} {
+		if json.Valid([]byte(s)) {
+			t.Fatalf("%q: the test expects text json.Valid refuses", s)
+		}
+		if err := strictjson.Check([]byte(s), strictjson.Options{Single: true}); err == nil {
+			t.Errorf("%q: accepted", s)
+		}
+	}
+	deep := strings.Repeat("[", strictjson.MaxDepth) + strings.Repeat("]", strictjson.MaxDepth)
+	if err := strictjson.Check([]byte(deep), strictjson.Options{Single: true}); err != nil || !json.Valid([]byte(deep)) {
+		t.Errorf("nesting of exactly MaxDepth: %v", err)
+	}
+}
+
+func TestManyMembers(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range 1000 {
+		fmt.Fprintf(&b, `"m%d":{"m%d":[%d]},`, i, i, i)
+	}
+	b.WriteString(`"m0":0}`)
+	var de *strictjson.DuplicateError
+	if err := strictjson.Check([]byte(b.String()), strictjson.Options{}); !errors.As(err, &de) || de.Name != "m0" || de.Path != "$" {
+		t.Fatalf("the 1,001st member repeats the first: %v", err)
+	}
+}
+
+func BenchmarkCheck(b *testing.B) {
+	line := []byte(`{"v":1,"run":"0b6c1f0e-6f0a-4d5e-9a43-3f1c2b7d9e10","seq":3,"time":"2026-12-01T15:16:47.123456789Z","type":"inference_finished","prev":"9f2a6c0d4b1e8a7f3c5d2e1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f","data":{"status":200,"body_sha256":"4b1e8a7f3c5d2e1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f9f2a6c0d","bytes":412,"finish_reason":"stop","usage":{"prompt_tokens":31,"completion_tokens":12},"text":"echo: answer me"}}`)
+	opts := strictjson.Options{IntegersOnly: true, Single: true}
+	b.Run("scanner", func(b *testing.B) {
+		for b.Loop() {
+			if err := strictjson.Check(line, opts); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("tokens", func(b *testing.B) {
+		for b.Loop() {
+			if err := tokenCheck(line, opts); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }
