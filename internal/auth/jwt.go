@@ -147,7 +147,7 @@ func (j *JWT) checkClaims(payload []byte, now time.Time) (*sdkauth.TokenInfo, er
 	// first elsewhere), and each registered claim read by its exact name — claim names
 	// are case-sensitive (RFC 7519 §4), so "Aud" or "EXP" are other, private claims, never
 	// the audience or the expiry (encoding/json's struct decoding would take them for it).
-	if err := strictjson.Check(payload, strictjson.Options{Single: true}); err != nil {
+	if err := strictjson.Check(payload, strictjson.Options{Single: true, NoLoneSurrogates: true}); err != nil {
 		return nil, refuse(ErrMalformed, "the claims: %v", err)
 	}
 	var std registeredClaims

@@ -267,6 +267,7 @@ func TestJWTVerify(t *testing.T) {
 		{"aud for another, Aud for us", j, ecS.signRaw(t, fmt.Sprintf(`{"iss":%q,"aud":"other","Aud":%q,"exp":%d,"sub":"alice"}`, issuer, audience, time.Now().Add(time.Hour).Unix())), auth.ErrAudience, "aud does not contain"},
 		{"expired exp, Exp in the future", j, ecS.signRaw(t, fmt.Sprintf(`{"iss":%q,"aud":%q,"exp":%d,"Exp":%d,"sub":"alice"}`, issuer, audience, time.Now().Add(-time.Hour).Unix(), time.Now().Add(time.Hour).Unix())), auth.ErrExpired, "has passed"},
 		{"a claim twice", j, ecS.signRaw(t, fmt.Sprintf(`{"iss":%q,"aud":%q,"exp":%d,"sub":"alice","sub":"bob"}`, issuer, audience, time.Now().Add(time.Hour).Unix())), auth.ErrMalformed, `duplicate member "sub"`},
+		{"a lone surrogate", j, ecS.signRaw(t, fmt.Sprintf(`{"iss":%q,"aud":%q,"exp":%d,"sub":"alice","name":"\udc00"}`, issuer, audience, time.Now().Add(time.Hour).Unix())), auth.ErrMalformed, `lone surrogate`},
 		{"missing sub", j, ecS.sign(t, claims("sub", nil)), auth.ErrCallerID, `no "sub" claim`},
 		{"sub not a string", j, ecS.sign(t, claims("sub", 42)), auth.ErrCallerID, "not a string"},
 		{"sub with a space", j, ecS.sign(t, claims("sub", "alice smith")), auth.ErrCallerID, "is not a caller id"},

@@ -128,7 +128,7 @@ func Parse(data []byte, getenv func(string) string) (*Registry, error) {
 	if !json.Valid(data) {
 		return nil, invalid("not valid JSON")
 	}
-	if err := strictjson.Check(data, strictjson.Options{IntegersOnly: true, Single: true}); err != nil {
+	if err := strictjson.Check(data, strictjson.Options{IntegersOnly: true, Single: true, NoLoneSurrogates: true}); err != nil {
 		return nil, invalid("%v", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))

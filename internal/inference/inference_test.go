@@ -190,6 +190,8 @@ func TestFaults(t *testing.T) {
 			openaiBody: `{"choices":[{"message":{"content":"a","content":"b"}}]}`, kind: inference.KindMalformed, code: errcode.InferenceFailed, status: 200, inMessage: []string{"duplicate member"}},
 		{name: "a member name in another case", reply: loopback.Reply{Body: []byte(`{"type":"message","CONTENT":[{"type":"text","text":"folded"}]}`)},
 			openaiBody: `{"CHOICES":[{"message":{"content":"folded"}}]}`, kind: inference.KindMalformed, code: errcode.InferenceFailed, status: 200, inMessage: []string{"spelled otherwise"}},
+		{name: "a lone surrogate escape", reply: loopback.Reply{Body: []byte(`{"type":"message","content":[{"type":"text","text":"a\ud800b"}]}`)},
+			openaiBody: `{"choices":[{"message":{"content":"a\udc00b"}}]}`, kind: inference.KindMalformed, code: errcode.InferenceFailed, status: 200, inMessage: []string{"lone surrogate"}},
 		{name: "no content", reply: loopback.Reply{Body: []byte(`{"type":"message","content":[],"stop_reason":"max_tokens"}`)}, openaiBody: `{"choices":[{"message":{"role":"assistant","content":null},"finish_reason":"content_filter"}]}`, kind: inference.KindNoContent, code: errcode.InferenceFailed, status: 200},
 		{name: "finish reason over its bound", reply: loopback.Reply{Text: "hi", FinishReason: strings.Repeat("x", 2<<20)}, kind: inference.KindMalformed, code: errcode.InferenceFailed, status: 200,
 			inMessage: []string{"finish reason is 2097152 bytes, more than the 64-byte limit"}},

@@ -145,7 +145,7 @@ func unmarshalObject(body []byte, v any) error {
 	if err := json.Unmarshal(body, v); err != nil {
 		return &Error{Kind: KindMalformed, Err: err}
 	}
-	if err := strictjson.Check(body, strictjson.Options{Single: true, ExactNames: jsonNames(reflect.TypeOf(v))}); err != nil {
+	if err := strictjson.Check(body, strictjson.Options{Single: true, NoLoneSurrogates: true, ExactNames: jsonNames(reflect.TypeOf(v))}); err != nil {
 		return &Error{Kind: KindMalformed, Err: err}
 	}
 	return nil

@@ -33,8 +33,8 @@
 //	          policy_evaluated, terminated (others may be added later)
 //	data      JSON object, the record's own fields (see the record types)
 //
-// P contains no floating-point numbers (no '.', 'e' or 'E' in any number) and no object
-// with a duplicated member name. A line is at most MaxRecordBytes bytes and a file at most
+// P contains no floating-point numbers (no '.', 'e' or 'E' in any number), no object
+// with a duplicated member name, and no \u escape of a lone UTF-16 surrogate. A line is at most MaxRecordBytes bytes and a file at most
 // MaxFileBytes bytes. Strings are written without HTML escaping.
 //
 // The data member of each record type is the JSON form of the Go struct of the same name

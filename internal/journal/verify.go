@@ -335,13 +335,13 @@ func splitLine(line []byte) (payload, sigText []byte, err error) {
 
 // PayloadMembers reads an authentic payload P as the format requires of every signed log
 // sharing the envelope: strict UTF-8 JSON (an object; no float, no member name twice,
-// nothing after it) with exactly the members names, returned raw. Of several unknown
+// no lone surrogate escape, nothing after it) with exactly the members names, returned raw. Of several unknown
 // members, the first in P is named.
 func PayloadMembers(p []byte, names []string) (map[string]json.RawMessage, error) {
 	if len(p) == 0 || p[0] != '{' || !utf8.Valid(p) || !json.Valid(p) {
 		return nil, errors.New("payload is not a UTF-8 JSON object")
 	}
-	if err := strictjson.Check(p, strictjson.Options{IntegersOnly: true, Single: true}); err != nil {
+	if err := strictjson.Check(p, strictjson.Options{IntegersOnly: true, Single: true, NoLoneSurrogates: true}); err != nil {
 		return nil, fmt.Errorf("payload: %w", err)
 	}
 	m, order, err := objectMembers(bytes.Clone(p)) // the values are the caller's to keep

@@ -128,6 +128,7 @@ func TestVerifyRejects(t *testing.T) {
 		{"float", signLine(`{"v":1,"run_id":"r","seq":0,` + p0 + `{"x":1.5}}`), pub, VerifyOptions{}, 1, "floating-point"},
 		{"exponent", signLine(`{"v":1,"run_id":"r","seq":0,` + p0 + `{"x":1e3}}`), pub, VerifyOptions{}, 1, "floating-point"},
 		{"duplicate member", signLine(`{"v":1,"run_id":"r","run_id":"s","seq":0,` + p0 + `{}}`), pub, VerifyOptions{}, 1, "duplicate member"},
+		{"lone surrogate", signLine(`{"v":1,"run_id":"r","seq":0,` + p0 + `{"agent":"\ud800"}}`), pub, VerifyOptions{}, 1, "lone surrogate"},
 		{"unknown member", signLine(`{"v":1,"run_id":"r","seq":0,"extra":1,` + p0 + `{}}`), pub, VerifyOptions{}, 1, "unknown member"},
 		{"missing member", signLine(`{"v":1,"run_id":"r","seq":0,"prev":"` + ZeroHash + `","agent_id":"a","type":"started","data":{}}`), pub, VerifyOptions{}, 1, "lacks member"},
 		{"string seq", signLine(`{"v":1,"run_id":"r","seq":"0",` + p0 + `{}}`), pub, VerifyOptions{}, 1, "seq is"},

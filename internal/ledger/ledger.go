@@ -24,7 +24,8 @@
 //	type  run, resolution, approval, recovered or pruned
 //	data  the type's members (Run, Resolution, Approval, Recovered, Pruned)
 //
-// P holds no floating-point number and no member name twice. A verifier reads nothing of
+// P holds no floating-point number, no member name twice and no \u escape of a lone
+// UTF-16 surrogate. A verifier reads nothing of
 // a line before its signature verifies, and accepts a type it does not know (a later
 // version's) while checking everything else about its line.
 //

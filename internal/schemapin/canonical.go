@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"symbi/internal/errcode"
+	"symbi/internal/strictjson"
 )
 
 // MaxDepth is the deepest nesting of arrays and objects Canonicalize accepts.
@@ -41,8 +42,9 @@ func parse(doc []byte) (any, error) {
 	if !utf8.Valid(doc) {
 		return nil, malformed("document is not valid UTF-8")
 	}
-	if err := checkSurrogates(doc); err != nil {
-		return nil, err
+	// The standard decoder would read a lone surrogate's escape as U+FFFD.
+	if err := strictjson.Check(doc, strictjson.Options{NoLoneSurrogates: true}); errors.Is(err, strictjson.ErrSurrogate) {
+		return nil, malformed("%v", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	dec.UseNumber()
@@ -119,60 +121,6 @@ func parseValue(dec *json.Decoder, depth int) (any, error) {
 		return obj, nil
 	}
 	return nil, malformed("unexpected %q", d)
-}
-
-// checkSurrogates rejects \u escapes that encode a lone UTF-16 surrogate, which the
-// standard decoder would silently replace with U+FFFD. Outside strings a backslash is
-// a syntax error the decoder reports, so scanning every backslash is enough.
-func checkSurrogates(doc []byte) error {
-	for i := 0; i < len(doc); i++ {
-		if doc[i] != '\\' || i+1 >= len(doc) {
-			continue
-		}
-		i++
-		if doc[i] != 'u' {
-			continue
-		}
-		r, ok := hex4(doc, i+1)
-		if !ok {
-			continue // the decoder reports the bad escape
-		}
-		i += 4
-		switch {
-		case r >= 0xDC00 && r <= 0xDFFF:
-			return malformed("escaped lone surrogate \\u%04x", r)
-		case r >= 0xD800 && r <= 0xDBFF:
-			lo, ok := -1, i+2 < len(doc) && doc[i+1] == '\\' && doc[i+2] == 'u'
-			if ok {
-				lo, ok = hex4(doc, i+3)
-			}
-			if !ok || lo < 0xDC00 || lo > 0xDFFF {
-				return malformed("escaped lone surrogate \\u%04x", r)
-			}
-			i += 6
-		}
-	}
-	return nil
-}
-
-func hex4(b []byte, at int) (int, bool) {
-	if at+4 > len(b) {
-		return 0, false
-	}
-	n := 0
-	for _, c := range b[at : at+4] {
-		switch {
-		case c >= '0' && c <= '9':
-			n = n<<4 | int(c-'0')
-		case c >= 'a' && c <= 'f':
-			n = n<<4 | int(c-'a'+10)
-		case c >= 'A' && c <= 'F':
-			n = n<<4 | int(c-'A'+10)
-		default:
-			return 0, false
-		}
-	}
-	return n, true
 }
 
 // encode writes v in canonical form.

@@ -26,6 +26,10 @@ import (
 type Options struct {
 	IntegersOnly bool // refuse a number with a fraction or an exponent
 	Single       bool // refuse anything after the first value
+	// NoLoneSurrogates refuses a \u escape of a UTF-16 surrogate that is not half of a
+	// pair (RFC 7493 §2.1): encoding/json reads it as U+FFFD, another reader keeps it, so
+	// the two would read different text (error wrapping ErrSurrogate).
+	NoLoneSurrogates bool
 	// ExactNames are member names that must be spelled exactly: a member name equal to
 	// one of them under Unicode case folding (as encoding/json matches struct fields) but
 	// spelled otherwise is refused (*CaseError), so that a reader that does not fold case
@@ -58,6 +62,9 @@ var ErrFloat = errors.New("floating-point number")
 
 // ErrTrailing is the error for data after the first value under Single.
 var ErrTrailing = errors.New("data after the JSON value")
+
+// ErrSurrogate is wrapped by the error for a lone surrogate under NoLoneSurrogates.
+var ErrSurrogate = errors.New("escaped lone surrogate")
 
 // ErrSyntax is wrapped by the error for text that is not JSON.
 var ErrSyntax = errors.New("invalid JSON")
@@ -364,11 +371,14 @@ func (c *checker) str() (raw []byte, plain bool, err error) {
 				c.pos++
 			case 'u':
 				c.pos++
-				for range 4 {
-					if c.pos == len(c.data) || !isHex(c.data[c.pos]) {
-						return nil, false, c.syntax("a hexadecimal digit in a \\u escape")
+				r, err := c.hex4()
+				if err != nil {
+					return nil, false, err
+				}
+				if c.opts.NoLoneSurrogates && r >= 0xD800 && r <= 0xDFFF {
+					if err := c.lowSurrogate(r); err != nil {
+						return nil, false, err
 					}
-					c.pos++
 				}
 			default:
 				return nil, false, c.syntax("an escape")
@@ -385,8 +395,45 @@ func (c *checker) str() (raw []byte, plain bool, err error) {
 	return nil, false, c.syntax("the end of a string")
 }
 
-func isHex(b byte) bool {
-	return (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f') || (b >= 'A' && b <= 'F')
+// hex4 reads the four hexadecimal digits of a \u escape.
+func (c *checker) hex4() (rune, error) {
+	var r rune
+	for range 4 {
+		if c.pos == len(c.data) {
+			return 0, c.syntax("a hexadecimal digit in a \\u escape")
+		}
+		switch b := c.data[c.pos]; {
+		case b >= '0' && b <= '9':
+			r = r<<4 | rune(b-'0')
+		case b >= 'a' && b <= 'f':
+			r = r<<4 | rune(b-'a'+10)
+		case b >= 'A' && b <= 'F':
+			r = r<<4 | rune(b-'A'+10)
+		default:
+			return 0, c.syntax("a hexadecimal digit in a \\u escape")
+		}
+		c.pos++
+	}
+	return r, nil
+}
+
+// lowSurrogate reads, after the escape of the surrogate r, the escape of the low
+// surrogate that makes r the first half of a pair, or refuses r as lone.
+func (c *checker) lowSurrogate(r rune) error {
+	at := c.pos - 6
+	lone := fmt.Errorf("%w \\u%04x at offset %d", ErrSurrogate, r, at)
+	if r >= 0xDC00 || c.pos+1 >= len(c.data) || c.data[c.pos] != '\\' || c.data[c.pos+1] != 'u' {
+		return lone
+	}
+	c.pos += 2
+	lo, err := c.hex4()
+	if err != nil {
+		return err
+	}
+	if lo < 0xDC00 || lo > 0xDFFF {
+		return lone
+	}
+	return nil
 }
 
 func isDigit(b byte) bool { return b >= '0' && b <= '9' }

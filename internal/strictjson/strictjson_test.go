@@ -236,6 +236,7 @@ func FuzzAgainstTokens(f *testing.F) {
 		`{} {}`, `1 2`, ` `, ``, `{"a":}`, `[1,]`, `{"a" 1}`, `"\u12"`, `-`, `-01`, `1.`, `1e`, `tru`,
 		`{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17,"a":18}`,
 		`{"k":[{"a":1},{"a":1,"b":{"a":1}}],"a":[],"k":0}`, "\"\x01\"", `[[[[]]]]`, `{"a":1}x`,
+		`"\ud83d\ude00"`, `"\udc00"`, `["\ud800","\ud800\udc00"]`, `{"\\ud800":1}`,
 	} {
 		f.Add(s)
 	}
@@ -255,6 +256,20 @@ func FuzzAgainstTokens(f *testing.F) {
 			want := tokenCheck([]byte(data), opts)
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("%q %+v: Check says %v, the Token checker %v", data, opts, got, want)
+			}
+		}
+		// NoLoneSurrogates refuses where the scan does, and otherwise changes nothing.
+		if valid {
+			plain := strictjson.Check([]byte(data), strictjson.Options{Single: true})
+			got := strictjson.Check([]byte(data), strictjson.Options{Single: true, NoLoneSurrogates: true})
+			lone := scanSurrogates([]byte(data)) != nil
+			switch {
+			case errors.Is(got, strictjson.ErrSurrogate) && !lone:
+				t.Fatalf("%q: a lone surrogate the scan does not see: %v", data, got)
+			case lone && plain == nil && !errors.Is(got, strictjson.ErrSurrogate):
+				t.Fatalf("%q: the scan sees a lone surrogate, Check says %v", data, got)
+			case !errors.Is(got, strictjson.ErrSurrogate) && fmt.Sprint(got) != fmt.Sprint(plain):
+				t.Fatalf("%q: NoLoneSurrogates changed the verdict %v to %v", data, plain, got)
 			}
 		}
 	})
@@ -310,4 +325,89 @@ func BenchmarkCheck(b *testing.B) {
 			}
 		}
 	})
+}
+
+// scanSurrogates (the scan schemapin used before NoLoneSurrogates) rejects \u escapes that encode a lone UTF-16 surrogate, which the
+// standard decoder would silently replace with U+FFFD. Outside strings a backslash is
+// a syntax error the decoder reports, so scanning every backslash is enough.
+func scanSurrogates(doc []byte) error {
+	for i := 0; i < len(doc); i++ {
+		if doc[i] != '\\' || i+1 >= len(doc) {
+			continue
+		}
+		i++
+		if doc[i] != 'u' {
+			continue
+		}
+		r, ok := hex4(doc, i+1)
+		if !ok {
+			continue // the decoder reports the bad escape
+		}
+		i += 4
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return fmt.Errorf("lone surrogate %04x", r)
+		case r >= 0xD800 && r <= 0xDBFF:
+			lo, ok := -1, i+2 < len(doc) && doc[i+1] == '\\' && doc[i+2] == 'u'
+			if ok {
+				lo, ok = hex4(doc, i+3)
+			}
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return fmt.Errorf("lone surrogate %04x", r)
+			}
+			i += 6
+		}
+	}
+	return nil
+}
+
+func hex4(b []byte, at int) (int, bool) {
+	if at+4 > len(b) {
+		return 0, false
+	}
+	n := 0
+	for _, c := range b[at : at+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			n = n<<4 | int(c-'0')
+		case c >= 'a' && c <= 'f':
+			n = n<<4 | int(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			n = n<<4 | int(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return n, true
+}
+
+func TestLoneSurrogates(t *testing.T) {
+	tests := []struct {
+		json string
+		lone bool
+	}{
+		{`"\ud83d\ude00"`, false}, // a pair
+		{`"\uD83D\uDE00"`, false},
+		{`"\ud800"`, true},
+		{`"\udc00"`, true},
+		{`"\udc00\ud800"`, true}, // halves in the wrong order
+		{`"\ud800\ud800"`, true},
+		{`"\ud800x"`, true},
+		{`"\ud800\n"`, true},
+		{`"\\ud800"`, false},   // an escaped backslash, then text
+		{`{"\ud800":1}`, true}, // in a name too
+		{`["\u0041","\uffff","\ufffd"]`, false},
+	}
+	for _, tt := range tests {
+		err := strictjson.Check([]byte(tt.json), strictjson.Options{Single: true, NoLoneSurrogates: true})
+		if got := errors.Is(err, strictjson.ErrSurrogate); got != tt.lone || (!tt.lone && err != nil) {
+			t.Errorf("%s: %v, want lone %v", tt.json, err, tt.lone)
+		}
+		if (scanSurrogates([]byte(tt.json)) != nil) != tt.lone {
+			t.Errorf("%s: the oracle disagrees with the table", tt.json)
+		}
+		if err := strictjson.Check([]byte(tt.json), strictjson.Options{Single: true}); err != nil {
+			t.Errorf("%s without NoLoneSurrogates: %v", tt.json, err)
+		}
+	}
 }
