@@ -133,6 +133,7 @@ func (r *Runner) hold(ctx context.Context, w *journal.Writer, p *prepared, gate 
 	// is taken once the record is durable.
 	now := time.Now()
 	defer p.gate.wait(Pending{Gate: gate, Since: now, Deadline: now.Add(wait), TextBytes: out.TextBytes, delegated: p.delegated()})()
+	r.at("holding")
 	record := durably(w)
 	if err := record(journal.ApprovalRequested{Gate: gate, TextSHA256: out.TextSHA256, TextBytes: out.TextBytes, TimeoutMS: ms(wait)}); err != nil {
 		return verdict{journalErr: err}

@@ -291,3 +291,48 @@ func TestCancelQueuedHeldRequests(t *testing.T) {
 		})
 	}
 }
+
+// TestAwaitingOnlyWhenDurable: a run is Awaiting (run_events' awaiting_approval) only once
+// its approval_requested record is durable — not in the moment between its wait being
+// set and that record's fsync — and no more once the decision is durable.
+func TestAwaitingOnlyWhenDurable(t *testing.T) {
+	f := newFixture(t, map[string]string{
+		"agents/helper.symbi":    "agent helper {}\n",
+		"policies/respond.cedar": "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n@gate(\"human\") @id(\"review\")\nforbid (principal, action == Action::\"respond\", resource);\n",
+	}, nil)
+	holding, checked := make(chan struct{}), make(chan struct{})
+	f.runner.hook = func(point string) {
+		if point == "holding" {
+			close(holding)
+			<-checked
+		}
+	}
+	run, err := f.runner.Start(Request{Agent: "helper", Prompt: "hold this", Async: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-holding
+	pending, early := run.Pending() != nil, run.Awaiting()
+	close(checked)
+	if !pending {
+		t.Fatal("the wait is not set before approval_requested is written")
+	}
+	if early {
+		t.Fatal("Awaiting before approval_requested was written")
+	}
+	<-run.awaiting()
+	if !run.Awaiting() {
+		t.Fatal("not Awaiting once approval_requested is durable")
+	}
+	if err := run.Approve(context.Background(), Approval{Decision: ApprovalApprove, Approver: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if run.Awaiting() {
+		t.Fatal("Awaiting after the run ended approved")
+	}
+}

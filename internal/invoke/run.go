@@ -171,6 +171,16 @@ func (run *Run) Durable() journal.Receipt {
 	return journal.Receipt{}
 }
 
+// Awaiting reports whether the run waits at a gate as its durable journal says it does:
+// it is waiting (Pending), and its approval_requested record is durable. Pending is set
+// just before that record is written, so that whoever sees the record sees the wait; a
+// status built from Awaiting never says awaiting_approval before the record it rests on
+// can be read.
+func (run *Run) Awaiting() bool {
+	w := run.p.journal.Load()
+	return run.Pending() != nil && w != nil && w.DurableWait()
+}
+
 // Changed returns a channel closed when Durable may have changed: at the journal's next
 // fsync, or — before the journal exists — when it is created. A run that has ended
 // changes no more: wait on Done as well.

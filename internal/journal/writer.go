@@ -55,6 +55,8 @@ type Writer struct {
 	seq         int
 	durable     int     // records made durable by the last successful Sync
 	durableHead string  // the hash of the last of them
+	waits       int     // approval_requested records written without their approval_decided
+	durableWait bool    // whether the durable records leave a wait open (waits > 0 at the last Sync)
 	machine     Machine // the run's state after the records written
 	size        int64
 	prev        string
@@ -375,6 +377,12 @@ func (w *Writer) AppendPrepared(p *Prepared) error {
 
 // advance moves the writer's state past p, written (or, in prepareAll, counted as if).
 func (w *Writer) advance(p *Prepared) {
+	switch p.typ {
+	case TypeApprovalRequested:
+		w.waits++
+	case TypeApprovalDecided:
+		w.waits--
+	}
 	w.size += int64(len(p.line))
 	w.machine = p.machine
 	w.seq++
@@ -471,7 +479,7 @@ func (w *Writer) Sync() error {
 		return w.fail(err)
 	}
 	if w.durable != w.seq {
-		w.durable, w.durableHead = w.seq, w.prev
+		w.durable, w.durableHead, w.durableWait = w.seq, w.prev, w.waits > 0
 		close(w.changed)
 		w.changed = make(chan struct{})
 	}
@@ -546,6 +554,14 @@ func (w *Writer) Durable() Receipt {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return Receipt{Records: w.durable, Head: w.durableHead}
+}
+
+// DurableWait reports whether the records made durable so far leave a wait at a gate
+// open: an approval_requested not yet followed by its approval_decided.
+func (w *Writer) DurableWait() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.durableWait
 }
 
 // Receipt returns the number of lines written and the hash of the last one.

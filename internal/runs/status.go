@@ -203,7 +203,7 @@ func (m *Manager) events(snap *run, after int64, limit int) (*Events, error) {
 	case lr != nil && !isDone(lr):
 		rc := lr.Durable()
 		st = &Status{Status: StatusRunning, Records: int64(rc.Records)}
-		if lr.Pending() != nil {
+		if lr.Awaiting() {
 			st.Status = StatusAwaitingApproval
 		}
 	case lr == nil && snap.external && journal.InProgress(m.journalPath(snap)):
