@@ -338,10 +338,12 @@ func splitLine(line []byte) (payload, sigText []byte, err error) {
 // no lone surrogate escape, nothing after it) with exactly the members names, returned raw. Of several unknown
 // members, the first in P is named.
 func PayloadMembers(p []byte, names []string) (map[string]json.RawMessage, error) {
-	if len(p) == 0 || p[0] != '{' || !utf8.Valid(p) || !json.Valid(p) {
+	// Check validates too: it refuses as ErrSyntax exactly what json.Valid refuses.
+	err := strictjson.Check(p, strictjson.Options{IntegersOnly: true, Single: true, NoLoneSurrogates: true})
+	if len(p) == 0 || p[0] != '{' || !utf8.Valid(p) || errors.Is(err, strictjson.ErrSyntax) {
 		return nil, errors.New("payload is not a UTF-8 JSON object")
 	}
-	if err := strictjson.Check(p, strictjson.Options{IntegersOnly: true, Single: true, NoLoneSurrogates: true}); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("payload: %w", err)
 	}
 	m, order, err := objectMembers(bytes.Clone(p)) // the values are the caller's to keep
