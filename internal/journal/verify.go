@@ -338,7 +338,8 @@ func splitLine(line []byte) (payload, sigText []byte, err error) {
 // no lone surrogate escape, nothing after it) with exactly the members names, returned raw. Of several unknown
 // members, the first in P is named.
 func PayloadMembers(p []byte, names []string) (map[string]json.RawMessage, error) {
-	// Check validates too: it refuses as ErrSyntax exactly what json.Valid refuses.
+	// Check validates too: it refuses whatever json.Valid refuses, with the first problem in
+	// document order (ErrSyntax, or a strict rule broken before the syntax error).
 	err := strictjson.Check(p, strictjson.Options{IntegersOnly: true, Single: true, NoLoneSurrogates: true})
 	if len(p) == 0 || p[0] != '{' || !utf8.Valid(p) || errors.Is(err, strictjson.ErrSyntax) {
 		return nil, errors.New("payload is not a UTF-8 JSON object")

@@ -138,11 +138,11 @@ func (c *checker) space() {
 
 // run reads values and what joins them until the end of the text.
 func (c *checker) run() error {
-	for {
+	for first := true; ; first = false {
 		c.space()
 		if c.pos == len(c.data) {
-			if c.pos == 0 || c.opts.Single {
-				return c.syntax("a value")
+			if first {
+				return c.syntax("a value") // no value at all: not JSON text
 			}
 			return nil
 		}
@@ -421,9 +421,8 @@ func (c *checker) hex4() (rune, error) {
 // surrogate that makes r the first half of a pair, or refuses r as lone.
 func (c *checker) lowSurrogate(r rune) error {
 	at := c.pos - 6
-	lone := fmt.Errorf("%w \\u%04x at offset %d", ErrSurrogate, r, at)
 	if r >= 0xDC00 || c.pos+1 >= len(c.data) || c.data[c.pos] != '\\' || c.data[c.pos+1] != 'u' {
-		return lone
+		return loneSurrogate(r, at)
 	}
 	c.pos += 2
 	lo, err := c.hex4()
@@ -431,9 +430,13 @@ func (c *checker) lowSurrogate(r rune) error {
 		return err
 	}
 	if lo < 0xDC00 || lo > 0xDFFF {
-		return lone
+		return loneSurrogate(r, at)
 	}
 	return nil
+}
+
+func loneSurrogate(r rune, at int) error {
+	return fmt.Errorf("%w \\u%04x at offset %d", ErrSurrogate, r, at)
 }
 
 func isDigit(b byte) bool { return b >= '0' && b <= '9' }

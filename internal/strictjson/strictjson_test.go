@@ -308,6 +308,28 @@ func TestManyMembers(t *testing.T) {
 	}
 }
 
+func TestNoValue(t *testing.T) {
+	for _, s := range []string{"", " ", "\n\t "} {
+		for _, opts := range []strictjson.Options{{}, {Single: true}} {
+			if err := strictjson.Check([]byte(s), opts); !errors.Is(err, strictjson.ErrSyntax) {
+				t.Errorf("%q %+v: %v, want ErrSyntax (no value)", s, opts, err)
+			}
+		}
+	}
+}
+
+// TestPairsAllocateNothing: a valid surrogate pair costs no error built in vain.
+func TestPairsAllocateNothing(t *testing.T) {
+	doc := []byte(`["` + strings.Repeat(`\ud83d\ude00`, 100) + `"]`)
+	opts := strictjson.Options{Single: true, NoLoneSurrogates: true}
+	if err := strictjson.Check(doc, opts); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(20, func() { strictjson.Check(doc, opts) }); n > 0 {
+		t.Errorf("%v allocations checking 100 valid pairs", n)
+	}
+}
+
 func BenchmarkCheck(b *testing.B) {
 	line := []byte(`{"v":1,"run":"0b6c1f0e-6f0a-4d5e-9a43-3f1c2b7d9e10","seq":3,"time":"2026-12-01T15:16:47.123456789Z","type":"inference_finished","prev":"9f2a6c0d4b1e8a7f3c5d2e1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f","data":{"status":200,"body_sha256":"4b1e8a7f3c5d2e1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f9f2a6c0d","bytes":412,"finish_reason":"stop","usage":{"prompt_tokens":31,"completion_tokens":12},"text":"echo: answer me"}}`)
 	opts := strictjson.Options{IntegersOnly: true, Single: true}
