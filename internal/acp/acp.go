@@ -835,12 +835,14 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 	for {
 		frag, err := br.ReadSlice('\n')
 		line = append(line, frag...)
+		// Every piece is measured, the last (with the "\n") too: the line, "\n" included,
+		// is what the SDK's bound applies to.
+		if len(line) > maxLineBytes {
+			r.abort(fmt.Errorf("%w: a line of more than %d bytes", ErrMalformed, maxLineBytes))
+			dst.CloseWithError(errors.New("line too long"))
+			return
+		}
 		if err == bufio.ErrBufferFull {
-			if len(line) > maxLineBytes {
-				r.abort(fmt.Errorf("%w: a line of more than %d bytes", ErrMalformed, maxLineBytes))
-				dst.CloseWithError(errors.New("line too long"))
-				return
-			}
 			continue
 		}
 		if len(line) > 0 {

@@ -68,7 +68,8 @@ type Agent struct {
 	// declaration's exact bytes (lowercase hex SHA-256).
 	SourceSHA256, DeclarationSHA256 string
 
-	ambiguous bool // its stem is another agent file's too (markAmbiguous)
+	ambiguous bool  // its stem is another agent file's too (markAmbiguous)
+	notRead   error // why its file was not read (its code is the refusal's): no source, no admission
 }
 
 // Registry is the agent registry snapshot taken by LoadRegistry: the agent files of
@@ -79,13 +80,15 @@ type Registry struct {
 	start  func()        // builds agents (PrepareRegistry); nil once started or stopped
 	ready  chan struct{} // closed once agents is built (or Stop prevented it)
 	agents []*Agent      // sorted by name, then file
+	more   bool          // agents/ had more entries than were inspected
 }
 
 // LoadRegistry takes the registry snapshot: it inspects at most RegistryMaxEntries
 // entries of agents/, keeps names ending in .symbi or .dsl, reads each through the
 // confined reader (at most AgentFileLimit bytes) in name order, and stops retaining
-// once the total would pass RegistryRetainLimit. Unreadable files are skipped with a
-// warning on log. A missing agents/ gives an empty registry.
+// once the total would pass RegistryRetainLimit. A file that cannot be read, or is not
+// retained, is listed refused with the rule (and a warning on log); Resolve answers with
+// that refusal. A missing agents/ gives an empty registry.
 //
 // Reading, parsing and admission dominate start-up, so the files are read, parsed and
 // admitted on all cores (see loadFiles); the snapshot and the warnings are then decided
@@ -110,11 +113,11 @@ func (p *Project) PrepareRegistry(log *slog.Logger, opts ...dsl.Options) (*Regis
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	names, err := p.agentFileNames(log)
+	names, more, err := p.agentFileNames(log)
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{ready: make(chan struct{})}
+	r := &Registry{ready: make(chan struct{}), more: more}
 	r.start = func() {
 		defer close(r.ready)
 		r.agents = p.snapshot(names, o, log)
@@ -180,7 +183,10 @@ func (p *Project) snapshot(names []string, o dsl.Options, log *slog.Logger) []*A
 			log.Warn("registry: refusing agent file", "file", refused[len(refused)-1].Entry.File, "reason", refused[len(refused)-1].Entry.Reason)
 			continue
 		case f.err != nil:
-			log.Warn("registry: skipping agent file", "file", rel, "err", errcode.Text(f.err))
+			// Listed, never invocable, with the rule that refused its reading: asking for
+			// it is answered with that rule, not "no agent file".
+			refused = append(refused, notReadAgent(names[i], errcode.Wrap(errcode.Of(f.err), fmt.Errorf("agent file %s was not read at startup: %w", rel, f.err))))
+			log.Warn("registry: refusing agent file", "file", rel, "err", errcode.Text(f.err))
 			continue
 		}
 		// loadFiles reads a prefix of names that runs past the retention limit, so this
@@ -188,6 +194,15 @@ func (p *Project) snapshot(names []string, o dsl.Options, log *slog.Logger) []*A
 		if f.agent == nil || retained+int64(len(f.agent.Source)) > RegistryRetainLimit {
 			log.Warn("registry: retention limit reached; remaining agent files not loaded",
 				"limit_bytes", RegistryRetainLimit, "skipped", len(names)-i, "first_skipped", rel)
+			for j := i; j < len(names); j++ {
+				if !printableName(names[j]) {
+					refused = append(refused, unprintableAgent(names[j]))
+					continue
+				}
+				refused = append(refused, notReadAgent(names[j], errcode.Errorf(errcode.LimitExceeded,
+					"agent file %s/%s was not read at startup: refused by rule \"registry retention\": the agent files before it in name order hold about %d MiB, and the registry retains at most %d MiB; make the files smaller or fewer",
+					agentsDir, names[j], RegistryRetainLimit>>20, RegistryRetainLimit>>20)))
+			}
 			break
 		}
 		retained += int64(len(f.agent.Source))
@@ -254,42 +269,42 @@ func (p *Project) loadFiles(names []string, o dsl.Options) []loadedFile {
 }
 
 // agentFileNames lists at most RegistryMaxEntries entries of agents/ and returns the
-// .symbi and .dsl names among them, sorted.
-func (p *Project) agentFileNames(log *slog.Logger) ([]string, error) {
+// .symbi and .dsl names among them, sorted, and whether agents/ has more entries.
+func (p *Project) agentFileNames(log *slog.Logger) (names []string, more bool, err error) {
 	// No O_DIRECTORY: with O_NOFOLLOW it would report a symlink as "not a directory".
 	fd, err := p.open(agentsDir, []string{agentsDir}, unix.O_RDONLY|unix.O_NONBLOCK)
 	if errors.Is(err, ErrNotExist) {
 		log.Warn("registry: the project has no agents/ directory; no agent can be invoked (symbi init writes a starter project)", "project", p.path)
-		return nil, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("registry: %w", err)
+		return nil, false, fmt.Errorf("registry: %w", err)
 	}
 	dir := os.NewFile(uintptr(fd), agentsDir)
 	defer dir.Close()
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("registry: %w", refuse(agentsDir, ErrUnreadable, err))
+		return nil, false, fmt.Errorf("registry: %w", refuse(agentsDir, ErrUnreadable, err))
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return nil, fmt.Errorf("registry: %w", refuse(agentsDir, ErrNotRegular, fmt.Errorf("%s, want a directory", fileType(st.Mode))))
+		return nil, false, fmt.Errorf("registry: %w", refuse(agentsDir, ErrNotRegular, fmt.Errorf("%s, want a directory", fileType(st.Mode))))
 	}
 	all, err := dir.Readdirnames(RegistryMaxEntries)
 	if err != nil && len(all) == 0 && !errors.Is(err, io.EOF) {
-		return nil, errcode.Errorf(errcode.Internal, "registry: list agents/: %w", err)
+		return nil, false, errcode.Errorf(errcode.Internal, "registry: list agents/: %w", err)
 	}
-	if more, _ := dir.Readdirnames(1); len(more) > 0 {
+	if rest, _ := dir.Readdirnames(1); len(rest) > 0 {
+		more = true
 		log.Warn("registry: agents/ has more entries than are inspected; the rest are ignored",
 			"inspected", RegistryMaxEntries)
 	}
-	var names []string
 	for _, n := range all {
 		if strings.HasSuffix(n, ".symbi") || strings.HasSuffix(n, ".dsl") {
 			names = append(names, n)
 		}
 	}
 	sort.Strings(names)
-	return names, nil
+	return names, more, nil
 }
 
 // printableName reports whether a directory entry's name is valid UTF-8 of printable
@@ -311,6 +326,14 @@ func unprintableAgent(name string) *Agent {
 	}
 	e.Reasons = []string{e.Reason}
 	return &Agent{Entry: e}
+}
+
+// notReadAgent is the refused registration of a file whose reading was refused (err,
+// whose code and text Resolve returns): listed with the reason, never invocable.
+func notReadAgent(name string, err error) *Agent {
+	e := Entry{Name: stem(name), File: agentsDir + "/" + name, Agents: []string{}, Capabilities: []string{}, Reason: err.Error()}
+	e.Reasons = []string{e.Reason}
+	return &Agent{Entry: e, notRead: err}
 }
 
 // stem returns name without its .symbi or .dsl extension.
@@ -407,6 +430,9 @@ func (r *Registry) Resolve(stem string) (*Agent, error) {
 	}
 	switch len(found) {
 	case 0:
+		if r.more {
+			return nil, errcode.Errorf(errcode.UnknownAgent, "no agent file with the name %q among the %d entries of agents/ inspected at startup: agents/ has more entries, and the rest were not inspected (rule \"registry entries\"); the registry is a snapshot taken at startup", stem, RegistryMaxEntries)
+		}
 		return nil, errcode.Errorf(errcode.UnknownAgent, "no agent file with the name %q in agents/ (the registry is a snapshot taken at startup)", stem)
 	case 1:
 	default:
@@ -417,8 +443,11 @@ func (r *Registry) Resolve(stem string) (*Agent, error) {
 		return nil, errcode.Errorf(errcode.UnknownAgent, "%s", ambiguity(stem, files))
 	}
 	a := found[0]
-	if a.ambiguous { // its other file could not be read, so is not listed
+	if a.ambiguous {
 		return nil, errcode.Errorf(errcode.UnknownAgent, "%s", a.Entry.Reason)
+	}
+	if a.notRead != nil {
+		return nil, a.notRead
 	}
 	if a.Admission == nil {
 		// Never read (its file name is not printable): nothing to show or invoke.

@@ -126,7 +126,10 @@ func TestRegistryIsSnapshot(t *testing.T) {
 	}
 }
 
-func TestRegistrySkipsUnreadable(t *testing.T) {
+// TestRegistryRefusesUnreadable: a file the confined reader refuses is listed, never
+// invocable, with that rule as its reason; asking for it is answered with the rule (and
+// its code), not "no agent file".
+func TestRegistryRefusesUnreadable(t *testing.T) {
 	root := t.TempDir()
 	writeFile(t, root, "agents/good.symbi", []byte("agent good {}"))
 	writeFile(t, root, "agents/.hidden.symbi", []byte("agent hidden {}"))
@@ -138,9 +141,32 @@ func TestRegistrySkipsUnreadable(t *testing.T) {
 	must(t, os.Mkdir(filepath.Join(root, "agents/dir.symbi"), 0o755))
 
 	r, logs := loadRegistry(t, root)
-	if got := names(r.Entries()); len(got) != 0 {
-		// good.symbi has two links now (hard.symbi), so it is refused as well.
-		t.Fatalf("entries %v, want none", got)
+	// good.symbi has two links now (hard.symbi), so it is refused as well.
+	want := map[string]struct {
+		code errcode.Code
+		rule string
+	}{
+		".hidden": {errcode.ProtectedPath, "no hidden components"},
+		"latin1":  {errcode.ProtectedPath, "UTF-8 only"},
+		"huge":    {errcode.LimitExceeded, "size limit"},
+		"linked":  {errcode.ProtectedPath, "no symlinks"},
+		"hard":    {errcode.ProtectedPath, "single link"},
+		"good":    {errcode.ProtectedPath, "single link"},
+		"dir":     {errcode.ProtectedPath, "regular files only"},
+	}
+	entries := r.Entries()
+	if len(entries) != len(want) {
+		t.Fatalf("entries %v, want the %d files, each refused", names(entries), len(want))
+	}
+	for _, e := range entries {
+		w, ok := want[e.Name]
+		if !ok || e.Invocable || !strings.Contains(e.Reason, w.rule) || len(e.Reasons) != 1 {
+			t.Errorf("entry %+v, want refused by %q", e, w.rule)
+		}
+		_, err := r.Resolve(e.Name)
+		if errcode.Of(err) != w.code || !strings.Contains(err.Error(), w.rule) || !strings.Contains(err.Error(), "not read at startup") {
+			t.Errorf("Resolve(%s): %v, want %s naming %q", e.Name, err, w.code, w.rule)
+		}
 	}
 	for _, want := range []string{
 		`agents/.hidden.symbi`, `no hidden components`,
@@ -199,6 +225,14 @@ func TestRegistryEntryLimit(t *testing.T) {
 	if !strings.Contains(logs, "more entries than are inspected") {
 		t.Errorf("no warning about the ignored entries:\n%s", logs)
 	}
+	// A name not found may be among the entries not inspected: the answer says so.
+	if _, err := r.Resolve("nowhere"); errcode.Of(err) != errcode.UnknownAgent || !strings.Contains(err.Error(), `rule "registry entries"`) {
+		t.Errorf("Resolve(nowhere): %v, want unknown_agent naming the entries rule", err)
+	}
+	small, _ := loadRegistry(t, t.TempDir())
+	if _, err := small.Resolve("nowhere"); errcode.Of(err) != errcode.UnknownAgent || strings.Contains(err.Error(), "registry entries") {
+		t.Errorf("Resolve(nowhere) in a small registry: %v", err)
+	}
 }
 
 func TestRegistryRetentionLimit(t *testing.T) {
@@ -212,9 +246,15 @@ func TestRegistryRetentionLimit(t *testing.T) {
 		writeFile(t, root, fmt.Sprintf("agents/r%02d.symbi", i), src)
 	}
 	r, logs := loadRegistry(t, root)
-	got := names(r.Entries())
-	if len(got) != 16 || got[15] != "r15" {
-		t.Fatalf("retained %v, want r00..r15", got)
+	entries := r.Entries()
+	if len(entries) != 17 || entries[15].Name != "r15" || !entries[15].Invocable {
+		t.Fatalf("entries %v, want r00..r15 invocable, then r16", names(entries))
+	}
+	if e := entries[16]; e.Name != "r16" || e.Invocable || !strings.Contains(e.Reason, `rule "registry retention"`) {
+		t.Fatalf("r16: %+v, want refused by the retention rule", e)
+	}
+	if _, err := r.Resolve("r16"); errcode.Of(err) != errcode.LimitExceeded || !strings.Contains(err.Error(), "registry retention") {
+		t.Fatalf("Resolve(r16): %v, want limit_exceeded naming the retention rule", err)
 	}
 	if !strings.Contains(logs, "retention limit reached") || !strings.Contains(logs, "agents/r16.symbi") {
 		t.Errorf("no retention warning naming r16:\n%s", logs)
@@ -345,14 +385,14 @@ func TestRegistryLoadIsDeterministic(t *testing.T) {
 	// Fifteen 1 MiB files (f00, f05 … f70) and the small ones fill all but less than
 	// 1 MiB of the limit: f75 would pass it. Every name before it is accounted for, in
 	// order, and none after it.
-	if !strings.Contains(logs, `skipped=25 first_skipped=agents/f75.symbi`) || strings.Contains(entries, "f75") || !strings.Contains(entries, "f74") {
+	if !strings.Contains(logs, `skipped=25 first_skipped=agents/f75.symbi`) || !strings.Contains(entries, `f75 agents/f75.symbi false ["agent file agents/f75.symbi was not read at startup: refused by rule \"registry retention\"`) || !strings.Contains(entries, "f74") {
 		t.Fatalf("retention did not stop at f75:\n%s\n%s", entries, logs)
 	}
-	if n := strings.Count(logs, "skipping agent file"); n != 15 {
-		t.Errorf("%d skipped files logged, want 15 (f03, f08 … f73):\n%s", n, logs)
+	if n := strings.Count(entries, `rule \"registry retention\"`); n != 20 {
+		t.Errorf("%d files refused by the retention rule, want the 20 printable ones from f75 on:\n%s", n, entries)
 	}
-	if n := strings.Count(logs, "refusing agent file"); n != 15 {
-		t.Errorf("%d refused files logged, want 15 (f04, f09 … f74):\n%s", n, logs)
+	if n := strings.Count(logs, "refusing agent file"); n != 30 {
+		t.Errorf("%d refused files logged, want 30 (f03, f04, f08, f09 … f73, f74):\n%s", n, logs)
 	}
 	for range 10 {
 		if e, l := load(); e != entries || l != logs {
