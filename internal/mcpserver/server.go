@@ -296,7 +296,7 @@ func decodeArgs(raw json.RawMessage, v any) error {
 	if err := dec.Decode(v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return fmt.Errorf("%s must be a %s", te.Field, jsonType(te.Type))
+			return fmt.Errorf("%s must be %s", te.Field, jsonType(te.Type))
 		}
 		return err
 	}
@@ -309,15 +309,18 @@ func decodeArgs(raw json.RawMessage, v any) error {
 func jsonType(t reflect.Type) string {
 	switch t.Kind() {
 	case reflect.String:
-		return "string"
+		return "a string"
 	case reflect.Bool:
-		return "boolean"
-	case reflect.Int, reflect.Int64, reflect.Float64:
-		return "number"
+		return "a boolean"
+	case reflect.Int, reflect.Int64:
+		// 100.0 and 1e2 are integers to JSON Schema but not to Go's decoder: say what is read.
+		return "an integer written without a fraction or exponent, within range"
+	case reflect.Float64:
+		return "a number"
 	case reflect.Slice:
-		return "array"
+		return "an array"
 	}
-	return "object"
+	return "an object"
 }
 
 // errorResult turns err into an isError result: "<code>: <message>" and the structured

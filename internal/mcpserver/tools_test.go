@@ -354,6 +354,9 @@ func TestStrictArguments(t *testing.T) {
 		{"invoke_agent", `{"agent":"helper","prompt":"hi","temperature":0.2}`, []string{`unknown argument "temperature"`}},
 		{"verify_schema", `{"schema":{"type":"object"},"public_key_pem":"x"}`, []string{"schema must be a string"}},
 		{"verify_schema", `{"schema":"{}","public_key":"x"}`, []string{`unknown argument "public_key"`}},
+		{"list_runs", `{"limit":100.0}`, []string{"limit must be an integer written without a fraction or exponent"}},
+		{"list_runs", `{"limit":1e2}`, []string{"limit must be an integer"}},
+		{"run_events", `{"run_id":"x","after":1180591620717411303424}`, []string{"after must be an integer", "within range"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.tool+" "+tt.args, func(t *testing.T) {

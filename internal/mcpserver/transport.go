@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -135,36 +137,62 @@ func readLine(r *bufio.Reader, limit int) (line []byte, tooLong bool, err error)
 	}
 }
 
-// check reports why a line is not one JSON-RPC message: a code and message, with the
-// line's id when it has a usable one.
+// MaxMessageDepth is the deepest nesting of arrays and objects in one message: the go-sdk
+// decodes no deeper.
+const MaxMessageDepth = 1000
+
+// maxExactID is the largest integer id the server echoes exactly: the go-sdk reads a
+// numeric id through a float64, which holds every integer up to 2^53 − 1 and no more.
+const maxExactID = 1<<53 - 1
+
+// check reports why a line is not one JSON-RPC message the server can take: a code and
+// message, with the line's id when it has a usable one. The rules, in order: UTF-8 (RFC
+// 8259 §8.1), JSON, nesting at most MaxMessageDepth, no batch, an id the server can echo
+// exactly (a string, or an integer of magnitude at most 2^53 − 1; a request's never
+// null), no member name twice, no \u escape of a lone surrogate, and the SDK's own reading.
 func check(line []byte) (id any, code int, msg string) {
-	if !json.Valid(line) {
+	if !utf8.Valid(line) {
+		return nil, codeParseError, "parse error: the line is not valid UTF-8 (JSON text between systems is UTF-8, RFC 8259 §8.1)"
+	}
+	strict := strictjson.Check(line, strictjson.Options{Single: true, NoLoneSurrogates: true, MaxDepth: MaxMessageDepth})
+	switch {
+	case strict == nil: // valid JSON: Check refuses whatever json.Valid refuses
+	case errors.Is(strict, strictjson.ErrDepth):
+		return nil, codeInvalidRequest, fmt.Sprintf("invalid request: arrays and objects nested more than %d levels deep", MaxMessageDepth)
+	case !json.Valid(line):
 		return nil, codeParseError, "parse error: the line is not valid JSON"
 	}
 	if line[0] == '[' {
 		return nil, codeInvalidRequest, "JSON-RPC batches are not supported"
 	}
 	var probe struct {
-		ID json.RawMessage `json:"id"`
+		ID     json.RawMessage `json:"id"`
+		Method json.RawMessage `json:"method"`
 	}
-	if json.Unmarshal(line, &probe) == nil && len(probe.ID) > 0 {
+	json.Unmarshal(line, &probe)
+	if why := badID(probe.ID, probe.Method != nil); why != "" {
+		return nil, codeInvalidRequest, "invalid request: " + why
+	}
+	if len(probe.ID) > 0 && probe.ID[0] != 'n' {
 		var v any
 		if json.Unmarshal(probe.ID, &v) == nil {
-			switch v.(type) {
-			case string, float64:
-				id = v
-			}
+			id = v
 		}
 	}
 	// Go's decoder lets the last of two equal member names win, while another reader (a
 	// proxy in front, an auditor) may take the first: a message with a repeated name
 	// would mean different calls to each. Refuse it, wherever the repeat stands.
 	var dup *strictjson.DuplicateError
-	if err := strictjson.Check(line, strictjson.Options{}); errors.As(err, &dup) {
+	if errors.As(strict, &dup) {
 		if topLevelCount(line, "id") != 1 {
 			id = nil // which id would be a guess
 		}
 		return id, codeInvalidRequest, fmt.Sprintf("invalid request: member %q appears twice in the object at %s", dup.Name, dup.Path)
+	}
+	// Go's decoder reads a lone surrogate's escape as U+FFFD: the text used would not be
+	// the text sent.
+	if errors.Is(strict, strictjson.ErrSurrogate) {
+		return id, codeInvalidRequest, fmt.Sprintf("invalid request: %v (a string must be Unicode text)", strict)
 	}
 	decoded, err := jsonrpc.DecodeMessage(line)
 	if err != nil {
@@ -180,6 +208,27 @@ func check(line []byte) (id any, code int, msg string) {
 		}
 	}
 	return nil, 0, ""
+}
+
+// badID says why a message's id (raw; nil when absent) cannot be taken, or "".
+func badID(raw json.RawMessage, request bool) string {
+	switch {
+	case raw == nil:
+		return ""
+	case string(raw) == "null":
+		if request {
+			return "a request's id is a string or an integer, never null (a notification has no id)"
+		}
+		return ""
+	case raw[0] == '"':
+		return ""
+	case raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9':
+		if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil && n >= -maxExactID && n <= maxExactID {
+			return ""
+		}
+		return fmt.Sprintf("id %.40s cannot be answered exactly: an id is a string or an integer of magnitude at most 2^53 − 1", raw)
+	}
+	return "an id is a string or an integer"
 }
 
 // topLevelCount counts the members named name in the top-level object of the JSON text

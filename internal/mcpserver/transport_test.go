@@ -168,6 +168,18 @@ func TestTransportScreening(t *testing.T) {
 		{"repeated id", `{"jsonrpc":"2.0","id":8,"id":9,"method":"tools/list"}`, "null", -32600, `member "id" appears twice in the object at $`},
 		{"repeated method", `{"jsonrpc":"2.0","id":10,"method":"tools/list","method":"tools/call"}`, "10", -32600, `member "method" appears twice`},
 		{"nested repeat before a repeated id", `{"jsonrpc":"2.0","params":{"a":1,"a":2},"id":12,"id":13,"method":"tools/list"}`, "null", -32600, `member "a" appears twice`},
+		// Text the SDK would read otherwise than it was sent, or not at all.
+		{"not UTF-8", "{\"jsonrpc\":\"2.0\",\"id\":20,\"method\":\"tools/call\",\"params\":{\"name\":\"invoke_agent\",\"arguments\":{\"agent\":\"helper\",\"prompt\":\"UTF\xff\xfeX\"}}}", "null", -32700, "not valid UTF-8"},
+		{"a lone surrogate", `{"jsonrpc":"2.0","id":21,"method":"tools/call","params":{"name":"invoke_agent","arguments":{"agent":"helper","prompt":"A\ud800B"}}}`, "21", -32600, "escaped lone surrogate"},
+		{"a surrogate pair is text", `{"jsonrpc":"2.0","id":22,"method":"tools/call","params":{"name":"no_such_tool","arguments":{"x":"\ud83d\ude00"}}}`, "22", -32602, "no_such_tool"},
+		{"nested too deep", `{"jsonrpc":"2.0","id":23,"method":"ping","params":{"_meta":{"x":` + strings.Repeat("[", 1001) + strings.Repeat("]", 1001) + `}}}`, "null", -32600, "nested more than 1000 levels"},
+		{"nested past json.Valid", `{"jsonrpc":"2.0","id":24,"method":"ping","params":{"_meta":{"x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}}}`, "null", -32600, "nested more than 1000 levels"},
+		{"a fractional id", `{"jsonrpc":"2.0","id":1.5,"method":"ping"}`, "null", -32600, "id 1.5 cannot be answered exactly"},
+		{"an id past 2^53", `{"jsonrpc":"2.0","id":9007199254740993,"method":"ping"}`, "null", -32600, "cannot be answered exactly"},
+		{"an id past int64", `{"jsonrpc":"2.0","id":99999999999999999999,"method":"ping"}`, "null", -32600, "cannot be answered exactly"},
+		{"an exponent id", `{"jsonrpc":"2.0","id":1e2,"method":"ping"}`, "null", -32600, "cannot be answered exactly"},
+		{"a request with a null id", `{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"list_agents","arguments":{}}}`, "null", -32600, "never null"},
+		{"a boolean id", `{"jsonrpc":"2.0","id":true,"method":"ping"}`, "null", -32600, "an id is a string or an integer"},
 		{"repeated argument deep inside", `{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"verify_schema","arguments":{"schema":"{}"},"_meta":{"a":[{"k":1,"k":2}]}}}`,
 			"11", -32600, `member "k" appears twice in the object at $.params._meta.a[0]`},
 	}
@@ -181,6 +193,12 @@ func TestTransportScreening(t *testing.T) {
 			w.listAgents(t, 100+i)
 		})
 	}
+	t.Run("the largest exact id", func(t *testing.T) {
+		w.send(t, `{"jsonrpc":"2.0","id":-9007199254740991,"method":"ping"}`)
+		if r := w.next(t); r.Error != nil || string(r.ID) != "-9007199254740991" {
+			t.Fatalf("ping with id -(2^53 - 1): id %s error %+v", r.ID, r.Error)
+		}
+	})
 	t.Run("blank lines are skipped", func(t *testing.T) {
 		w.send(t, "")
 		w.send(t, "   \t")

@@ -30,6 +30,9 @@ type Options struct {
 	// pair (RFC 7493 §2.1): encoding/json reads it as U+FFFD, another reader keeps it, so
 	// the two would read different text (error wrapping ErrSurrogate).
 	NoLoneSurrogates bool
+	// MaxDepth, when positive and below the default, lowers the deepest nesting of arrays
+	// and objects read (error wrapping ErrDepth); the default is json.Valid's, MaxDepth.
+	MaxDepth int
 	// ExactNames are member names that must be spelled exactly: a member name equal to
 	// one of them under Unicode case folding (as encoding/json matches struct fields) but
 	// spelled otherwise is refused (*CaseError), so that a reader that does not fold case
@@ -66,6 +69,9 @@ var ErrTrailing = errors.New("data after the JSON value")
 // ErrSurrogate is wrapped by the error for a lone surrogate under NoLoneSurrogates.
 var ErrSurrogate = errors.New("escaped lone surrogate")
 
+// ErrDepth is wrapped by the error for arrays and objects nested deeper than the limit.
+var ErrDepth = errors.New("arrays and objects nested too deep")
+
 // ErrSyntax is wrapped by the error for text that is not JSON.
 var ErrSyntax = errors.New("invalid JSON")
 
@@ -82,6 +88,10 @@ const linearNames = 16
 func Check(data []byte, opts Options) error {
 	c := checkers.Get().(*checker)
 	c.data, c.pos, c.opts = data, 0, opts
+	c.depth = MaxDepth
+	if opts.MaxDepth > 0 && opts.MaxDepth < MaxDepth {
+		c.depth = opts.MaxDepth
+	}
 	for _, n := range opts.ExactNames {
 		c.exact = append(c.exact, []byte(n))
 	}
@@ -112,6 +122,7 @@ type frame struct {
 type checker struct {
 	data  []byte
 	pos   int
+	depth int // the deepest nesting read
 	opts  Options
 	exact [][]byte
 	stack []frame
@@ -123,6 +134,10 @@ func (c *checker) syntax(what string) error {
 		return fmt.Errorf("%w: unexpected end of input (%s)", ErrSyntax, what)
 	}
 	return fmt.Errorf("%w: %s at offset %d, found %q", ErrSyntax, what, c.pos, c.data[c.pos])
+}
+
+func (c *checker) tooDeep() error {
+	return fmt.Errorf("%w: more than %d levels, at offset %d", ErrDepth, c.depth, c.pos-1)
 }
 
 func (c *checker) space() {
@@ -170,8 +185,8 @@ func (c *checker) value() error {
 		switch b := c.data[c.pos]; {
 		case b == '{':
 			c.pos++
-			if len(c.stack) == MaxDepth {
-				return fmt.Errorf("%w: nested deeper than %d", ErrSyntax, MaxDepth)
+			if len(c.stack) == c.depth {
+				return c.tooDeep()
 			}
 			c.stack = append(c.stack, frame{object: true, first: len(c.names)})
 			c.space()
@@ -186,8 +201,8 @@ func (c *checker) value() error {
 			continue
 		case b == '[':
 			c.pos++
-			if len(c.stack) == MaxDepth {
-				return fmt.Errorf("%w: nested deeper than %d", ErrSyntax, MaxDepth)
+			if len(c.stack) == c.depth {
+				return c.tooDeep()
 			}
 			c.stack = append(c.stack, frame{})
 			c.space()

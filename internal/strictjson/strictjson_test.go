@@ -308,6 +308,30 @@ func TestManyMembers(t *testing.T) {
 	}
 }
 
+func TestMaxDepth(t *testing.T) {
+	nest := func(n int) []byte { return []byte(strings.Repeat(`{"a":[`, n/2) + strings.Repeat(`]}`, n/2)) }
+	tests := []struct {
+		doc   []byte
+		depth int
+		deep  bool
+	}{
+		{nest(1000), 1000, false},
+		{nest(1002), 1000, true},
+		{nest(1002), 0, false},
+		{nest(strictjson.MaxDepth), 0, false},
+		{nest(strictjson.MaxDepth + 2), 0, true},
+		{nest(strictjson.MaxDepth + 2), 2 * strictjson.MaxDepth, true}, // never above json.Valid's
+		{[]byte(`[[1]]`), 1, true},
+		{[]byte(`["[[[[","{{{{"]`), 1, false}, // brackets in strings are text
+	}
+	for _, tt := range tests {
+		err := strictjson.Check(tt.doc, strictjson.Options{Single: true, MaxDepth: tt.depth})
+		if errors.Is(err, strictjson.ErrDepth) != tt.deep || (!tt.deep && err != nil) {
+			t.Errorf("%.20s… (%d bytes) MaxDepth %d: %v, want deep %v", tt.doc, len(tt.doc), tt.depth, err, tt.deep)
+		}
+	}
+}
+
 func TestNoValue(t *testing.T) {
 	for _, s := range []string{"", " ", "\n\t "} {
 		for _, opts := range []strictjson.Options{{}, {Single: true}} {
