@@ -235,6 +235,12 @@ func TestAgentsMDUnreadable(t *testing.T) {
 			os.WriteFile(filepath.Join(dir, "elsewhere.md"), []byte("# Guide\n"), 0o644)
 			os.Symlink(filepath.Join(dir, "elsewhere.md"), filepath.Join(dir, "AGENTS.md"))
 		}, errcode.ProtectedPath},
+		{"malformed markers", func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, "AGENTS.md"), []byte("# Guide\n"+project.AutoEnd+"\nrules\n"+project.AutoStart+"\n"), 0o644)
+		}, errcode.InvalidRequest},
+		{"two start markers", func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, "AGENTS.md"), []byte(project.AutoStart+"\n"+project.AutoStart+"\nrules\n"+project.AutoEnd+"\n"), 0o644)
+		}, errcode.InvalidRequest},
 		{"absent", func(t *testing.T, dir string) {}, ""},
 	}
 	for _, tt := range tests {

@@ -160,8 +160,9 @@ func conversation(name string, definition []byte, guidance, systemPrompt, prompt
 
 // guidance returns the project's guidance for its agents (AGENTS.md's generated section;
 // "" without AGENTS.md, or without the section). An AGENTS.md that exists but cannot be
-// read by the project's rules (over its limit, a link, not UTF-8) refuses the run with
-// its coded error: the agent would otherwise run without the project's rules, unsaid.
+// read by the project's rules (over its limit, a link, not UTF-8), or whose markers are
+// malformed, refuses the run with its coded error: the agent would otherwise run without
+// the project's rules, unsaid.
 func (r *Runner) guidance() (string, error) {
 	md, err := r.cfg.Project.AgentsMD()
 	switch {
@@ -170,5 +171,9 @@ func (r *Runner) guidance() (string, error) {
 	case err != nil:
 		return "", errcode.Errorf(errcode.Of(err), "AGENTS.md cannot be read, so the project's guidance cannot reach the agent: %w", err)
 	}
-	return project.Guidance(md), nil
+	g, err := project.Guidance(md)
+	if err != nil {
+		return "", errcode.Errorf(errcode.Of(err), "AGENTS.md's generated section cannot be found, so the project's guidance cannot reach the agent: %w; fix the markers, or run `symbi agents-md generate` after removing them", err)
+	}
+	return g, nil
 }

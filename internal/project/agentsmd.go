@@ -57,25 +57,26 @@ func section(md []byte) (start, end int, found bool, err error) {
 }
 
 // Guidance returns the text of AGENTS.md's generated section, trimmed and cut to
-// GuidanceLimit characters (runes). It is empty when the section is absent or the
-// markers are malformed.
-func Guidance(agentsMD []byte) string {
+// GuidanceLimit characters (runes); "" when the section is absent. Malformed markers
+// (one without the other, two of either, the end before the start) are ErrMarkers: which
+// text is the guidance would be a guess.
+func Guidance(agentsMD []byte) (string, error) {
 	s, e, found, err := section(agentsMD)
-	if !found || err != nil {
-		return ""
+	if err != nil || !found {
+		return "", err
 	}
 	text := strings.TrimSpace(string(agentsMD[s:e]))
 	if utf8.RuneCountInString(text) <= GuidanceLimit {
-		return text
+		return text, nil
 	}
 	n := 0
 	for i := range text {
 		if n == GuidanceLimit {
-			return text[:i]
+			return text[:i], nil
 		}
 		n++
 	}
-	return text
+	return text, nil
 }
 
 // GenerateAgentsMD returns existing with its generated section replaced by a table

@@ -72,7 +72,10 @@ func TestGenerateAgentsMD(t *testing.T) {
 			if err != nil || !bytes.Equal(again, out) {
 				t.Fatalf("regeneration not idempotent (err %v):\n%s", err, again)
 			}
-			g := Guidance(out)
+			g, err := Guidance(out)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if !strings.Contains(g, "| reader | reader | reads \\| summarises | read, summarise | yes |") ||
 				!strings.Contains(g, "no: 3:1: schedule requires an executable route") {
 				t.Fatalf("guidance lacks the table:\n%s", g)
@@ -96,8 +99,8 @@ func TestGenerateAgentsMDMalformedMarkers(t *testing.T) {
 		if !errors.Is(err, ErrMarkers) || errcode.Of(err) != errcode.InvalidRequest {
 			t.Errorf("GenerateAgentsMD(%q) error %v, want ErrMarkers", md, err)
 		}
-		if g := Guidance([]byte(md)); g != "" {
-			t.Errorf("Guidance(%q) = %q, want empty", md, g)
+		if g, err := Guidance([]byte(md)); g != "" || !errors.Is(err, ErrMarkers) {
+			t.Errorf("Guidance(%q) = %q, %v; want ErrMarkers", md, g, err)
 		}
 	}
 }
@@ -113,8 +116,8 @@ func TestGuidance(t *testing.T) {
 		{"exactly the limit", AutoStart + long[:2*GuidanceLimit] + AutoEnd, long[:2*GuidanceLimit]},
 	}
 	for _, tt := range tests {
-		got := Guidance([]byte(tt.md))
-		if got != tt.want {
+		got, err := Guidance([]byte(tt.md))
+		if got != tt.want || err != nil {
 			t.Errorf("%s: Guidance = %q (%d runes), want %d runes", tt.name, got, utf8.RuneCountInString(got), utf8.RuneCountInString(tt.want))
 		}
 	}

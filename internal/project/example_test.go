@@ -41,7 +41,8 @@ func ExampleGuidance() {
 	md, _ := project.GenerateAgentsMD([]byte("# Notes\n"), []project.Entry{
 		{Name: "reviewer", Agents: []string{"reviewer"}, Description: "Reviews code", Capabilities: []string{"code_review"}, Invocable: true},
 	})
-	fmt.Println(project.Guidance(md))
+	guidance, _ := project.Guidance(md)
+	fmt.Println(guidance)
 	// Output:
 	// ## Registered agents
 	//

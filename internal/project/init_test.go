@@ -46,7 +46,7 @@ func TestInit(t *testing.T) {
 	}
 	md, err := openProject(t, dir, false).AgentsMD()
 	must(t, err)
-	if g := Guidance(md); !strings.Contains(g, "| assistant | assistant |") || !strings.Contains(g, "| yes |") {
+	if g, err := Guidance(md); err != nil || !strings.Contains(g, "| assistant | assistant |") || !strings.Contains(g, "| yes |") {
 		t.Fatalf("AGENTS.md section lacks the starter agent:\n%s", md)
 	}
 	readme, err := os.ReadFile(filepath.Join(dir, "README.md"))
