@@ -7,10 +7,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -336,3 +338,24 @@ func FuzzRead(f *testing.F) {
 // hangGuard bounds a wait that only a hang reaches. It is never an expectation of speed:
 // under -race on a busy machine the work it guards may take far longer than on an idle one.
 const hangGuard = 5 * time.Minute
+
+// TestLongNamesClipped: an error quotes at most 256 bytes of a caller's path or agent
+// name, saying how long it was.
+func TestLongNamesClipped(t *testing.T) {
+	root := t.TempDir()
+	writeFile(t, root, "agents/a.symbi", []byte("agent a {}"))
+	p := openProject(t, root, false)
+	long := strings.Repeat("é", 50000) + ".symbi" // 100,006 bytes
+	_, err := p.Read(long, 1<<20)
+	if err == nil || len(err.Error()) > 1024 || !strings.Contains(err.Error(), "(100006 bytes in all)") {
+		t.Errorf("Read of a 100 KB path: %d-byte error %.300q", len(err.Error()), err)
+	}
+	r, _ := loadRegistry(t, root)
+	_, err = r.Resolve(long)
+	if errcode.Of(err) != errcode.UnknownAgent || len(err.Error()) > 1024 || !strings.Contains(err.Error(), "bytes in all") {
+		t.Errorf("Resolve of a 100 KB name: %d-byte error %.300q", len(err.Error()), err)
+	}
+	if !utf8.ValidString(err.Error()) {
+		t.Errorf("the clipped name is cut inside a rune: %q", err)
+	}
+}
