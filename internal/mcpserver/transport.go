@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf8"
 
@@ -34,7 +35,7 @@ const (
 // skipped; the session goes on.
 func NewStdioTransport(in io.Reader, out io.Writer) mcp.Transport {
 	pr, pw := io.Pipe()
-	w := &lockedWriter{w: out}
+	w := &lockedWriter{w: out, inflight: map[string]bool{}}
 	go screen(in, pw, w)
 	return &mcp.IOTransport{Reader: pr, Writer: w, MaxLineLength: MaxMessageBytes + 1}
 }
@@ -83,30 +84,102 @@ func (w *watchedWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// lockedWriter serializes whole-line writes of the SDK and of screen.
+// lockedWriter serializes whole-line writes of the SDK and of screen, and keeps the ids of
+// the requests passed on to the SDK and not yet answered: the SDK answers nothing to a
+// request whose id is in flight (it takes it for a notification), so screen refuses it.
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu       sync.Mutex
+	w        io.Writer
+	inflight map[string]bool // idKey of each request passed on and not answered
 }
 
+// Write writes one line of the SDK's; a response ends its request's flight, before the
+// client can read it (and reuse its id).
 func (l *lockedWriter) Write(p []byte) (int, error) {
+	key, request, ok := lineID(p)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if ok && !request {
+		delete(l.inflight, key)
+	}
 	return l.w.Write(p)
 }
 
 func (l *lockedWriter) Close() error { return nil }
 
+// begin records the request id key as in flight, or reports that it already is.
+func (l *lockedWriter) begin(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.inflight[key] {
+		return false
+	}
+	l.inflight[key] = true
+	return true
+}
+
+// flying reports whether a request with the id key is in flight.
+func (l *lockedWriter) flying(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inflight[key]
+}
+
+// reject answers a line screen refused.
+func (l *lockedWriter) reject(id any, code int, msg string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	reject(l.w, id, code, msg)
+}
+
+// idKey names a JSON-RPC id (as json.Unmarshal into any gives it: a string, or a float64
+// holding an integer check accepted) so that equal ids have equal keys: "s" + the string,
+// or "n" + the integer.
+func idKey(id any) string {
+	switch v := id.(type) {
+	case string:
+		return "s" + v
+	case float64:
+		return "n" + strconv.FormatInt(int64(v), 10)
+	}
+	return ""
+}
+
+// lineID returns the idKey of line's id (ok false when it has none, or null) and whether
+// line is a request (it has a method) rather than a response.
+func lineID(line []byte) (key string, request, ok bool) {
+	var probe struct {
+		ID     json.RawMessage `json:"id"`
+		Method json.RawMessage `json:"method"`
+	}
+	if json.Unmarshal(line, &probe) != nil || probe.ID == nil || string(probe.ID) == "null" {
+		return "", false, false
+	}
+	var id any
+	if json.Unmarshal(probe.ID, &id) != nil {
+		return "", false, false
+	}
+	return idKey(id), probe.Method != nil, true
+}
+
 // screen copies acceptable lines from in to pw and answers the others on out.
-func screen(in io.Reader, pw *io.PipeWriter, out io.Writer) {
+func screen(in io.Reader, pw *io.PipeWriter, out *lockedWriter) {
 	r := bufio.NewReaderSize(in, 64<<10)
 	for {
 		line, tooLong, err := readLine(r, MaxMessageBytes)
 		if tooLong {
-			reject(out, nil, codeInvalidRequest, fmt.Sprintf("message exceeds %d bytes (16 MiB); skipped", MaxMessageBytes))
+			out.reject(nil, codeInvalidRequest, fmt.Sprintf("message exceeds %d bytes (16 MiB); skipped", MaxMessageBytes))
 		} else if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
-			if id, code, msg := check(trimmed); code != 0 {
-				reject(out, id, code, msg)
+			id, code, msg := check(trimmed)
+			if code == 0 {
+				if key, request, ok := lineID(trimmed); ok && request && !out.begin(key) {
+					id, code, msg = nil, codeInvalidRequest, fmt.Sprintf("invalid request: id %.40s is already the id of a request in flight; an id is not reused before its answer", idText(key))
+				}
+			} else if id != nil && out.flying(idKey(id)) {
+				id = nil // an answer with that id would seem to answer the request in flight
+			}
+			if code != 0 {
+				out.reject(id, code, msg)
 			} else if _, werr := pw.Write(append(trimmed, '\n')); werr != nil {
 				return
 			}
@@ -116,6 +189,14 @@ func screen(in io.Reader, pw *io.PipeWriter, out io.Writer) {
 			return
 		}
 	}
+}
+
+// idText shows the id of an idKey as JSON would.
+func idText(key string) string {
+	if strings.HasPrefix(key, "s") {
+		return strconv.Quote(key[1:])
+	}
+	return key[1:]
 }
 
 // readLine reads one line without its newline. A line longer than limit is consumed and

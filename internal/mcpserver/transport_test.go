@@ -13,6 +13,8 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"symbi/internal/invoke"
 	"symbi/internal/mcpserver"
 	"symbi/internal/policy"
@@ -255,3 +257,72 @@ func TestWatchReads(t *testing.T) {
 }
 
 var errBroken = errors.New("broken pipe")
+
+// TestIDInFlight: a request whose id is that of a request still in flight is refused
+// (the SDK would answer nothing: it takes it for a notification), and so is its id in a
+// refusal, which would seem to answer the request in flight; once answered, an id may be
+// used again.
+func TestIDInFlight(t *testing.T) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	tr := mcpserver.NewStdioTransport(inR, outW).(*mcp.IOTransport)
+	t.Cleanup(func() { inW.Close(); outR.Close() })
+	sdk := bufio.NewReader(tr.Reader)
+	out := make(chan string, 16)
+	go func() {
+		r := bufio.NewReader(outR)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				close(out)
+				return
+			}
+			out <- line
+		}
+	}()
+	send := func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(inW, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	passes := func(line string) {
+		t.Helper()
+		send(line)
+		got, err := sdk.ReadString('\n')
+		if err != nil || got != line+"\n" {
+			t.Fatalf("the SDK read %q (%v), want %q", got, err, line)
+		}
+	}
+	refused := func(line, id, msg string) {
+		t.Helper()
+		send(line)
+		var r response
+		select {
+		case l := <-out:
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(hangGuard):
+			t.Fatalf("no answer to %s", line)
+		}
+		if r.Error == nil || r.Error.Code != -32600 || string(r.ID) != id || !strings.Contains(r.Error.Message, msg) {
+			t.Fatalf("%s: id %s error %+v; want id %s and %q", line, r.ID, r.Error, id, msg)
+		}
+	}
+	passes(`{"jsonrpc":"2.0","id":5,"method":"ping"}`)
+	refused(`{"jsonrpc":"2.0","id":5,"method":"tools/list"}`, "null", "id 5 is already the id of a request in flight")
+	passes(`{"jsonrpc":"2.0","id":"5","method":"ping"}`) // a string is another id
+	refused(`{"jsonrpc":"2.0","id":"5","method":"ping"}`, "null", `id "5" is already`)
+	refused(`{"jsonrpc":"2.0","id":5,"method":"ping","a":1,"a":2}`, "null", `member "a" appears twice`)
+	refused(`{"jsonrpc":"2.0","id":6,"method":"ping","a":1,"a":2}`, "6", `member "a" appears twice`) // 6 is not in flight
+	passes(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":5,"progress":1}}`)
+	if _, err := tr.Writer.Write([]byte(`{"jsonrpc":"2.0","id":5,"result":{}}` + "\n")); err != nil { // the SDK answers 5
+		t.Fatal(err)
+	}
+	if l := <-out; !strings.Contains(l, `"id":5`) {
+		t.Fatalf("the answer to 5: %q", l)
+	}
+	passes(`{"jsonrpc":"2.0","id":5,"method":"tools/list"}`)
+	refused(`{"jsonrpc":"2.0","id":"5","method":"ping"}`, "null", `id "5" is already`) // still in flight
+}
