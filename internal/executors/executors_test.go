@@ -1,6 +1,7 @@
 package executors
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -67,6 +68,13 @@ func TestParse(t *testing.T) {
 		{"a member twice", bin, `{"executors":{"a":{"command":["agent-acp"]},"a":{"command":["agent-acp"]}}}`, nil, "duplicate member"},
 		{"command as a string", bin, `{"executors":{"a":{"command":"agent-acp --x"}}}`, nil, "cannot unmarshal"},
 		{"no executors member", bin, `{}`, nil, `want {"executors"`},
+		{"an argument at its limit", bin, `{"executors":{"a":{"command":["agent-acp","` + strings.Repeat("x", MaxArgBytes) + `"]}}}`,
+			map[string]Executor{"a": {Name: "a", Command: []string{abs, strings.Repeat("x", MaxArgBytes)}}}, ""},
+		{"an argument over its limit", bin, `{"executors":{"a":{"command":["agent-acp","` + strings.Repeat("x", MaxArgBytes+1) + `"]}}}`, nil, "longer than 4096 bytes"},
+		{"too many arguments", bin, `{"executors":{"a":{"command":["agent-acp"` + strings.Repeat(`,"x"`, MaxArgs) + `]}}}`, nil, "65 arguments, more than 64"},
+		{"a mode at its limit", bin, `{"executors":{"a":{"command":["agent-acp"],"pin_mode":"` + strings.Repeat("m", MaxModeBytes) + `"}}}`,
+			map[string]Executor{"a": {Name: "a", Command: []string{abs}, PinMode: strings.Repeat("m", MaxModeBytes)}}, ""},
+		{"a mode over its limit", bin, `{"executors":{"a":{"command":["agent-acp"],"pin_mode":"` + strings.Repeat("m", MaxModeBytes+1) + `"}}}`, nil, "pin_mode is not a mode id"},
 		{"not JSON", bin, `{"executors":`, nil, "not valid JSON"},
 		{"trailing data", bin, `{"executors":{}} {}`, nil, "not valid JSON"},
 	}
@@ -133,6 +141,13 @@ func TestLoadFile(t *testing.T) {
 			os.Symlink(write("target.json", 0o644), l)
 			return l
 		}, "too many levels of symbolic links"},
+		{func() string {
+			p := filepath.Join(dir, "big.json")
+			if err := os.WriteFile(p, append([]byte(good), bytes.Repeat([]byte(" "), MaxFileBytes)...), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}, "more than 1048576 bytes"},
 		{func() string { return dir }, "not a regular file"},
 		{func() string { return filepath.Join(dir, "absent.json") }, "no such file"},
 	} {

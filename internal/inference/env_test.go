@@ -40,6 +40,10 @@ func TestFromEnv(t *testing.T) {
 		{name: "key over plain http", env: map[string]string{"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "http://example.com/v1"}, errIn: "plain http"},
 		{name: "key with newline", env: map[string]string{"OPENAI_API_KEY": "k\nX-Evil: 1"}, errIn: "OPENAI_API_KEY contains"},
 		{name: "model with space", env: map[string]string{"OPENAI_API_KEY": "k", "CHAT_MODEL": "a b"}, errIn: "CHAT_MODEL contains"},
+		{name: "key at its limit", env: map[string]string{"OPENAI_API_KEY": strings.Repeat("k", 4096), "CHAT_MODEL": strings.Repeat("m", 256)}, provider: "openai", model: strings.Repeat("m", 256), url: "https://api.openai.com/v1/chat/completions"},
+		{name: "key over its limit", env: map[string]string{"OPENAI_API_KEY": strings.Repeat("k", 4097)}, errIn: "OPENAI_API_KEY is longer than 4096 bytes"},
+		{name: "model over its limit", env: map[string]string{"OPENAI_API_KEY": "k", "CHAT_MODEL": strings.Repeat("m", 257)}, errIn: "CHAT_MODEL is longer than 256 bytes"},
+		{name: "anthropic key over its limit", env: map[string]string{"ANTHROPIC_API_KEY": strings.Repeat("k", 4097)}, errIn: "ANTHROPIC_API_KEY is longer than 4096 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

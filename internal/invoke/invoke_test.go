@@ -623,3 +623,34 @@ func TestChangedWithoutJournal(t *testing.T) {
 		t.Fatalf("outcome %v; want audit_unavailable", err)
 	}
 }
+
+// TestDeadlineCap: the provider call's deadline is the agent's with timeout, at most
+// MaxDeadline (120 s); without one, MaxDeadline. Both records say the deadline in force.
+func TestDeadlineCap(t *testing.T) {
+	for _, tt := range []struct {
+		agent string
+		want  int64
+	}{
+		{"agent helper {}\n", 120000},
+		{"agent helper {\n  with timeout = 30.seconds {}\n}\n", 30000},
+		{"agent helper {\n  with timeout = 5.minutes {}\n}\n", 120000},
+	} {
+		f := newFixture(t, map[string]string{
+			"agents/helper.symbi":    tt.agent,
+			"policies/respond.cedar": "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n",
+		}, nil)
+		res, err := f.runner.Invoke(context.Background(), Request{Agent: "helper", Prompt: "hi"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs := payloads(t, res.Audit.Path)
+		var started journal.Started
+		var requested journal.InferenceRequested
+		if json.Unmarshal(recs[0].Data, &started) != nil || json.Unmarshal(recs[1].Data, &requested) != nil {
+			t.Fatal("records unreadable")
+		}
+		if started.DeadlineMS != tt.want || requested.DeadlineMS != tt.want {
+			t.Errorf("%q: deadline_ms %d and %d, want %d", tt.agent, started.DeadlineMS, requested.DeadlineMS, tt.want)
+		}
+	}
+}

@@ -128,6 +128,14 @@ func TestLoadModes(t *testing.T) {
 			must(t, os.Symlink("../elsewhere", filepath.Join(d, "policies/more")))
 		}, mode: ModeDenyAll, problem: "policies/more: is a symbolic link the loader does not read"},
 		{name: "file over the size limit", files: map[string]string{"policies/a.cedar": permitAll + strings.Repeat("/", MaxFileBytes)}, mode: ModeDenyAll, problem: "limit exceeded: larger than 1048576 bytes"},
+		{name: "files over the total limit", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t testing.TB, d string) {
+			// Seventeen files just under 1 MiB each: each within its own limit, more than
+			// 16 MiB together.
+			pad := "// " + strings.Repeat("x", MaxFileBytes-8) + "\n"
+			for i := range MaxTotalBytes/MaxFileBytes + 1 {
+				must(t, os.WriteFile(filepath.Join(d, "policies", fmt.Sprintf("pad%02d.cedar", i)), []byte(pad), 0o644))
+			}
+		}, mode: ModeDenyAll, problem: "limit exceeded: policy files total more than 16777216 bytes"},
 		{name: "too many directory entries", files: map[string]string{"policies/a.cedar": permitAll}, setup: func(t testing.TB, d string) {
 			for i := range MaxDirEntries {
 				must(t, os.WriteFile(filepath.Join(d, "policies", fmt.Sprintf("note%04d.txt", i)), nil, 0o644))
