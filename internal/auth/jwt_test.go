@@ -1,6 +1,7 @@
 package auth_test
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -557,6 +558,23 @@ func TestJWKSKeysSkipped(t *testing.T) {
 	srv.setBody([]byte(`[]`), 0)
 	if _, err := auth.NewJWT(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "not a JWK set") {
 		t.Fatalf("not a set: %v", err)
+	}
+	// The set's limits: bytes, then keys.
+	good, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{ecS.public()}})
+	padded := append(bytes.TrimSuffix(good, []byte("}")), []byte(`,"pad":"`+strings.Repeat("x", auth.MaxJWKSBytes)+`"}`)...)
+	srv.setBody(padded, 0)
+	if _, err := auth.NewJWT(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), fmt.Sprint(auth.MaxJWKSBytes)) {
+		t.Fatalf("a set over %d bytes: %v", auth.MaxJWKSBytes, err)
+	}
+	many := make([]jose.JSONWebKey, auth.MaxJWKSKeys+1)
+	for i := range many {
+		many[i] = ecS.public()
+		many[i].KeyID = fmt.Sprint("k", i)
+	}
+	body, _ = json.Marshal(jose.JSONWebKeySet{Keys: many})
+	srv.setBody(body, 0)
+	if _, err := auth.NewJWT(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), fmt.Sprint(auth.MaxJWKSKeys)) {
+		t.Fatalf("a set of %d keys: %v", len(many), err)
 	}
 }
 
