@@ -37,7 +37,7 @@ func TestAgentsMDGenerate(t *testing.T) {
 	if !bytes.Equal(after, edited) {
 		t.Fatalf("regenerating an up-to-date file changed it:\n%s", after)
 	}
-	if !strings.Contains(project.Guidance(after), "the a agent") {
+	if g, err := project.Guidance(after); err != nil || !strings.Contains(g, "the a agent") {
 		t.Fatalf("section lacks the agent:\n%s", after)
 	}
 
