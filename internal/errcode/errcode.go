@@ -10,6 +10,8 @@ package errcode
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"unicode/utf8"
 )
 
 // Code is a stable, documented error code (see docs/errors.md).
@@ -88,4 +90,38 @@ func Of(err error) Code {
 // Text formats err as a tool error text: "<code>: <message>".
 func Text(err error) string {
 	return fmt.Sprintf("%s: %s", Of(err), err.Error())
+}
+
+// MaxQuoted bounds the bytes of a caller's text quoted in a message (Quote).
+const MaxQuoted = 256
+
+// Quote is s quoted for an error message (as %q), cut after MaxQuoted bytes at a rune
+// boundary with its length said: a message never echoes a caller's megabyte.
+func Quote(s string) string {
+	head, cut := prefix(s)
+	if !cut {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%s…(%d bytes in all)", strconv.Quote(head), len(s))
+}
+
+// Clip is Quote without the quotes, for text already safe to show (a JSON path).
+func Clip(s string) string {
+	head, cut := prefix(s)
+	if !cut {
+		return s
+	}
+	return fmt.Sprintf("%s…(%d bytes in all)", head, len(s))
+}
+
+// prefix returns at most MaxQuoted bytes of s, cut at a rune boundary, and whether it cut.
+func prefix(s string) (string, bool) {
+	if len(s) <= MaxQuoted {
+		return s, false
+	}
+	n := MaxQuoted
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n], true
 }

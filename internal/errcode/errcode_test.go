@@ -3,7 +3,9 @@ package errcode_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"symbi/internal/errcode"
 )
@@ -40,5 +42,20 @@ func TestCodes(t *testing.T) {
 	}
 	if errcode.Wrap(errcode.Internal, nil) != nil || errcode.Of(nil) != "" {
 		t.Error("nil handling")
+	}
+}
+
+func TestQuote(t *testing.T) {
+	short := "agents/a.symbi"
+	if errcode.Quote(short) != `"agents/a.symbi"` || errcode.Clip(short) != short {
+		t.Errorf("short text changed: %s %s", errcode.Quote(short), errcode.Clip(short))
+	}
+	long := strings.Repeat("é", 1000) // 2,000 bytes; a rune boundary every 2
+	q, c := errcode.Quote("x"+long), errcode.Clip("x"+long)
+	if len(q) > errcode.MaxQuoted+64 || !strings.HasSuffix(q, "…(2001 bytes in all)") || !utf8.ValidString(q) {
+		t.Errorf("Quote of 2,001 bytes: %q", q)
+	}
+	if len(c) > errcode.MaxQuoted+64 || !strings.HasSuffix(c, "…(2001 bytes in all)") || !utf8.ValidString(c) || strings.HasPrefix(c, `"`) {
+		t.Errorf("Clip of 2,001 bytes: %q", c)
 	}
 }

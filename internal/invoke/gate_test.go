@@ -312,7 +312,8 @@ func TestAwaitingOnlyWhenDurable(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-holding
-	pending, early := run.Pending() != nil, run.Awaiting()
+	_, early := run.Awaiting()
+	pending := run.Pending() != nil
 	close(checked)
 	if !pending {
 		t.Fatal("the wait is not set before approval_requested is written")
@@ -321,7 +322,7 @@ func TestAwaitingOnlyWhenDurable(t *testing.T) {
 		t.Fatal("Awaiting before approval_requested was written")
 	}
 	<-run.awaiting()
-	if !run.Awaiting() {
+	if rc, ok := run.Awaiting(); !ok || rc.Records != 5 {
 		t.Fatal("not Awaiting once approval_requested is durable")
 	}
 	if err := run.Approve(context.Background(), Approval{Decision: ApprovalApprove, Approver: "alice"}); err != nil {
@@ -332,7 +333,7 @@ func TestAwaitingOnlyWhenDurable(t *testing.T) {
 	if _, err := run.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if run.Awaiting() {
+	if _, ok := run.Awaiting(); ok {
 		t.Fatal("Awaiting after the run ended approved")
 	}
 }

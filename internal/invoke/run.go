@@ -171,14 +171,18 @@ func (run *Run) Durable() journal.Receipt {
 	return journal.Receipt{}
 }
 
-// Awaiting reports whether the run waits at a gate as its durable journal says it does:
-// it is waiting (Pending), and its approval_requested record is durable. Pending is set
-// just before that record is written, so that whoever sees the record sees the wait; a
-// status built from Awaiting never says awaiting_approval before the record it rests on
-// can be read.
-func (run *Run) Awaiting() bool {
+// Awaiting returns the receipt of the run's durable records and whether the run waits at
+// a gate as those records say: it is waiting (Pending), and its approval_requested is among
+// them. Pending is set just before that record is written, so that whoever sees the record
+// sees the wait; a status built from Awaiting, with the records up to the receipt, never
+// says awaiting_approval before the record it rests on can be read.
+func (run *Run) Awaiting() (journal.Receipt, bool) {
 	w := run.p.journal.Load()
-	return run.Pending() != nil && w != nil && w.DurableWait()
+	if w == nil {
+		return journal.Receipt{}, false
+	}
+	rc, wait := w.DurableWait()
+	return rc, wait && run.Pending() != nil
 }
 
 // Changed returns a channel closed when Durable may have changed: at the journal's next

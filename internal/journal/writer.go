@@ -53,11 +53,11 @@ type Writer struct {
 	agentID     string
 	now         func() time.Time
 	seq         int
-	durable     int     // records made durable by the last successful Sync
-	durableHead string  // the hash of the last of them
-	waits       int     // approval_requested records written without their approval_decided
-	durableWait bool    // whether the durable records leave a wait open (waits > 0 at the last Sync)
-	machine     Machine // the run's state after the records written
+	durable     int             // records made durable by the last successful Sync
+	durableHead string          // the hash of the last of them
+	waits       map[string]bool // the waits at a gate the records written leave open, by request_id ("" for the answer)
+	durableWait bool            // whether the durable records leave a wait open (at the last Sync)
+	machine     Machine         // the run's state after the records written
 	size        int64
 	prev        string
 	terminated  bool
@@ -306,7 +306,34 @@ type Prepared struct {
 	typ     string
 	machine Machine
 	seq     int
+	wait    waitChange
 	Receipt Receipt
+}
+
+// waitChange is what a record does to the waits at a gate: approval_requested opens the
+// wait of its request_id ("" for the answer); approval_decided closes it, and so does the
+// permission_decided of a held request (a wait that timed out has no approval_decided).
+type waitChange struct {
+	opens, closes bool
+	id            string
+}
+
+func waitChangeOf(r Record) waitChange {
+	switch rec := r.(type) {
+	case ApprovalRequested:
+		return waitChange{opens: true, id: rec.RequestID}
+	case *ApprovalRequested:
+		return waitChange{opens: true, id: rec.RequestID}
+	case ApprovalDecided:
+		return waitChange{closes: true, id: rec.RequestID}
+	case *ApprovalDecided:
+		return waitChange{closes: true, id: rec.RequestID}
+	case PermissionDecided:
+		return waitChange{closes: true, id: rec.RequestID}
+	case *PermissionDecided:
+		return waitChange{closes: true, id: rec.RequestID}
+	}
+	return waitChange{}
 }
 
 // Prepare checks r as the next record (order, the run's state machine, size limits) and
@@ -340,7 +367,7 @@ func (w *Writer) Prepare(r Record) (*Prepared, error) {
 	if w.size+int64(len(line)) > MaxFileBytes {
 		return nil, errcode.Errorf(errcode.LimitExceeded, "%w: %s would grow %s past %d bytes", ErrFileTooLarge, r.Type(), w.path, MaxFileBytes)
 	}
-	return &Prepared{line: line, typ: r.Type(), machine: machine, seq: w.seq, Receipt: Receipt{Records: w.seq + 1, Head: lineHash(line)}}, nil
+	return &Prepared{line: line, typ: r.Type(), machine: machine, seq: w.seq, wait: waitChangeOf(r), Receipt: Receipt{Records: w.seq + 1, Head: lineHash(line)}}, nil
 }
 
 // AppendPrepared writes p, which must be the next line still: nothing may have been
@@ -377,11 +404,14 @@ func (w *Writer) AppendPrepared(p *Prepared) error {
 
 // advance moves the writer's state past p, written (or, in prepareAll, counted as if).
 func (w *Writer) advance(p *Prepared) {
-	switch p.typ {
-	case TypeApprovalRequested:
-		w.waits++
-	case TypeApprovalDecided:
-		w.waits--
+	switch {
+	case p.wait.opens:
+		if w.waits == nil {
+			w.waits = map[string]bool{}
+		}
+		w.waits[p.wait.id] = true
+	case p.wait.closes:
+		delete(w.waits, p.wait.id)
 	}
 	w.size += int64(len(p.line))
 	w.machine = p.machine
@@ -479,7 +509,7 @@ func (w *Writer) Sync() error {
 		return w.fail(err)
 	}
 	if w.durable != w.seq {
-		w.durable, w.durableHead, w.durableWait = w.seq, w.prev, w.waits > 0
+		w.durable, w.durableHead, w.durableWait = w.seq, w.prev, len(w.waits) > 0
 		close(w.changed)
 		w.changed = make(chan struct{})
 	}
@@ -556,12 +586,13 @@ func (w *Writer) Durable() Receipt {
 	return Receipt{Records: w.durable, Head: w.durableHead}
 }
 
-// DurableWait reports whether the records made durable so far leave a wait at a gate
-// open: an approval_requested not yet followed by its approval_decided.
-func (w *Writer) DurableWait() bool {
+// DurableWait returns the receipt of the records made durable so far and whether they
+// leave a wait at a gate open (an approval_requested not yet followed by its
+// approval_decided, or by the permission_decided of its request), read together.
+func (w *Writer) DurableWait() (Receipt, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.durableWait
+	return Receipt{Records: w.durable, Head: w.durableHead}, w.durableWait
 }
 
 // Receipt returns the number of lines written and the hash of the last one.

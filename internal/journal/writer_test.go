@@ -307,3 +307,45 @@ func TestDiscard(t *testing.T) {
 		t.Errorf("the durable journal was removed: %v", err)
 	}
 }
+
+// TestDurableWait: the durable records leave a wait at a gate open from its
+// approval_requested (durable) until its approval_decided — or, for a held permission
+// request that timed out, its permission_decided — is durable; a written line not yet
+// synced changes nothing.
+func TestDurableWait(t *testing.T) {
+	recs := delegatedRecords()
+	_, w := createJournal(t, "run-wait")
+	step := func(r Record, sync bool, want bool) {
+		t.Helper()
+		if err := w.Append(r); err != nil {
+			t.Fatal(err)
+		}
+		if sync {
+			if err := w.Sync(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rc, wait := w.DurableWait()
+		if wait != want || rc != w.Durable() {
+			t.Fatalf("after %s (synced %v): wait %v at %+v, want %v at %+v", r.Type(), sync, wait, rc, want, w.Durable())
+		}
+	}
+	step(recs[0], true, false) // started
+	step(recs[1], true, false) // session_started
+	held := ApprovalRequested{Gate: "edits-review", RequestID: "perm-1", Kind: "edit", Title: "edit src/a.go", TimeoutMS: 300}
+	step(held, false, false) // written, not durable
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if _, wait := w.DurableWait(); !wait {
+		t.Fatal("no wait once approval_requested is durable")
+	}
+	// The wait timed out: the request is denied, with no approval_decided.
+	step(PermissionDecided{RequestID: "perm-1", Kind: "edit", Title: "edit src/a.go", Paths: []string{"src/a.go"}, Decision: "deny", PolicyIDs: []string{"edits-review"}, OptionID: "reject-once"}, false, true)
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if _, wait := w.DurableWait(); wait {
+		t.Fatal("a wait still open after its permission_decided is durable")
+	}
+}

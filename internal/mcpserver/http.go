@@ -153,10 +153,10 @@ func screenHTTP(next http.Handler) http.Handler {
 			return
 		}
 		if msg := bytes.TrimSpace(body); len(msg) > 0 {
-			if id, code, why := check(msg); code != 0 {
+			if v := check(msg); v.code != 0 {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusBadRequest)
-				reject(w, id, code, why)
+				reject(w, v.id, v.code, v.msg)
 				return
 			}
 		}

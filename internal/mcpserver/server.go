@@ -282,9 +282,9 @@ func decodeArgs(raw json.RawMessage, v any) error {
 		name := tok.(string)
 		switch {
 		case !known[name]:
-			return fmt.Errorf("unknown argument %q", name)
+			return fmt.Errorf("unknown argument %s", errcode.Quote(name))
 		case seen[name]:
-			return fmt.Errorf("argument %q given twice", name)
+			return fmt.Errorf("argument %s given twice", errcode.Quote(name))
 		}
 		seen[name] = true
 		var skip json.RawMessage

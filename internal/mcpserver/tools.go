@@ -76,7 +76,7 @@ func (h *handlers) parseDSL(ctx context.Context, req *mcp.CallToolRequest, in pa
 		return "", nil, errcode.Errorf(errcode.InvalidRequest, "give file or content, not both")
 	case in.File != "":
 		if ext := path.Ext(in.File); ext != ".symbi" && ext != ".dsl" {
-			return "", nil, errcode.Errorf(errcode.InvalidRequest, "file %q: only .symbi and .dsl files can be parsed", in.File)
+			return "", nil, errcode.Errorf(errcode.InvalidRequest, "file %s: only .symbi and .dsl files can be parsed", errcode.Quote(in.File))
 		}
 		src, err := h.cfg.Project.Read(in.File, dsl.MaxSourceBytes)
 		if err != nil {

@@ -354,6 +354,8 @@ func TestStrictArguments(t *testing.T) {
 		{"invoke_agent", `{"agent":"helper","prompt":"hi","temperature":0.2}`, []string{`unknown argument "temperature"`}},
 		{"verify_schema", `{"schema":{"type":"object"},"public_key_pem":"x"}`, []string{"schema must be a string"}},
 		{"verify_schema", `{"schema":"{}","public_key":"x"}`, []string{`unknown argument "public_key"`}},
+		{"list_agents", `{"` + strings.Repeat("v", 100000) + `":1}`, []string{"unknown argument", "…(100000 bytes in all)"}},
+		{"parse_dsl", `{"file":"` + strings.Repeat("f", 100000) + `.txt"}`, []string{"only .symbi and .dsl", "…(100004 bytes in all)"}},
 		{"list_runs", `{"limit":100.0}`, []string{"limit must be an integer written without a fraction or exponent"}},
 		{"list_runs", `{"limit":1e2}`, []string{"limit must be an integer"}},
 		{"run_events", `{"run_id":"x","after":1180591620717411303424}`, []string{"after must be an integer", "within range"}},

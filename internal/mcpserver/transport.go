@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"symbi/internal/errcode"
 	"symbi/internal/strictjson"
 )
 
@@ -96,10 +99,10 @@ type lockedWriter struct {
 // Write writes one line of the SDK's; a response ends its request's flight, before the
 // client can read it (and reuse its id).
 func (l *lockedWriter) Write(p []byte) (int, error) {
-	key, request, ok := lineID(p)
+	key, response := responseKey(p)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ok && !request {
+	if response {
 		delete(l.inflight, key)
 	}
 	return l.w.Write(p)
@@ -145,21 +148,21 @@ func idKey(id any) string {
 	return ""
 }
 
-// lineID returns the idKey of line's id (ok false when it has none, or null) and whether
-// line is a request (it has a method) rather than a response.
-func lineID(line []byte) (key string, request, ok bool) {
+// responseKey returns the idKey of the id of a line the SDK writes when it is a response
+// (an id, no method). The SDK writes members by their exact names.
+func responseKey(line []byte) (string, bool) {
 	var probe struct {
 		ID     json.RawMessage `json:"id"`
 		Method json.RawMessage `json:"method"`
 	}
-	if json.Unmarshal(line, &probe) != nil || probe.ID == nil || string(probe.ID) == "null" {
-		return "", false, false
+	if json.Unmarshal(line, &probe) != nil || probe.Method != nil || probe.ID == nil || string(probe.ID) == "null" {
+		return "", false
 	}
 	var id any
 	if json.Unmarshal(probe.ID, &id) != nil {
-		return "", false, false
+		return "", false
 	}
-	return idKey(id), probe.Method != nil, true
+	return idKey(id), true
 }
 
 // screen copies acceptable lines from in to pw and answers the others on out.
@@ -170,16 +173,16 @@ func screen(in io.Reader, pw *io.PipeWriter, out *lockedWriter) {
 		if tooLong {
 			out.reject(nil, codeInvalidRequest, fmt.Sprintf("message exceeds %d bytes (16 MiB); skipped", MaxMessageBytes))
 		} else if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
-			id, code, msg := check(trimmed)
-			if code == 0 {
-				if key, request, ok := lineID(trimmed); ok && request && !out.begin(key) {
-					id, code, msg = nil, codeInvalidRequest, fmt.Sprintf("invalid request: id %.40s is already the id of a request in flight; an id is not reused before its answer", idText(key))
+			v := check(trimmed)
+			if v.code == 0 {
+				if v.key != "" && !out.begin(v.key) {
+					v = refused(nil, codeInvalidRequest, fmt.Sprintf("invalid request: id %.40s is already the id of a request in flight; an id is not reused before its answer", idText(v.key)))
 				}
-			} else if id != nil && out.flying(idKey(id)) {
-				id = nil // an answer with that id would seem to answer the request in flight
+			} else if v.id != nil && out.flying(idKey(v.id)) {
+				v.id = nil // an answer with that id would seem to answer the request in flight
 			}
-			if code != 0 {
-				out.reject(id, code, msg)
+			if v.code != 0 {
+				out.reject(v.id, v.code, v.msg)
 			} else if _, werr := pw.Write(append(trimmed, '\n')); werr != nil {
 				return
 			}
@@ -226,39 +229,50 @@ const MaxMessageDepth = 1000
 // numeric id through a float64, which holds every integer up to 2^53 − 1 and no more.
 const maxExactID = 1<<53 - 1
 
-// check reports why a line is not one JSON-RPC message the server can take: a code and
-// message, with the line's id when it has a usable one. The rules, in order: UTF-8 (RFC
-// 8259 §8.1), JSON, nesting at most MaxMessageDepth, no batch, an id the server can echo
-// exactly (a string, or an integer of magnitude at most 2^53 − 1; a request's never
-// null), no member name twice, no \u escape of a lone surrogate, and the SDK's own reading.
-func check(line []byte) (id any, code int, msg string) {
+// rpcNames are the member names of a JSON-RPC message. The go-sdk reads them by their
+// exact names; encoding/json, and so perhaps a proxy in front or an auditor, would also
+// take "ID" for "id".
+var rpcNames = []string{"jsonrpc", "id", "method", "params", "result", "error"}
+
+// screened is check's verdict on a line: code 0 for a message to pass on.
+type screened struct {
+	id   any    // the id a refusal answers with (nil: null)
+	code int    // the JSON-RPC error code of a refusal
+	msg  string // its message
+	key  string // for a request passed on, the idKey of its id; "" otherwise
+}
+
+func refused(id any, code int, msg string) screened { return screened{id: id, code: code, msg: msg} }
+
+// check says whether a line is one JSON-RPC message the server can take. The rules, in
+// order: UTF-8 (RFC 8259 §8.1), JSON, nesting at most MaxMessageDepth, no batch, an id
+// the server can echo exactly (a string, or an integer of magnitude at most 2^53 − 1; a
+// request's never null), no member name twice, no top-level member named like a JSON-RPC
+// member but for case, no \u escape of a lone surrogate, and the SDK's own reading.
+func check(line []byte) screened {
 	if !utf8.Valid(line) {
-		return nil, codeParseError, "parse error: the line is not valid UTF-8 (JSON text between systems is UTF-8, RFC 8259 §8.1)"
+		return refused(nil, codeParseError, "parse error: the line is not valid UTF-8 (JSON text between systems is UTF-8, RFC 8259 §8.1)")
 	}
 	strict := strictjson.Check(line, strictjson.Options{Single: true, NoLoneSurrogates: true, MaxDepth: MaxMessageDepth})
 	switch {
 	case strict == nil: // valid JSON: Check refuses whatever json.Valid refuses
 	case errors.Is(strict, strictjson.ErrDepth):
-		return nil, codeInvalidRequest, fmt.Sprintf("invalid request: arrays and objects nested more than %d levels deep", MaxMessageDepth)
+		return refused(nil, codeInvalidRequest, fmt.Sprintf("invalid request: arrays and objects nested more than %d levels deep", MaxMessageDepth))
 	case !json.Valid(line):
-		return nil, codeParseError, "parse error: the line is not valid JSON"
+		return refused(nil, codeParseError, "parse error: the line is not valid JSON")
 	}
 	if line[0] == '[' {
-		return nil, codeInvalidRequest, "JSON-RPC batches are not supported"
+		return refused(nil, codeInvalidRequest, "JSON-RPC batches are not supported")
 	}
-	var probe struct {
-		ID     json.RawMessage `json:"id"`
-		Method json.RawMessage `json:"method"`
+	var members map[string]json.RawMessage // by their exact names, as the SDK reads them
+	json.Unmarshal(line, &members)
+	rawID, request := members["id"], members["method"] != nil
+	if why := badID(rawID, request); why != "" {
+		return refused(nil, codeInvalidRequest, "invalid request: "+why)
 	}
-	json.Unmarshal(line, &probe)
-	if why := badID(probe.ID, probe.Method != nil); why != "" {
-		return nil, codeInvalidRequest, "invalid request: " + why
-	}
-	if len(probe.ID) > 0 && probe.ID[0] != 'n' {
-		var v any
-		if json.Unmarshal(probe.ID, &v) == nil {
-			id = v
-		}
+	var id any
+	if len(rawID) > 0 && rawID[0] != 'n' {
+		json.Unmarshal(rawID, &id)
 	}
 	// Go's decoder lets the last of two equal member names win, while another reader (a
 	// proxy in front, an auditor) may take the first: a message with a repeated name
@@ -268,27 +282,36 @@ func check(line []byte) (id any, code int, msg string) {
 		if topLevelCount(line, "id") != 1 {
 			id = nil // which id would be a guess
 		}
-		return id, codeInvalidRequest, fmt.Sprintf("invalid request: member %q appears twice in the object at %s", dup.Name, dup.Path)
+		return refused(id, codeInvalidRequest, fmt.Sprintf("invalid request: member %s appears twice in the object at %s", errcode.Quote(dup.Name), errcode.Clip(dup.Path)))
+	}
+	names := slices.Sorted(maps.Keys(members))
+	for _, k := range names {
+		for _, n := range rpcNames {
+			if k != n && strings.EqualFold(k, n) {
+				return refused(id, codeInvalidRequest, fmt.Sprintf("invalid request: member %s is %q spelled otherwise (JSON-RPC names are exact; another reader might take one for the other)", errcode.Quote(k), n))
+			}
+		}
 	}
 	// Go's decoder reads a lone surrogate's escape as U+FFFD: the text used would not be
 	// the text sent.
 	if errors.Is(strict, strictjson.ErrSurrogate) {
-		return id, codeInvalidRequest, fmt.Sprintf("invalid request: %v (a string must be Unicode text)", strict)
+		return refused(id, codeInvalidRequest, fmt.Sprintf("invalid request: %v (a string must be Unicode text)", strict))
 	}
 	decoded, err := jsonrpc.DecodeMessage(line)
 	if err != nil {
-		return id, codeInvalidRequest, "invalid request: " + err.Error()
+		return refused(id, codeInvalidRequest, "invalid request: "+err.Error())
 	}
 	if _, ok := decoded.(*jsonrpc.Response); ok {
-		var members map[string]json.RawMessage
-		json.Unmarshal(line, &members)
 		_, hasResult := members["result"]
 		_, hasError := members["error"]
 		if hasResult == hasError {
-			return id, codeInvalidRequest, "invalid request: a response needs exactly one of result and error"
+			return refused(id, codeInvalidRequest, "invalid request: a response needs exactly one of result and error")
 		}
 	}
-	return nil, 0, ""
+	if request && id != nil {
+		return screened{key: idKey(id)}
+	}
+	return screened{}
 }
 
 // badID says why a message's id (raw; nil when absent) cannot be taken, or "".
@@ -304,7 +327,8 @@ func badID(raw json.RawMessage, request bool) string {
 	case raw[0] == '"':
 		return ""
 	case raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9':
-		if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil && n >= -maxExactID && n <= maxExactID {
+		// -0 is read as 0 and answered so: not exact.
+		if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil && n >= -maxExactID && n <= maxExactID && string(raw) != "-0" {
 			return ""
 		}
 		return fmt.Sprintf("id %.40s cannot be answered exactly: an id is a string or an integer of magnitude at most 2^53 − 1", raw)

@@ -181,6 +181,12 @@ func TestTransportScreening(t *testing.T) {
 		{"an id past int64", `{"jsonrpc":"2.0","id":99999999999999999999,"method":"ping"}`, "null", -32600, "cannot be answered exactly"},
 		{"an exponent id", `{"jsonrpc":"2.0","id":1e2,"method":"ping"}`, "null", -32600, "cannot be answered exactly"},
 		{"a request with a null id", `{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"list_agents","arguments":{}}}`, "null", -32600, "never null"},
+		{"a negative zero id", `{"jsonrpc":"2.0","id":-0,"method":"ping"}`, "null", -32600, "id -0 cannot be answered exactly"},
+		{"an id in another case", `{"jsonrpc":"2.0","ID":7,"method":"ping"}`, "null", -32600, `member "ID" is "id" spelled otherwise`},
+		{"an id and an id in another case", `{"jsonrpc":"2.0","id":5,"ID":6,"method":"ping"}`, "5", -32600, `member "ID" is "id" spelled otherwise`},
+		{"a fractional id hidden by another case", `{"jsonrpc":"2.0","id":1.5,"ID":7,"method":"ping"}`, "null", -32600, "id 1.5 cannot be answered exactly"},
+		{"a method in another case", `{"jsonrpc":"2.0","id":25,"Method":"tools/list","method":"ping"}`, "25", -32600, `member "Method" is "method" spelled otherwise`},
+		{"a long name twice", `{"jsonrpc":"2.0","id":26,"method":"ping","params":{"` + strings.Repeat("n", 100000) + `":1,"` + strings.Repeat("n", 100000) + `":2}}`, "26", -32600, "…(100000 bytes in all) appears twice"},
 		{"a boolean id", `{"jsonrpc":"2.0","id":true,"method":"ping"}`, "null", -32600, "an id is a string or an integer"},
 		{"repeated argument deep inside", `{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"verify_schema","arguments":{"schema":"{}"},"_meta":{"a":[{"k":1,"k":2}]}}}`,
 			"11", -32600, `member "k" appears twice in the object at $.params._meta.a[0]`},
@@ -310,6 +316,7 @@ func TestIDInFlight(t *testing.T) {
 			t.Fatalf("%s: id %s error %+v; want id %s and %q", line, r.ID, r.Error, id, msg)
 		}
 	}
+	refused(`{"jsonrpc":"2.0","ID":5,"method":"ping"}`, "null", "spelled otherwise") // not recorded as in flight
 	passes(`{"jsonrpc":"2.0","id":5,"method":"ping"}`)
 	refused(`{"jsonrpc":"2.0","id":5,"method":"tools/list"}`, "null", "id 5 is already the id of a request in flight")
 	passes(`{"jsonrpc":"2.0","id":"5","method":"ping"}`) // a string is another id

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -43,25 +42,9 @@ func refuse(rel string, rule error, detail error) error {
 		code = errcode.NotFound
 	}
 	if detail != nil {
-		return errcode.Errorf(code, "%s: %w (%v)", quoted(rel), rule, detail)
+		return errcode.Errorf(code, "%s: %w (%v)", errcode.Quote(rel), rule, detail)
 	}
-	return errcode.Errorf(code, "%s: %w", quoted(rel), rule)
-}
-
-// maxShown bounds the bytes of a caller's path or name quoted in an error message.
-const maxShown = 256
-
-// quoted is s quoted for a message, cut after maxShown bytes (at a rune boundary) with
-// its length said: an error never echoes a caller's megabyte.
-func quoted(s string) string {
-	if len(s) <= maxShown {
-		return strconv.Quote(s)
-	}
-	cut := maxShown
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s…(%d bytes in all)", strconv.Quote(s[:cut]), len(s))
+	return errcode.Errorf(code, "%s: %w", errcode.Quote(rel), rule)
 }
 
 // checkPath applies the lexical rules to rel and returns its components.

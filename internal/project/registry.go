@@ -431,9 +431,9 @@ func (r *Registry) Resolve(stem string) (*Agent, error) {
 	switch len(found) {
 	case 0:
 		if r.more {
-			return nil, errcode.Errorf(errcode.UnknownAgent, "no agent file with the name %s among the %d entries of agents/ inspected at startup: agents/ has more entries, and the rest were not inspected (rule \"registry entries\"); the registry is a snapshot taken at startup", quoted(stem), RegistryMaxEntries)
+			return nil, errcode.Errorf(errcode.UnknownAgent, "no agent file with the name %s among the %d entries of agents/ inspected at startup: agents/ has more entries, and the rest were not inspected (rule \"registry entries\"); the registry is a snapshot taken at startup", errcode.Quote(stem), RegistryMaxEntries)
 		}
-		return nil, errcode.Errorf(errcode.UnknownAgent, "no agent file with the name %s in agents/ (the registry is a snapshot taken at startup)", quoted(stem))
+		return nil, errcode.Errorf(errcode.UnknownAgent, "no agent file with the name %s in agents/ (the registry is a snapshot taken at startup)", errcode.Quote(stem))
 	case 1:
 	default:
 		files := make([]string, len(found))

@@ -201,9 +201,9 @@ func (m *Manager) events(snap *run, after int64, limit int) (*Events, error) {
 	var st *Status
 	switch lr := snap.live; {
 	case lr != nil && !isDone(lr):
-		rc := lr.Durable()
+		rc, awaiting := lr.Awaiting() // read together: the records include the wait's
 		st = &Status{Status: StatusRunning, Records: int64(rc.Records)}
-		if lr.Awaiting() {
+		if awaiting {
 			st.Status = StatusAwaitingApproval
 		}
 	case lr == nil && snap.external && journal.InProgress(m.journalPath(snap)):
