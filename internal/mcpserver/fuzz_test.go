@@ -55,6 +55,13 @@ func FuzzStdioTransport(f *testing.F) {
 		`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"list_agents","name":"invoke_agent"}}`,
 		`{"jsonrpc":"2.0","id":8,"id":9,"method":"tools/list"}`,
 		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"a":[{"k":1,"k":2}]}}}`,
+		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\"}\n{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"b\"}",
+		`{"jsonrpc":"2.0","ID":1,"method":"a"}`,
+		`{"jsonrpc":"2.0","id":1.5,"method":"a"}`,
+		`{"jsonrpc":"2.0","id":-0,"method":"a"}`,
+		`{"jsonrpc":"2.0","id":null,"method":"a"}`,
+		`{"jsonrpc":"2.0","id":"\ud800","method":"a"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"a","params":[[[[[[[[[[]]]]]]]]]]}`,
 	} {
 		f.Add(s)
 	}
