@@ -322,15 +322,9 @@ func waitChangeOf(r Record) waitChange {
 	switch rec := r.(type) {
 	case ApprovalRequested:
 		return waitChange{opens: true, id: rec.RequestID}
-	case *ApprovalRequested:
-		return waitChange{opens: true, id: rec.RequestID}
 	case ApprovalDecided:
 		return waitChange{closes: true, id: rec.RequestID}
-	case *ApprovalDecided:
-		return waitChange{closes: true, id: rec.RequestID}
 	case PermissionDecided:
-		return waitChange{closes: true, id: rec.RequestID}
-	case *PermissionDecided:
 		return waitChange{closes: true, id: rec.RequestID}
 	}
 	return waitChange{}

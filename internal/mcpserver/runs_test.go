@@ -376,13 +376,8 @@ func TestRunResourceSubscription(t *testing.T) {
 			updated <- req.Params.URI
 		},
 	}})
-	var st startContent
-	callOK(t, cs, "start_run", map[string]any{"agent": "helper", "prompt": "hold"}, &st)
-	uri := mcpserver.RunURIPrefix + st.RunID
+	uri := startSubscribed(t, cs)
 	ctx := context.Background()
-	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
-		t.Fatal(err)
-	}
 	for _, bad := range []string{mcpserver.RunURIPrefix + "0190a000-0000-7000-8000-000000000000", mcpserver.RunURIPrefix + "../x", "symbi://other/1"} {
 		if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: bad}); err == nil {
 			t.Errorf("subscribing to %s succeeded", bad)
@@ -415,6 +410,19 @@ func TestRunResourceSubscription(t *testing.T) {
 	}
 }
 
+// startSubscribed starts a run of helper that the gated model holds and subscribes cs to
+// its resource, whose URI it returns.
+func startSubscribed(t *testing.T, cs *mcp.ClientSession) string {
+	t.Helper()
+	var st startContent
+	callOK(t, cs, "start_run", map[string]any{"agent": "helper", "prompt": "hold"}, &st)
+	uri := mcpserver.RunURIPrefix + st.RunID
+	if err := cs.Subscribe(context.Background(), &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	return uri
+}
+
 // TestSubscriptionsEndWithTheirSession: over HTTP one server outlives many sessions; a
 // session that subscribed and ended (closed by its client, or for idleness) leaves no
 // subscription behind, while the others keep theirs.
@@ -423,13 +431,8 @@ func TestSubscriptionsEndWithTheirSession(t *testing.T) {
 	var srv *mcp.Server
 	cs := serve(t, testProject(t, nil), serveOpts{env: model.env(), version: "2025-11-25", server: &srv})
 	defer model.open()
-	var st startContent
-	callOK(t, cs, "start_run", map[string]any{"agent": "helper", "prompt": "hold"}, &st)
-	uri := mcpserver.RunURIPrefix + st.RunID
+	uri := startSubscribed(t, cs)
 	ctx := context.Background()
-	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
-		t.Fatal(err)
-	}
 	var others []*mcp.ClientSession
 	for range 3 {
 		ct, stt := mcp.NewInMemoryTransports()

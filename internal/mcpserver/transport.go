@@ -149,17 +149,43 @@ func idKey(id any) string {
 }
 
 // responseKey returns the idKey of the id of a line the SDK writes when it is a response
-// (an id, no method). The SDK writes members by their exact names.
+// (an id, and a result or an error, not a method). It reads the top-level members in
+// order and stops as soon as it knows: the SDK writes "jsonrpc", "id", then "method" or
+// "result"/"error", so a large result or params is never read.
 func responseKey(line []byte) (string, bool) {
-	var probe struct {
-		ID     json.RawMessage `json:"id"`
-		Method json.RawMessage `json:"method"`
-	}
-	if json.Unmarshal(line, &probe) != nil || probe.Method != nil || probe.ID == nil || string(probe.ID) == "null" {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return "", false
 	}
 	var id any
-	if json.Unmarshal(probe.ID, &id) != nil {
+	seen, response := false, false
+	for dec.More() {
+		name, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		switch name {
+		case "method":
+			return "", false
+		case "id":
+			if dec.Decode(&id) != nil {
+				return "", false
+			}
+			seen = true
+		case "result", "error":
+			response = true
+		}
+		if seen && response {
+			break
+		}
+		if name != "id" {
+			var skip json.RawMessage
+			if dec.Decode(&skip) != nil {
+				return "", false
+			}
+		}
+	}
+	if !seen || !response || id == nil {
 		return "", false
 	}
 	return idKey(id), true

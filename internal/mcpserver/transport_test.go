@@ -332,4 +332,10 @@ func TestIDInFlight(t *testing.T) {
 	}
 	passes(`{"jsonrpc":"2.0","id":5,"method":"tools/list"}`)
 	refused(`{"jsonrpc":"2.0","id":"5","method":"ping"}`, "null", `id "5" is already`) // still in flight
+	// An answer whose members come in another order ends its flight too.
+	if _, err := tr.Writer.Write([]byte(`{"result":{"big":[1,2,3]},"jsonrpc":"2.0","id":5}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	<-out
+	passes(`{"jsonrpc":"2.0","id":5,"method":"ping"}`)
 }

@@ -69,7 +69,7 @@ type Agent struct {
 	SourceSHA256, DeclarationSHA256 string
 
 	ambiguous bool  // its stem is another agent file's too (markAmbiguous)
-	notRead   error // why its file was not read (its code is the refusal's): no source, no admission
+	notRead   error // why its file was never read (Resolve's answer): no source, no admission
 }
 
 // Registry is the agent registry snapshot taken by LoadRegistry: the agent files of
@@ -320,19 +320,20 @@ func printableName(name string) bool {
 // "bad\xff"), its source is not read.
 func unprintableAgent(name string) *Agent {
 	esc := strings.Trim(strconv.Quote(name), `"`)
-	e := Entry{
-		Name: stem(esc), File: agentsDir + "/" + esc, Agents: []string{}, Capabilities: []string{},
-		Reason: `refused by rule "printable file name": the file name is not valid UTF-8 or holds a character that is not printable (shown escaped); rename the file`,
-	}
-	e.Reasons = []string{e.Reason}
-	return &Agent{Entry: e}
+	const reason = `refused by rule "printable file name": the file name is not valid UTF-8 or holds a character that is not printable (shown escaped); rename the file`
+	return unreadAgent(esc, errcode.Errorf(errcode.RefusedDefinition, "%s/%s: %s", agentsDir, esc, reason), reason)
 }
 
 // notReadAgent is the refused registration of a file whose reading was refused (err,
 // whose code and text Resolve returns): listed with the reason, never invocable.
 func notReadAgent(name string, err error) *Agent {
-	e := Entry{Name: stem(name), File: agentsDir + "/" + name, Agents: []string{}, Capabilities: []string{}, Reason: err.Error()}
-	e.Reasons = []string{e.Reason}
+	return unreadAgent(name, err, err.Error())
+}
+
+// unreadAgent is the registration of the file agents/name, never read: listed with
+// reason, never invocable; Resolve answers err.
+func unreadAgent(name string, err error, reason string) *Agent {
+	e := Entry{Name: stem(name), File: agentsDir + "/" + name, Agents: []string{}, Capabilities: []string{}, Reason: reason, Reasons: []string{reason}}
 	return &Agent{Entry: e, notRead: err}
 }
 
@@ -446,12 +447,8 @@ func (r *Registry) Resolve(stem string) (*Agent, error) {
 	if a.ambiguous {
 		return nil, errcode.Errorf(errcode.UnknownAgent, "%s", a.Entry.Reason)
 	}
-	if a.notRead != nil {
+	if a.notRead != nil { // never read: nothing to show or invoke
 		return nil, a.notRead
-	}
-	if a.Admission == nil {
-		// Never read (its file name is not printable): nothing to show or invoke.
-		return nil, errcode.Errorf(errcode.RefusedDefinition, "%s: %s", a.Entry.File, a.Entry.Reason)
 	}
 	if !a.Entry.Invocable {
 		// The agent comes back with the refusal so authoring tools can still show it.
