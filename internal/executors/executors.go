@@ -146,7 +146,7 @@ func Parse(data []byte, getenv func(string) string) (*Registry, error) {
 	r := &Registry{byName: map[string]*Executor{}}
 	for name, e := range f.Executors {
 		if !validName(name) {
-			return nil, invalid("executor name %q: want 1 to %d of a-z, 0-9, '_' and '-', starting with a letter", clip(name), MaxNameBytes)
+			return nil, invalid("executor name %s: want 1 to %d of a-z, 0-9, '_' and '-', starting with a letter", errcode.Quote(name), MaxNameBytes)
 		}
 		argv, err := checkCommand(name, e.Command, getenv(pathEnvName))
 		if err != nil {
@@ -234,11 +234,4 @@ func validName(s string) bool {
 
 func invalid(format string, args ...any) error {
 	return errcode.Errorf(errcode.InvalidRequest, "%w: "+format, append([]any{ErrInvalid}, args...)...)
-}
-
-func clip(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
 }

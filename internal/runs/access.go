@@ -160,7 +160,7 @@ const approveWait = 10 * time.Second
 func (m *Manager) Approve(ctx context.Context, by Caller, runID, requestID, decision, reason string) (*Status, error) {
 	switch {
 	case decision != invoke.ApprovalApprove && decision != invoke.ApprovalReject:
-		return nil, errcode.Errorf(errcode.InvalidRequest, "decision %q: want approve or reject", clip(decision))
+		return nil, errcode.Errorf(errcode.InvalidRequest, "decision %s: want approve or reject", errcode.Quote(decision))
 	case len(reason) > journal.MaxApprovalReasonBytes:
 		return nil, errcode.Errorf(errcode.LimitExceeded, "reason is %d bytes; the limit is %d (4 KiB)", len(reason), journal.MaxApprovalReasonBytes)
 	}

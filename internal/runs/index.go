@@ -230,7 +230,7 @@ func (m *Manager) apply(l *ledger.Line) (added string, err error) {
 // checkEntry checks that an entry's run id is one and its file is the run's journal name.
 func checkEntry(runID, agentID, file string) error {
 	if !validID(runID) || !validID(agentID) || file != journal.FileName(agentID, runID) {
-		return fmt.Errorf("an entry for run %q names the file %q, not its journal <agent_id>.<run_id>.jsonl", clip(runID), clip(file))
+		return fmt.Errorf("an entry for run %s names the file %s, not its journal <agent_id>.<run_id>.jsonl", errcode.Quote(runID), errcode.Quote(file))
 	}
 	return nil
 }

@@ -19,16 +19,16 @@ func (m *Manager) List(f Filter) (*Page, error) {
 		return nil, errcode.Errorf(errcode.InvalidRequest, "limit is %d; it must be 1..%d", f.Limit, MaxLimit)
 	}
 	if f.Status != "" && !contains(Statuses, f.Status) {
-		return nil, errcode.Errorf(errcode.InvalidRequest, "status %q: want one of %v", clip(f.Status), Statuses)
+		return nil, errcode.Errorf(errcode.InvalidRequest, "status %s: want one of %v", errcode.Quote(f.Status), Statuses)
 	}
 	if f.Resolution != "" && f.Resolution != Unresolved && !contains(Resolutions, f.Resolution) {
-		return nil, errcode.Errorf(errcode.InvalidRequest, "resolution %q: want one of %v or %q", clip(f.Resolution), Resolutions, Unresolved)
+		return nil, errcode.Errorf(errcode.InvalidRequest, "resolution %s: want one of %v or %q", errcode.Quote(f.Resolution), Resolutions, Unresolved)
 	}
 	after := ""
 	if f.After != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(f.After)
 		if err != nil || len(raw) <= len(cursorPrefix) || string(raw[:len(cursorPrefix)]) != cursorPrefix || !validID(string(raw[len(cursorPrefix):])) {
-			return nil, errcode.Errorf(errcode.InvalidRequest, "after %q is not a list_runs cursor (pass next_cursor back unchanged)", clip(f.After))
+			return nil, errcode.Errorf(errcode.InvalidRequest, "after %s is not a list_runs cursor (pass next_cursor back unchanged)", errcode.Quote(f.After))
 		}
 		after = string(raw[len(cursorPrefix):])
 	}

@@ -355,7 +355,7 @@ func (m *Manager) notify(id string) {
 // (read on when id is not known yet), and a journal on disk.
 func (m *Manager) lookup(id string) (*run, error) {
 	if !validID(id) {
-		return nil, errcode.Errorf(errcode.InvalidRequest, "run_id %q is not a run id (ASCII letters, digits, '-' and '_', at most %d bytes)", clip(id), MaxRunIDBytes)
+		return nil, errcode.Errorf(errcode.InvalidRequest, "run_id %s is not a run id (ASCII letters, digits, '-' and '_', at most %d bytes)", errcode.Quote(id), MaxRunIDBytes)
 	}
 	if m.cfg.Registry != nil {
 		// agentIDs below may need the registry, which a server reads while it starts:
@@ -454,7 +454,7 @@ func (m *Manager) Cancel(ctx context.Context, runID string) (st *Status, already
 // entry, durable before the answer. A later call revises it; every entry stays.
 func (m *Manager) Resolve(runID, value, note string, by Caller) (*Status, error) {
 	if !contains(Resolutions, value) {
-		return nil, errcode.Errorf(errcode.InvalidRequest, "resolution %q: want one of %v", clip(value), Resolutions)
+		return nil, errcode.Errorf(errcode.InvalidRequest, "resolution %s: want one of %v", errcode.Quote(value), Resolutions)
 	}
 	if len(note) > ledger.MaxNoteBytes {
 		return nil, errcode.Errorf(errcode.LimitExceeded, "note is %d bytes; the limit is %d (4 KiB)", len(note), ledger.MaxNoteBytes)
@@ -498,12 +498,4 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-// clip shortens s for an error message.
-func clip(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
 }

@@ -365,6 +365,7 @@ func TestRunIDArgument(t *testing.T) {
 		{"path traversal", "../x", errcode.InvalidRequest},
 		{"empty", "", errcode.InvalidRequest},
 		{"200 bytes", strings.Repeat("a", 200), errcode.InvalidRequest},
+		{"1 MiB", strings.Repeat("a", 1<<20), errcode.InvalidRequest},
 		{"129 bytes", strings.Repeat("a", runs.MaxRunIDBytes+1), errcode.InvalidRequest},
 		{"unicode", "ünïcødé-run", errcode.InvalidRequest},
 		{"dot", "a.b", errcode.InvalidRequest},
@@ -381,6 +382,10 @@ func TestRunIDArgument(t *testing.T) {
 				wantCode(t, err, tt.code)
 				if got := errors.Is(err, runs.ErrNotFound); got != (tt.code == errcode.RunNotFound) {
 					t.Fatalf("errors.Is(%v, ErrNotFound) = %v", err, got)
+				}
+				// The message quotes at most errcode.MaxQuoted bytes of the argument.
+				if len(tt.id) > errcode.MaxQuoted && (len(err.Error()) > 2*errcode.MaxQuoted || !strings.Contains(err.Error(), fmt.Sprintf("(%d bytes in all)", len(tt.id)))) {
+					t.Fatalf("a %d-byte id is not clipped: %d-byte message %.300q", len(tt.id), len(err.Error()), err)
 				}
 			})
 		}
