@@ -174,6 +174,7 @@ func parseJWKS(body []byte) ([]jose.JSONWebKey, error) {
 		return nil, errcode.Errorf(errcode.LimitExceeded, "%d keys, more than %d", len(doc.Keys), MaxJWKSKeys)
 	}
 	var keys []jose.JSONWebKey
+	weak := ""
 	for _, raw := range doc.Keys {
 		var k jose.JSONWebKey
 		if err := k.UnmarshalJSON(raw); err != nil {
@@ -182,13 +183,24 @@ func parseJWKS(body []byte) ([]jose.JSONWebKey, error) {
 		if !k.Valid() || keyType(k) == "" || (k.Use != "" && k.Use != "sig") {
 			continue
 		}
+		if rk, ok := k.Key.(*rsa.PublicKey); ok && rk.N.BitLen() < MinRSABits {
+			if weak == "" {
+				weak = fmt.Sprintf(" (the RSA key %s has %d bits, fewer than the %d RFC 7518 requires)", errcode.Quote(k.KeyID), rk.N.BitLen(), MinRSABits)
+			}
+			continue
+		}
 		keys = append(keys, k)
 	}
 	if len(keys) == 0 {
-		return nil, errcode.Errorf(errcode.InvalidRequest, "no usable signature key among its %d keys", len(doc.Keys))
+		return nil, errcode.Errorf(errcode.InvalidRequest, "no usable signature key among its %d keys%s", len(doc.Keys), weak)
 	}
 	return keys, nil
 }
+
+// MinRSABits is the smallest RSA key a JWK set may sign tokens with (RFC 7518 §3.3 and
+// §3.5: "A key of size 2048 bits or larger MUST be used"); a smaller one is skipped like a
+// key of an unsupported type.
+const MinRSABits = 2048
 
 // keyType names the kind of public key k holds ("RSA", "P-256", "P-384", "P-521",
 // "Ed25519"), or "" for anything else: private and symmetric keys included.

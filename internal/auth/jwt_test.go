@@ -526,6 +526,31 @@ func TestNewJWTRefused(t *testing.T) {
 	}
 }
 
+// TestJWKSWeakRSAKey: an RSA key of fewer than 2048 bits (RFC 7518 §3.3, §3.5) is
+// skipped: a token it signs is refused as signed by an unknown key, and a set holding no
+// other key is refused at start, naming the key and its size — crypto/rsa would otherwise
+// refuse one under 1024 bits at every token, as a bad signature.
+func TestJWKSWeakRSAKey(t *testing.T) {
+	_, ecS, _ := testKeys(t)
+	weak := signer{"weak", jose.RS256, must(rsa.GenerateKey(rand.Reader, 1024))}
+	srv := newJWKSServer(t, weak.public(), ecS.public())
+	cfg := srv.config()
+	cfg.MinRefetch = time.Hour
+	j := newJWT(t, cfg)
+	if _, err := j.Verify(context.Background(), weak.sign(t, claims()), nil); !errors.Is(err, auth.ErrUnknownKey) {
+		t.Errorf("a token of the 1024-bit key: %v, want ErrUnknownKey", err)
+	}
+	if _, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil); err != nil {
+		t.Errorf("a token of the set's other key: %v", err)
+	}
+	only, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{weak.public()}})
+	srv.setBody(only, 0)
+	want := `no usable signature key among its 1 keys (the RSA key "weak" has 1024 bits, fewer than the 2048 RFC 7518 requires)`
+	if _, err := auth.NewJWT(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a set of one 1024-bit key: %v, want %q", err, want)
+	}
+}
+
 // TestJWKSKeysSkipped: a set's keys that are not public signature keys are not used.
 func TestJWKSKeysSkipped(t *testing.T) {
 	rsaS, ecS, edS := testKeys(t)
