@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"time"
 
@@ -84,11 +85,19 @@ func NewHTTPHandler(s *mcp.Server, o HTTPOptions) http.Handler {
 	mux := http.NewServeMux()
 	if o.Verifier != nil {
 		base := strings.TrimSuffix(o.PublicURL, "/")
+		origin, prefix := splitURL(base)
 		meta := sdkauth.ProtectedResourceMetadataHandler(auth.Metadata(base+MCPPath, o.AuthorizationServers))
 		mux.Handle(MetadataPath, meta)
 		mux.Handle(MetadataPath+MCPPath, meta)
+		if prefix != "" {
+			// Behind a proxy that serves this server under prefix, and passes the
+			// well-known path on unchanged.
+			mux.Handle(MetadataPath+prefix+MCPPath, meta)
+		}
 		h = sdkauth.RequireBearerToken(o.Verifier, &sdkauth.RequireBearerTokenOptions{
-			ResourceMetadataURL: base + MetadataPath + MCPPath,
+			// RFC 9728 §3.1: the well-known path goes between the resource's host and
+			// its path.
+			ResourceMetadataURL: origin + MetadataPath + prefix + MCPPath,
 			// The verifiers allow this much clock skew on exp themselves; the middleware's
 			// own expiry check must agree.
 			ClockSkew: auth.Leeway,
@@ -96,6 +105,16 @@ func NewHTTPHandler(s *mcp.Server, o HTTPOptions) http.Handler {
 	}
 	mux.Handle(MCPPath, h)
 	return mux
+}
+
+// splitURL splits a base URL "https://host:port/prefix" into its origin
+// ("https://host:port") and its path ("/prefix", or "" for none).
+func splitURL(base string) (origin, path string) {
+	u, err := url.Parse(base)
+	if err != nil || u.Host == "" {
+		return base, ""
+	}
+	return u.Scheme + "://" + u.Host, strings.TrimSuffix(u.EscapedPath(), "/")
 }
 
 // CheckListenAddr refuses an address symbi may not listen on: without authentication

@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"symbi/internal/mcpserver"
@@ -68,6 +70,9 @@ func TestAuthenticatedWithoutToken(t *testing.T) {
 		t.Fatalf("start_run without a token: %s", textOf(t, res))
 	}
 }
+
+// httpInit is a raw client's first POST: initialize, without a session id.
+const httpInit = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
 
 // TestHTTPSessionCaps: the HTTP server keeps at most MaxSessionsPerCaller sessions of one
 // caller — one more closes the caller's least recently used idle session, whose next
@@ -134,8 +139,7 @@ func TestHTTPSessionCaps(t *testing.T) {
 	initialize := func(t *testing.T, s *server) (int, string) {
 		t.Helper()
 		// The SDK's client reports the status only: the refusal, read raw.
-		init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
-		req, _ := http.NewRequest(http.MethodPost, s.url, strings.NewReader(init))
+		req, _ := http.NewRequest(http.MethodPost, s.url, strings.NewReader(httpInit))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		res, err := http.DefaultClient.Do(req)
@@ -209,6 +213,73 @@ func TestHTTPSessionCaps(t *testing.T) {
 		connectIdle(t, s) // a is idle now: it makes room
 	})
 
+	// A request the SDK refuses after the caps admitted it — a foreign Host on a loopback
+	// address (DNS rebinding: a web page can send it), a body of the wrong type — closes
+	// none of the caller's sessions, though the caller is at its cap.
+	t.Run("a refused request closes nothing", func(t *testing.T) {
+		s := newServer(t, 10, 1)
+		a := mustConnect(t, s)
+		for _, tt := range []struct {
+			name, host, contentType string
+			code                    int
+		}{
+			{"a foreign Host", "evil.example.com", "application/json", http.StatusForbidden},
+			{"not JSON", "", "text/plain", http.StatusUnsupportedMediaType},
+		} {
+			for { // until a is idle (429 while its last request is still ending)
+				req, _ := http.NewRequest(http.MethodPost, s.url, strings.NewReader(httpInit))
+				req.Header.Set("Content-Type", tt.contentType)
+				req.Header.Set("Accept", "application/json, text/event-stream")
+				if tt.host != "" {
+					req.Host = tt.host
+					req.Header.Set("Origin", "http://"+tt.host)
+				}
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode == tt.code {
+					break
+				}
+				if res.StatusCode != http.StatusTooManyRequests {
+					t.Fatalf("%s: %d, want %d", tt.name, res.StatusCode, tt.code)
+				}
+			}
+			if err := a.Ping(ctx, nil); err != nil {
+				t.Fatalf("after %s refused, the caller's session: %v", tt.name, err)
+			}
+		}
+	})
+
+	// A session chosen to make room is closed only when no request of its is in flight,
+	// and its requests from then on are answered 404 before they are begun: whatever the
+	// race between a call on it and a new session, a call the server began is answered.
+	t.Run("no call begun is cut off", func(t *testing.T) {
+		for range 40 {
+			s := newServer(t, 10, 1)
+			a := mustConnect(t, s)
+			called := make(chan error, 1)
+			go func() {
+				_, err := a.CallTool(ctx, &mcp.CallToolParams{Name: "hold"})
+				called <- err
+			}()
+			s.connect() // refused (429) if the call is in flight already; else a is evicted
+			select {
+			case <-s.entered: // begun: it must be answered
+				s.releaseHeldCall()
+				if err := <-called; err != nil {
+					t.Fatalf("a call begun on a session chosen for eviction: %v", err)
+				}
+			case err := <-called: // never begun: refused as its session had ended
+				if err == nil {
+					t.Fatal("the held call answered without being begun")
+				}
+			}
+		}
+	})
+
 	t.Run("in all", func(t *testing.T) {
 		s := newServer(t, 2, 10)
 		a := mustConnect(t, s)
@@ -269,5 +340,48 @@ func TestHTTPScreensMessages(t *testing.T) {
 	}
 	if err := cs.Ping(context.Background(), nil); err != nil {
 		t.Fatalf("the session after the refusals: %v", err)
+	}
+}
+
+// TestHTTPMetadataURL: a 401 names the protected resource metadata by RFC 9728 §3.1 — the
+// well-known path between the host and the resource's path — also when the public URL has
+// a path (a server behind a proxy, under a prefix), and the server serves the metadata at
+// that path as well as at its own.
+func TestHTTPMetadataURL(t *testing.T) {
+	never := func(context.Context, string, *http.Request) (*sdkauth.TokenInfo, error) {
+		return nil, sdkauth.ErrInvalidToken
+	}
+	for _, tt := range []struct {
+		public, meta, served string
+	}{
+		{"https://symbi.example.com", "https://symbi.example.com/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource/mcp"},
+		{"https://symbi.example.com:8443/", "https://symbi.example.com:8443/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"},
+		{"https://symbi.example.com/team/a", "https://symbi.example.com/.well-known/oauth-protected-resource/team/a/mcp", "/.well-known/oauth-protected-resource/team/a/mcp"},
+	} {
+		t.Run(tt.public, func(t *testing.T) {
+			srv := mcp.NewServer(&mcp.Implementation{Name: "meta", Version: "1"}, nil)
+			hs := httptest.NewServer(mcpserver.NewHTTPHandler(srv, mcpserver.HTTPOptions{Verifier: never, PublicURL: tt.public, Log: slog.New(slog.DiscardHandler)}))
+			defer hs.Close()
+			res, err := http.Post(hs.URL+mcpserver.MCPPath, "application/json", strings.NewReader(httpInit))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if want := `Bearer resource_metadata="` + tt.meta + `"`; res.StatusCode != http.StatusUnauthorized || res.Header.Get("WWW-Authenticate") != want {
+				t.Errorf("%d, WWW-Authenticate %s; want 401 with %s", res.StatusCode, res.Header.Get("WWW-Authenticate"), want)
+			}
+			res, err = http.Get(hs.URL + tt.served)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var meta struct {
+				Resource string `json:"resource"`
+			}
+			err = json.NewDecoder(res.Body).Decode(&meta)
+			res.Body.Close()
+			if want := strings.TrimSuffix(tt.public, "/") + mcpserver.MCPPath; err != nil || meta.Resource != want {
+				t.Errorf("GET %s: resource %q (%v), want %q", tt.served, meta.Resource, err, want)
+			}
+		})
 	}
 }

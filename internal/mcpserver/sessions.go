@@ -33,17 +33,31 @@ const sessionHeader = "Mcp-Session-Id"
 // initialize) until it ends: closed by its client (DELETE), by the server after SessionIdle
 // without a request, or evicted. Without the caps one caller could open sessions until the
 // server runs out of memory.
+//
+// The session to close is chosen when the request arrives (it must be idle then, else the
+// request is refused) and closed only once the new session exists: a request the SDK
+// refuses (a foreign Host, a bad header) closes nothing. From the moment it is closed the
+// evicted session's requests are answered 404 here, before the SDK sees them, so none is
+// begun and then cut off by the close.
 type sessionCaps struct {
 	srv            *mcp.Server
 	max, perCaller int
 	anonymous      string // the caller of a request without a token
 
-	mu      sync.Mutex
-	owner   map[string]string    // session id → caller id
-	used    map[string]time.Time // session id → its latest request
-	busy    map[string]int       // session id → its POSTs in flight (a GET is its stream)
-	pending map[int]string       // sessions being opened → caller id
-	next    int                  // the next pending key
+	mu       sync.Mutex
+	owner    map[string]string    // session id → caller id
+	used     map[string]time.Time // session id → its latest request
+	busy     map[string]int       // session id → its POSTs in flight (a GET is its stream)
+	pending  map[int]reservation  // sessions being opened
+	marked   map[string]bool      // sessions a pending reservation will close
+	evicting map[string]bool      // sessions being closed: their requests are answered 404
+	next     int                  // the next pending key
+}
+
+// reservation is a session being opened by caller, which closes victim ("" for none) once
+// it is open.
+type reservation struct {
+	caller, victim string
 }
 
 func newSessionCaps(srv *mcp.Server, max, perCaller int) *sessionCaps {
@@ -54,7 +68,8 @@ func newSessionCaps(srv *mcp.Server, max, perCaller int) *sessionCaps {
 		perCaller = DefaultMaxSessionsPerCaller
 	}
 	return &sessionCaps{srv: srv, max: max, perCaller: perCaller, anonymous: auth.Anonymous.ID,
-		owner: map[string]string{}, used: map[string]time.Time{}, busy: map[string]int{}, pending: map[int]string{}}
+		owner: map[string]string{}, used: map[string]time.Time{}, busy: map[string]int{},
+		pending: map[int]reservation{}, marked: map[string]bool{}, evicting: map[string]bool{}}
 }
 
 // wrap applies the caps in front of next, the Streamable HTTP handler (behind the token
@@ -63,6 +78,11 @@ func (c *sessionCaps) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id := r.Header.Get(sessionHeader); id != "" || r.Method != http.MethodPost {
 			c.mu.Lock()
+			if c.evicting[id] {
+				c.mu.Unlock()
+				http.Error(w, "session not found", http.StatusNotFound) // as the SDK answers an ended session
+				return
+			}
 			_, owned := c.owner[id]
 			counted := owned && r.Method == http.MethodPost
 			if owned {
@@ -90,14 +110,10 @@ func (c *sessionCaps) wrap(next http.Handler) http.Handler {
 				caller = id.ID
 			}
 		}
-		key, evict, status, err := c.reserve(caller)
+		key, status, err := c.reserve(caller)
 		if err != nil {
 			refuse(w, status, err)
 			return
-		}
-		if evict != nil {
-			// Idle, but closing waits for whatever it still serves: not on this request.
-			go evict.Close()
 		}
 		// The body's limit is set here on the server's own writer too (the SDK sets it on
 		// the writer it is given): past it the server must close the connection rather
@@ -105,14 +121,7 @@ func (c *sessionCaps) wrap(next http.Handler) http.Handler {
 		r.Body = http.MaxBytesReader(w, r.Body, MaxMessageBytes)
 		// The reservation becomes the session (or goes) as the answer's header is sent —
 		// before the client can send its next request, which may open another.
-		sw := &sessionWriter{ResponseWriter: w, sent: func() {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			delete(c.pending, key)
-			if id := w.Header().Get(sessionHeader); id != "" {
-				c.owner[id], c.used[id] = caller, time.Now()
-			}
-		}}
+		sw := &sessionWriter{ResponseWriter: w, sent: func() { c.opened(key, w.Header().Get(sessionHeader)) }}
 		next.ServeHTTP(sw, r)
 		sw.once.Do(sw.sent)
 	})
@@ -145,54 +154,110 @@ func (w *sessionWriter) Flush() {
 // Unwrap gives http.ResponseController the writer beneath.
 func (w *sessionWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// reserve counts a session about to open for caller — choosing the caller's least
-// recently used session to close when it has perCaller already — or refuses it with the
-// HTTP status to answer: 503 when the server is full, 429 when the caller's sessions are
-// all still being opened.
-func (c *sessionCaps) reserve(caller string) (key int, evict *mcp.ServerSession, status int, err error) {
+// reserve counts a session about to open for caller — marking the caller's least
+// recently used idle session to close once it is open, when the caller has perCaller
+// already — or refuses it with the HTTP status to answer: 503 when the server is full, 429
+// when the caller's sessions are all in use or being opened.
+func (c *sessionCaps) reserve(caller string) (key, status int, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	live := map[string]*mcp.ServerSession{}
-	for ss := range c.srv.Sessions() {
-		live[ss.ID()] = ss
-	}
-	mine, oldest := 0, ""
+	live := c.live()
+	// A marked session is counted as the reservation that will close it.
+	n, mine, oldest := len(c.pending), 0, ""
 	for id, by := range c.owner {
 		switch {
 		case live[id] == nil:
 			delete(c.owner, id) // ended
 			delete(c.used, id)
 			delete(c.busy, id)
+		case c.marked[id]:
 		case by == caller:
+			n++
 			mine++
-			if c.busy[id] == 0 && (oldest == "" || c.used[id].Before(c.used[oldest])) {
+			if c.idle(id) && (oldest == "" || c.used[id].Before(c.used[oldest])) {
 				oldest = id
 			}
+		default:
+			n++
 		}
 	}
-	for _, by := range c.pending {
-		if by == caller {
+	for _, p := range c.pending {
+		if p.caller == caller {
 			mine++
 		}
 	}
-	n := len(c.owner) + len(c.pending)
+	victim := ""
 	if mine >= c.perCaller && oldest != "" {
-		evict, mine, n = live[oldest], mine-1, n-1
+		victim, mine, n = oldest, mine-1, n-1
 	}
 	switch {
 	case n >= c.max:
-		return 0, nil, http.StatusServiceUnavailable, errcode.Errorf(errcode.Busy, "the server has %d sessions open, the most it keeps (--max-sessions); retry when one ends", n)
+		return 0, http.StatusServiceUnavailable, errcode.Errorf(errcode.Busy, "the server has %d sessions open, the most it keeps (--max-sessions); retry when one ends", n)
 	case mine >= c.perCaller:
-		return 0, nil, http.StatusTooManyRequests, errcode.Errorf(errcode.Busy, "caller %q has %d sessions open, each serving a request or being opened, the most one caller may have (--max-sessions-per-caller); retry when one is idle", caller, mine)
+		return 0, http.StatusTooManyRequests, errcode.Errorf(errcode.Busy, "caller %q has %d sessions open, each serving a request or being opened, the most one caller may have (--max-sessions-per-caller); retry when one is idle", caller, mine)
 	}
-	if evict != nil {
-		delete(c.owner, oldest)
-		delete(c.used, oldest)
-		delete(c.busy, oldest)
+	if victim != "" {
+		c.marked[victim] = true
 	}
 	c.next++
-	c.pending[c.next] = caller
-	return c.next, evict, 0, nil
+	c.pending[c.next] = reservation{caller: caller, victim: victim}
+	return c.next, 0, nil
+}
+
+// opened ends the reservation key as its answer is sent: id is the session the SDK opened
+// for it ("" if it refused the request). An opened session closes the reservation's
+// victim, or, if that one has a request in flight by now, the caller's least recently used
+// idle session; with none idle the caller keeps one session more than its cap until it
+// next opens one.
+func (c *sessionCaps) opened(key int, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pending[key]
+	delete(c.pending, key)
+	delete(c.marked, p.victim)
+	if id == "" {
+		return
+	}
+	c.owner[id], c.used[id] = p.caller, time.Now()
+	if p.victim == "" {
+		return
+	}
+	victim := p.victim
+	if _, ok := c.owner[victim]; !ok || !c.idle(victim) {
+		victim = ""
+		for other, by := range c.owner {
+			if by == p.caller && other != id && !c.marked[other] && c.idle(other) && (victim == "" || c.used[other].Before(c.used[victim])) {
+				victim = other
+			}
+		}
+	}
+	ss := c.live()[victim]
+	if ss == nil {
+		return
+	}
+	delete(c.owner, victim)
+	delete(c.used, victim)
+	delete(c.busy, victim)
+	c.evicting[victim] = true
+	// Closing waits for whatever the session still serves (its stream): not on this request.
+	go func() {
+		ss.Close()
+		c.mu.Lock()
+		delete(c.evicting, victim)
+		c.mu.Unlock()
+	}()
+}
+
+// idle reports whether session id has no POST in flight.
+func (c *sessionCaps) idle(id string) bool { return c.busy[id] == 0 }
+
+// live returns the server's open sessions by id.
+func (c *sessionCaps) live() map[string]*mcp.ServerSession {
+	live := map[string]*mcp.ServerSession{}
+	for ss := range c.srv.Sessions() {
+		live[ss.ID()] = ss
+	}
+	return live
 }
 
 // refuse answers an HTTP request with a JSON-RPC error (its id unknown: null) carrying
