@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"symbi/internal/auth"
+	"symbi/internal/errcode"
 )
 
 // The paths of the HTTP server.
@@ -64,7 +66,13 @@ type HTTPOptions struct {
 	// MaxSessions and MaxSessionsPerCaller cap the sessions open at once, in all and of
 	// one caller (0: DefaultMaxSessions, DefaultMaxSessionsPerCaller): see sessionCaps.
 	MaxSessions, MaxSessionsPerCaller int
-	Log                               *slog.Logger
+	// BodyBytes and BodyBytesPerCaller bound the bytes of request bodies held at once, in
+	// all and of one caller (0: DefaultBodyBytes, DefaultBodyBytesPerCaller), and
+	// BodyTimeout the time a body may take to arrive (0: DefaultBodyTimeout): see
+	// bodyBudget.
+	BodyBytes, BodyBytesPerCaller int64
+	BodyTimeout                   time.Duration
+	Log                           *slog.Logger
 }
 
 // NewHTTPHandler serves s over MCP Streamable HTTP at MCPPath: one MCP server, a session
@@ -80,7 +88,11 @@ func NewHTTPHandler(s *mcp.Server, o HTTPOptions) http.Handler {
 		MaxRequestBodyBytes: MaxMessageBytes,
 		SessionTimeout:      SessionIdle,
 	})
-	h = newSessionCaps(s, o.MaxSessions, o.MaxSessionsPerCaller).wrap(screenHTTP(h))
+	timeout := o.BodyTimeout
+	if timeout <= 0 {
+		timeout = DefaultBodyTimeout
+	}
+	h = newSessionCaps(s, o.MaxSessions, o.MaxSessionsPerCaller).wrap(screenHTTP(h, newBodyBudget(o.BodyBytes, o.BodyBytesPerCaller), timeout))
 	h = http.NewCrossOriginProtection().Handler(h)
 	mux := http.NewServeMux()
 	if o.Verifier != nil {
@@ -154,16 +166,29 @@ func ShutdownHTTP(ctx context.Context, srv *http.Server) {
 // the stdio transport applies to a line (check): a batch, or a member name repeated in
 // any object — which one reader may take first and another last — is answered HTTP 400
 // with the JSON-RPC error stdio gives (-32600, or -32700 for malformed JSON), and goes no
-// further. A body over MaxMessageBytes, or one that cannot be read, is left to the SDK,
-// which answers 413 or 400 as before.
-func screenHTTP(next http.Handler) http.Handler {
+// further. A body is read within timeout and counted in budget until its request is
+// answered: past either, it is refused with busy (429 or 503) or 408. A body over
+// MaxMessageBytes, or one that cannot be read, is left to the SDK, which answers 413 or
+// 400 as before.
+func screenHTTP(next http.Handler, budget *bodyBudget, timeout time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, MaxMessageBytes+1))
-		if err != nil || len(body) > MaxMessageBytes {
+		caller := callerOf(r, auth.Anonymous.ID)
+		body, taken, status, err := budget.readBody(w, r, caller, MaxMessageBytes, timeout)
+		defer budget.give(caller, taken)
+		switch {
+		case status != 0:
+			w.Header().Set("Connection", "close") // the rest of the body is not read
+			refuse(w, status, err)
+			return
+		case errors.Is(err, errBodyTimeout):
+			w.Header().Set("Connection", "close")
+			refuse(w, http.StatusRequestTimeout, errcode.Errorf(errcode.InvalidRequest, "the request body did not arrive within %v of its headers", timeout))
+			return
+		case err != nil || len(body) > MaxMessageBytes:
 			r.Body = struct {
 				io.Reader
 				io.Closer

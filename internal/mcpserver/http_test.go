@@ -385,3 +385,92 @@ func TestHTTPMetadataURL(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPBodyBounds: the bytes of request bodies the server holds — being read, or read and
+// not yet answered — are bounded per caller (429, busy) and in all (503, busy), a body
+// declared with its length counted before it is read; a body that does not arrive in time
+// is answered 408; and once a stalled request ends, its bytes are free again.
+func TestHTTPBodyBounds(t *testing.T) {
+	newServer := func(t *testing.T, o mcpserver.HTTPOptions) string {
+		srv := mcp.NewServer(&mcp.Implementation{Name: "bodies", Version: "1"}, nil)
+		o.Log = slog.New(slog.DiscardHandler)
+		hs := httptest.NewServer(mcpserver.NewHTTPHandler(srv, o))
+		t.Cleanup(hs.Close)
+		return hs.URL
+	}
+	// stall sends the headers of a POST declaring length bytes, and part of its body.
+	stall := func(t *testing.T, base string, length int) net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: %d\r\n\r\n{\"jsonrpc\":", strings.TrimPrefix(base, "http://"), length)
+		return c
+	}
+	// post sends a 200 KB initialize and returns its status and body.
+	post := func(t *testing.T, base string) (int, string) {
+		t.Helper()
+		body := strings.Replace(httpInit, `"name":"raw"`, `"name":"`+strings.Repeat("x", 200<<10)+`"`, 1)
+		req, _ := http.NewRequest(http.MethodPost, base+mcpserver.MCPPath, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	// until posts until the answer's status is (or, with not, is not) code.
+	until := func(t *testing.T, base string, code int, not bool) string {
+		t.Helper()
+		for deadline := time.Now().Add(hangGuard); time.Now().Before(deadline); {
+			got, body := post(t, base)
+			if (got == code) != not {
+				return body
+			}
+		}
+		t.Fatalf("no answer %d (not: %v) before the guard", code, not)
+		return ""
+	}
+	for _, tt := range []struct {
+		name string
+		o    mcpserver.HTTPOptions
+		code int
+		want string
+	}{
+		{"per caller", mcpserver.HTTPOptions{BodyBytesPerCaller: 1 << 20}, http.StatusTooManyRequests, `caller \"anonymous\" has 900000 bytes of requests being read or served, and this one would take it past 1048576, the most one caller may have at once`},
+		{"in all", mcpserver.HTTPOptions{BodyBytes: 1 << 20}, http.StatusServiceUnavailable, `the server holds 900000 bytes of requests being read or served, and this one would take it past 1048576, the most it holds at once`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			base := newServer(t, tt.o)
+			if code, body := post(t, base); code != http.StatusOK {
+				t.Fatalf("a request alone: %d %.200s", code, body)
+			}
+			c := stall(t, base, 900_000)
+			body := until(t, base, tt.code, false)
+			if !strings.Contains(body, `"message":"busy: `) || !strings.Contains(body, tt.want) {
+				t.Fatalf("refused: %s, want busy: …%s", body, tt.want)
+			}
+			c.Close() // its request ends: its bytes are free
+			until(t, base, tt.code, true)
+		})
+	}
+	t.Run("a body too slow", func(t *testing.T) {
+		base := newServer(t, mcpserver.HTTPOptions{BodyTimeout: time.Second})
+		c := stall(t, base, 100)
+		c.SetReadDeadline(time.Now().Add(hangGuard)) // a failure guard, not an expectation
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "invalid_request: the request body did not arrive within 1s of its headers") {
+			t.Fatalf("%d %s, want 408 naming the time", res.StatusCode, b)
+		}
+	})
+}

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"symbi/internal/auth"
@@ -104,12 +103,7 @@ func (c *sessionCaps) wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		caller := c.anonymous
-		if ti := sdkauth.TokenInfoFromContext(r.Context()); ti != nil {
-			if id, ok := auth.FromTokenInfo(ti); ok {
-				caller = id.ID
-			}
-		}
+		caller := callerOf(r, c.anonymous)
 		key, status, err := c.reserve(caller)
 		if err != nil {
 			refuse(w, status, err)
