@@ -5,17 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"symbi/internal/digest"
-	"symbi/internal/dsl"
 	"symbi/internal/errcode"
-	"symbi/internal/executors"
 	"symbi/internal/journal"
 	"symbi/internal/project"
 )
@@ -210,11 +206,7 @@ func TestDelegatedAnswerIsNamed(t *testing.T) {
 // audit_failed.
 func TestCancelQueuedHeldRequests(t *testing.T) {
 	const queued = 12 // under acp's bound on requests in flight
-	aux := t.TempDir()
-	fake := filepath.Join(aux, "fake-acp-agent")
-	if out, err := exec.Command("go", "build", "-o", fake, "symbi/cmd/fake-acp-agent").CombinedOutput(); err != nil {
-		t.Fatalf("building the fake agent: %v\n%s", err, out)
-	}
+	reg, script := fakeExecutor(t)
 	var steps []any
 	for i := range queued {
 		steps = append(steps, map[string]any{"raw": map[string]any{"jsonrpc": "2.0", "id": 1000 + i, "method": "session/request_permission", "params": map[string]any{
@@ -222,34 +214,11 @@ func TestCancelQueuedHeldRequests(t *testing.T) {
 			"toolCall":  map[string]any{"toolCallId": fmt.Sprintf("t%d", i), "title": "Edit", "kind": "edit", "locations": []any{map[string]any{"path": "src/a.go"}}},
 			"options":   []any{map[string]any{"optionId": "allow", "name": "Allow", "kind": "allow_once"}, map[string]any{"optionId": "reject", "name": "Reject", "kind": "reject_once"}}}}})
 	}
-	script, err := json.Marshal(map[string]any{"steps": append(steps, map[string]any{"hang": true})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scriptFile := filepath.Join(aux, "script.json")
-	if err := os.WriteFile(scriptFile, script, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	execs, err := json.Marshal(map[string]any{"executors": map[string]any{"fake": map[string]any{"command": []string{fake, "--script", scriptFile}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := executors.Parse(execs, os.Getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
+	writeScript(t, script, append(steps, map[string]any{"hang": true})...)
 	for i := range 5 { // the race the queue ran was lost about every other time
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			f := newFixture(t, map[string]string{
-				"agents/coder.symbi":     "metadata { executor = \"fake\" }\nagent coder {}\n",
-				"policies/respond.cedar": "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n",
-				"policies/tools.cedar":   "@gate(\"human\") @id(\"edits-review\")\nforbid (principal, action == Action::\"use_tool\", resource == Tool::\"edit\");\n",
-			}, func(c *Config) {
-				c.Executors = reg
-				var err error
-				if c.Registry, err = c.Project.LoadRegistry(nil, dsl.Options{Executors: func(n string) bool { _, ok := reg.Get(n); return ok }}); err != nil {
-					t.Fatal(err)
-				}
+			f := delegatedFixture(t, reg, map[string]string{
+				"tools.cedar": "@gate(\"human\") @id(\"edits-review\")\nforbid (principal, action == Action::\"use_tool\", resource == Tool::\"edit\");\n",
 			})
 			held := make(chan struct{})
 			var once sync.Once

@@ -105,6 +105,9 @@ func (r *Runner) preflightDelegated(req Request, agent *project.Agent) (*prepare
 	if err != nil {
 		return nil, err
 	}
+	if err := workspace.CheckPlace(ws, r.cfg.Project.Path(), r.cfg.KeyFile); err != nil {
+		return nil, err
+	}
 	deadline := DefaultDelegatedDeadline
 	if adm.Timeout > 0 {
 		deadline = adm.Timeout

@@ -73,7 +73,53 @@ var (
 	ErrWorkspaceNotDir      = errors.New(`refused by rule "existing directory": the workspace must be an existing directory`)
 	ErrWorkspaceNotInRoot   = errors.New(`refused by rule "inside a workspace root": after resolving symbolic links the workspace must be a granted root or inside one`)
 	ErrBadRoot              = errors.New(`refused by rule "valid workspace roots": a workspace root must be an absolute path to an existing directory, and at least one must be granted`)
+	// ErrWorkspaceGoverned refuses a workspace in which an agent's own tools would work on
+	// the project's governance (CheckPlace).
+	ErrWorkspaceGoverned = errors.New(`refused by rule "away from the governance": the workspace must not be in the project's .symbiont, its policies directory or another hidden directory of the project, nor hold the signing key outside a .symbiont directory`)
 )
+
+// CheckPlace refuses ws, a workspace Resolve returned, in which an agent's own tools would
+// work on the project's governance: at or under a hidden directory of project
+// (".symbiont" — the journals, the ledger, the key —, ".git") or its policies directory,
+// where every path the agent names is inside the protected directory yet none carries its
+// name; or holding keyFile (SYMBI_AUDIT_KEY_FILE; "" for the project's own, in .symbiont)
+// on a path without a ".symbiont" component, the one name a permission request is always
+// refused for. project and keyFile are resolved like ws; a key file that does not resolve
+// is left to the journal store, which refuses it. Errors carry errcode.ProtectedPath and
+// wrap ErrWorkspaceGoverned.
+func CheckPlace(ws, project, keyFile string) error {
+	refused := func(why string) error {
+		return errcode.Errorf(errcode.ProtectedPath, "workspace %q %s: %w", ws, why, ErrWorkspaceGoverned)
+	}
+	proj, err := resolveDir(project)
+	if err != nil {
+		return errcode.Errorf(errcode.Internal, "workspace %q: project %q: %v", ws, project, err)
+	}
+	if within(ws, proj) && ws != proj {
+		rel := strings.TrimPrefix(ws[len(proj):], "/")
+		for _, c := range strings.Split(rel, "/") {
+			if c[0] == '.' {
+				return refused(fmt.Sprintf("is in the project's hidden directory %s", c))
+			}
+		}
+		if rel == "policies" || strings.HasPrefix(rel, "policies/") {
+			return refused("is in the project's policies directory")
+		}
+	}
+	if keyFile == "" {
+		return nil
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Dir(keyFile))
+	if err != nil || !within(dir, ws) {
+		return nil
+	}
+	for _, c := range strings.Split(strings.TrimPrefix(dir[len(ws):], "/"), "/") {
+		if c == ".symbiont" {
+			return nil
+		}
+	}
+	return refused(fmt.Sprintf("holds the signing key %s (SYMBI_AUDIT_KEY_FILE), which an agent's tools could read", keyFile))
+}
 
 // The rules Open, Rel, ReadText and WriteText refuse by. The rules about files are the
 // project's confined reader's own (the same values), so errors.Is matches either name.

@@ -543,3 +543,61 @@ func assertEntries(t *testing.T, dir string, names ...string) {
 		t.Errorf("%s holds %q, want %q", dir, got, names)
 	}
 }
+
+// TestCheckPlace: a workspace in the project's .symbiont, another hidden directory of the
+// project or its policies directory — where an agent's tools would work on the journals,
+// the ledger, the key or the policies while no path it names carries their names — is
+// refused, and so is one holding the signing key outside a .symbiont directory.
+func TestCheckPlace(t *testing.T) {
+	base := realTempDir(t)
+	proj := filepath.Join(base, "proj")
+	for _, d := range []string{".symbiont/governed", ".git/hooks", "policies/access", "src/.cache", "keys", "parent-key"} {
+		must(t, os.MkdirAll(filepath.Join(proj, d), 0o755))
+	}
+	must(t, os.Symlink(filepath.Join(proj, ".symbiont"), filepath.Join(base, "store-link")))
+	tests := []struct {
+		name, ws, key string
+		why           string // "" for accepted
+	}{
+		{"the project", proj, "", ""},
+		{"the project, its key in .symbiont", proj, filepath.Join(proj, ".symbiont/audit-signing.key"), ""},
+		{"a subdirectory", filepath.Join(proj, "src"), "", ""},
+		{"the project's parent", base, "", ""},
+		{"a key outside the workspace", filepath.Join(proj, "src"), filepath.Join(proj, "keys/k"), ""},
+		{"a key beside the project", proj, filepath.Join(base, "k"), ""},
+		{"the audit store", filepath.Join(proj, ".symbiont"), "", "is in the project's hidden directory .symbiont"},
+		{"inside the audit store", filepath.Join(proj, ".symbiont/governed"), "", "is in the project's hidden directory .symbiont"},
+		{"the audit store by its resolved path", mustEval(t, filepath.Join(base, "store-link")), "", "is in the project's hidden directory .symbiont"},
+		{"inside .git", filepath.Join(proj, ".git/hooks"), "", "is in the project's hidden directory .git"},
+		{"a hidden directory deeper in the project", filepath.Join(proj, "src/.cache"), "", "is in the project's hidden directory .cache"},
+		{"the policies", filepath.Join(proj, "policies"), "", "is in the project's policies directory"},
+		{"inside the policies", filepath.Join(proj, "policies/access"), "", "is in the project's policies directory"},
+		{"the key in the workspace", filepath.Join(proj, "keys"), filepath.Join(proj, "keys/k"), "holds the signing key"},
+		{"the key below the workspace", proj, filepath.Join(proj, "keys/k"), "holds the signing key"},
+		{"the key in the project's parent", base, filepath.Join(proj, "parent-key/k"), "holds the signing key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckPlace(tt.ws, proj, tt.key)
+			if tt.why == "" {
+				if err != nil {
+					t.Fatalf("CheckPlace(%q): %v", tt.ws, err)
+				}
+				return
+			}
+			checkRefusal(t, "CheckPlace", err, ErrWorkspaceGoverned, errcode.ProtectedPath)
+			if !strings.Contains(err.Error(), tt.why) {
+				t.Fatalf("%v, want it to say %q", err, tt.why)
+			}
+		})
+	}
+}
+
+func mustEval(t *testing.T, p string) string {
+	t.Helper()
+	r, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
