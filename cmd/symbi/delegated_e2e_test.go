@@ -544,10 +544,10 @@ func delSHA(s string) string {
 
 // TestE2EDelegatedFS: file-system requests through the binary. Every escape from the
 // workspace is refused — by the use_tool gate when the path leads outside (`..`, an
-// absolute path elsewhere: permission_decided deny naming the path in outside, no fs
-// record), by the confined reader/writer when it is inside lexically but reaches outside
-// (a symbolic link to a file or a directory, a hard link: the gate allows the path, the
-// file access is refused, no fs record). The agent hears the error (its script fails the
+// absolute path elsewhere, a symbolic link to a file or a directory outside:
+// permission_decided deny naming the path in outside, no fs record), by the confined
+// reader/writer when it is inside but its file is outside too (a hard link: the gate
+// allows the path, the file access is refused, no fs record). The agent hears the error (its script fails the
 // run otherwise), the files outside are neither read, changed nor created, and each run
 // still completes with a complete journal. A permitted write under src/ is done and
 // journaled as fs_write with its digest; a read as fs_read.
@@ -591,9 +591,9 @@ func TestE2EDelegatedFS(t *testing.T) {
 		{name: "read_absolute", step: map[string]any{"read": outsideAbs, "expect_error": fail},
 			decision: "deny", outside: true, agentErr: "outside the workspace"},
 		{name: "read_symlink", step: map[string]any{"read": "$CWD/link.txt", "expect_error": fail},
-			decision: "allow", policy: "tools-read-search", agentErr: "symbolic link"},
+			decision: "deny", outside: true, agentErr: "outside the workspace"},
 		{name: "read_symlinked_dir", step: map[string]any{"read": "$CWD/src/linkdir/outside.txt", "expect_error": fail},
-			decision: "allow", policy: "tools-read-search", agentErr: "symbolic link"},
+			decision: "deny", outside: true, agentErr: "outside the workspace"},
 		{name: "read_hardlink", step: map[string]any{"read": "$CWD/src/hard.txt", "expect_error": fail},
 			decision: "allow", policy: "tools-read-search", agentErr: "hard link"},
 		{name: "write_dotdot", step: map[string]any{"write": map[string]any{"path": "$CWD/../outside/created.txt", "content": "x"}, "expect_error": fail},
@@ -601,9 +601,9 @@ func TestE2EDelegatedFS(t *testing.T) {
 		{name: "write_absolute", step: map[string]any{"write": map[string]any{"path": filepath.Join(e.outside, "created-abs.txt"), "content": "x"}, "expect_error": fail},
 			decision: "deny", outside: true, agentErr: "outside the workspace"},
 		{name: "write_symlinked_dir", step: map[string]any{"write": map[string]any{"path": "$CWD/src/linkdir/evil.txt", "content": "x"}, "expect_error": fail},
-			decision: "allow", policy: "tools-edit-src", agentErr: "symbolic link"},
+			decision: "deny", outside: true, agentErr: "outside the workspace"},
 		{name: "write_symlink", step: map[string]any{"write": map[string]any{"path": "$CWD/src/link.txt", "content": "x"}, "expect_error": fail},
-			decision: "allow", policy: "tools-edit-src", agentErr: "symbolic link"},
+			decision: "deny", outside: true, agentErr: "outside the workspace"},
 		{name: "write_hardlink", step: map[string]any{"write": map[string]any{"path": "$CWD/src/hard.txt", "content": "x"}, "expect_error": fail},
 			decision: "allow", policy: "tools-edit-src", agentErr: "hard link"},
 		{name: "write_outside_src", step: map[string]any{"write": map[string]any{"path": "$CWD/docs.md", "content": "x"}, "expect_error": fail},

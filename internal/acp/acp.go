@@ -965,25 +965,45 @@ func (r *runner) handshake(ctx context.Context) (journal.SessionStarted, error) 
 	return st, nil
 }
 
-// paths maps ACP locations to workspace-relative paths; the ones Rel refuses are outside.
-// All of them: what is decided on is never cut short (capPaths is for display only). A
-// path of more than workspace.MaxPathBytes bytes, or paths of more than maxLocationBytes
-// together, are malformed ACP (ErrMalformed): the caller ends the run, before anything of
-// the request is journaled.
+// paths maps ACP locations to workspace-relative paths; the ones Rel refuses are outside,
+// and so are the ones whose symbolic links lead outside (workspace.Follow). A path whose
+// links lead elsewhere inside the workspace is decided on both: its name, then where it
+// leads. All of them: what is decided on is never cut short (capPaths is for display
+// only). A path of more than workspace.MaxPathBytes bytes, or paths of more than
+// maxLocationBytes together (where they lead included), are malformed ACP (ErrMalformed):
+// the caller ends the run, before anything of the request is journaled.
 func (r *runner) paths(locs []sdk.ToolCallLocation) (paths, outside []string, err error) {
 	paths, outside = []string{}, []string{}
 	total := 0
+	add := func(p string) error {
+		if total += len(p); total > maxLocationBytes {
+			return fmt.Errorf("%w: %d locations whose paths make more than %d bytes together (where their symbolic links lead included)", ErrMalformed, len(locs), maxLocationBytes)
+		}
+		return nil
+	}
 	for _, l := range locs {
 		if len(l.Path) > workspace.MaxPathBytes {
 			return nil, nil, fmt.Errorf("%w: a path of %d bytes, more than the limit of %d (PATH_MAX)", ErrMalformed, len(l.Path), workspace.MaxPathBytes)
 		}
-		if total += len(l.Path); total > maxLocationBytes {
-			return nil, nil, fmt.Errorf("%w: %d locations whose paths make more than %d bytes together", ErrMalformed, len(locs), maxLocationBytes)
+		if err := add(l.Path); err != nil {
+			return nil, nil, err
 		}
-		if rel, err := r.cfg.Workspace.Rel(l.Path); err == nil {
-			paths = append(paths, rel)
-		} else {
+		rel, err := r.cfg.Workspace.Rel(l.Path)
+		if err != nil {
 			outside = append(outside, cut(l.Path, journal.MaxTitleBytes))
+			continue
+		}
+		real, err := r.cfg.Workspace.Follow(rel)
+		if err != nil || len(real) > workspace.MaxPathBytes {
+			outside = append(outside, cut(l.Path, journal.MaxTitleBytes))
+			continue
+		}
+		paths = append(paths, rel)
+		if real != rel {
+			if err := add(real); err != nil {
+				return nil, nil, err
+			}
+			paths = append(paths, real)
 		}
 	}
 	return paths, outside, nil

@@ -485,7 +485,7 @@ func TestFS(t *testing.T) {
 			got = append(got, fmt.Sprintf("%s %s %s %d", x.Type, f.RequestID, f.Path, f.Bytes))
 		}
 	}
-	want := []string{"fs-1 read allow 0", "fs_read fs-1 a.txt 6", "fs-2 edit deny 0", "fs-3 read deny 1", "fs-4 read allow 0", "fs-5 read deny 1"}
+	want := []string{"fs-1 read allow 0", "fs_read fs-1 a.txt 6", "fs-2 edit deny 0", "fs-3 read deny 1", "fs-4 read deny 1", "fs-5 read deny 1"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("journal %q, want %q", got, want)
 	}

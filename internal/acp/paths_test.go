@@ -176,7 +176,7 @@ func TestLongPaths(t *testing.T) {
 			if tt.want == "" {
 				mustOutcome(t, res, OutcomeCompleted)
 				if tc := data[journal.ToolCall](t, ofType(es, journal.TypeToolCall)[0]); !slices.Equal(tc.Paths, []string{atLimit}) {
-					t.Fatalf("tool_call paths %.80q", tc.Paths)
+					t.Fatalf("tool_call paths %d: %.80q", len(tc.Paths), tc.Paths)
 				}
 				e.finishAndVerify(res)
 				return
@@ -296,4 +296,66 @@ func TestFSProtectedNames(t *testing.T) {
 		t.Errorf("proj/policies/new.cedar was written: %v", err)
 	}
 	e.finishAndVerify(res)
+}
+
+// TestPermissionThroughLinks: a permission request is decided on where its paths lead as
+// well as on their names — the agent's own tools follow symbolic links — so a link in the
+// workspace cannot open the policies, the audit store or anything outside to a policy that
+// permits every edit; a link that stays inside is decided on both paths, both journaled.
+func TestPermissionThroughLinks(t *testing.T) {
+	tests := []struct {
+		name  string
+		links map[string]string // in the workspace: name → target
+		loc   string
+		want  string   // the deny's rule; "outside" for a path outside; "" for an allow
+		paths []string // the paths journaled, for an allow
+	}{
+		{"to the policies", map[string]string{"pol": "policies"}, "pol/respond.cedar", "policies are protected", nil},
+		{"to the audit store", map[string]string{"store": ".symbiont"}, "store/governed/audit-signing.key", "the audit store is protected", nil},
+		{"a chain to the policies", map[string]string{"a": "b", "b": "./policies"}, "a/new.cedar", "policies are protected", nil},
+		{"up and out", map[string]string{"up": ".."}, "up/elsewhere.txt", "outside", nil},
+		{"absolute, out", map[string]string{"etc": "/etc"}, "etc/passwd", "outside", nil},
+		{"dangling, out", map[string]string{"new": "../created-by-the-write"}, "new", "outside", nil},
+		{"a loop", map[string]string{"l1": "l2", "l2": "l1"}, "l1/x", "outside", nil},
+		{"inside to inside", map[string]string{"s2": "src"}, "s2/a.go", "", []string{"s2/a.go", "src/a.go"}},
+		{"absolute, inside", map[string]string{"s3": "$CWD/src"}, "s3/b.go", "", []string{"s3/b.go", "src/b.go"}},
+		{"no link", nil, "src/a.go", "", []string{"src/a.go"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, map[string]any{"steps": []any{
+				map[string]any{"permission": map[string]any{"tool_call_id": "p1", "kind": "edit", "title": "Edit", "locations": []string{"$CWD/" + tt.loc}}},
+				map[string]any{"message": "done"},
+			}})
+			for _, d := range []string{"policies", ".symbiont/governed", "src"} {
+				if err := os.MkdirAll(filepath.Join(e.dir, d), 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for name, target := range tt.links {
+				if err := os.Symlink(strings.ReplaceAll(target, "$CWD", e.dir), filepath.Join(e.dir, name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.cfg.Decide = allowKinds("edit") // every edit in the workspace
+			res := e.run(nil)
+			mustOutcome(t, res, OutcomeCompleted)
+			pd := data[journal.PermissionDecided](t, ofType(e.entries(), journal.TypePermissionDecided)[0])
+			switch tt.want {
+			case "":
+				if pd.Decision != "allow" || !slices.Equal(pd.Paths, tt.paths) || len(pd.Outside) != 0 {
+					t.Fatalf("permission_decided %+v, want an allow on %q", pd, tt.paths)
+				}
+			case "outside":
+				if pd.Decision != "deny" || len(pd.Outside) != 1 || pd.Outside[0] != filepath.Join(e.dir, tt.loc) {
+					t.Fatalf("permission_decided %+v, want a deny with %s outside", pd, tt.loc)
+				}
+			default:
+				if pd.Decision != "deny" || len(pd.Errors) != 1 || !strings.Contains(pd.Errors[0], tt.want) {
+					t.Fatalf("permission_decided %+v, want a deny naming %q", pd, tt.want)
+				}
+			}
+			e.finishAndVerify(res)
+		})
+	}
 }

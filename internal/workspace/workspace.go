@@ -57,6 +57,7 @@ package workspace
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -330,6 +331,69 @@ func (w *Workspace) Rel(p string) (string, error) {
 		return "", errcode.Errorf(errcode.ProtectedPath, "%q: %w", p, ErrOutside)
 	}
 	return c, nil
+}
+
+// maxLinks bounds the symbolic links Follow follows in one path (Linux's own bound).
+const maxLinks = 40
+
+// Follow returns where rel, a path Rel returned, leads in the file system as it is now:
+// the workspace-relative path after following every symbolic link among its existing
+// components (a dangling link too: writing through it creates its target), the rest
+// taken lexically. An agent's own tools follow links; symbi's reader and writer refuse
+// them, but a permission request is decided for the agent's tools, so it is decided on
+// where its paths lead as well as on their names. A path that leads outside the
+// workspace is refused with ErrOutside, one whose links cannot be read or are too many
+// with ErrUnreadable (both errcode.ProtectedPath): decide such a path as outside. A link
+// changed after the decision is not seen: the decision is taken on what is there.
+func (w *Workspace) Follow(rel string) (string, error) {
+	cur, todo, links := w.path, strings.Split(rel, "/"), 0
+	gone := false // a component does not exist: nor does anything beneath it
+	for len(todo) > 0 {
+		c := todo[0]
+		todo = todo[1:]
+		switch {
+		case c == "" || c == ".":
+			continue
+		case c == "..":
+			cur = filepath.Dir(cur)
+			continue
+		case gone:
+			cur = filepath.Join(cur, c)
+			continue
+		}
+		next := filepath.Join(cur, c)
+		fi, err := os.Lstat(next)
+		switch {
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR):
+			cur, gone = next, true // nothing there: the rest is taken lexically
+			continue
+		case err != nil:
+			return "", refuse(errcode.ProtectedPath, rel, ErrUnreadable, err)
+		case fi.Mode()&fs.ModeSymlink == 0:
+			cur = next
+			continue
+		}
+		if links++; links > maxLinks {
+			return "", refuse(errcode.ProtectedPath, rel, ErrUnreadable, fmt.Errorf("more than %d symbolic links", maxLinks))
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return "", refuse(errcode.ProtectedPath, rel, ErrUnreadable, err)
+		}
+		if filepath.IsAbs(target) {
+			cur = "/"
+		}
+		todo = append(strings.Split(target, "/"), todo...)
+	}
+	switch {
+	case cur == w.path:
+		return ".", nil
+	case w.path == "/":
+		return cur[1:], nil
+	case strings.HasPrefix(cur, w.path) && cur[len(w.path)] == '/':
+		return cur[len(w.path)+1:], nil
+	}
+	return "", refuse(errcode.ProtectedPath, rel, ErrOutside, fmt.Errorf("its symbolic links lead to %s", errcode.Quote(cur)))
 }
 
 // CheckNames applies the project's confined reader's rules about names to rel, a path

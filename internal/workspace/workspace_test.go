@@ -601,3 +601,51 @@ func mustEval(t *testing.T, p string) string {
 	}
 	return r
 }
+
+// TestFollow: where a path leads after its symbolic links, the rest taken lexically.
+func TestFollow(t *testing.T) {
+	base := realTempDir(t)
+	ws := filepath.Join(base, "ws")
+	must(t, os.MkdirAll(filepath.Join(ws, "src/deep"), 0o755))
+	writeFile(t, ws, "file", []byte("x"))
+	for name, target := range map[string]string{
+		"in": "src", "abs-in": filepath.Join(ws, "src"), "up": "..", "abs-out": "/etc",
+		"dangling-in": "src/new", "dangling-out": "../new", "l1": "l2", "l2": "l1",
+		"src/deep/back": "../..", "chain": "in/deep",
+	} {
+		must(t, os.Symlink(target, filepath.Join(ws, name)))
+	}
+	w, err := Open(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	tests := []struct {
+		rel, want string
+		rule      error
+	}{
+		{".", ".", nil},
+		{"src/a.go", "src/a.go", nil},
+		{"missing/x/y", "missing/x/y", nil},
+		{"file/x", "file/x", nil},
+		{"in/a.go", "src/a.go", nil},
+		{"abs-in/a.go", "src/a.go", nil},
+		{"chain/x", "src/deep/x", nil},
+		{"src/deep/back/file", "file", nil},
+		{"dangling-in", "src/new", nil},
+		{"up/x", "", ErrOutside},
+		{"abs-out/passwd", "", ErrOutside},
+		{"dangling-out", "", ErrOutside},
+		{"l1/x", "", ErrUnreadable},
+	}
+	for _, tt := range tests {
+		got, err := w.Follow(tt.rel)
+		if tt.rule == nil {
+			if err != nil || got != tt.want {
+				t.Errorf("Follow(%q) = %q, %v; want %q", tt.rel, got, err, tt.want)
+			}
+			continue
+		}
+		checkRefusal(t, fmt.Sprintf("Follow(%q)", tt.rel), err, tt.rule, errcode.ProtectedPath)
+	}
+}
