@@ -200,8 +200,8 @@ func runAuditVerifyProject(e *env, dir string, pub ed25519.PublicKey, checkpoint
 	for _, f := range r.Runs {
 		if f.Problem != "" {
 			fmt.Fprintf(e.stdout, "run %s (%s): %s\n", f.RunID, f.File, f.Problem)
-		} else if f.Journal == journal.StatusIncomplete {
-			fmt.Fprintf(e.stdout, "run %s (%s): incomplete (a crash; the ledger recorded it as found)\n", f.RunID, f.File)
+		} else if f.Note != "" {
+			fmt.Fprintf(e.stdout, "run %s (%s): %s (%s)\n", f.RunID, f.File, f.Journal, f.Note)
 		}
 	}
 	for _, p := range r.Problems {

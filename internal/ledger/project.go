@@ -32,6 +32,9 @@ type RunFinding struct {
 	Entry   string `json:"entry"`   // run, recovered, pruned, or "" when the ledger has none
 	Journal string `json:"journal"` // the journal's status, or "absent"
 	Problem string `json:"problem,omitempty"`
+	// Note says why a journal is incomplete without a problem: a crash the ledger
+	// recorded as found, or a run stopped before its journal's last line.
+	Note string `json:"note,omitempty"`
 }
 
 // ExitCode maps the status to symbi audit verify's exit code: 0, 2 or 1.
@@ -65,15 +68,24 @@ type entryFacts struct {
 func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *ProjectReport {
 	r := &ProjectReport{Runs: []RunFinding{}, Problems: []string{}, Checkpoints: []string{}}
 	problem := func(format string, a ...any) { r.Problems = append(r.Problems, fmt.Sprintf(format, a...)) }
-	data, err := readLedger(filepath.Join(dir, ".symbiont", FileName))
-	if err != nil {
+	var data []byte
+	if err := checkLayout(dir); err != nil {
+		problem("%v", err)
+	} else if data, err = journal.ReadLog(filepath.Join(dir, ".symbiont", FileName), MaxLedgerBytes); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			err = fmt.Errorf("no project ledger at %s: nothing here says which runs there were", filepath.Join(dir, ".symbiont", FileName))
+		}
 		problem("%v", err)
 	}
 	// The ledger is verified beside the journals, so that no core waits for it.
 	verified := make(chan *Report, 1)
 	go func() { verified <- Verify(data, pub) }()
 	gov := filepath.Join(dir, ".symbiont", "governed")
-	reports, dirErr := journal.VerifyDir(gov, pub)
+	var reports []*journal.Report
+	var dirErr error = os.ErrNotExist
+	if len(r.Problems) == 0 {
+		reports, dirErr = journal.VerifyDir(gov, pub)
+	}
 	rep := <-verified
 	for _, p := range rep.Problems {
 		problem("ledger line %d: %s", p.Line, p.Message)
@@ -114,6 +126,7 @@ func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *Pro
 		switch {
 		case k == nil && l.Type == TypePruned:
 			problem("ledger line %d: run %s is pruned but was never recorded", l.Seq+1, f.RunID)
+			continue
 		case k == nil:
 			runs[f.RunID] = &known{entry: l.Type, facts: f}
 			order = append(order, f.RunID)
@@ -154,7 +167,7 @@ func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *Pro
 			// The server stopped after the run's entry was durable and before its journal's
 			// last line: the ledger holds the outcome, which never reached anyone. (Cutting
 			// that last line off looks the same; the ledger entry still tells the outcome.)
-			f.Journal = journal.StatusIncomplete + ": stopped before its last line; the ledger holds its outcome"
+			f.Note = "stopped before its terminated line; the ledger holds its outcome"
 		case int64(jr.Records) != k.facts.Records || jr.Head != k.facts.Head:
 			f.Problem = fmt.Sprintf("the journal has %d records with head %s; the ledger recorded %d with head %s: truncated or replaced", jr.Records, jr.Head, k.facts.Records, k.facts.Head)
 		case jr.Status == journal.StatusInvalid:
@@ -170,6 +183,9 @@ func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *Pro
 			note(journal.StatusInvalid)
 		} else if jr != nil {
 			note(jr.Status)
+			if jr.Status == journal.StatusIncomplete && f.Note == "" {
+				f.Note = "a crash; the ledger recorded it as found"
+			}
 		}
 		r.Runs = append(r.Runs, f)
 	}
@@ -212,6 +228,34 @@ func firstProblem(jr *journal.Report) string {
 		return "no detail"
 	}
 	return jr.Problems[0].Message
+}
+
+// checkLayout checks, before a project is verified, that dir is a directory whose
+// .symbiont, and .symbiont/governed if present, are directories and not symbolic links —
+// what the journal store and the ledger writer require — so that verification reads the
+// project's own files and not another directory's.
+func checkLayout(dir string) error {
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		if err == nil {
+			err = errors.New("not a directory")
+		}
+		return fmt.Errorf("the project %s: %w", dir, err)
+	}
+	for _, rel := range []string{".symbiont", filepath.Join(".symbiont", "governed")} {
+		st, err := os.Lstat(filepath.Join(dir, rel))
+		switch {
+		case errors.Is(err, os.ErrNotExist) && rel != ".symbiont":
+		case errors.Is(err, os.ErrNotExist):
+			return fmt.Errorf("the project %s has no .symbiont directory: no ledger, nothing here says which runs there were", dir)
+		case err != nil:
+			return fmt.Errorf("%s: %w", rel, err)
+		case st.Mode()&os.ModeSymlink != 0:
+			return fmt.Errorf("%s is a symbolic link: refused (the store never makes one; verification reads the project's own files only)", rel)
+		case !st.IsDir():
+			return fmt.Errorf("%s is not a directory", rel)
+		}
+	}
+	return nil
 }
 
 // readLedger reads a ledger file without following a symlink; a missing one is empty.

@@ -108,6 +108,11 @@ func TestVerifyProjectThreats(t *testing.T) {
 	if r := VerifyProject(newProjectRuns(t, 3).dir, newProjectRuns(t, 0).pub, nil); r.ExitCode() != 1 {
 		t.Errorf("another project's key verified: %+v", r)
 	}
+	for _, dir := range []string{filepath.Join(t.TempDir(), "no-such-project"), t.TempDir()} {
+		if r := VerifyProject(dir, newProjectRuns(t, 0).pub, nil); r.ExitCode() != 1 || len(r.Problems) != 1 {
+			t.Errorf("no project at %s: exit %d, problems %q", dir, r.ExitCode(), r.Problems)
+		}
+	}
 	tests := []struct {
 		name   string
 		act    func(t *testing.T, p *project)
@@ -148,6 +153,30 @@ func TestVerifyProjectThreats(t *testing.T) {
 		{"ledger rewritten with the project key, caught by a saved checkpoint", func(t *testing.T, p *project) {
 			rewriteLedger(t, p)
 		}, true, "rewritten", journal.StatusInvalid},
+		{"a pruned entry for a run never recorded", func(t *testing.T, p *project) {
+			root, _ := os.Open(p.dir)
+			defer root.Close()
+			w, err := Open(root, p.lw.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if _, err := w.Append(Pruned{RunID: "ghost", File: "agent.ghost.jsonl", Records: 3, Head: strings.Repeat("a", 64)}); err != nil {
+				t.Fatal(err)
+			}
+		}, false, "run ghost is pruned but was never recorded", journal.StatusInvalid},
+		{"ledger file deleted", func(t *testing.T, p *project) { os.Remove(p.ledgerPath()) }, false, "no project ledger at", journal.StatusInvalid},
+		{".symbiont deleted", func(t *testing.T, p *project) { os.RemoveAll(filepath.Join(p.dir, ".symbiont")) }, false, "has no .symbiont directory", journal.StatusInvalid},
+		{".symbiont a symbolic link to a copy", func(t *testing.T, p *project) {
+			elsewhere := filepath.Join(t.TempDir(), "elsewhere")
+			os.Rename(filepath.Join(p.dir, ".symbiont"), elsewhere)
+			os.Symlink(elsewhere, filepath.Join(p.dir, ".symbiont"))
+		}, false, ".symbiont is a symbolic link", journal.StatusInvalid},
+		{"governed a symbolic link to a copy", func(t *testing.T, p *project) {
+			elsewhere := filepath.Join(t.TempDir(), "elsewhere")
+			os.Rename(p.gov, elsewhere)
+			os.Symlink(elsewhere, p.gov)
+		}, false, ".symbiont/governed is a symbolic link", journal.StatusInvalid},
 		{"a journal the ledger never saw", func(t *testing.T, p *project) {
 			root, _ := os.Open(p.dir)
 			defer root.Close()

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"symbi/internal/digest"
+	"symbi/internal/journal"
+	"symbi/internal/ledger"
+)
+
+// ledgerProject makes a project with n finished runs, each journaled and in the ledger,
+// and returns its directory, public key (hex), journal paths and the open ledger writer.
+func ledgerProject(t *testing.T, n int) (dir, key string, files []string, lw *ledger.Writer) {
+	t.Helper()
+	dir = t.TempDir()
+	root, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	store, err := journal.OpenStore(root, journal.StoreOptions{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	lw, err = ledger.Open(root, store.SigningKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lw.Close() })
+	for i := range n {
+		runID := "run-" + string(rune('a'+i))
+		w, err := store.Create("agent", runID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range []journal.Record{journal.Started{Agent: "a"}, journal.InferenceRequested{CallID: "c1"}, journal.Terminated{Reason: "cancelled"}} {
+			if err := w.Append(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		rc := w.Durable()
+		data, _ := os.ReadFile(w.Path())
+		ls := bytes.SplitAfter(data, []byte("\n"))
+		prev := digest.SHA256Hex(ls[len(ls)-3])
+		if _, err := lw.Append(ledger.Run{RunID: runID, AgentID: "agent", Agent: "a", File: filepath.Base(w.Path()), Reason: "cancelled", Records: int64(rc.Records), Head: rc.Head, PrevHead: prev, Caller: "stdio"}); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, w.Path())
+		w.Close()
+	}
+	return dir, hex.EncodeToString(store.PublicKey()), files, lw
+}
+
+// TestAuditVerifyProjectReports: symbi audit verify --project names what it found and
+// exits by it: no project at the path (a typo) is 1, not an empty project verified; a
+// pruned entry for a run never recorded is 1 with its problem (a crash exited 2, which
+// reads "incomplete"); a run stopped before its journal's last line is 2 and named.
+func TestAuditVerifyProjectReports(t *testing.T) {
+	t.Run("no project", func(t *testing.T) {
+		_, key, _, _ := ledgerProject(t, 0)
+		missing := filepath.Join(t.TempDir(), "typo")
+		code, out, errOut := runCLI(t, "", "audit", "verify", "--project", missing, "--public-key", key)
+		if code != 1 || !strings.Contains(out, "the project "+missing) {
+			t.Fatalf("verify --project %s: exit %d\n%s%s", missing, code, out, errOut)
+		}
+	})
+	t.Run("pruned, never recorded", func(t *testing.T) {
+		dir, key, _, lw := ledgerProject(t, 1)
+		if _, err := lw.Append(ledger.Pruned{RunID: "ghost", File: "agent.ghost.jsonl", Records: 3, Head: strings.Repeat("a", 64)}); err != nil {
+			t.Fatal(err)
+		}
+		lw.Close()
+		code, out, errOut := runCLI(t, "", "audit", "verify", "--project", dir, "--public-key", key)
+		if code != 1 || !strings.Contains(out, "run ghost is pruned but was never recorded") {
+			t.Fatalf("exit %d, want 1 naming the problem:\n%s%s", code, out, errOut)
+		}
+	})
+	t.Run("stopped before the last line", func(t *testing.T) {
+		dir, key, files, lw := ledgerProject(t, 2)
+		lw.Close()
+		b, _ := os.ReadFile(files[1])
+		os.WriteFile(files[1], b[:bytes.LastIndexByte(b[:len(b)-1], '\n')+1], 0o600)
+		code, out, errOut := runCLI(t, "", "audit", "verify", "--project", dir, "--public-key", key)
+		want := "run run-b (" + filepath.Base(files[1]) + "): incomplete (stopped before its terminated line; the ledger holds its outcome)"
+		if code != 2 || !strings.Contains(out, want) {
+			t.Fatalf("exit %d, want 2 with %q:\n%s%s", code, want, out, errOut)
+		}
+	})
+}
