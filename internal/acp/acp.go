@@ -96,11 +96,22 @@ const (
 	// together, so that its record fits one journal record even with JSON escaping at its
 	// worst (6 bytes a byte); each path is at most workspace.MaxPathBytes.
 	maxLocationBytes = 128 << 10
+	// maxPlanWordBytes cuts a plan entry's priority and status (ACP names a few short
+	// words for each) so that a plan's record fits one journal record with JSON escaping
+	// at its worst: 64 entries of 1 KiB of content and twice 64 bytes, 6 bytes a byte,
+	// are under 450 KiB.
+	maxPlanWordBytes = 64
 	stderrBytes      = 8 << 10
 	// maxRequests bounds the agent's requests served at once (the SDK serves each on its
 	// own goroutine, its parameters decoded): past it the agent floods requests, which is
 	// malformed ACP.
 	maxRequests = 16
+	// maxUnanswered bounds the agent's requests read and not yet answered — the SDK
+	// answers those that reach no handler (an unknown method, parameters it cannot
+	// decode) itself, each on its own goroutine until its answer is written, which takes
+	// as long as the agent does not read: past it the agent floods requests. It leaves
+	// room over maxRequests for an answer being written while the next request is read.
+	maxUnanswered = 2 * maxRequests
 )
 
 // Config is one delegated session.
@@ -220,6 +231,8 @@ type runner struct {
 	// to its fs_read or fs_write record, and (write) by close: a file is accessed and the
 	// access journaled before the session closes, or not accessed at all.
 	fsMu sync.RWMutex
+
+	unanswered atomic.Int64 // the agent's requests read minus the answers written to it
 
 	reqMu   sync.Mutex    // reqN and reqIdle
 	reqN    int           // the agent's requests being served, at most maxRequests
@@ -441,7 +454,7 @@ func (r *runner) handle(u sdk.SessionUpdate) error {
 				break
 			}
 			entries = append(entries, journal.PlanEntry{Content: cut(e.Content, journal.MaxTitleBytes),
-				Priority: cut(string(e.Priority), journal.MaxTitleBytes), Status: cut(string(e.Status), journal.MaxTitleBytes)})
+				Priority: cut(string(e.Priority), maxPlanWordBytes), Status: cut(string(e.Status), maxPlanWordBytes)})
 		}
 		return r.record(journal.Plan{Entries: entries}, false)
 	case u.CurrentModeUpdate != nil:
@@ -819,7 +832,7 @@ func (r *runner) start() error {
 	}()
 	pr, pw := io.Pipe()
 	go r.checkLines(outR, pw)
-	r.conn = sdk.NewClientSideConnection(&client{r}, r.prompted.watch(inW), pr)
+	r.conn = sdk.NewClientSideConnection(&client{r}, r.prompted.watch(r.countAnswers(inW)), pr)
 	go func() {
 		<-r.conn.Done()
 		inW.Close()
@@ -847,8 +860,14 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 		}
 		if len(line) > 0 {
 			if t := bytes.TrimSpace(line); len(t) > 0 {
-				if why := notMessage(t); why != "" {
+				why, request := notMessage(t)
+				if why != "" {
 					r.abort(fmt.Errorf("%w: the agent wrote a line that is %s: %q", ErrMalformed, why, cut(string(t), 80)))
+					dst.CloseWithError(errors.New("malformed ACP"))
+					return
+				}
+				if request && r.unanswered.Add(1) > maxUnanswered {
+					r.abort(fmt.Errorf("%w: the agent floods requests: more than %d read and not yet answered (it does not read its answers?)", ErrMalformed, maxUnanswered))
 					dst.CloseWithError(errors.New("malformed ACP"))
 					return
 				}
@@ -868,21 +887,47 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 
 // notMessage says why the non-blank line t is not a message the SDK's reader takes — not
 // JSON, or JSON that is not an object with a method (a request or notification) or an id
-// (a response) — or "" when it is one. The SDK logs such a line and skips it.
-func notMessage(t []byte) string {
-	var m struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-	}
-	err := json.Unmarshal(t, &m)
+// (a response) — or "" when it is one, and then whether it is a request (a method and an
+// id), which the SDK answers. The SDK logs a line that is no message and skips it.
+func notMessage(t []byte) (why string, request bool) {
+	m, err := probe(t)
 	var syntax *json.SyntaxError
 	switch {
 	case errors.As(err, &syntax):
-		return "not JSON"
-	case err != nil, t[0] != '{', m.Method == "" && (len(m.ID) == 0 || string(m.ID) == "null"):
-		return "not a JSON-RPC message"
+		return "not JSON", false
+	case err != nil, t[0] != '{', m.Method == "" && !m.hasID():
+		return "not a JSON-RPC message", false
 	}
-	return ""
+	return "", m.Method != "" && m.hasID()
+}
+
+// message is the part of a JSON-RPC message that says what it is.
+type message struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+}
+
+func (m message) hasID() bool { return len(m.ID) > 0 && string(m.ID) != "null" }
+
+func probe(b []byte) (message, error) {
+	var m message
+	err := json.Unmarshal(b, &m)
+	return m, err
+}
+
+// countAnswers counts, on the agent's stdin, each answer to one of its requests (a
+// message with an id and no method) once it is written whole: the SDK writes one message
+// per Write.
+func (r *runner) countAnswers(w io.Writer) io.Writer {
+	return writerFunc(func(b []byte) (int, error) {
+		n, err := w.Write(b)
+		if n == len(b) {
+			if m, perr := probe(b); perr == nil && m.Method == "" && m.hasID() {
+				r.unanswered.Add(-1)
+			}
+		}
+		return n, err
+	})
 }
 
 // exitedByItself reports, after kill, whether the agent ended by itself rather than by
@@ -1144,7 +1189,7 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 		rec.Decision = "deny"
 	}
 	for _, o := range req.Options {
-		if o.Kind == want && len(o.OptionId) <= journal.MaxTitleBytes {
+		if o.Kind == want && len(o.OptionId) <= journal.MaxTitleBytes && !ambiguous(req.Options, o) {
 			rec.OptionID = string(o.OptionId)
 			break
 		}
@@ -1152,7 +1197,7 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 	if rec.OptionID == "" {
 		// What the journal says is what the agent heard: not an allow.
 		rec.Decision = "deny"
-		rec.Errors = append(rec.Errors, fmt.Sprintf("symbi: the agent offered no %s option; answered cancelled", want))
+		rec.Errors = append(rec.Errors, fmt.Sprintf("symbi: the agent offered no %s option whose id names no other kind of option; answered cancelled", want))
 	}
 	if err := r.record(rec, true); errors.Is(err, ErrSessionOver) {
 		return cancelled, nil
@@ -1163,6 +1208,17 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 		return cancelled, nil
 	}
 	return sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeSelected(sdk.PermissionOptionId(rec.OptionID))}, nil
+}
+
+// ambiguous reports whether another of options shares o's id with another kind: the agent
+// could take that id for, say, allow_always, which symbi never answers.
+func ambiguous(options []sdk.PermissionOption, o sdk.PermissionOption) bool {
+	for _, other := range options {
+		if other.OptionId == o.OptionId && other.Kind != o.Kind {
+			return true
+		}
+	}
+	return false
 }
 
 // ending is the JSON-RPC error of an fs request the session no longer serves.

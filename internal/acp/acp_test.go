@@ -433,19 +433,36 @@ func TestPermissions(t *testing.T) {
 	e.finishAndVerify(res)
 }
 
+// TestPermissionWithoutOnceOption: symbi answers only an allow-once or reject-once option
+// whose id names no other kind of option; without one the request is answered cancelled
+// and journaled a deny saying so.
 func TestPermissionWithoutOnceOption(t *testing.T) {
-	e := newEnv(t, map[string]any{"steps": []any{
-		map[string]any{"permission": map[string]any{"tool_call_id": "p1", "kind": "edit", "title": "Edit",
-			"options": []any{map[string]any{"id": "always", "kind": "allow_always", "name": "Always"}}}, "expect": "cancelled"},
-		map[string]any{"message": "not reached"},
-	}})
-	res := e.run(nil)
-	mustOutcome(t, res, OutcomeCancelled)
-	pd := data[journal.PermissionDecided](t, ofType(e.entries(), journal.TypePermissionDecided)[0])
-	if pd.OptionID != "" || len(pd.Errors) != 1 {
-		t.Fatalf("permission_decided %+v", pd)
+	for _, tt := range []struct {
+		name    string
+		options []any
+	}{
+		{"always only", []any{map[string]any{"id": "always", "kind": "allow_always", "name": "Always"}}},
+		{"an id shared with always", []any{
+			map[string]any{"id": "yes", "kind": "allow_once", "name": "Yes"},
+			map[string]any{"id": "yes", "kind": "allow_always", "name": "Always"},
+			map[string]any{"id": "no", "kind": "reject_once", "name": "No"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, map[string]any{"steps": []any{
+				map[string]any{"permission": map[string]any{"tool_call_id": "p1", "kind": "edit", "title": "Edit", "locations": []string{"$CWD/a.go"},
+					"options": tt.options}, "expect": "cancelled"},
+				map[string]any{"message": "not reached"},
+			}})
+			e.cfg.Decide = allowKinds("edit")
+			res := e.run(nil)
+			mustOutcome(t, res, OutcomeCancelled)
+			pd := data[journal.PermissionDecided](t, ofType(e.entries(), journal.TypePermissionDecided)[0])
+			if pd.OptionID != "" || pd.Decision != "deny" || len(pd.Errors) != 1 || !strings.Contains(pd.Errors[0], "no allow_once option whose id names no other kind") {
+				t.Fatalf("permission_decided %+v", pd)
+			}
+			e.finishAndVerify(res)
+		})
 	}
-	e.finishAndVerify(res)
 }
 
 func TestFS(t *testing.T) {

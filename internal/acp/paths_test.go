@@ -359,3 +359,22 @@ func TestPermissionThroughLinks(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanRecordBounded: a plan at its worst — as many entries as a record keeps, each
+// field long and of control characters (6 bytes each once escaped) — still fits one
+// journal record: the run goes on, never audit_failed on a record too large.
+func TestPlanRecordBounded(t *testing.T) {
+	field := strings.Repeat("\x01", 4*journal.MaxTitleBytes)
+	var entries []any
+	for range journal.MaxPlanEntries + 1 {
+		entries = append(entries, map[string]any{"content": field, "priority": field, "status": field})
+	}
+	e := newEnv(t, map[string]any{"steps": []any{map[string]any{"plan": entries}, map[string]any{"message": "done"}}})
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeCompleted)
+	pl := data[journal.Plan](t, ofType(e.entries(), journal.TypePlan)[0])
+	if len(pl.Entries) != journal.MaxPlanEntries || len(pl.Entries[0].Content) > journal.MaxTitleBytes || len(pl.Entries[0].Priority) > maxPlanWordBytes || len(pl.Entries[0].Status) > maxPlanWordBytes {
+		t.Fatalf("plan of %d entries, the first %d/%d/%d bytes", len(pl.Entries), len(pl.Entries[0].Content), len(pl.Entries[0].Priority), len(pl.Entries[0].Status))
+	}
+	e.finishAndVerify(res)
+}

@@ -3,6 +3,7 @@ package acp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,16 +48,19 @@ func (j *durableJournal) Sync() error {
 // write symbi makes to it blocks: session/cancel, the answers to the requests it floods,
 // the prompt, a handshake request — never holds a cancelled run. The run ends by the
 // grace period, SIGTERM (ignored here) and SIGKILL, and the agent's whole process group is
-// dead when Run returns.
+// dead when Run returns. One that floods more requests than can wait for their answers
+// ends the run by itself, as malformed ACP, the same way.
 func TestStalledAgent(t *testing.T) {
 	tests := []struct {
 		name    string
 		script  map[string]any
 		started bool // the session opened: wait for session_started before the cancel
+		flood   bool // the requests it sends pass maxUnanswered: the run ends malformed
 	}{
-		{"in the turn, flooding requests", map[string]any{"steps": []any{map[string]any{"message": "working"}, map[string]any{"stall": 200}}}, true},
-		{"before the prompt is written", map[string]any{"stall_at": "session_new", "steps": []any{map[string]any{"message": "never"}}}, true},
-		{"in the handshake", map[string]any{"stall_at": "initialize", "steps": []any{}}, false},
+		{"in the turn, with requests", map[string]any{"steps": []any{map[string]any{"message": "working"}, map[string]any{"stall": maxRequests / 2}}}, true, false},
+		{"in the turn, flooding requests", map[string]any{"steps": []any{map[string]any{"message": "working"}, map[string]any{"stall": 200}}}, true, true},
+		{"before the prompt is written", map[string]any{"stall_at": "session_new", "steps": []any{map[string]any{"message": "never"}}}, true, false},
+		{"in the handshake", map[string]any{"stall_at": "initialize", "steps": []any{}}, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,13 +86,23 @@ func TestStalledAgent(t *testing.T) {
 					t.Fatal("no session_started")
 				}
 			}
-			cancel()
+			want := OutcomeCancelled
+			if tt.flood {
+				want = OutcomeError
+			} else {
+				cancel()
+			}
 			res := wait(t)
-			mustOutcome(t, res, OutcomeCancelled)
-			if !errors.Is(res.Err, context.Canceled) {
+			mustOutcome(t, res, want)
+			switch {
+			case tt.flood:
+				if !errors.Is(res.Err, ErrMalformed) || !strings.Contains(res.Err.Error(), fmt.Sprintf("the agent floods requests: more than %d read and not yet answered", maxUnanswered)) {
+					t.Fatalf("err %v, want the flood named", res.Err)
+				}
+			case !errors.Is(res.Err, context.Canceled):
 				t.Fatalf("err %v", res.Err)
 			}
-			if tt.started && !strings.Contains(res.Err.Error(), "nor exit on SIGTERM") {
+			if tt.started && !tt.flood && !strings.Contains(res.Err.Error(), "nor exit on SIGTERM") {
 				t.Fatalf("err %v, want the grace period's note", res.Err)
 			}
 			if alive(pid) {
@@ -98,7 +112,7 @@ func TestStalledAgent(t *testing.T) {
 				t.Fatalf("the agent's process group %d: %v, want none left", pid, err)
 			}
 			es := e.entries()
-			if fin := data[journal.SessionFinished](t, es[len(es)-1]); fin.Outcome != OutcomeCancelled {
+			if fin := data[journal.SessionFinished](t, es[len(es)-1]); fin.Outcome != want {
 				t.Fatalf("session_finished %+v", fin)
 			}
 			e.finishAndVerify(res)
