@@ -689,9 +689,11 @@ func (r *runner) run(ctx context.Context) Result {
 		}
 	}
 	res.Stderr = r.stderr.String()
-	if errors.Is(res.Err, ErrJournal) {
+	if errors.Is(res.Err, ErrJournal) && !errors.Is(res.Err, journal.ErrFileTooLarge) {
 		return res // the writer is stopped: nothing more can be written
 	}
+	// A record refused for the journal's size stops nothing: session_finished has room
+	// (journal.ClosingReserve).
 	fin := journal.SessionFinished{Outcome: res.Outcome, StopReason: res.StopReason, TextSHA256: sha(text), TextBytes: int64(len(text))}
 	if res.Err != nil {
 		fin.Error = cut(res.Err.Error(), journal.MaxTitleBytes)

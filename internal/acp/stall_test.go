@@ -119,3 +119,38 @@ func TestStalledAgent(t *testing.T) {
 		})
 	}
 }
+
+// fullJournal refuses, as a journal with no room left for it would, every record of type
+// typ; the rest it appends.
+type fullJournal struct {
+	*journal.Writer
+	typ string
+}
+
+func (j *fullJournal) Append(r journal.Record) error {
+	if r.Type() == j.typ {
+		return fmt.Errorf("%w: pretend", journal.ErrFileTooLarge)
+	}
+	return j.Writer.Append(r)
+}
+
+// TestJournalFull: a session record refused because the journal is full (its last
+// journal.ClosingReserve bytes are kept for closing the run) ends the session as a
+// journal failure, and session_finished is still written: the writer is not stopped.
+func TestJournalFull(t *testing.T) {
+	e := newEnv(t, map[string]any{"steps": []any{
+		map[string]any{"tool_call": map[string]any{"id": "c1", "kind": "read", "title": "t", "locations": []string{"a.go"}}},
+		map[string]any{"message": "never journaled"},
+	}})
+	e.cfg.Journal = &fullJournal{Writer: e.w, typ: journal.TypeToolCall}
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeError)
+	if !errors.Is(res.Err, ErrJournal) || !errors.Is(res.Err, journal.ErrFileTooLarge) {
+		t.Fatalf("err %v", res.Err)
+	}
+	es := e.entries()
+	if fin := data[journal.SessionFinished](t, es[len(es)-1]); fin.Outcome != OutcomeError || !strings.Contains(fin.Error, "tool_call") {
+		t.Fatalf("last record %s %+v, want session_finished naming the refused record", es[len(es)-1].Type, fin)
+	}
+	e.finishAndVerify(res)
+}

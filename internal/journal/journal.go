@@ -76,6 +76,12 @@ const (
 	MaxRecordBytes = 1 << 20
 	// MaxFileBytes bounds one journal file.
 	MaxFileBytes = 64 << 20
+	// ClosingReserve is the room of a journal kept for the records that close a run: a
+	// record written while a delegated session runs may not take the file past
+	// MaxFileBytes-ClosingReserve; session_finished, terminated and whatever follows
+	// session_finished (approval_requested, approval_decided, policy_evaluated) may use
+	// it. A run whose session filled its journal still ends with terminated.
+	ClosingReserve = 5 * MaxRecordBytes
 	// KeyFileName is the name of the signing key in the governed directory.
 	KeyFileName = "audit-signing.key"
 	// ZeroHash is the prev value of the first line.

@@ -61,6 +61,7 @@ type Writer struct {
 	size        int64
 	prev        string
 	terminated  bool
+	finished    bool // session_finished is written: the rest may use ClosingReserve
 	failed      error
 	changed     chan struct{} // closed, and replaced, when durable changes
 }
@@ -358,8 +359,12 @@ func (w *Writer) Prepare(r Record) (*Prepared, error) {
 	if len(line) > MaxRecordBytes {
 		return nil, errcode.Errorf(errcode.LimitExceeded, "%w: %s record is %d bytes, limit %d", ErrRecordTooLarge, r.Type(), len(line), MaxRecordBytes)
 	}
-	if w.size+int64(len(line)) > MaxFileBytes {
-		return nil, errcode.Errorf(errcode.LimitExceeded, "%w: %s would grow %s past %d bytes", ErrFileTooLarge, r.Type(), w.path, MaxFileBytes)
+	limit := int64(MaxFileBytes)
+	if t := r.Type(); !w.finished && t != TypeSessionFinished && t != TypeTerminated {
+		limit -= ClosingReserve
+	}
+	if w.size+int64(len(line)) > limit {
+		return nil, errcode.Errorf(errcode.LimitExceeded, "%w: %s would grow %s past %d bytes (%d kept for the records that close the run)", ErrFileTooLarge, r.Type(), w.path, limit, MaxFileBytes-limit)
 	}
 	return &Prepared{line: line, typ: r.Type(), machine: machine, seq: w.seq, wait: waitChangeOf(r), Receipt: Receipt{Records: w.seq + 1, Head: lineHash(line)}}, nil
 }
@@ -412,6 +417,7 @@ func (w *Writer) advance(p *Prepared) {
 	w.seq++
 	w.prev = p.Receipt.Head
 	w.terminated = p.typ == TypeTerminated
+	w.finished = w.finished || p.typ == TypeSessionFinished
 }
 
 // checkReachable refuses a journal file that is no longer exactly one name in the file

@@ -349,3 +349,45 @@ func TestDurableWait(t *testing.T) {
 		t.Fatal("a wait still open after its permission_decided is durable")
 	}
 }
+
+// TestClosingReserve: the records of a delegated session may not take a journal into its
+// last ClosingReserve bytes, which session_finished, what follows it and terminated may
+// use: a session that fills its journal still ends with a complete journal.
+func TestClosingReserve(t *testing.T) {
+	_, root := newProject(t)
+	s := openStore(t, root)
+	w, err := s.Create("coder", "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	recs := delegatedRecords()
+	for _, r := range recs[:2] { // started, session_started
+		if err := w.Append(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	real := w.size
+	w.size = MaxFileBytes - ClosingReserve - 100 // pretend the session nearly filled it
+	if err := w.Append(recs[2]); !errors.Is(err, ErrFileTooLarge) || !strings.Contains(err.Error(), "kept for the records that close the run") {
+		t.Fatalf("a session record into the reserve: %v", err)
+	}
+	// The reserve holds what closes the run (prepared only: the file is not that large).
+	fin, closing := recs[len(recs)-3], []Record{recs[len(recs)-2], Terminated{Reason: "audit_failed"}}
+	w.size = MaxFileBytes - ClosingReserve + 1
+	if _, err := w.Prepare(fin); err != nil {
+		t.Fatalf("session_finished in the reserve: %v", err)
+	}
+	w.size = real
+	if err := w.Append(fin); err != nil {
+		t.Fatal(err)
+	}
+	real = w.size
+	w.size = MaxFileBytes - 2*MaxRecordBytes
+	for _, r := range closing {
+		if _, err := w.Prepare(r); err != nil {
+			t.Fatalf("%s in the reserve: %v", r.Type(), err)
+		}
+	}
+	w.size = real
+}
