@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -488,4 +490,62 @@ func twoAppendsOneFsync(t *testing.T, p *project, sync func() error) (release ch
 		time.Sleep(time.Millisecond)
 	}
 	return release, done
+}
+
+// TestPruneOthersAfterEvidence: a journal kept as evidence does not stop the prune of the
+// other runs chosen, and a journal one line short of what its entry recorded — a server
+// stopped before the journal's last line, which verify --project accepts with exit 2 — is
+// pruned like a complete one; the project still verifies.
+func TestPruneOthersAfterEvidence(t *testing.T) {
+	p := newProjectRuns(t, 3)
+	p.lw.Close()
+	b, _ := os.ReadFile(p.files[0])
+	os.WriteFile(p.files[0], b[:bytes.LastIndexByte(b[:len(b)-1], '\n')+1], 0o600) // stopped short
+	b, _ = os.ReadFile(p.files[1])
+	b[40] ^= 1
+	os.WriteFile(p.files[1], b, 0o600) // tampered: evidence
+	pruned, err := Prune(p.root(t), "", func(string, time.Time) bool { return true }, false)
+	if !errors.Is(err, ErrEvidence) || !strings.Contains(err.Error(), filepath.Base(p.files[1])) || len(pruned) != 2 || pruned[0].RunID != "run-0" || pruned[1].RunID != "run-2" {
+		t.Fatalf("pruned %+v, %v; want run-0 and run-2, run-1 kept as evidence", pruned, err)
+	}
+	if _, err := os.Stat(p.files[1]); err != nil {
+		t.Fatalf("the tampered journal is gone: %v", err)
+	}
+	if r := VerifyProject(p.dir, p.pub, nil); !slices.ContainsFunc(r.Runs, func(f RunFinding) bool { return f.RunID == "run-1" && f.Problem != "" }) || len(r.Problems) != 0 {
+		t.Fatalf("after the prune: problems %q, runs %+v; want only run-1's tampering", r.Problems, r.Runs)
+	}
+}
+
+// TestConcurrentPrune: two prunes choose the same run; the second, whose writer takes in
+// the first's pruned entry under the lock, records nothing more for it (ErrPruned inside
+// Prune): a run is pruned once, and the ledger stays valid.
+func TestConcurrentPrune(t *testing.T) {
+	p := newProjectRuns(t, 2)
+	other, err := Open(p.root(t), p.lw.key) // the other prune's writer
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	p.lw.Close()
+	rep := journal.Verify(p.files[0], p.pub, journal.VerifyOptions{})
+	pruned, err := Prune(p.root(t), "", func(id string, _ time.Time) bool {
+		if id != "run-0" {
+			return false
+		}
+		// The other prune, between its pruned entry and its removal of the file.
+		if _, err := other.Append(Pruned{RunID: id, File: filepath.Base(p.files[0]), Records: int64(rep.Records), Head: rep.Head}); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}, false)
+	if err != nil || len(pruned) != 0 {
+		t.Fatalf("the second prune: %+v, %v; want nothing pruned, no error", pruned, err)
+	}
+	os.Remove(p.files[0]) // the other prune ends
+	if r := VerifyProject(p.dir, p.pub, nil); r.ExitCode() != 0 {
+		t.Fatalf("exit %d, problems %q", r.ExitCode(), r.Problems)
+	}
+	if _, err := other.Append(Pruned{RunID: "run-0", File: filepath.Base(p.files[0]), Records: int64(rep.Records), Head: rep.Head}); !errors.Is(err, ErrPruned) {
+		t.Fatalf("a second pruned entry: %v, want ErrPruned", err)
+	}
 }

@@ -163,6 +163,9 @@ var (
 	// ErrKnown: a recovered entry was refused because the ledger already has an entry
 	// for the run (another server recorded it since this writer last read the ledger).
 	ErrKnown = errors.New("the ledger already has an entry for the run")
+	// ErrPruned: a pruned entry was refused because the ledger already records the run
+	// as pruned (another prune, at the same time).
+	ErrPruned = errors.New("the ledger already records the run as pruned")
 )
 
 // payload is P, members in their documented order.

@@ -126,8 +126,11 @@ func OpenProjectResuming(root *os.File, keyFile string, resume func(store *journ
 // delete a journal: each removal is recorded as a pruned entry, durable, before the file
 // is removed. A run is pruned only when its journal verifies (complete, or incomplete as
 // a crash leaves it) and still matches what the ledger recorded of it (run or recovered
-// entry: same records and head); a journal that does not — or that the ledger recorded
-// as invalid — is evidence and is left in place, with an error (ErrEvidence). With dryRun
+// entry: same records and head, or a run's journal one line short of them, its last line
+// never written); a journal that does not — or that the ledger recorded as invalid — is
+// evidence and is left in place, the other chosen runs still pruned, and the error joins
+// one ErrEvidence for each. A run another prune has recorded meanwhile is left to it
+// (the writer refuses a second pruned entry: ErrPruned). With dryRun
 // nothing is changed: the ledger is read and verified, not opened for writing.
 // select is given the run id and the journal file's modification time.
 func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Time) bool, dryRun bool) ([]Pruned, error) {
@@ -153,13 +156,17 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 	if len(ver.Problems) > 0 {
 		return nil, errcode.Errorf(errcode.AuditUnavailable, "ledger: cannot prune from an invalid ledger: line %d: %s", ver.Problems[0].Line, ver.Problems[0].Message)
 	}
-	recorded := map[string]entryFacts{}
+	type entry struct {
+		typ   string
+		facts entryFacts
+	}
+	recorded := map[string]entry{}
 	for _, l := range ver.Entries {
 		var f entryFacts
 		switch l.Type {
 		case TypeRun, TypeRecovered:
 			if json.Unmarshal(l.Data, &f) == nil {
-				recorded[f.RunID] = f
+				recorded[f.RunID] = entry{l.Type, f}
 			}
 		case TypePruned:
 			if json.Unmarshal(l.Data, &f) == nil {
@@ -173,8 +180,10 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 	}
 	sort.Strings(ids)
 	var out []Pruned
+	var kept []error // journals left in place as evidence: the others are still pruned
 	for _, id := range ids {
-		f := recorded[id]
+		e := recorded[id]
+		f := e.facts
 		path := filepath.Join(store.Dir(), filepath.Base(f.File))
 		st, err := os.Lstat(path)
 		if err != nil {
@@ -184,19 +193,26 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 			continue
 		}
 		rep := journal.Verify(path, store.PublicKey(), journal.VerifyOptions{RunID: id})
+		// A server stopped between a run's entry and its journal's last line leaves the
+		// journal one line short, as verify --project accepts it (exit 2).
+		stoppedShort := e.typ == TypeRun && rep.Status == journal.StatusIncomplete && int64(rep.Records) == f.Records-1 && rep.Head == f.PrevHead
 		switch {
 		case f.State == journal.StatusInvalid || rep.Status == journal.StatusInvalid:
 			msg := "the ledger recorded it as invalid"
 			if len(rep.Problems) > 0 {
 				msg = rep.Problems[0].Message
 			}
-			return out, fmt.Errorf("ledger: %s does not verify (%s): %w", f.File, msg, ErrEvidence)
-		case int64(rep.Records) != f.Records || rep.Head != f.Head:
-			return out, fmt.Errorf("ledger: %s no longer matches what the ledger recorded (%d records, head %s; the file has %d, head %s): %w", f.File, f.Records, f.Head, rep.Records, rep.Head, ErrEvidence)
+			kept = append(kept, fmt.Errorf("ledger: %s does not verify (%s): %w", f.File, msg, ErrEvidence))
+			continue
+		case (int64(rep.Records) != f.Records || rep.Head != f.Head) && !stoppedShort:
+			kept = append(kept, fmt.Errorf("ledger: %s no longer matches what the ledger recorded (%d records, head %s; the file has %d, head %s): %w", f.File, f.Records, f.Head, rep.Records, rep.Head, ErrEvidence))
+			continue
 		}
 		p := Pruned{RunID: id, File: filepath.Base(f.File), Records: f.Records, Head: f.Head}
 		if !dryRun {
-			if _, err := w.Append(p); err != nil {
+			if _, err := w.Append(p); errors.Is(err, ErrPruned) {
+				continue // another prune recorded it, and removes the file
+			} else if err != nil {
 				return out, err
 			}
 			if err := os.Remove(path); err != nil {
@@ -211,7 +227,7 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 			d.Close()
 		}
 	}
-	return out, nil
+	return out, errors.Join(kept...)
 }
 
 // offer calls resume for each journal of the governed directory that the ledger has no

@@ -37,6 +37,7 @@ type Writer struct {
 	sync func() error // f.Sync; a test makes it fail
 
 	known   map[string]bool // run ids with a run, recovered or pruned entry
+	pruned  map[string]bool // run ids with a pruned entry
 	size    int64           // bytes of the ledger taken in (verified or written)
 	seq     int64           // the next line's seq
 	prev    string          // hash of the last line written
@@ -107,7 +108,7 @@ func resume(f *os.File, key ed25519.PrivateKey) (*Writer, error) {
 	case st.Mode&0o077 != 0:
 		return nil, fmt.Errorf("ledger: mode %04o; group and other must have no permissions", st.Mode&0o7777)
 	}
-	w := &Writer{f: f, key: key, now: time.Now, sync: f.Sync, prev: ZeroHash, known: map[string]bool{}, openedID: [2]uint64{uint64(st.Dev), st.Ino}}
+	w := &Writer{f: f, key: key, now: time.Now, sync: f.Sync, prev: ZeroHash, known: map[string]bool{}, pruned: map[string]bool{}, openedID: [2]uint64{uint64(st.Dev), st.Ino}}
 	w.cond = sync.NewCond(&w.mu)
 	if err := w.lock(); err != nil {
 		return nil, err
@@ -159,6 +160,7 @@ func (w *Writer) catchUp() error {
 	for _, l := range verified {
 		if id := l.RunID(); id != "" {
 			w.known[id] = true
+			w.pruned[id] = w.pruned[id] || l.Type == TypePruned
 		}
 		w.size += int64(len(l.Leaf)) + 1
 	}
@@ -236,6 +238,12 @@ func (w *Writer) Append(r Record) (Entry, error) {
 		w.unlock()
 		return Entry{}, fmt.Errorf("ledger: recovered %s: %w", rec.RunID, ErrKnown)
 	}
+	// Prune decided on a run from what it had read; another prune may have recorded it
+	// since (taken in just now): a run is pruned once.
+	if p, ok := r.(Pruned); ok && w.pruned[p.RunID] {
+		w.unlock()
+		return Entry{}, fmt.Errorf("ledger: pruned %s: %w", p.RunID, ErrPruned)
+	}
 	line, err := w.line(r)
 	if err != nil {
 		w.unlock()
@@ -259,6 +267,7 @@ func (w *Writer) Append(r Record) (Entry, error) {
 		w.known[r.RunID] = true
 	case Pruned:
 		w.known[r.RunID] = true
+		w.pruned[r.RunID] = true
 	}
 	// Group commit: wait until an fsync that began after this line was written covers it.
 	// A failure other than an fsync's (another append's) does not stop this line's fsync:
