@@ -549,3 +549,53 @@ func TestConcurrentPrune(t *testing.T) {
 		t.Fatalf("a second pruned entry: %v, want ErrPruned", err)
 	}
 }
+
+// TestCheckpointWaitsForFsync: a writer keeps the ledger's lock from a line's write until
+// its fsync's verdict (and the retraction of the line when it failed), so a checkpoint —
+// another process's ReadDurable, which takes the lock shared — never signs a line that is
+// then cut, which would later read as a ledger rolled back.
+func TestCheckpointWaitsForFsync(t *testing.T) {
+	p := newProjectRuns(t, 1)
+	fail := errors.New("injected EIO")
+	calls := 0
+	read := make(chan []byte, 1)
+	p.lw.sync = func() error {
+		if calls++; calls > 1 {
+			return nil // retract's own fsync, after the cut
+		}
+		// symbi audit checkpoint in another process, meanwhile: it cannot take the lock.
+		f, err := os.Open(p.ledgerPath())
+		if err != nil {
+			t.Error(err)
+			return fail
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); !errors.Is(err, unix.EWOULDBLOCK) {
+			t.Errorf("a shared lock during the writer's fsync: %v, want EWOULDBLOCK", err)
+		}
+		f.Close()
+		go func() { // and waits for it
+			data, err := ReadDurable(p.root(t))
+			if err != nil {
+				t.Error(err)
+			}
+			read <- data
+		}()
+		return fail
+	}
+	if _, err := p.lw.Append(Resolution{RunID: "run-0", Resolution: "accepted", Caller: "stdio"}); !errors.Is(err, fail) {
+		t.Fatalf("append: %v", err)
+	}
+	data := <-read
+	tree, err := NewTree(Verify(data, p.pub).Entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := SignCheckpoint(tree, p.lw.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.lw.Close()
+	if r := VerifyProject(p.dir, p.pub, [][]byte{cp}); r.ExitCode() != 0 {
+		t.Fatalf("a checkpoint taken during the failed fsync: exit %d, %q", r.ExitCode(), r.Problems)
+	}
+}

@@ -46,6 +46,11 @@ type Writer struct {
 	floor   int64           // bytes durable or another process's: retract cuts no lower
 	failed  error           // the first failure: every later append is refused
 	syncErr error           // a failed fsync or check: lines it did not cover never will be
+	// held: this writer keeps the flock from a line's write until an fsync has covered
+	// it or it is retracted, so that another process (a checkpoint: ReadDurable) reads
+	// only lines whose fsync this writer has seen succeed. lock and unlock do nothing
+	// while it is set.
+	held bool
 
 	opening  bool   // catchUp is reading the ledger for Open
 	opened   []Line // the lines verified at Open, until TakeOpened
@@ -125,13 +130,29 @@ func resume(f *os.File, key ed25519.PrivateKey) (*Writer, error) {
 }
 
 func (w *Writer) lock() error {
+	if w.held {
+		return nil
+	}
 	if err := unix.Flock(int(w.f.Fd()), unix.LOCK_EX); err != nil {
 		return fmt.Errorf("ledger: lock: %w", err)
 	}
 	return nil
 }
 
-func (w *Writer) unlock() { unix.Flock(int(w.f.Fd()), unix.LOCK_UN) }
+func (w *Writer) unlock() {
+	if !w.held {
+		unix.Flock(int(w.f.Fd()), unix.LOCK_UN)
+	}
+}
+
+// release lets the flock go once every line written is covered by an fsync or
+// retracted (with w.mu held).
+func (w *Writer) release() {
+	if w.held && (w.synced == w.seq || w.syncErr != nil) {
+		w.held = false
+		w.unlock()
+	}
+}
 
 // catchUp takes in, with the flock held, the lines appended since w.size — by this
 // writer at Open, or by another process since — verifying each as the chain continues.
@@ -255,7 +276,7 @@ func (w *Writer) Append(r Record) (Entry, error) {
 		w.cond.Broadcast()
 		return Entry{}, errcode.Errorf(errcode.AuditUnavailable, "ledger: write: %w", err)
 	}
-	w.unlock()
+	w.held = true // until an fsync covers the line, or it is retracted
 	e := Entry{Seq: w.seq, Hash: digest.SHA256Hex(line)}
 	w.seq++
 	w.prev = e.Hash
@@ -303,6 +324,7 @@ func (w *Writer) Append(r Record) (Entry, error) {
 		} else if target > w.synced {
 			w.synced, w.floor = target, max(w.floor, targetSize)
 		}
+		w.release()
 		w.cond.Broadcast()
 	}
 	if w.synced <= e.Seq {
