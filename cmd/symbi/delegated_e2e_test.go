@@ -747,10 +747,12 @@ func TestE2EDelegatedFailures(t *testing.T) {
 			status: runs.StatusInferenceFailed, reasons: []string{"malformed ACP: the agent wrote a line that is not a JSON-RPC message"}},
 		{name: "rpc_error", steps: []any{msg("hi"), map[string]any{"error": map[string]any{"code": 1, "message": "boom"}}},
 			status: runs.StatusInferenceFailed, reasons: []string{`"message":"boom"`}},
-		// Well-formed JSON-RPC that is not valid ACP: a session/update the SDK cannot
-		// decode, a response to no request. acp-go-sdk logs and drops both, and the run
-		// goes on: its status is not asserted (reported as a gap), only that it ends with
-		// a complete journal, no process left, and the server still serving.
+		// Well-formed JSON-RPC that symbi passes over: a session/update of a kind the SDK
+		// does not know (a newer protocol's: it carries nothing symbi journals or decides
+		// on), a response to no request. acp-go-sdk logs and drops both, and the run goes
+		// on: its status is not asserted, only that it ends with a complete journal, no
+		// process left, and the server still serving. (An update of a known kind that does
+		// not decode is malformed: internal/acp's TestUndecodableUpdate.)
 		{name: "bad_update", steps: []any{msg("hi"), raw(map[string]any{"jsonrpc": "2.0", "method": "session/update",
 			"params": map[string]any{"sessionId": "fake-session-1", "update": map[string]any{"sessionUpdate": "bogus"}}}), msg("after")}},
 		{name: "unsolicited_response", steps: []any{msg("hi"), raw(map[string]any{"jsonrpc": "2.0", "id": 9999, "result": map[string]any{}}), msg("after")}},

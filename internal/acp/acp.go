@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"slices"
@@ -834,7 +835,16 @@ func (r *runner) start() error {
 	}()
 	pr, pw := io.Pipe()
 	go r.checkLines(outR, pw)
-	r.conn = sdk.NewClientSideConnection(&client{r}, r.prompted.watch(r.countAnswers(inW)), pr)
+	// The SDK's logger is set once its reader has started, which reads it unguarded: the
+	// reader waits for the logger, behind a gate.
+	logged := make(chan struct{})
+	gated := readerFunc(func(b []byte) (int, error) {
+		<-logged
+		return pr.Read(b)
+	})
+	r.conn = sdk.NewClientSideConnection(&client{r}, r.prompted.watch(r.countAnswers(inW)), gated)
+	r.conn.SetLogger(slog.New(sdkLog{r: r, next: slog.Default().Handler()}))
+	close(logged)
 	go func() {
 		<-r.conn.Done()
 		inW.Close()
@@ -901,6 +911,51 @@ func notMessage(t []byte) (why string, request bool) {
 		return "not a JSON-RPC message", false
 	}
 	return "", m.Method != "" && m.hasID()
+}
+
+// sdkLog takes the SDK's diagnostics. The SDK drops, with a log line and no answer, a
+// session/update notification it cannot decode: a tool call, a message or a plan would
+// be missing from the journal without a word. Such a drop of an update of a kind the SDK
+// knows ends the run as malformed ACP; one of a kind it does not know (a newer
+// protocol's: "no matching variant") carries nothing symbi journals or decides on, and
+// is passed over. Every record also goes on to next (the process's default logger).
+type sdkLog struct {
+	r    *runner
+	next slog.Handler
+}
+
+func (h sdkLog) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelError || h.next.Enabled(ctx, l)
+}
+
+func (h sdkLog) Handle(ctx context.Context, rec slog.Record) error {
+	if rec.Message == "failed to handle notification" {
+		var method, why string
+		rec.Attrs(func(a slog.Attr) bool {
+			switch a.Key {
+			case "method":
+				method = a.Value.String()
+			case "err":
+				why = a.Value.String()
+			}
+			return true
+		})
+		if method == sdk.ClientMethodSessionUpdate && !strings.Contains(why, "no matching variant") {
+			h.r.abort(fmt.Errorf("%w: the agent sent a session/update symbi cannot read: %s", ErrMalformed, cut(why, 200)))
+		}
+	}
+	if h.next.Enabled(ctx, rec.Level) {
+		return h.next.Handle(ctx, rec)
+	}
+	return nil
+}
+
+func (h sdkLog) WithAttrs(as []slog.Attr) slog.Handler {
+	return sdkLog{r: h.r, next: h.next.WithAttrs(as)}
+}
+
+func (h sdkLog) WithGroup(name string) slog.Handler {
+	return sdkLog{r: h.r, next: h.next.WithGroup(name)}
 }
 
 // message is the part of a JSON-RPC message that says what it is.
@@ -1524,6 +1579,10 @@ func (p *promptWatch) watch(w io.Writer) io.Writer {
 		return n, err
 	})
 }
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(b []byte) (int, error) { return f(b) }
 
 type writerFunc func([]byte) (int, error)
 

@@ -378,3 +378,37 @@ func TestPlanRecordBounded(t *testing.T) {
 	}
 	e.finishAndVerify(res)
 }
+
+// TestUndecodableUpdate: a session/update of a kind the SDK knows that it cannot decode —
+// which it would log and drop, a tool call missing from the journal without a word — is
+// malformed ACP and ends the run; one it matches to no kind it knows (a newer protocol's)
+// carries nothing symbi journals or decides on, and is dropped.
+func TestUndecodableUpdate(t *testing.T) {
+	update := func(u map[string]any) map[string]any {
+		return map[string]any{"raw": map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{"sessionId": "fake-session-1", "update": u}}}
+	}
+	for _, tt := range []struct {
+		name   string
+		update map[string]any
+		want   string // in the error; "" when the run completes
+	}{
+		{"a tool call whose id is a number", map[string]any{"sessionUpdate": "tool_call", "toolCallId": 7, "title": "rm -rf /", "kind": "execute"}, "a session/update symbi cannot read"},
+		{"a message chunk without content", map[string]any{"sessionUpdate": "agent_message_chunk", "content": 5}, "a session/update symbi cannot read"},
+		{"a kind of a newer protocol", map[string]any{"sessionUpdate": "future_update", "anything": true}, ""},
+		{"no kind the SDK can match", map[string]any{"x": 1}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, map[string]any{"steps": []any{map[string]any{"message": "hi"}, update(tt.update), map[string]any{"message": "done"}}})
+			res := e.run(nil)
+			if tt.want == "" {
+				mustOutcome(t, res, OutcomeCompleted)
+			} else {
+				mustOutcome(t, res, OutcomeError)
+				if !errors.Is(res.Err, ErrMalformed) || !strings.Contains(res.Err.Error(), tt.want) {
+					t.Fatalf("err %v, want ErrMalformed with %q", res.Err, tt.want)
+				}
+			}
+			e.finishAndVerify(res)
+		})
+	}
+}
