@@ -315,14 +315,8 @@ func (w *Workspace) Rel(p string) (string, error) {
 		return "", errcode.Errorf(errcode.InvalidRequest, "%q: %w", p, ErrBadPath)
 	}
 	if p[0] == '/' {
-		c := filepath.Clean(p)
-		switch {
-		case c == w.path:
-			return ".", nil
-		case w.path == "/":
-			return c[1:], nil
-		case strings.HasPrefix(c, w.path) && c[len(w.path)] == '/':
-			return c[len(w.path)+1:], nil
+		if rel, ok := w.relTo(filepath.Clean(p)); ok {
+			return rel, nil
 		}
 		return "", errcode.Errorf(errcode.ProtectedPath, "%q: %w", p, ErrOutside)
 	}
@@ -385,15 +379,24 @@ func (w *Workspace) Follow(rel string) (string, error) {
 		}
 		todo = append(strings.Split(target, "/"), todo...)
 	}
-	switch {
-	case cur == w.path:
-		return ".", nil
-	case w.path == "/":
-		return cur[1:], nil
-	case strings.HasPrefix(cur, w.path) && cur[len(w.path)] == '/':
-		return cur[len(w.path)+1:], nil
+	if real, ok := w.relTo(cur); ok {
+		return real, nil
 	}
 	return "", refuse(errcode.ProtectedPath, rel, ErrOutside, fmt.Errorf("its symbolic links lead to %s", errcode.Quote(cur)))
+}
+
+// relTo maps abs, a clean absolute path, to the workspace-relative path ("." for the
+// workspace itself), or reports that it is outside.
+func (w *Workspace) relTo(abs string) (string, bool) {
+	switch {
+	case abs == w.path:
+		return ".", true
+	case w.path == "/":
+		return abs[1:], true
+	case strings.HasPrefix(abs, w.path) && abs[len(w.path)] == '/':
+		return abs[len(w.path)+1:], true
+	}
+	return "", false
 }
 
 // CheckNames applies the project's confined reader's rules about names to rel, a path
