@@ -902,7 +902,8 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 // (a response) — or "" when it is one, and then whether it is a request (a method and an
 // id), which the SDK answers. The SDK logs a line that is no message and skips it.
 func notMessage(t []byte) (why string, request bool) {
-	m, err := probe(t)
+	var m envelope
+	err := json.Unmarshal(t, &m)
 	var syntax *json.SyntaxError
 	switch {
 	case errors.As(err, &syntax):
@@ -929,6 +930,11 @@ func (h sdkLog) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (h sdkLog) Handle(ctx context.Context, rec slog.Record) error {
+	if rec.Message == "failed to parse incoming message" {
+		// The line check reads a line as the SDK does, so this does not happen; were it
+		// to, the line is dropped without a word.
+		h.r.abort(fmt.Errorf("%w: the agent wrote a line the ACP SDK cannot read", ErrMalformed))
+	}
 	if rec.Message == "failed to handle notification" {
 		var method, why string
 		rec.Attrs(func(a slog.Attr) bool {
@@ -965,6 +971,17 @@ type message struct {
 }
 
 func (m message) hasID() bool { return len(m.ID) > 0 && string(m.ID) != "null" }
+
+// envelope is a message read as the SDK reads one (its anyMessage): a line that does not
+// decode so — "jsonrpc" a number, "error" not an object — the SDK logs and skips, and the
+// check refuses it first.
+type envelope struct {
+	message
+	JSONRPC string            `json:"jsonrpc"`
+	Params  json.RawMessage   `json:"params"`
+	Result  json.RawMessage   `json:"result"`
+	Error   *sdk.RequestError `json:"error"`
+}
 
 func probe(b []byte) (message, error) {
 	var m message
@@ -1095,7 +1112,7 @@ func (r *runner) paths(locs []sdk.ToolCallLocation) (paths, outside []string, er
 			outside = append(outside, cut(l.Path, journal.MaxTitleBytes))
 			continue
 		}
-		real, err := r.cfg.Workspace.Follow(rel)
+		real, err := r.cfg.Workspace.Follow(l.Path) // as sent: ".." after a link is the kernel's
 		if err != nil || len(real) > workspace.MaxPathBytes {
 			outside = append(outside, cut(l.Path, journal.MaxTitleBytes))
 			continue

@@ -317,6 +317,9 @@ func TestPermissionThroughLinks(t *testing.T) {
 		{"absolute, out", map[string]string{"etc": "/etc"}, "etc/passwd", "outside", nil},
 		{"dangling, out", map[string]string{"new": "../created-by-the-write"}, "new", "outside", nil},
 		{"a loop", map[string]string{"l1": "l2", "l2": "l1"}, "l1/x", "outside", nil},
+		{"up from a link into the policies", map[string]string{"l": "policies/access"}, "l/../x.cedar", "policies are protected", nil},
+		{"up from a link outside", map[string]string{"l": "$OUT/sub"}, "l/../escaped.txt", "outside", nil},
+		{"up after what is not there", nil, "missing/../src/a.go", "outside", nil},
 		{"inside to inside", map[string]string{"s2": "src"}, "s2/a.go", "", []string{"s2/a.go", "src/a.go"}},
 		{"absolute, inside", map[string]string{"s3": "$CWD/src"}, "s3/b.go", "", []string{"s3/b.go", "src/b.go"}},
 		{"no link", nil, "src/a.go", "", []string{"src/a.go"}},
@@ -327,13 +330,18 @@ func TestPermissionThroughLinks(t *testing.T) {
 				map[string]any{"permission": map[string]any{"tool_call_id": "p1", "kind": "edit", "title": "Edit", "locations": []string{"$CWD/" + tt.loc}}},
 				map[string]any{"message": "done"},
 			}})
-			for _, d := range []string{"policies", ".symbiont/governed", "src"} {
-				if err := os.MkdirAll(filepath.Join(e.dir, d), 0o700); err != nil {
+			out := t.TempDir()
+			for _, d := range []string{"policies/access", ".symbiont/governed", "src", out + "/sub"} {
+				if !filepath.IsAbs(d) {
+					d = filepath.Join(e.dir, d)
+				}
+				if err := os.MkdirAll(d, 0o700); err != nil {
 					t.Fatal(err)
 				}
 			}
 			for name, target := range tt.links {
-				if err := os.Symlink(strings.ReplaceAll(target, "$CWD", e.dir), filepath.Join(e.dir, name)); err != nil {
+				target = strings.NewReplacer("$CWD", e.dir, "$OUT", out).Replace(target)
+				if err := os.Symlink(target, filepath.Join(e.dir, name)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -347,7 +355,7 @@ func TestPermissionThroughLinks(t *testing.T) {
 					t.Fatalf("permission_decided %+v, want an allow on %q", pd, tt.paths)
 				}
 			case "outside":
-				if pd.Decision != "deny" || len(pd.Outside) != 1 || pd.Outside[0] != filepath.Join(e.dir, tt.loc) {
+				if pd.Decision != "deny" || len(pd.Outside) != 1 || pd.Outside[0] != e.dir+"/"+tt.loc { // as sent
 					t.Fatalf("permission_decided %+v, want a deny with %s outside", pd, tt.loc)
 				}
 			default:
@@ -384,21 +392,27 @@ func TestPlanRecordBounded(t *testing.T) {
 // malformed ACP and ends the run; one it matches to no kind it knows (a newer protocol's)
 // carries nothing symbi journals or decides on, and is dropped.
 func TestUndecodableUpdate(t *testing.T) {
-	update := func(u map[string]any) map[string]any {
-		return map[string]any{"raw": map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{"sessionId": "fake-session-1", "update": u}}}
-	}
+	toolCall := map[string]any{"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "t", "kind": "read"}
 	for _, tt := range []struct {
-		name   string
-		update map[string]any
-		want   string // in the error; "" when the run completes
+		name     string
+		update   map[string]any // the params' update
+		envelope map[string]any // members set on the message itself
+		want     string         // in the error; "" when the run completes
 	}{
-		{"a tool call whose id is a number", map[string]any{"sessionUpdate": "tool_call", "toolCallId": 7, "title": "rm -rf /", "kind": "execute"}, "a session/update symbi cannot read"},
-		{"a message chunk without content", map[string]any{"sessionUpdate": "agent_message_chunk", "content": 5}, "a session/update symbi cannot read"},
-		{"a kind of a newer protocol", map[string]any{"sessionUpdate": "future_update", "anything": true}, ""},
-		{"no kind the SDK can match", map[string]any{"x": 1}, ""},
+		{"a tool call whose id is a number", map[string]any{"sessionUpdate": "tool_call", "toolCallId": 7, "title": "rm -rf /", "kind": "execute"}, nil, "a session/update symbi cannot read"},
+		{"a message chunk without content", map[string]any{"sessionUpdate": "agent_message_chunk", "content": 5}, nil, "a session/update symbi cannot read"},
+		{"a kind of a newer protocol", map[string]any{"sessionUpdate": "future_update", "anything": true}, nil, ""},
+		{"no kind the SDK can match", map[string]any{"x": 1}, nil, ""},
+		// Lines the SDK cannot read as a message at all, which it skips with a log line.
+		{"jsonrpc a number", toolCall, map[string]any{"jsonrpc": 2}, "not a JSON-RPC message"},
+		{"error not an object", toolCall, map[string]any{"error": 5}, "not a JSON-RPC message"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, map[string]any{"steps": []any{map[string]any{"message": "hi"}, update(tt.update), map[string]any{"message": "done"}}})
+			msg := map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{"sessionId": "fake-session-1", "update": tt.update}}
+			for k, v := range tt.envelope {
+				msg[k] = v
+			}
+			e := newEnv(t, map[string]any{"steps": []any{map[string]any{"message": "hi"}, map[string]any{"raw": msg}, map[string]any{"message": "done"}}})
 			res := e.run(nil)
 			if tt.want == "" {
 				mustOutcome(t, res, OutcomeCompleted)

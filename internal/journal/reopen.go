@@ -120,6 +120,7 @@ func (w *Writer) replay(data []byte, pub []byte) ([]Read, error) {
 			return nil, err
 		}
 		entries = append(entries, Read{Seq: len(entries), Type: e.typ, Time: e.time, Data: e.data})
+		w.finished = w.finished || e.typ == TypeSessionFinished // the rest may use ClosingReserve
 	}
 	w.seq, w.durable = r.Records, r.Records
 	w.prev, w.durableHead = r.Head, r.Head

@@ -111,3 +111,43 @@ func appendBytes(t *testing.T, path string, b []byte) {
 		t.Fatal(err)
 	}
 }
+
+// TestReopenKeepsClosingReserve: a delegated run held at a human gate after its
+// session_finished may use the closing reserve for approval_decided and what follows, on
+// the server that wrote it and, resumed by Reopen, after a restart.
+func TestReopenKeepsClosingReserve(t *testing.T) {
+	_, root := newProject(t)
+	s := openStore(t, root)
+	w, err := s.Create("coder", "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := delegatedRecords()
+	fin := recs[len(recs)-3].(SessionFinished)
+	pe := recs[len(recs)-2].(PolicyEvaluated)
+	pe.Decision, pe.Gate = "deny", "respond"
+	for _, r := range append(recs[:len(recs)-3:len(recs)-3], fin, pe,
+		ApprovalRequested{Gate: "respond", TextSHA256: pe.TextSHA256, TextBytes: pe.TextBytes, TimeoutMS: 86400000}) {
+		if err := w.Append(r); err != nil {
+			t.Fatalf("%s: %v", r.Type(), err)
+		}
+	}
+	decided := ApprovalDecided{Decision: "approve", Approver: "bob", ApproverAuth: "token", Reason: "ok", Via: "approve_run"}
+	real := w.size
+	w.size = MaxFileBytes - ClosingReserve + 1 // the session filled the journal to the reserve
+	if _, err := w.Prepare(decided); err != nil {
+		t.Fatalf("approval_decided in the reserve, same server: %v", err)
+	}
+	w.size = real
+	w.Close()
+
+	r, _, err := s.Reopen(FileName("coder", "r1")) // the server restarted; the run resumes
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.size = MaxFileBytes - ClosingReserve + 1
+	if _, err := r.Prepare(decided); err != nil {
+		t.Fatalf("approval_decided in the reserve, after Reopen: %v (ErrFileTooLarge: %v)", err, errors.Is(err, ErrFileTooLarge))
+	}
+}

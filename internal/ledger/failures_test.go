@@ -3,6 +3,7 @@ package ledger
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -597,5 +598,90 @@ func TestCheckpointWaitsForFsync(t *testing.T) {
 	p.lw.Close()
 	if r := VerifyProject(p.dir, p.pub, [][]byte{cp}); r.ExitCode() != 0 {
 		t.Fatalf("a checkpoint taken during the failed fsync: exit %d, %q", r.ExitCode(), r.Problems)
+	}
+}
+
+// TestConcurrentPruneRemoved: two prunes choose the same run, and the other one
+// ends (pruned entry durable, file removed) between this prune's Lstat and its Verify.
+// The run was pruned properly, once; this prune must leave it to the other, as it does
+// when the file is still there (TestConcurrentPrune), not report it as evidence.
+func TestConcurrentPruneRemoved(t *testing.T) {
+	p := newProjectRuns(t, 2)
+	other, err := Open(p.root(t), p.lw.key) // the other prune's writer
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	p.lw.Close()
+	rep := journal.Verify(p.files[0], p.pub, journal.VerifyOptions{})
+	pruned, err := Prune(p.root(t), "", func(id string, _ time.Time) bool {
+		if id != "run-0" {
+			return false
+		}
+		// The other prune, whole: its pruned entry, then the removal of the file.
+		if _, err := other.Append(Pruned{RunID: id, File: filepath.Base(p.files[0]), Records: int64(rep.Records), Head: rep.Head}); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(p.files[0]); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}, false)
+	if err != nil || len(pruned) != 0 {
+		t.Fatalf("the second prune: %+v, %v; want nothing pruned, no error", pruned, err)
+	}
+	if r := VerifyProject(p.dir, p.pub, nil); r.ExitCode() != 0 {
+		t.Fatalf("exit %d, problems %q", r.ExitCode(), r.Problems)
+	}
+}
+
+// TestHeldLockReleased: concurrent appenders sharing fsyncs, with a second writer (as
+// another process) and checkpoints (ReadDurable) interleaved: no deadlock, and once
+// every append has returned the flock is free.
+func TestHeldLockReleased(t *testing.T) {
+	p := newProjectRuns(t, 1)
+	other, err := Open(p.root(t), p.lw.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	done := make(chan error, 64)
+	for g := range 6 {
+		w := p.lw
+		if g%2 == 1 {
+			w = other
+		}
+		go func() {
+			for i := range 30 {
+				if _, err := w.Append(Resolution{RunID: "run-0", Resolution: "accepted", Caller: fmt.Sprintf("c%d-%d", g, i)}); err != nil {
+					done <- err
+					return
+				}
+				if i%5 == 0 {
+					if _, err := ReadDurable(p.root(t)); err != nil {
+						done <- err
+						return
+					}
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 6 { // a deadlock is the test's timeout
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.Open(p.ledgerPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatalf("the flock after every append returned: %v", err)
+	}
+	unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	if r := VerifyProject(p.dir, p.pub, nil); r.ExitCode() != 0 {
+		t.Fatalf("exit %d %q", r.ExitCode(), r.Problems)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -196,6 +197,9 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 		// A server stopped between a run's entry and its journal's last line leaves the
 		// journal one line short, as verify --project accepts it (exit 2).
 		stoppedShort := e.typ == TypeRun && rep.Status == journal.StatusIncomplete && int64(rep.Records) == f.Records-1 && rep.Head == f.PrevHead
+		if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+			continue // removed meanwhile (by another prune): verification reports it if unrecorded
+		}
 		switch {
 		case f.State == journal.StatusInvalid || rep.Status == journal.StatusInvalid:
 			msg := "the ledger recorded it as invalid"

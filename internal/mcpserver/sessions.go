@@ -200,9 +200,9 @@ func (c *sessionCaps) reserve(caller string) (key, status int, err error) {
 
 // opened ends the reservation key as its answer is sent: id is the session the SDK opened
 // for it ("" if it refused the request). An opened session closes the reservation's
-// victim, or, if that one has a request in flight by now, the caller's least recently used
-// idle session; with none idle the caller keeps one session more than its cap until it
-// next opens one.
+// victim — unless it ended by itself meanwhile — or, if that one has a request in flight by
+// now, the caller's least recently used idle session; with none idle the caller keeps one
+// session more than its cap until it next opens one.
 func (c *sessionCaps) opened(key int, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -216,8 +216,11 @@ func (c *sessionCaps) opened(key int, id string) {
 	if p.victim == "" {
 		return
 	}
-	victim := p.victim
-	if _, ok := c.owner[victim]; !ok || !c.idle(victim) {
+	victim, live := p.victim, c.live()
+	if live[victim] == nil {
+		return // it ended by itself: room was made
+	}
+	if !c.idle(victim) {
 		victim = ""
 		for other, by := range c.owner {
 			if by == p.caller && other != id && !c.marked[other] && c.idle(other) && (victim == "" || c.used[other].Before(c.used[victim])) {
@@ -225,7 +228,7 @@ func (c *sessionCaps) opened(key int, id string) {
 			}
 		}
 	}
-	ss := c.live()[victim]
+	ss := live[victim]
 	if ss == nil {
 		return
 	}

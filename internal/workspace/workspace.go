@@ -110,7 +110,11 @@ func CheckPlace(ws, project, keyFile string) error {
 	if keyFile == "" {
 		return nil
 	}
-	dir, err := filepath.EvalSymlinks(filepath.Dir(keyFile))
+	abs, err := filepath.Abs(keyFile) // as the journal store takes it
+	if err != nil {
+		return nil
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Dir(abs))
 	if err != nil || !within(dir, ws) {
 		return nil
 	}
@@ -330,17 +334,24 @@ func (w *Workspace) Rel(p string) (string, error) {
 // maxLinks bounds the symbolic links Follow follows in one path (Linux's own bound).
 const maxLinks = 40
 
-// Follow returns where rel, a path Rel returned, leads in the file system as it is now:
-// the workspace-relative path after following every symbolic link among its existing
-// components (a dangling link too: writing through it creates its target), the rest
-// taken lexically. An agent's own tools follow links; symbi's reader and writer refuse
-// them, but a permission request is decided for the agent's tools, so it is decided on
-// where its paths lead as well as on their names. A path that leads outside the
-// workspace is refused with ErrOutside, one whose links cannot be read or are too many
-// with ErrUnreadable (both errcode.ProtectedPath): decide such a path as outside. A link
-// changed after the decision is not seen: the decision is taken on what is there.
-func (w *Workspace) Follow(rel string) (string, error) {
-	cur, todo, links := w.path, strings.Split(rel, "/"), 0
+// Follow returns where p, a path as an agent sent it (absolute, or relative to the
+// workspace; not cleaned first), leads in the file system as it is now: the
+// workspace-relative path after following every symbolic link among its existing
+// components (a dangling one too: writing through it creates its target) and taking each
+// ".." from the directory reached, as the kernel does; what does not exist yet is taken
+// lexically. An agent's own tools follow links; symbi's reader and writer refuse them, but
+// a permission request is decided for the agent's tools, so it is decided on where its
+// paths lead as well as on their names. A path that leads outside the workspace, or with
+// a ".." after a component that does not exist (where it leads depends on what is made
+// there later), is refused with ErrOutside; one whose links cannot be read or are too
+// many with ErrUnreadable (both errcode.ProtectedPath): decide such a path as outside.
+// A link changed after the decision is not seen: the decision is taken on what is there.
+func (w *Workspace) Follow(p string) (string, error) {
+	cur, links := w.path, 0
+	if strings.HasPrefix(p, "/") {
+		cur = "/"
+	}
+	todo := strings.Split(p, "/")
 	gone := false // a component does not exist: nor does anything beneath it
 	for len(todo) > 0 {
 		c := todo[0]
@@ -348,6 +359,8 @@ func (w *Workspace) Follow(rel string) (string, error) {
 		switch {
 		case c == "" || c == ".":
 			continue
+		case c == ".." && gone:
+			return "", refuse(errcode.ProtectedPath, p, ErrOutside, errors.New(`".." after a component that does not exist: where it leads depends on what is made there`))
 		case c == "..":
 			cur = filepath.Dir(cur)
 			continue
@@ -362,17 +375,17 @@ func (w *Workspace) Follow(rel string) (string, error) {
 			cur, gone = next, true // nothing there: the rest is taken lexically
 			continue
 		case err != nil:
-			return "", refuse(errcode.ProtectedPath, rel, ErrUnreadable, err)
+			return "", refuse(errcode.ProtectedPath, p, ErrUnreadable, err)
 		case fi.Mode()&fs.ModeSymlink == 0:
 			cur = next
 			continue
 		}
 		if links++; links > maxLinks {
-			return "", refuse(errcode.ProtectedPath, rel, ErrUnreadable, fmt.Errorf("more than %d symbolic links", maxLinks))
+			return "", refuse(errcode.ProtectedPath, p, ErrUnreadable, fmt.Errorf("more than %d symbolic links", maxLinks))
 		}
 		target, err := os.Readlink(next)
 		if err != nil {
-			return "", refuse(errcode.ProtectedPath, rel, ErrUnreadable, err)
+			return "", refuse(errcode.ProtectedPath, p, ErrUnreadable, err)
 		}
 		if filepath.IsAbs(target) {
 			cur = "/"
@@ -382,7 +395,7 @@ func (w *Workspace) Follow(rel string) (string, error) {
 	if real, ok := w.relTo(cur); ok {
 		return real, nil
 	}
-	return "", refuse(errcode.ProtectedPath, rel, ErrOutside, fmt.Errorf("its symbolic links lead to %s", errcode.Quote(cur)))
+	return "", refuse(errcode.ProtectedPath, p, ErrOutside, fmt.Errorf("its symbolic links lead to %s", errcode.Quote(cur)))
 }
 
 // relTo maps abs, a clean absolute path, to the workspace-relative path ("." for the

@@ -575,10 +575,16 @@ func TestCheckPlace(t *testing.T) {
 		{"the key in the workspace", filepath.Join(proj, "keys"), filepath.Join(proj, "keys/k"), "holds the signing key"},
 		{"the key below the workspace", proj, filepath.Join(proj, "keys/k"), "holds the signing key"},
 		{"the key in the project's parent", base, filepath.Join(proj, "parent-key/k"), "holds the signing key"},
+		{"the key named relatively", filepath.Join(proj, "keys"), "RELATIVE", "holds the signing key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := CheckPlace(tt.ws, proj, tt.key)
+			key := tt.key
+			if key == "RELATIVE" { // as SYMBI_AUDIT_KEY_FILE=k, the server started in the workspace
+				t.Chdir(tt.ws)
+				key = "k"
+			}
+			err := CheckPlace(tt.ws, proj, key)
 			if tt.why == "" {
 				if err != nil {
 					t.Fatalf("CheckPlace(%q): %v", tt.ws, err)
@@ -633,13 +639,18 @@ func TestFollow(t *testing.T) {
 		{"chain/x", "src/deep/x", nil},
 		{"src/deep/back/file", "file", nil},
 		{"dangling-in", "src/new", nil},
+		{"chain/../x", "src/x", nil}, // ".." from where the link led, as the kernel takes it
+		{"in/deep/../../file", "file", nil},
+		{"WS/in/a.go", "src/a.go", nil}, // an absolute path, as sent
+		{"missing/../up/x", "", ErrOutside},
+		{"missing/../file", "", ErrOutside}, // where it leads depends on what is made there
 		{"up/x", "", ErrOutside},
 		{"abs-out/passwd", "", ErrOutside},
 		{"dangling-out", "", ErrOutside},
 		{"l1/x", "", ErrUnreadable},
 	}
 	for _, tt := range tests {
-		got, err := w.Follow(tt.rel)
+		got, err := w.Follow(strings.Replace(tt.rel, "WS", ws, 1))
 		if tt.rule == nil {
 			if err != nil || got != tt.want {
 				t.Errorf("Follow(%q) = %q, %v; want %q", tt.rel, got, err, tt.want)
