@@ -200,6 +200,9 @@ func runPolicyEval(e *env, args []string) int {
 	fmt.Fprintf(e.stdout, "digest: %s\n", out.Digest)
 	fmt.Fprintf(e.stdout, "policies: %s\n", policyList(out.Policies))
 	fmt.Fprintf(e.stdout, "errors: %s\n", policyList(out.Errors))
+	if len(out.Diagnostics) > 0 { // the text judged is the operator's own here
+		fmt.Fprintf(e.stdout, "cedar says: %s\n", strings.Join(out.Diagnostics, "; "))
+	}
 	fmt.Fprintf(e.stdout, "reason: %s\n", out.Reason)
 	return 0
 }
@@ -236,19 +239,22 @@ type policyEvalOutput struct {
 	Digest   string          `json:"digest"`
 	Policies []string        `json:"policies"`
 	Errors   []string        `json:"errors"`
-	Reason   string          `json:"reason"`
-	Gate     string          `json:"gate,omitempty"` // a deny held for a person: the gating policies
-	Agent    string          `json:"agent"`
-	AgentID  string          `json:"agent_id"`
-	File     string          `json:"file"`
-	RunID    string          `json:"run_id"`
-	Bytes    int             `json:"response_bytes"`
+	// Diagnostics are Cedar's own messages of evaluation errors, which may quote the
+	// values judged: shown here, to the operator who gave them, never journaled.
+	Diagnostics []string `json:"diagnostics,omitempty"`
+	Reason      string   `json:"reason"`
+	Gate        string   `json:"gate,omitempty"` // a deny held for a person: the gating policies
+	Agent       string   `json:"agent"`
+	AgentID     string   `json:"agent_id"`
+	File        string   `json:"file"`
+	RunID       string   `json:"run_id"`
+	Bytes       int      `json:"response_bytes"`
 }
 
 func policyEvalJSON(set *policy.Set, req policy.Request, d policy.Decision) policyEvalOutput {
 	return policyEvalOutput{
 		Decision: d.Verdict(), Action: req.Action, Tool: req.Tool, Mode: set.Mode, Digest: set.Digest,
-		Policies: append([]string{}, d.Policies...), Errors: append([]string{}, d.Errors...), Reason: d.Reason, Gate: d.Gate,
+		Policies: append([]string{}, d.Policies...), Errors: append([]string{}, d.Errors...), Diagnostics: d.Diagnostics, Reason: d.Reason, Gate: d.Gate,
 		Agent: req.Agent, AgentID: req.AgentID, File: req.File, RunID: req.RunID, Bytes: len(req.Response),
 	}
 }
@@ -408,7 +414,7 @@ func runAccessEval(e *env, set map[string]bool, args []string, dir string, asJSO
 	d := set2.DecideAccess(req)
 	out := accessEvalOutput{Decision: d.Verdict(), Action: req.Action, Caller: req.Caller, CallerAuth: req.CallerAuth, Agent: req.Agent, Run: req.Run,
 		Mode: set2.Mode, Digest: set2.Digest, Mentioned: set2.Mode == policy.ModeCedar && set2.Mentions(req.Action),
-		Policies: append([]string{}, d.Policies...), Errors: append([]string{}, d.Errors...), Reason: d.Reason}
+		Policies: append([]string{}, d.Policies...), Errors: append([]string{}, d.Errors...), Diagnostics: d.Diagnostics, Reason: d.Reason}
 	if asJSON {
 		if !printJSON(e, cmdPolicyEval.name, out) {
 			return 1
@@ -427,6 +433,9 @@ func runAccessEval(e *env, set map[string]bool, args []string, dir string, asJSO
 	fmt.Fprintf(e.stdout, "digest: %s\n", out.Digest)
 	fmt.Fprintf(e.stdout, "policies: %s\n", policyList(out.Policies))
 	fmt.Fprintf(e.stdout, "errors: %s\n", policyList(out.Errors))
+	if len(out.Diagnostics) > 0 { // the text judged is the operator's own here
+		fmt.Fprintf(e.stdout, "cedar says: %s\n", strings.Join(out.Diagnostics, "; "))
+	}
 	fmt.Fprintf(e.stdout, "reason: %s\n", out.Reason)
 	return 0
 }
@@ -443,5 +452,7 @@ type accessEvalOutput struct {
 	Mentioned  bool                `json:"mentioned" jsonschema:"whether an access policy mentions the action (else the built-in default decided)"`
 	Policies   []string            `json:"policies"`
 	Errors     []string            `json:"errors"`
-	Reason     string              `json:"reason"`
+	// Diagnostics: as policyEvalOutput's.
+	Diagnostics []string `json:"diagnostics,omitempty"`
+	Reason      string   `json:"reason"`
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -652,5 +653,38 @@ func TestDeadlineCap(t *testing.T) {
 		if started.DeadlineMS != tt.want || requested.DeadlineMS != tt.want {
 			t.Errorf("%q: deadline_ms %d and %d, want %d", tt.agent, started.DeadlineMS, requested.DeadlineMS, tt.want)
 		}
+	}
+}
+
+// TestPolicyErrorWithholdsText: an answer denied by an evaluation error — here ip() of the
+// response, whose Cedar message quotes the value it failed on — is withheld from everything
+// the denial writes or says: the caller's policy_denied error and, in hashes-only mode, the
+// journal hold the policy and the kind of error, never the text; and the denial's record
+// fits the journal whatever the text's size (a 1 MiB answer once made it audit_failed).
+func TestPolicyErrorWithholdsText(t *testing.T) {
+	for _, text := range []string{"the launch code is TOP-SECRET-4471", strings.Repeat("x", 1<<20)} {
+		t.Run(fmt.Sprint(len(text)), func(t *testing.T) {
+			files := map[string]string{
+				"agents/helper.symbi": "metadata { description = \"answers\" }\nagent helper { capabilities = [\"answer\"] }\n",
+				"policies/respond.cedar": "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n" +
+					"@id(\"no-internal-ips\") forbid (principal, action == Action::\"respond\", resource) when { ip(context.response).isInRange(ip(\"10.0.0.0/8\")) };\n",
+			}
+			f := newFixture(t, files, func(c *Config) { c.HashesOnly = true }, loopback.WithReply(loopback.Reply{Text: text}))
+			_, err := f.runner.Invoke(context.Background(), Request{Agent: "helper", Prompt: "hi"}, nil)
+			var ie *Error
+			if !errors.Is(err, errcode.PolicyDenied) || !errors.As(err, &ie) || ie.Audit == nil {
+				t.Fatalf("err %.300v, want policy_denied", err)
+			}
+			if msg := err.Error(); strings.Contains(msg, text[:20]) || !strings.Contains(msg, "no-internal-ips") || !strings.Contains(msg, "a value that is not an IP address") {
+				t.Fatalf("the policy_denied error %.300q: want the policy and the kind of error, not the text", msg)
+			}
+			raw, err := os.ReadFile(ie.Audit.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Contains(raw, []byte(text[:20])) {
+				t.Fatal("the hashes-only journal holds the withheld text")
+			}
+		})
 	}
 }

@@ -87,8 +87,13 @@ type Request struct {
 type Decision struct {
 	Allow    bool
 	Policies []string // deciding policy ids, in load order
-	Errors   []string // evaluation errors as "id: message" (any one denies)
+	Errors   []string // evaluation errors as "id: what kind of error" (any one denies)
 	Reason   string   // one-line human explanation
+	// Diagnostics are Cedar's own messages of the evaluation errors, as "id: message".
+	// They may quote the values judged — the very text the gate withholds — so they are
+	// never journaled or sent to a caller: only an operator's own evaluation (symbi
+	// policy eval) shows them. Errors and Reason carry the kind of error only.
+	Diagnostics []string
 	// Gate is set on a deny that a person may turn into an allow: every deciding policy is
 	// a forbid annotated @gate("human") (no ungated forbid matched, no evaluation error).
 	// It names the gating policies' ids, comma-separated.
@@ -232,14 +237,22 @@ func (s *Set) decideCedarRequest(req cedar.Request, entities types.EntityMap) De
 	if len(diag.Errors) > 0 {
 		for _, e := range diag.Errors {
 			d.Policies = append(d.Policies, string(e.PolicyID))
-			d.Errors = append(d.Errors, fmt.Sprintf("%s: %s", e.PolicyID, e.Message))
+			d.Errors = append(d.Errors, fmt.Sprintf("%s: %s", e.PolicyID, evalError(e)))
+			d.Diagnostics = append(d.Diagnostics, fmt.Sprintf("%s: %s", e.PolicyID, e.Message))
 		}
-		d.Reason = "denied: evaluation error in " + strings.Join(d.Policies, ", ") +
-			" (any evaluation error denies): " + diag.Errors[0].Message
+		d.Reason = "denied: evaluation error in " + strings.Join(listed(d.Policies), ", ") +
+			" (any evaluation error denies): " + evalError(diag.Errors[0])
+		d.Policies, d.Errors = capLists(d.Policies, d.Errors)
 		return d
 	}
 	for _, reason := range diag.Reasons {
 		d.Policies = append(d.Policies, string(reason.PolicyID))
+	}
+	if len(d.Policies) > MaxDeciding {
+		// Too many to record, or to hold at a gate: a deny naming the first of them.
+		d.Reason = fmt.Sprintf("denied: %d policies decided this request, more than the %d a decision records", len(d.Policies), MaxDeciding)
+		d.Policies, d.Errors = capLists(d.Policies, []string{"symbi: " + d.Reason})
+		return d
 	}
 	switch {
 	case decision == cedar.Allow:
@@ -255,6 +268,64 @@ func (s *Set) decideCedarRequest(req cedar.Request, entities types.EntityMap) De
 		d.Reason = "denied: no permit matched"
 	}
 	return d
+}
+
+// The bounds on what a decision lists, so that its journal record always fits: the
+// deciding policies (each id at most MaxIDBytes: the loader refuses a longer one) and the
+// evaluation errors.
+const (
+	MaxDeciding = 256
+	MaxIDBytes  = 256
+	maxErrors   = 16
+)
+
+// capLists cuts ids to MaxDeciding and errs to maxErrors, saying in errs what was cut.
+func capLists(ids, errs []string) ([]string, []string) {
+	var more []string
+	if n := len(ids) - MaxDeciding; n > 0 {
+		ids, more = ids[:MaxDeciding], append(more, fmt.Sprintf("symbi: and %d more deciding policies, not listed", n))
+	}
+	if n := len(errs) - maxErrors; n > 0 {
+		errs, more = errs[:maxErrors], append(more, fmt.Sprintf("symbi: and %d more evaluation errors, not listed", n))
+	}
+	return ids, append(errs, more...)
+}
+
+// listed is ids cut to MaxDeciding, for a message.
+func listed(ids []string) []string { return ids[:min(len(ids), MaxDeciding)] }
+
+// evalError says what kind of evaluation error e is, and where its policy is, without
+// Cedar's message, which may quote the values judged (an ip() or decimal() of the
+// response quotes the response): a refusal must not hand out the text it withholds.
+func evalError(e cedar.DiagnosticError) string {
+	kind := "an evaluation error"
+	m := e.Message
+	switch {
+	case strings.Contains(m, "type error"):
+		kind = "a type error"
+	case strings.Contains(m, "overflow"):
+		kind = "an overflow"
+	case strings.Contains(m, "does not have the attribute"):
+		kind = "a missing attribute"
+	case strings.Contains(m, "does not have the tag"):
+		kind = "a missing tag"
+	case strings.Contains(m, "does not exist"):
+		kind = "an entity that does not exist"
+	case strings.Contains(m, "IP address"):
+		kind = "a value that is not an IP address"
+	case strings.Contains(m, "decimal"):
+		kind = "a value that is not a decimal"
+	case strings.Contains(m, "datetime"):
+		kind = "a value that is not a datetime"
+	case strings.Contains(m, "duration"):
+		kind = "a value that is not a duration"
+	case strings.Contains(m, "arguments"), strings.Contains(m, "function"):
+		kind = "an extension function misused"
+	}
+	if pos := e.Position; pos.Filename != "" {
+		return fmt.Sprintf("%s (in the policy at %s:%d:%d; Cedar's message is not shown, as it may quote the values judged)", kind, pos.Filename, pos.Line, pos.Column)
+	}
+	return kind + " (Cedar's message is not shown, as it may quote the values judged)"
 }
 
 // allGated reports whether every policy of ids is a gated forbid.

@@ -3,6 +3,7 @@ package policy
 import (
 	"os"
 	"slices"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -421,5 +422,62 @@ func TestTopDirs(t *testing.T) {
 	tu := &ToolUse{Paths: []string{"src/a.go", "README.md", "src/b/c", "docs/x", "."}}
 	if got := tu.TopDirs(); !slices.Equal(got, []string{".", "docs", "src"}) {
 		t.Fatalf("TopDirs = %q", got)
+	}
+}
+
+// TestEvalErrorWithholdsValues: an evaluation error denies, and the decision's Errors and
+// Reason name the policy, where it is and the kind of error — never Cedar's message, which
+// quotes the value it failed on (here the response, the text the gate withholds); the
+// message is kept in Diagnostics, for the operator's own evaluation only.
+func TestEvalErrorWithholdsValues(t *testing.T) {
+	const secret = "the launch code is TOP-SECRET-4471"
+	for _, tt := range []struct{ cond, kind string }{
+		{`ip(context.response).isInRange(ip("10.0.0.0/8"))`, "a value that is not an IP address"},
+		{`decimal(context.response) > decimal("1.0")`, "a value that is not a decimal"},
+		{`context.response.nothing == "x"`, "a type error"},
+		{`context.nothere == "x"`, "a missing attribute"},
+	} {
+		t.Run(tt.kind, func(t *testing.T) {
+			src := "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n" +
+				"@id(\"erring\") forbid (principal, action == Action::\"respond\", resource) when { " + tt.cond + " };\n"
+			s := loadDir(t, makeProject(t, map[string]string{"policies/a.cedar": src}, nil))
+			if s.Mode != ModeCedar {
+				t.Fatalf("mode %s: %s", s.Mode, s.Reason)
+			}
+			d := s.Decide(request("assistant", secret))
+			all := d.Reason + "\n" + strings.Join(d.Errors, "\n")
+			if d.Allow || strings.Contains(all, "TOP-SECRET") || !strings.Contains(all, "erring: "+tt.kind+" (in the policy at ") {
+				t.Fatalf("decision %+v: want a deny naming erring and %q, without the text", d, tt.kind)
+			}
+			if len(d.Diagnostics) != 1 || !strings.HasPrefix(d.Diagnostics[0], "erring: ") {
+				t.Fatalf("diagnostics %q", d.Diagnostics)
+			}
+		})
+	}
+}
+
+// TestDecisionListsBounded: a decision lists at most MaxDeciding policies and a bounded
+// number of errors, saying how many it left out, so that its journal record always fits;
+// more deciding policies than that is a deny, never held at a gate.
+func TestDecisionListsBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n")
+	for i := range MaxDeciding + 44 {
+		fmt.Fprintf(&b, "@gate(\"human\") @id(\"g%d\") forbid (principal, action == Action::\"respond\", resource);\n", i)
+		fmt.Fprintf(&b, "@id(\"e%d\") forbid (principal, action == Action::\"respond\", resource) when { ip(context.response).isLoopback() };\n", i)
+	}
+	s := loadDir(t, makeProject(t, map[string]string{"policies/a.cedar": b.String()}, nil))
+	d := s.Decide(request("assistant", "text"))
+	if d.Allow || len(d.Policies) != MaxDeciding || len(d.Errors) != maxErrors+2 || d.Errors[maxErrors] != "symbi: and 44 more deciding policies, not listed" {
+		t.Fatalf("errors: %d ids, %d errors, the last %q", len(d.Policies), len(d.Errors), d.Errors[len(d.Errors)-1])
+	}
+	b.Reset()
+	for i := range MaxDeciding + 1 {
+		fmt.Fprintf(&b, "@gate(\"human\") @id(\"g%d\") forbid (principal, action == Action::\"respond\", resource);\n", i)
+	}
+	s = loadDir(t, makeProject(t, map[string]string{"policies/a.cedar": "@id(\"respond\") permit (principal, action, resource);\n" + b.String()}, nil))
+	d = s.Decide(request("assistant", "text"))
+	if d.Allow || d.Gate != "" || len(d.Policies) != MaxDeciding || !strings.Contains(d.Reason, "257 policies decided this request") {
+		t.Fatalf("gated: %d ids, gate %.40q, reason %q", len(d.Policies), d.Gate, d.Reason)
 	}
 }

@@ -330,6 +330,11 @@ func (l *loader) parse(file string, data []byte) {
 			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column, Message: "empty @id annotation"})
 			continue
 		}
+		if len(id) > MaxIDBytes {
+			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column,
+				Message: fmt.Sprintf("an @id of %d bytes, more than %d: a decision records its policies' ids", len(id), MaxIDBytes)})
+			continue
+		}
 		if prev, dup := l.ids[id]; dup {
 			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column,
 				Message: fmt.Sprintf("duplicate policy id %q (also in %s)", id, prev)})

@@ -80,6 +80,8 @@ func TestLoadModes(t *testing.T) {
 		{name: "non-UTF-8 file", files: map[string]string{"policies/a.cedar": "permit (principal, action, resource)\n// caf\xe9\n;"}, mode: ModeDenyAll, problem: "policies/a.cedar:2:7: invalid UTF-8", pos: [2]int{2, 7}},
 		{name: "duplicate id", files: map[string]string{"policies/a.cedar": permitAll, "policies/mcp-server/b.cedar": permitAll}, mode: ModeDenyAll, problem: `duplicate policy id "all" (also in policies/a.cedar)`},
 		{name: "empty id", files: map[string]string{"policies/a.cedar": "@id(\"\") permit (principal, action, resource);"}, mode: ModeDenyAll, problem: "empty @id"},
+		{name: "an id at its limit", files: map[string]string{"policies/a.cedar": "@id(\"" + strings.Repeat("i", MaxIDBytes) + "\") permit (principal, action, resource);"}, mode: ModeCedar},
+		{name: "an id over its limit", files: map[string]string{"policies/a.cedar": "@id(\"" + strings.Repeat("i", MaxIDBytes+1) + "\") permit (principal, action, resource);"}, mode: ModeDenyAll, problem: "an @id of 257 bytes, more than 256"},
 		{name: "gate in another case", files: map[string]string{"policies/a.cedar": permitAll + "\n@Gate(\"human\") @id(\"review\") forbid (principal, action, resource);"}, mode: ModeDenyAll, problem: "annotation @Gate: symbi reads @gate"},
 		{name: "id in another case", files: map[string]string{"policies/a.cedar": "@ID(\"x\") permit (principal, action, resource);"}, mode: ModeDenyAll, problem: "annotation @ID: symbi reads @id"},
 		{name: "symlink to a valid file", files: map[string]string{"elsewhere.txt": permitAll}, setup: func(t testing.TB, d string) {
