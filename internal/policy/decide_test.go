@@ -1,9 +1,9 @@
 package policy
 
 import (
+	"fmt"
 	"os"
 	"slices"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
