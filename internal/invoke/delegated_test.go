@@ -6,11 +6,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
+	"symbi/internal/digest"
 	"symbi/internal/dsl"
 	"symbi/internal/errcode"
 	"symbi/internal/executors"
+	"symbi/internal/journal"
+	"symbi/internal/policy"
 	"symbi/internal/workspace"
 )
 
@@ -105,4 +110,97 @@ func journals(t *testing.T, f *fixture) int {
 		t.Fatal(err)
 	}
 	return len(m)
+}
+
+// TestResumeRejudges: a run held at a gate when its server stopped is judged again, on
+// resume, by the policy set the server now runs, when that set is not the one that held
+// it: the gate does not outlive a change of the policies that set it. The same set, or a
+// new one that holds the answer at the same gate, waits for the person as before; a set
+// that denies everything, one that denies the answer another way, or an agent whose
+// definition changed ends the run policy_denied, the text never released.
+func TestResumeRejudges(t *testing.T) {
+	const text, gate = "Dear ACME Corp, the outage is over.", "customer-names-review"
+	gated := "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n" +
+		"@gate(\"human\") @id(\"customer-names-review\") forbid (principal, action == Action::\"respond\", resource) when { context.response like \"*ACME*\" };\n"
+	tests := []struct {
+		name     string
+		policies string // the set the resuming server runs
+		digest   string // the started record's policy digest: "" for the set's own
+		source   string // the agent's definition when resumed: "" for the one that ran
+		denied   string // in the policy_denied error; "" for a run that waits and is released
+	}{
+		{"the same set", gated, "", "", ""},
+		{"a new set, the same gate", gated + "// a comment\n", "an older digest", "", ""},
+		{"a set that cannot be used", "not cedar", "", "", "the set is unusable, and denies everything until fixed"},
+		{"a new set, an ungated forbid", strings.Replace(gated, "@gate(\"human\") ", "", 1), "an older digest", "", "denied by forbid customer-names-review"},
+		{"a new set, the definition changed", gated, "an older digest", "agent helper { capabilities = [\"answer\", \"more\"] }\n", "the agent's definition agents/helper.symbi is gone or changed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, map[string]string{
+				"agents/helper.symbi":    "agent helper { capabilities = [\"answer\"] }\n",
+				"policies/respond.cedar": tt.policies,
+			}, nil)
+			agent, err := f.runner.cfg.Registry.Resolve("helper")
+			if err != nil {
+				t.Fatal(err)
+			}
+			set := f.runner.cfg.Policies
+			started := journal.Started{Agent: "helper", File: agent.Entry.File, SourceSHA256: agent.SourceSHA256, Surface: "mcp-server",
+				PolicyMode: string(set.Mode), PolicyDigest: set.Digest}
+			if tt.digest != "" {
+				started.PolicyMode, started.PolicyDigest = string(policy.ModeCedar), tt.digest
+			}
+			if tt.source != "" {
+				started.SourceSHA256 = digest.SHA256Hex([]byte(tt.source)) // the definition that ran is not the file's now
+			}
+			h := heldJournal(t, f, started, text, gate)
+			run := f.runner.Resume(h)
+			if tt.denied != "" {
+				_, err := run.Wait(t.Context())
+				if !errors.Is(err, errcode.PolicyDenied) || !strings.Contains(err.Error(), tt.denied) {
+					t.Fatalf("resumed: %v, want policy_denied with %q", err, tt.denied)
+				}
+				if err := run.Approve(t.Context(), Approval{Decision: ApprovalApprove, Approver: "alice"}); !errors.Is(err, ErrNotAwaiting) {
+					t.Fatalf("an approval after: %v, want ErrNotAwaiting", err)
+				}
+				return
+			}
+			if err := run.Approve(t.Context(), Approval{Decision: ApprovalApprove, Approver: "alice"}); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := run.Wait(t.Context()); err != nil || res.Text != text {
+				t.Fatalf("resumed and approved: %+v, %v", res, err)
+			}
+		})
+	}
+}
+
+// heldJournal writes the journal of a model run held at gate with text, as its server left
+// it, and reopens it for Resume.
+func heldJournal(t *testing.T, f *fixture, started journal.Started, text, gate string) *Held {
+	t.Helper()
+	sum := digest.SHA256Hex([]byte(text))
+	store, err := journal.OpenStore(f.runner.cfg.Project.Root(), journal.StoreOptions{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	w, err := store.Create(policy.AgentID("helper"), "held-run", started,
+		journal.InferenceRequested{CallID: "c1"},
+		journal.InferenceFinished{CallID: "c1", Outcome: "completed", HTTPStatus: 200, TextSHA256: sum, TextBytes: int64(len(text)), Text: text},
+		journal.PolicyEvaluated{Action: "respond", Decision: "deny", PolicyIDs: []string{gate}, TextSHA256: sum, TextBytes: int64(len(text)), Gate: gate},
+		journal.ApprovalRequested{Gate: gate, TextSHA256: sum, TextBytes: int64(len(text)), TimeoutMS: ms(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	h, err := ReopenHeld(store, filepath.Base(w.Path()))
+	if err != nil || h == nil {
+		t.Fatalf("ReopenHeld: %v, %v", h, err)
+	}
+	return h
 }

@@ -13,6 +13,7 @@ import (
 	"symbi/internal/digest"
 	"symbi/internal/errcode"
 	"symbi/internal/journal"
+	"symbi/internal/policy"
 	"symbi/internal/project"
 )
 
@@ -188,7 +189,7 @@ func TestDelegatedAnswerIsNamed(t *testing.T) {
 		if err != nil || h == nil {
 			t.Fatalf("ReopenHeld: %v, %v", h, err)
 		}
-		r := New(Config{})
+		r := New(Config{Policies: &policy.Set{}}) // the set that held it (its digest and mode, as started recorded them)
 		t.Cleanup(func() { r.Shutdown(context.Background()) })
 		run := r.Resume(h)
 		decide(t, run)

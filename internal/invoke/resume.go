@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path"
+	"strings"
 	"time"
 
 	"symbi/internal/digest"
 	"symbi/internal/errcode"
 	"symbi/internal/journal"
+	"symbi/internal/policy"
 )
 
 // Held is a run that was waiting at a human gate when its server stopped: its journal,
@@ -106,13 +109,16 @@ func (r *Runner) Resume(h *Held) *Run {
 	p.journal.Store(h.w)
 	p.opened.Store(&Audit{RunID: h.w.RunID(), Path: h.w.Path(), PublicKey: h.pub})
 	p.gate.init()
-	p.gate.pending.Store(&Pending{Gate: h.gate, Since: h.since, Deadline: h.deadline, TextBytes: int64(len(h.text)), delegated: h.started.Mode == ModeDelegated})
+	refused := r.rejudge(h, req)
+	if refused == nil {
+		p.gate.pending.Store(&Pending{Gate: h.gate, Since: h.since, Deadline: h.deadline, TextBytes: int64(len(h.text)), delegated: h.started.Mode == ModeDelegated})
+	}
 	ctx, cancel := context.WithCancelCause(r.base)
 	run := &Run{r: r, p: p, cancel: cancel, opened: make(chan struct{}), done: make(chan struct{})}
 	close(run.opened)
 	go func() {
 		defer h.w.Close()
-		run.res, run.err = r.resumeWait(ctx, h, p)
+		run.res, run.err = r.resumeWait(ctx, h, p, refused)
 		r.logRun(p, run.res, run.err)
 		cancel(nil)
 		r.mu.Lock()
@@ -125,16 +131,51 @@ func (r *Runner) Resume(h *Held) *Run {
 	return run
 }
 
-// resumeWait is the rest of a held run: the wait, then its end.
-func (r *Runner) resumeWait(ctx context.Context, h *Held, p *prepared) (*Result, error) {
+// rejudge decides again, with the policy set this server runs, the answer h holds, when
+// that set is not the one that held it (the started record's policy digest): the gate
+// does not outlive a change of the policies that set it. It returns nil when the run may
+// wait on — the same set, or a new one that holds the answer at the same gate or allows
+// it (a person was asked, and still decides) — and otherwise the policy_denied error that
+// ends it: a set that denies everything (deny_all), one that denies the answer another
+// way, or an agent whose definition is gone or changed, so that the answer cannot be
+// judged again. run is the run's request as the journal's started record tells it.
+func (r *Runner) rejudge(h *Held, run Request) error {
+	set, st := r.cfg.Policies, h.started
+	denied := func(format string, a ...any) error {
+		return errcode.Errorf(errcode.PolicyDenied, "the policies changed since the answer was held at gate %s (digest %s, now %s): %s", h.gate, st.PolicyDigest, set.Digest, fmt.Sprintf(format, a...))
+	}
+	switch {
+	case set == nil:
+		return errcode.Errorf(errcode.PolicyDenied, "no policy set to judge the held answer with")
+	case set.Mode == policy.ModeDenyAll:
+		return denied("the set is unusable, and denies everything until fixed: %s", set.Reason)
+	case string(set.Mode) == st.PolicyMode && set.Digest == st.PolicyDigest:
+		return nil
+	case r.cfg.Registry == nil:
+		return denied("the agent's definition cannot be read to judge the answer again")
+	}
+	agent, err := r.cfg.Registry.Resolve(strings.TrimSuffix(strings.TrimSuffix(path.Base(st.File), ".symbi"), ".dsl"))
+	if err != nil || agent.Entry.File != st.File || agent.SourceSHA256 != st.SourceSHA256 {
+		return denied("the agent's definition %s is gone or changed, so the answer cannot be judged again", st.File)
+	}
+	req := policy.NewRequest(agent, h.w.RunID(), h.text, run.Surface, run.Caller)
+	req.CallerAuth = run.CallerAuth
+	switch d := set.Decide(req); {
+	case d.Allow, d.Gate == h.gate:
+		return nil
+	default:
+		return denied("%s", denial(d))
+	}
+}
+
+// resumeWait is the rest of a held run: the wait, then its end; or, when refused (the
+// policies now deny the answer: rejudge), its end at once.
+func (r *Runner) resumeWait(ctx context.Context, h *Held, p *prepared, refused error) (*Result, error) {
 	w := h.w
 	audit := func() *Audit {
 		rc := w.Durable()
 		return &Audit{RunID: w.RunID(), Path: w.Path(), PublicKey: h.pub, Records: rc.Records, Head: rc.Head}
 	}
-	close(p.gate.awaiting)
-	v := r.await(ctx, p, h.gate, "", time.Until(h.deadline), durably(w))
-	p.gate.pending.Store(nil)
 	end := func(t journal.Terminated, err error) (*Result, error) {
 		t.DurationMS = ms(time.Since(h.begun))
 		if werr := r.endRun(w, p, t); werr != nil {
@@ -142,6 +183,13 @@ func (r *Runner) resumeWait(ctx context.Context, h *Held, p *prepared) (*Result,
 		}
 		return nil, &Error{Err: err, Audit: audit()}
 	}
+	if refused != nil {
+		p.reason = reasonPolicyDenied
+		return end(journal.Terminated{Reason: reasonPolicyDenied, Error: refused.Error(), Gate: h.gate}, refused)
+	}
+	close(p.gate.awaiting)
+	v := r.await(ctx, p, h.gate, "", time.Until(h.deadline), durably(w))
+	p.gate.pending.Store(nil)
 	switch {
 	case v.journalErr != nil:
 		p.reason = reasonAuditFailed
