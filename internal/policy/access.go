@@ -49,29 +49,38 @@ type RunResource struct {
 // own files). It never fails: a set it cannot fully use is in deny_all mode, and then
 // every access decision is a deny.
 func LoadAccess(root *os.File) *Set {
-	l := &loader{set: &Set{}, ids: map[string]string{}}
+	l := &loader{set: &Set{}, ids: map[string]string{}, decides: AccessActions}
 	l.loadAccess(root)
 	s := l.finish()
 	s.mentions = map[string]bool{}
 	for _, p := range s.compiled {
-		switch scope := (*xast.Policy)(p.AST()).Action.(type) {
-		case xast.ScopeTypeAll:
-			s.anyAction = true
-		case xast.ScopeTypeEq:
-			s.mentions[string(scope.Entity.ID)] = true
-		case xast.ScopeTypeIn:
-			s.mentions[string(scope.Entity.ID)] = true
-		case xast.ScopeTypeInSet:
-			for _, e := range scope.Entities {
-				s.mentions[string(e.ID)] = true
-			}
-		default:
-			// A scope this code does not know: treat it as naming every action, so that
-			// Cedar, not the built-in default, decides.
-			s.anyAction = true
+		names, all := scopeActions(p)
+		s.anyAction = s.anyAction || all
+		for _, a := range names {
+			s.mentions[a] = true
 		}
 	}
 	return s
+}
+
+// scopeActions returns the action ids p's action scope names, or all: an unconstrained
+// scope, or one this code does not know (taken as naming every action, so that Cedar, not
+// a built-in default, decides and no policy is taken for another set's).
+func scopeActions(p *cedar.Policy) (names []string, all bool) {
+	switch scope := (*xast.Policy)(p.AST()).Action.(type) {
+	case xast.ScopeTypeAll:
+		return nil, true
+	case xast.ScopeTypeEq:
+		return []string{string(scope.Entity.ID)}, false
+	case xast.ScopeTypeIn:
+		return []string{string(scope.Entity.ID)}, false
+	case xast.ScopeTypeInSet:
+		for _, e := range scope.Entities {
+			names = append(names, string(e.ID))
+		}
+		return names, false
+	}
+	return nil, true
 }
 
 // Mentions reports whether some access policy's scope names action (a policy whose

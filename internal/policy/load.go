@@ -23,6 +23,10 @@ import (
 
 // loader accumulates the state of one Load.
 type loader struct {
+	// decides are the actions the set being loaded decides: a policy whose action scope
+	// names none of them (only the other set's) is a problem — a forbid moved into the
+	// wrong directory would otherwise deny nothing, unsaid.
+	decides  []string
 	set      *Set
 	digest   []byte // the digest input, hashed at the end
 	total    int
@@ -34,7 +38,7 @@ type loader struct {
 // directory descriptor, and returns the resulting Set. It never fails: anything
 // configured that cannot be used yields a Set in deny_all mode with a Reason.
 func Load(root *os.File) *Set {
-	l := &loader{set: &Set{}, ids: map[string]string{}}
+	l := &loader{set: &Set{}, ids: map[string]string{}, decides: []string{ActionRespond, ActionUseTool}}
 	l.load(root)
 	return l.finish()
 }
@@ -355,6 +359,15 @@ func (l *loader) parse(file string, data []byte) {
 		case effect != "forbid":
 			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column,
 				Message: fmt.Sprintf("policy %s: @gate goes on a forbid (it turns that denial into a wait for a person); on a permit it would mean nothing", id)})
+			continue
+		}
+		if names, all := scopeActions(p); !all && !slices.ContainsFunc(names, func(a string) bool { return slices.Contains(l.decides, a) }) {
+			where := "policies/access/ (run access)"
+			if !slices.Contains(l.decides, ActionRespond) {
+				where = "policies/ (respond and use_tool)"
+			}
+			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column,
+				Message: fmt.Sprintf("policy %s names only actions this set does not decide (%s): it would never apply here; it belongs in %s", id, strings.Join(names, ", "), where)})
 			continue
 		}
 		l.set.policies = append(l.set.policies, Policy{ID: id, File: file, Line: pos.Line, Column: pos.Column, Effect: effect, Gate: string(gate)})

@@ -299,3 +299,40 @@ func TestLoadLeavesRootUsable(t *testing.T) {
 		t.Fatalf("nil root: mode %s", s.Mode)
 	}
 }
+
+// TestMisplacedPolicies: a policy whose action scope names only actions its set does not
+// decide — a respond forbid moved into policies/access/, an access forbid into policies/,
+// an action misspelt — would never apply, and a forbid so placed would deny nothing: it is
+// a problem, and its set denies everything until it is fixed, saying where it belongs.
+func TestMisplacedPolicies(t *testing.T) {
+	for _, tt := range []struct {
+		name, file, text string
+		access           bool   // the access set has the problem (else the respond set)
+		want             string // in the problem
+	}{
+		{"a respond forbid in access", "policies/access/secrets.cedar", `@id("no-private-keys") forbid (principal, action == Action::"respond", resource) when { context.response like "*PRIVATE KEY*" };`, true, "policy no-private-keys names only actions this set does not decide (respond): it would never apply here; it belongs in policies/ (respond and use_tool)"},
+		{"an access forbid in policies", "policies/runs.cedar", `@id("mallory-reads-nothing") forbid (principal == Caller::"mallory", action == Action::"read_run", resource);`, false, "policy mallory-reads-nothing names only actions this set does not decide (read_run): it would never apply here; it belongs in policies/access/ (run access)"},
+		{"a misspelt action", "policies/respond.cedar", `@id("typo") forbid (principal, action in [Action::"respnd"], resource);`, false, "policy typo names only actions this set does not decide (respnd)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := makeProject(t, map[string]string{
+				"policies/respond.cedar": `@id("respond") permit (principal, action == Action::"respond", resource);` + "\n",
+				tt.file:                  tt.text + "\n",
+			}, nil)
+			if tt.file == "policies/respond.cedar" {
+				dir = makeProject(t, map[string]string{tt.file: `@id("respond") permit (principal, action == Action::"respond", resource);` + "\n" + tt.text + "\n"}, nil)
+			}
+			respond, access := loadDir(t, dir), loadAccessDir(t, dir)
+			bad, good := respond, access
+			if tt.access {
+				bad, good = access, respond
+			}
+			if bad.Mode != ModeDenyAll || !strings.Contains(bad.Reason, tt.want) {
+				t.Fatalf("mode %s, reason %q; want deny_all with %q", bad.Mode, bad.Reason, tt.want)
+			}
+			if good.Mode == ModeDenyAll {
+				t.Fatalf("the other set: %s", good.Reason)
+			}
+		})
+	}
+}
