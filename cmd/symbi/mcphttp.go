@@ -104,7 +104,7 @@ func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner,
 	case h.jwks != "":
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		jwt, err := auth.NewJWT(ctx, auth.JWTConfig{JWKSURL: h.jwks, Issuer: h.issuer, Audience: h.aud, Claim: h.claim,
-			AllowPrivate: h.jwksAllowPrivate, AllowInsecure: h.jwksAllowInsecure})
+			AllowPrivate: h.jwksAllowPrivate, AllowInsecure: h.jwksAllowInsecure, Log: log})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("--auth-jwks: %w", err)

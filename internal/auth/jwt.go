@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -56,6 +57,9 @@ type JWTConfig struct {
 	MinRefetch time.Duration
 	// Timeout bounds one fetch; 0 means safefetch.DefaultTimeout.
 	Timeout time.Duration
+	// Log receives why the issuer's keys could not be fetched, which a caller is not told
+	// (the JWK set's URL, the issuer's address); nil means slog.Default().
+	Log *slog.Logger
 }
 
 // JWT verifies JWT access tokens for one issuer and audience. It is safe for concurrent
@@ -114,6 +118,16 @@ func (j *JWT) Verify(ctx context.Context, token string, _ *http.Request) (*sdkau
 	h := sig.Signatures[0].Header
 	alg := jose.SignatureAlgorithm(h.Algorithm)
 	candidates, err := j.keys.lookup(ctx, h.KeyID)
+	if errors.Is(err, ErrKeysUnavailable) {
+		// Anyone may send a token naming an unknown key: the answer says the keys are
+		// unavailable, and the log why.
+		log := j.cfg.Log
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Error("the issuer's keys are unavailable", "jwks", j.cfg.JWKSURL, "err", err)
+		return nil, fmt.Errorf("%w (the server's log says why)", ErrKeysUnavailable)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -440,26 +441,34 @@ func TestJWTUnknownKidFlood(t *testing.T) {
 }
 
 // TestJWTKeysUnavailable: an issuer that stops answering keeps the last good keys, and an
-// unknown kid is then a server error, not a refusal.
+// unknown kid is then a server error, not a refusal — one that tells the caller (anyone:
+// the key is looked up before any signature is checked) only that the keys are
+// unavailable, the server's log why: the JWK set's URL, the issuer's address.
 func TestJWTKeysUnavailable(t *testing.T) {
 	_, ecS, _ := testKeys(t)
 	srv := newJWKSServer(t, ecS.public())
 	cfg := srv.config()
 	cfg.MinRefetch = time.Nanosecond
+	var logged bytes.Buffer
+	cfg.Log = slog.New(slog.NewTextHandler(&logged, nil))
 	j := newJWT(t, cfg)
 	srv.setBody(nil, http.StatusServiceUnavailable)
 	tok := signer{"new", jose.ES256, ecKey}.sign(t, claims())
 	_, err := j.Verify(context.Background(), tok, nil)
-	if !errors.Is(err, auth.ErrKeysUnavailable) || errors.Is(err, sdkauth.ErrInvalidToken) || !strings.Contains(err.Error(), "HTTP 503") {
+	if !errors.Is(err, auth.ErrKeysUnavailable) || errors.Is(err, sdkauth.ErrInvalidToken) || err.Error() != "issuer keys unavailable (the server's log says why)" {
 		t.Fatalf("unknown kid while the issuer is down: %v", err)
 	}
+	if !strings.Contains(logged.String(), "HTTP 503") || !strings.Contains(logged.String(), cfg.JWKSURL) {
+		t.Fatalf("the log: %s", logged.String())
+	}
+	logged.Reset()
 	if _, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil); err != nil {
 		t.Fatalf("known kid while the issuer is down: %v", err)
 	}
 	// A set without a usable key is a failed fetch too.
 	srv.setBody([]byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0","kid":"new"}]}`), 0)
-	if _, err := j.Verify(context.Background(), tok, nil); !errors.Is(err, auth.ErrKeysUnavailable) || !strings.Contains(err.Error(), "no usable signature key") {
-		t.Fatalf("unknown kid with an unusable set: %v", err)
+	if _, err := j.Verify(context.Background(), tok, nil); !errors.Is(err, auth.ErrKeysUnavailable) || !strings.Contains(logged.String(), "no usable signature key") {
+		t.Fatalf("unknown kid with an unusable set: %v (the log: %s)", err, logged.String())
 	}
 	if _, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil); err != nil {
 		t.Fatalf("known kid after an unusable set: %v", err)
@@ -651,5 +660,37 @@ func TestMetadata(t *testing.T) {
 	b, err := json.Marshal(auth.Metadata(audience, []string{issuer}))
 	if err != nil || string(b) != `{"resource":"https://symbi.example/mcp","authorization_servers":["https://issuer.example"],"bearer_methods_supported":["header"]}` {
 		t.Fatalf("%s %v", b, err)
+	}
+}
+
+// TestKeysUnavailableOverHTTP: an unauthenticated client — any compact JWS naming an
+// unknown kid, no valid signature needed — sending a token while the issuer cannot be
+// reached is told that the keys are unavailable, and not the JWK set's URL (its query) or
+// the fetch's transport error.
+func TestKeysUnavailableOverHTTP(t *testing.T) {
+	_, ecS, _ := testKeys(t)
+	srv := newJWKSServer(t, ecS.public())
+	cfg := srv.config()
+	cfg.JWKSURL += "?tenant_secret=s3cr3t"
+	cfg.MinRefetch = time.Nanosecond
+	cfg.Log = slog.New(slog.DiscardHandler)
+	j := newJWT(t, cfg)
+	srv.Close() // the issuer goes away: the refetch fails at the transport
+	handler := sdkauth.RequireBearerToken(j.Verify, &sdkauth.RequireBearerTokenOptions{ClockSkew: auth.Leeway})(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	mcp := httptest.NewServer(handler)
+	defer mcp.Close()
+	// Signed by a key the issuer never published.
+	tok := signer{"attacker-kid", jose.ES256, ecKey}.sign(t, claims())
+	req, _ := http.NewRequest(http.MethodGet, mcp.URL, nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), "issuer keys unavailable") || strings.Contains(string(body), "s3cr3t") || strings.Contains(string(body), "dial tcp") {
+		t.Fatalf("HTTP %d body reveals internal fetch details to an unauthenticated caller: %s", resp.StatusCode, body)
 	}
 }

@@ -13,6 +13,8 @@ var metadataAddrs = []netip.Addr{
 	netip.MustParseAddr("169.254.170.2"),   // AWS ECS task credentials
 	netip.MustParseAddr("168.63.129.16"),   // Azure WireServer (a public address)
 	netip.MustParseAddr("100.100.100.200"), // Alibaba Cloud metadata
+	netip.MustParseAddr("fd20:ce::254"),    // GCP instance metadata over IPv6
+	netip.MustParseAddr("fe80::a9fe:a9fe"), // OpenStack instance metadata over IPv6
 }
 
 // Private ranges, refused unless Options.AllowPrivate (loopback, link-local, private,
@@ -84,14 +86,23 @@ func checkAddr(addr netip.Addr, allowPrivate bool, privateHint string) error {
 }
 
 // embedded4 returns the IPv4 addresses an IPv6 address carries for translation or
-// tunnelling — NAT64 (64:ff9b::/96), 6to4 (2002::/16, the four bytes after the prefix),
-// IPv4-compatible (::/96) — which a gateway would reach.
+// tunnelling — NAT64 (64:ff9b::/96; the local-use 64:ff9b:1::/48, whose translator may use
+// any prefix length of RFC 6052 within it, so every place one puts the address is read),
+// 6to4 (2002::/16, the four bytes after the prefix), IPv4-compatible (::/96) — which a
+// gateway would reach.
 func embedded4(addr netip.Addr) []netip.Addr {
 	if !addr.Is6() {
 		return nil
 	}
 	b := addr.As16()
 	var out []netip.Addr
+	if netip.MustParsePrefix("64:ff9b:1::/48").Contains(addr) {
+		// RFC 6052 §2.2: the IPv4 bytes around byte 8 (always zero), for prefixes of 48,
+		// 56, 64 and 96 bits.
+		for _, at := range [][4]int{{6, 7, 9, 10}, {7, 9, 10, 11}, {9, 10, 11, 12}, {12, 13, 14, 15}} {
+			out = append(out, netip.AddrFrom4([4]byte{b[at[0]], b[at[1]], b[at[2]], b[at[3]]}))
+		}
+	}
 	for _, p := range []netip.Prefix{netip.MustParsePrefix("64:ff9b::/96"), netip.MustParsePrefix("::/96")} {
 		if p.Contains(addr) {
 			out = append(out, netip.AddrFrom4([4]byte(b[12:16])))

@@ -44,6 +44,15 @@ func TestCheckAddr(t *testing.T) {
 		{"64:ff9b::a9fe:a9fe", "embeds 169.254.169.254", true},
 		{"2002:a9fe:a9fe::1", "embeds 169.254.169.254", true},
 		{"::a9fe:a9fe", "embeds 169.254.169.254", true},
+		// The local-use NAT64 prefix (RFC 8215), with the IPv4 address where a /48, /56,
+		// /64 or /96 translator puts it (RFC 6052 §2.2).
+		{"64:ff9b:1:a9fe:a9:fe00::", "embeds 169.254.169.254", true},
+		{"64:ff9b:1:00a9:00fe:a9fe::", "embeds 169.254.169.254", true},
+		{"64:ff9b:1::a9:fea9:fe00:0", "embeds 169.254.169.254", true},
+		{"64:ff9b:1::a9fe:a9fe", "embeds 169.254.169.254", true},
+		{"64:ff9b:1::7f00:1", "NAT64", false},
+		{"fd20:ce::254", "cloud metadata", true},    // GCP over IPv6
+		{"fe80::a9fe:a9fe", "cloud metadata", true}, // OpenStack over IPv6
 		{"::7f00:1", "IPv4-compatible", false},
 		{"2002:7f00:1::", "6to4", false},
 		{"0.0.0.0", "unspecified", true},

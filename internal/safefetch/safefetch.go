@@ -163,8 +163,13 @@ func hint(h string) string {
 	return " (" + h + ")"
 }
 
-// fetchError gives a transport error its code.
+// fetchError gives a transport error its code, without the URL the client's error names
+// (a query may hold a secret; callers name what they fetched).
 func fetchError(ctx context.Context, err error, timeout time.Duration) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
 	var ne net.Error
 	switch {
 	case errors.Is(err, ErrRefusedAddress):

@@ -107,3 +107,18 @@ func TestGetCancelled(t *testing.T) {
 		t.Fatalf("error %v (code %s), want cancelled", err, errcode.Of(err))
 	}
 }
+
+// TestErrorDoesNotNameURL: a fetch error does not name the URL (its query may hold a
+// secret): callers say what they fetched.
+func TestErrorDoesNotNameURL(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	u := srv.URL + "/jwks?access_token=s3cr3t-value"
+	_, err := safefetch.Get(context.Background(), u, safefetch.Options{MaxBytes: 100, Timeout: time.Minute})
+	if err == nil {
+		t.Fatal("loopback accepted")
+	}
+	if strings.Contains(err.Error(), "s3cr3t-value") || strings.Contains(err.Error(), srv.URL) {
+		t.Fatalf("error names the URL: %v", err)
+	}
+}
