@@ -456,6 +456,14 @@ func (s *scanner) punct(c byte) error {
 		s.emit(tokBinOp, p)
 		return nil
 	case ':', '=', '.', '!':
+		if c == ':' && s.tok.Type == tokIdent && ruleKinds[s.tok.Value] {
+			// "allow:" and the like begin a policy rule: the rule before it has ended,
+			// and its constructs nest nothing of this one (rules are siblings, not
+			// separated by "," or ";"). Within an expression, a rule keyword and ":" is a
+			// syntax error, where the parser stops: the count still bounds its descent.
+			s.total -= s.chain
+			s.chain = 0
+		}
 		s.advance(1)
 		s.emit(tokPunct, p)
 		return nil
@@ -463,6 +471,9 @@ func (s *scanner) punct(c byte) error {
 	r, _ := utf8.DecodeRune(src[s.off:])
 	return s.errorf(p, ErrSyntax, "unexpected character %q", r)
 }
+
+// ruleKinds are the words that begin a policy rule, before its ":".
+var ruleKinds = map[string]bool{"allow": true, "deny": true, "require": true, "audit": true}
 
 // deepen counts one right-nested construct at the current bracket level.
 func (s *scanner) deepen(p lexer.Position) error {

@@ -325,8 +325,19 @@ func check(f *File) ErrorList {
 		}
 	})
 	sort.SliceStable(errs, func(i, j int) bool { return errs[i].Offset < errs[j].Offset })
+	if n := len(errs) - MaxErrors; n > 0 {
+		// A hostile file could hold an error every few bytes: the list is bounded, and
+		// says how many it leaves out.
+		p := errs[MaxErrors]
+		errs = append(errs[:MaxErrors], &Error{Line: p.Line, Column: p.Column, Offset: p.Offset,
+			Msg: fmt.Sprintf("and %d more errors from here, not listed", n), Err: ErrSyntax})
+	}
 	return errs
 }
+
+// MaxErrors bounds the errors one parse reports; past it, one more says how many were
+// left out.
+const MaxErrors = 100
 
 // assignable reports whether e is a name followed only by field accesses and indexes.
 func assignable(e *Expr) bool {

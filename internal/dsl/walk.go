@@ -1,23 +1,75 @@
 package dsl
 
 // visitBlocks calls fn for every block of f, in source order, including blocks nested
-// inside expressions.
+// inside expressions — wherever an expression may stand: a function or with body, a
+// policy rule (top-level, in an agent or a channel), a capability list, a with setting, a
+// metadata value, a channel setting. TestVisitBlocksEverywhere holds it to that.
 func visitBlocks(f *File, fn func(*Block)) {
 	w := walker{fn: fn}
 	for _, it := range f.Items {
 		switch {
+		case it.Metadata != nil:
+			for _, e := range it.Metadata.Entries {
+				w.literal(e.Value)
+			}
+		case it.Policy != nil:
+			w.policy(it.Policy)
 		case it.Function != nil:
 			w.block(it.Function.Body)
 		case it.Agent != nil:
 			for _, ai := range it.Agent.Body {
-				if ai.Function != nil {
+				switch {
+				case ai.Capabilities != nil:
+					w.array(ai.Capabilities.List)
+				case ai.Policy != nil:
+					w.policy(ai.Policy)
+				case ai.Function != nil:
 					w.block(ai.Function.Body)
-				}
-				if ai.With != nil {
+				case ai.With != nil:
+					for _, s := range ai.With.Settings {
+						w.array(s.Array)
+					}
 					w.block(ai.With.Body)
 				}
 			}
+		case it.Channel != nil:
+			for _, ci := range it.Channel.Entries {
+				switch {
+				case ci.Policy != nil:
+					w.policy(ci.Policy)
+				case ci.Setting != nil:
+					w.array(ci.Setting.Array)
+				}
+			}
 		}
+	}
+}
+
+func (w walker) policy(p *Policy) {
+	for _, r := range p.Rules {
+		w.expr(r.Selector)
+		w.expr(r.Condition)
+	}
+}
+
+func (w walker) literal(l *Literal) {
+	if l == nil {
+		return
+	}
+	w.array(l.Array)
+	if l.Record != nil {
+		for _, f := range l.Record.Fields {
+			w.expr(f.Value)
+		}
+	}
+}
+
+func (w walker) array(a *Array) {
+	if a == nil {
+		return
+	}
+	for _, e := range a.Elems {
+		w.expr(e)
 	}
 }
 
@@ -109,9 +161,7 @@ func (w walker) primary(p *Primary) {
 			w.expr(f.Value)
 		}
 	case p.Array != nil:
-		for _, e := range p.Array.Elems {
-			w.expr(e)
-		}
+		w.array(p.Array)
 	case p.Record != nil:
 		for _, f := range p.Record.Fields {
 			w.expr(f.Value)

@@ -16,6 +16,7 @@ import (
 	"symbi/internal/executors"
 	"symbi/internal/journal"
 	"symbi/internal/policy"
+	"symbi/internal/project"
 	"symbi/internal/workspace"
 )
 
@@ -128,20 +129,26 @@ func TestResumeRejudges(t *testing.T) {
 		digest   string // the started record's policy digest: "" for the set's own
 		source   string // the agent's definition when resumed: "" for the one that ran
 		denied   string // in the policy_denied error; "" for a run that waits and is released
+		file     string // the agent's file in agents/: "" for helper.symbi
 	}{
-		{"the same set", gated, "", "", ""},
-		{"a new set, the same gate", gated + "// a comment\n", "an older digest", "", ""},
-		{"a set that cannot be used", "not cedar", "", "", "the set is unusable, and denies everything until fixed"},
-		{"a new set, an ungated forbid", strings.Replace(gated, "@gate(\"human\") ", "", 1), "an older digest", "", "denied by forbid customer-names-review"},
-		{"a new set, the definition changed", gated, "an older digest", "agent helper { capabilities = [\"answer\", \"more\"] }\n", "the agent's definition agents/helper.symbi is gone or changed"},
+		{"the same set", gated, "", "", "", ""},
+		{"a new set, the same gate", gated + "// a comment\n", "an older digest", "", "", ""},
+		{"a set that cannot be used", "not cedar", "", "", "the set is unusable, and denies everything until fixed", ""},
+		{"a new set, an ungated forbid", strings.Replace(gated, "@gate(\"human\") ", "", 1), "an older digest", "", "denied by forbid customer-names-review", ""},
+		{"a new set, the definition changed", gated, "an older digest", "agent helper { capabilities = [\"answer\", \"more\"] }\n", "the agent's definition agents/helper.symbi is gone or changed", ""},
+		{"a new set, the same gate, a file named like two extensions", gated + "// a comment\n", "an older digest", "", "", "helper.dsl.symbi"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			file := tt.file
+			if file == "" {
+				file = "helper.symbi"
+			}
 			f := newFixture(t, map[string]string{
-				"agents/helper.symbi":    "agent helper { capabilities = [\"answer\"] }\n",
+				"agents/" + file:         "agent helper { capabilities = [\"answer\"] }\n",
 				"policies/respond.cedar": tt.policies,
 			}, nil)
-			agent, err := f.runner.cfg.Registry.Resolve("helper")
+			agent, err := f.runner.cfg.Registry.Resolve(project.Stem(file))
 			if err != nil {
 				t.Fatal(err)
 			}

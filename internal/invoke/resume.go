@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"strings"
 	"time"
 
 	"symbi/internal/digest"
 	"symbi/internal/errcode"
 	"symbi/internal/journal"
 	"symbi/internal/policy"
+	"symbi/internal/project"
 )
 
 // Held is a run that was waiting at a human gate when its server stopped: its journal,
@@ -154,7 +154,7 @@ func (r *Runner) rejudge(h *Held, run Request) error {
 	case r.cfg.Registry == nil:
 		return denied("the agent's definition cannot be read to judge the answer again")
 	}
-	agent, err := r.cfg.Registry.Resolve(strings.TrimSuffix(strings.TrimSuffix(path.Base(st.File), ".symbi"), ".dsl"))
+	agent, err := r.cfg.Registry.Resolve(project.Stem(path.Base(st.File)))
 	if err != nil || agent.Entry.File != st.File || agent.SourceSHA256 != st.SourceSHA256 {
 		return denied("the agent's definition %s is gone or changed, so the answer cannot be judged again", st.File)
 	}

@@ -333,12 +333,13 @@ func notReadAgent(name string, err error) *Agent {
 // unreadAgent is the registration of the file agents/name, never read: listed with
 // reason, never invocable; Resolve answers err.
 func unreadAgent(name string, err error, reason string) *Agent {
-	e := Entry{Name: stem(name), File: agentsDir + "/" + name, Agents: []string{}, Capabilities: []string{}, Reason: reason, Reasons: []string{reason}}
+	e := Entry{Name: Stem(name), File: agentsDir + "/" + name, Agents: []string{}, Capabilities: []string{}, Reason: reason, Reasons: []string{reason}}
 	return &Agent{Entry: e, notRead: err}
 }
 
-// stem returns name without its .symbi or .dsl extension.
-func stem(name string) string {
+// Stem returns a file name without its .symbi or .dsl extension: the name it is
+// registered by.
+func Stem(name string) string {
 	if s, ok := strings.CutSuffix(name, ".symbi"); ok {
 		return s
 	}
@@ -347,7 +348,7 @@ func stem(name string) string {
 
 // newAgent parses and admits one agent file.
 func newAgent(rel, name string, src []byte, o dsl.Options) *Agent {
-	st := stem(name)
+	st := Stem(name)
 	e := Entry{Name: st, File: rel, Agents: []string{}, Capabilities: []string{}, Reasons: []string{}}
 	var adm *dsl.Admission
 	if f, err := dsl.Parse(rel, src); err == nil {
@@ -380,7 +381,7 @@ func newAgent(rel, name string, src []byte, o dsl.Options) *Agent {
 func (r *Registry) markAmbiguous(names []string) {
 	files := map[string][]string{}
 	for _, n := range names {
-		files[stem(n)] = append(files[stem(n)], agentsDir+"/"+n)
+		files[Stem(n)] = append(files[Stem(n)], agentsDir+"/"+n)
 	}
 	for _, a := range r.agents {
 		if fs := files[a.Entry.Name]; len(fs) > 1 {

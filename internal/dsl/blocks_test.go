@@ -1,0 +1,63 @@
+package dsl_test
+
+import (
+	"strings"
+	"testing"
+
+	"symbi/internal/dsl"
+)
+
+// TestBlocksEverywhereChecked: the checks made on blocks — an assignment ends with ";",
+// only a name with field accesses and indexes is assigned to — apply to a block wherever
+// an expression may hold one, not only in function and with bodies: a file with such a
+// syntax error anywhere is refused by rule 1, whichever agent the file is selected for.
+func TestBlocksEverywhereChecked(t *testing.T) {
+	for _, c := range []struct{ name, src string }{
+		{"a function body", `agent a {} agent b { function f() { x = 1 } }`},
+		{"another agent's policy", `agent a {} agent b { policy p { allow: if true { x = 1 } else { true } } }`},
+		{"another agent's policy, a bad target", `agent a {} agent b { policy p { allow: if true { f() = 1; } else { true } } }`},
+		{"another agent's capabilities", `agent a {} agent b { capabilities = [if c { x = 1 } else { "r" }] }`},
+		{"another agent's with setting", `agent a {} agent b { with sandbox = [if c { x = 1 } else { 1 }] {} }`},
+		{"a top-level policy", `policy p { allow: true if (if true { x = 1 } else { true }) } agent a {}`},
+		{"a metadata value", `metadata { tags = [if c { x = 1 } else { 1 }] } agent a {}`},
+		{"a channel's policy", `agent a {} channel c { policy p { allow: if true { x = 1 } else { true } } }`},
+		{"a channel's setting", `agent a {} channel c { channels = [if c { x = 1 } else { "#a" }] }`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := dsl.Parse("x", []byte(c.src)); err == nil {
+				t.Fatalf("Parse accepted %s", c.src)
+			}
+			if a := dsl.AdmitSource("x", "a", []byte(c.src)); a.Admitted || a.Rule != "rule 1" {
+				t.Fatalf("AdmitSource: admitted=%v rule=%q reason=%q; want a rule 1 refusal", a.Admitted, a.Rule, a.Reason)
+			}
+		})
+	}
+}
+
+// TestErrorListBounded: a file with an error every few bytes reports at most
+// dsl.MaxErrors of them, and one more saying how many it left out.
+func TestErrorListBounded(t *testing.T) {
+	src := "function f() { " + strings.Repeat("a ", 500000) + "}"
+	r := dsl.Analyze("inline", []byte(src))
+	if len(r.Errors) != dsl.MaxErrors+1 || !strings.Contains(r.Errors[dsl.MaxErrors].Message, "and 499899 more errors from here, not listed") {
+		t.Fatalf("%d errors, the last %+v", len(r.Errors), r.Errors[len(r.Errors)-1])
+	}
+}
+
+// TestPolicyRulesAreSiblings: the nesting bound counts a policy's rules as siblings, not
+// as one nested expression: a policy within rule 6's bounds is admitted, and one with too
+// many rules is refused by rule 6, not as nested too deep.
+func TestPolicyRulesAreSiblings(t *testing.T) {
+	cmp := strings.TrimSuffix(strings.Repeat("context.a < 1 || ", 42), " || ")
+	var ok strings.Builder
+	for range 24 {
+		ok.WriteString("allow: true if " + cmp + "\n")
+	}
+	if a := dsl.AdmitSource("x", "a", []byte("agent a { policy p {\n"+ok.String()+"} }")); !a.Admitted {
+		t.Fatalf("24 rules of 42 comparisons each: %s %s", a.Rule, a.Reason)
+	}
+	many := "agent a { policy p {\n" + strings.Repeat("allow: \"x\" if true\n", 1100) + "} }"
+	if a := dsl.AdmitSource("x", "a", []byte(many)); a.Admitted || a.Rule != "rule 6" || !strings.Contains(a.Reason, "policy rules") {
+		t.Fatalf("1,100 rules: admitted=%v %s %s; want rule 6 on the rule count", a.Admitted, a.Rule, a.Reason)
+	}
+}
