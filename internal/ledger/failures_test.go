@@ -517,37 +517,48 @@ func TestPruneOthersAfterEvidence(t *testing.T) {
 	}
 }
 
-// TestConcurrentPrune: two prunes choose the same run; the second, whose writer takes in
-// the first's pruned entry under the lock, records nothing more for it (ErrPruned inside
-// Prune): a run is pruned once, and the ledger stays valid.
+// TestConcurrentPrune: two prunes choose the same run, the other one between this one's
+// reading of the ledger and its append — before or after removing the file. This prune's
+// writer takes in the other's pruned entry under the lock and records nothing more for
+// the run (ErrPruned inside Prune), nor reports it as evidence: a run is pruned once, and
+// the ledger stays valid.
 func TestConcurrentPrune(t *testing.T) {
-	p := newProjectRuns(t, 2)
-	other, err := Open(p.root(t), p.lw.key) // the other prune's writer
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	p.lw.Close()
-	rep := journal.Verify(p.files[0], p.pub, journal.VerifyOptions{})
-	pruned, err := Prune(p.root(t), "", func(id string, _ time.Time) bool {
-		if id != "run-0" {
-			return false
-		}
-		// The other prune, between its pruned entry and its removal of the file.
-		if _, err := other.Append(Pruned{RunID: id, File: filepath.Base(p.files[0]), Records: int64(rep.Records), Head: rep.Head}); err != nil {
-			t.Fatal(err)
-		}
-		return true
-	}, false)
-	if err != nil || len(pruned) != 0 {
-		t.Fatalf("the second prune: %+v, %v; want nothing pruned, no error", pruned, err)
-	}
-	os.Remove(p.files[0]) // the other prune ends
-	if r := VerifyProject(p.dir, p.pub, nil); r.ExitCode() != 0 {
-		t.Fatalf("exit %d, problems %q", r.ExitCode(), r.Problems)
-	}
-	if _, err := other.Append(Pruned{RunID: "run-0", File: filepath.Base(p.files[0]), Records: int64(rep.Records), Head: rep.Head}); !errors.Is(err, ErrPruned) {
-		t.Fatalf("a second pruned entry: %v, want ErrPruned", err)
+	for _, removed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("file removed %v", removed), func(t *testing.T) {
+			p := newProjectRuns(t, 2)
+			other, err := Open(p.root(t), p.lw.key) // the other prune's writer
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			p.lw.Close()
+			rep := journal.Verify(p.files[0], p.pub, journal.VerifyOptions{})
+			pruned := Pruned{RunID: "run-0", File: filepath.Base(p.files[0]), Records: int64(rep.Records), Head: rep.Head}
+			out, err := Prune(p.root(t), "", func(id string, _ time.Time) bool {
+				if id != "run-0" {
+					return false
+				}
+				if _, err := other.Append(pruned); err != nil { // the other prune's entry
+					t.Fatal(err)
+				}
+				if removed { // and its removal of the file
+					if err := os.Remove(p.files[0]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return true
+			}, false)
+			if err != nil || len(out) != 0 {
+				t.Fatalf("the second prune: %+v, %v; want nothing pruned, no error", out, err)
+			}
+			os.Remove(p.files[0]) // the other prune ends
+			if r := VerifyProject(p.dir, p.pub, nil); r.ExitCode() != 0 {
+				t.Fatalf("exit %d, problems %q", r.ExitCode(), r.Problems)
+			}
+			if _, err := other.Append(pruned); !errors.Is(err, ErrPruned) {
+				t.Fatalf("a second pruned entry: %v, want ErrPruned", err)
+			}
+		})
 	}
 }
 
@@ -598,40 +609,6 @@ func TestCheckpointWaitsForFsync(t *testing.T) {
 	p.lw.Close()
 	if r := VerifyProject(p.dir, p.pub, [][]byte{cp}); r.ExitCode() != 0 {
 		t.Fatalf("a checkpoint taken during the failed fsync: exit %d, %q", r.ExitCode(), r.Problems)
-	}
-}
-
-// TestConcurrentPruneRemoved: two prunes choose the same run, and the other one
-// ends (pruned entry durable, file removed) between this prune's Lstat and its Verify.
-// The run was pruned properly, once; this prune must leave it to the other, as it does
-// when the file is still there (TestConcurrentPrune), not report it as evidence.
-func TestConcurrentPruneRemoved(t *testing.T) {
-	p := newProjectRuns(t, 2)
-	other, err := Open(p.root(t), p.lw.key) // the other prune's writer
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	p.lw.Close()
-	rep := journal.Verify(p.files[0], p.pub, journal.VerifyOptions{})
-	pruned, err := Prune(p.root(t), "", func(id string, _ time.Time) bool {
-		if id != "run-0" {
-			return false
-		}
-		// The other prune, whole: its pruned entry, then the removal of the file.
-		if _, err := other.Append(Pruned{RunID: id, File: filepath.Base(p.files[0]), Records: int64(rep.Records), Head: rep.Head}); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Remove(p.files[0]); err != nil {
-			t.Fatal(err)
-		}
-		return true
-	}, false)
-	if err != nil || len(pruned) != 0 {
-		t.Fatalf("the second prune: %+v, %v; want nothing pruned, no error", pruned, err)
-	}
-	if r := VerifyProject(p.dir, p.pub, nil); r.ExitCode() != 0 {
-		t.Fatalf("exit %d, problems %q", r.ExitCode(), r.Problems)
 	}
 }
 

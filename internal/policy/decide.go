@@ -294,33 +294,31 @@ func capLists(ids, errs []string) ([]string, []string) {
 // listed is ids cut to MaxDeciding, for a message.
 func listed(ids []string) []string { return ids[:min(len(ids), MaxDeciding)] }
 
+// evalKinds name an evaluation error by what Cedar's message says, the first found.
+var evalKinds = []struct{ says, kind string }{
+	{"type error", "a type error"},
+	{"overflow", "an overflow"},
+	{"does not have the attribute", "a missing attribute"},
+	{"does not have the tag", "a missing tag"},
+	{"does not exist", "an entity that does not exist"},
+	{"IP address", "a value that is not an IP address"},
+	{"decimal", "a value that is not a decimal"},
+	{"datetime", "a value that is not a datetime"},
+	{"duration", "a value that is not a duration"},
+	{"arguments", "an extension function misused"},
+	{"function", "an extension function misused"},
+}
+
 // evalError says what kind of evaluation error e is, and where its policy is, without
 // Cedar's message, which may quote the values judged (an ip() or decimal() of the
 // response quotes the response): a refusal must not hand out the text it withholds.
 func evalError(e cedar.DiagnosticError) string {
 	kind := "an evaluation error"
-	m := e.Message
-	switch {
-	case strings.Contains(m, "type error"):
-		kind = "a type error"
-	case strings.Contains(m, "overflow"):
-		kind = "an overflow"
-	case strings.Contains(m, "does not have the attribute"):
-		kind = "a missing attribute"
-	case strings.Contains(m, "does not have the tag"):
-		kind = "a missing tag"
-	case strings.Contains(m, "does not exist"):
-		kind = "an entity that does not exist"
-	case strings.Contains(m, "IP address"):
-		kind = "a value that is not an IP address"
-	case strings.Contains(m, "decimal"):
-		kind = "a value that is not a decimal"
-	case strings.Contains(m, "datetime"):
-		kind = "a value that is not a datetime"
-	case strings.Contains(m, "duration"):
-		kind = "a value that is not a duration"
-	case strings.Contains(m, "arguments"), strings.Contains(m, "function"):
-		kind = "an extension function misused"
+	for _, k := range evalKinds {
+		if strings.Contains(e.Message, k.says) {
+			kind = k.kind
+			break
+		}
 	}
 	if pos := e.Position; pos.Filename != "" {
 		return fmt.Sprintf("%s (in the policy at %s:%d:%d; Cedar's message is not shown, as it may quote the values judged)", kind, pos.Filename, pos.Line, pos.Column)
