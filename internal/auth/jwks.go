@@ -7,6 +7,7 @@ import (
 	"crypto/rsa"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ const (
 // keySet is the cached JWK set of an issuer and the state of its fetches.
 type keySet struct {
 	url                 string
+	log                 *slog.Logger // told why a fetch failed, once per fetch
 	opts                safefetch.Options
 	refresh, minRefetch time.Duration
 
@@ -37,8 +39,13 @@ type keySet struct {
 }
 
 func newKeySet(cfg JWTConfig) *keySet {
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
 	return &keySet{
 		url: cfg.JWKSURL,
+		log: log,
 		opts: safefetch.Options{
 			AllowInsecure: cfg.AllowInsecure,
 			AllowPrivate:  cfg.AllowPrivate,
@@ -138,6 +145,10 @@ func (s *keySet) start() {
 	s.inflight, s.tried = done, time.Now()
 	go func() {
 		keys, err := s.fetch(context.Background())
+		if err != nil {
+			// Callers are told only that the keys are unavailable: the log says why, once.
+			s.log.Error("the issuer's keys could not be fetched", "jwks", s.url, "err", err)
+		}
 		s.mu.Lock()
 		if err == nil {
 			s.keys, s.fetched = keys, time.Now()

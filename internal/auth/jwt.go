@@ -57,8 +57,9 @@ type JWTConfig struct {
 	MinRefetch time.Duration
 	// Timeout bounds one fetch; 0 means safefetch.DefaultTimeout.
 	Timeout time.Duration
-	// Log receives why the issuer's keys could not be fetched, which a caller is not told
-	// (the JWK set's URL, the issuer's address); nil means slog.Default().
+	// Log receives why the issuer's keys could not be fetched, once per failed fetch,
+	// which a caller is not told (the JWK set's URL, the issuer's address); nil means
+	// slog.Default().
 	Log *slog.Logger
 }
 
@@ -120,12 +121,7 @@ func (j *JWT) Verify(ctx context.Context, token string, _ *http.Request) (*sdkau
 	candidates, err := j.keys.lookup(ctx, h.KeyID)
 	if errors.Is(err, ErrKeysUnavailable) {
 		// Anyone may send a token naming an unknown key: the answer says the keys are
-		// unavailable, and the log why.
-		log := j.cfg.Log
-		if log == nil {
-			log = slog.Default()
-		}
-		log.Error("the issuer's keys are unavailable", "jwks", j.cfg.JWKSURL, "err", err)
+		// unavailable; the failed fetch was logged, once.
 		return nil, fmt.Errorf("%w (the server's log says why)", ErrKeysUnavailable)
 	}
 	if err != nil {

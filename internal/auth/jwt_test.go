@@ -112,6 +112,7 @@ type jwksServer struct {
 	mu      sync.Mutex
 	body    []byte
 	status  int
+	held    chan struct{} // when set, a fetch is answered once it is closed
 	fetches atomic.Int32
 }
 
@@ -121,8 +122,11 @@ func newJWKSServer(t testing.TB, keys ...jose.JSONWebKey) *jwksServer {
 	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.fetches.Add(1)
 		s.mu.Lock()
-		body, status := s.body, s.status
+		body, status, held := s.body, s.status, s.held
 		s.mu.Unlock()
+		if held != nil {
+			<-held
+		}
 		if status != 0 {
 			http.Error(w, "down", status)
 			return
@@ -460,6 +464,28 @@ func TestJWTKeysUnavailable(t *testing.T) {
 	}
 	if !strings.Contains(logged.String(), "HTTP 503") || !strings.Contains(logged.String(), cfg.JWKSURL) {
 		t.Fatalf("the log: %s", logged.String())
+	}
+	// The log has a line per failed fetch, not per request: requests waiting on one
+	// fetch (anyone may send them) make one line.
+	held := make(chan struct{})
+	srv.mu.Lock()
+	srv.held = held
+	srv.mu.Unlock()
+	before := srv.fetches.Load()
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() { j.Verify(context.Background(), tok, nil) })
+	}
+	for srv.fetches.Load() == before { // the fetch they wait on has begun
+		time.Sleep(time.Millisecond)
+	}
+	close(held)
+	wg.Wait()
+	srv.mu.Lock()
+	srv.held = nil
+	srv.mu.Unlock()
+	if lines, failed := strings.Count(logged.String(), "could not be fetched"), srv.fetches.Load()-1; int32(lines) != failed || failed >= 21 {
+		t.Fatalf("%d log lines for %d failed fetches of 21 requests", lines, failed)
 	}
 	logged.Reset()
 	if _, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil); err != nil {

@@ -61,3 +61,22 @@ func TestPolicyRulesAreSiblings(t *testing.T) {
 		t.Fatalf("1,100 rules: admitted=%v %s %s; want rule 6 on the rule count", a.Admitted, a.Rule, a.Reason)
 	}
 }
+
+// TestErrorBytesBounded: an error quotes at most 256 bytes of source, so the bytes of the
+// error list are bounded too — not only its length: here 100 assignments to targets that
+// nest each other, each target about 1 MB, once gave 100 MB of messages.
+func TestErrorBytesBounded(t *testing.T) {
+	t0 := "(" + strings.TrimSuffix(strings.Repeat("a + ", 250000), " + ") + ")"
+	for range 99 {
+		t0 = "(if c { " + t0 + " = 1; } else { 0 })"
+	}
+	src := "function f() { " + t0 + " = 1; }"
+	r := dsl.Analyze("inline", []byte(src))
+	total := 0
+	for _, e := range r.Errors {
+		total += len(e.Message)
+	}
+	if len(r.Errors) != 100 || total > 100*(256+100) {
+		t.Fatalf("a %d-byte source: %d errors holding %d bytes of messages", len(src), len(r.Errors), total)
+	}
+}

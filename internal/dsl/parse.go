@@ -320,7 +320,7 @@ func check(f *File) ErrorList {
 			if s.Op != "" && !assignable(s.Target) {
 				p := s.Target.Pos
 				errs = append(errs, &Error{Line: p.Line, Column: p.Column, Offset: p.Offset,
-					Msg: fmt.Sprintf("cannot assign to %s", f.text(p, s.Target.EndPos)), Err: ErrSyntax})
+					Msg: fmt.Sprintf("cannot assign to %s", errcode.Clip(f.text(p, s.Target.EndPos))), Err: ErrSyntax})
 			}
 		}
 	})

@@ -65,22 +65,29 @@ func LoadAccess(root *os.File) *Set {
 
 // scopeActions returns the action ids p's action scope names, or all: an unconstrained
 // scope, or one this code does not know (taken as naming every action, so that Cedar, not
-// a built-in default, decides and no policy is taken for another set's).
+// a built-in default, decides and no policy is taken for another set's). An entity of
+// another type than Action (Actions::"respond", a misspelling) names no action.
 func scopeActions(p *cedar.Policy) (names []string, all bool) {
+	add := func(e types.EntityUID) {
+		if e.Type == "Action" {
+			names = append(names, string(e.ID))
+		}
+	}
 	switch scope := (*xast.Policy)(p.AST()).Action.(type) {
 	case xast.ScopeTypeAll:
 		return nil, true
 	case xast.ScopeTypeEq:
-		return []string{string(scope.Entity.ID)}, false
+		add(scope.Entity)
 	case xast.ScopeTypeIn:
-		return []string{string(scope.Entity.ID)}, false
+		add(scope.Entity)
 	case xast.ScopeTypeInSet:
 		for _, e := range scope.Entities {
-			names = append(names, string(e.ID))
+			add(e)
 		}
-		return names, false
+	default:
+		return nil, true
 	}
-	return nil, true
+	return names, false
 }
 
 // Mentions reports whether some access policy's scope names action (a policy whose

@@ -294,28 +294,40 @@ func capLists(ids, errs []string) ([]string, []string) {
 // listed is ids cut to MaxDeciding, for a message.
 func listed(ids []string) []string { return ids[:min(len(ids), MaxDeciding)] }
 
-// evalKinds name an evaluation error by what Cedar's message says, the first found.
-var evalKinds = []struct{ says, kind string }{
+// evalKinds name an evaluation error by the fixed text Cedar's message begins with (after
+// the entity it is about, when it names one). Only a prefix is read: the rest may quote the
+// values judged, which must not choose the kind reported either.
+var evalKinds = []struct{ prefix, kind string }{
+	{"error parsing ip value", "a value that is not an IP address"},
+	{"error parsing decimal value", "a value that is not a decimal"},
+	{"error parsing datetime value", "a value that is not a datetime"},
+	{"error parsing duration value", "a value that is not a duration"},
 	{"type error", "a type error"},
-	{"overflow", "an overflow"},
+	{"integer overflow", "an overflow"},
+	{"record does not have the attribute", "a missing attribute"},
 	{"does not have the attribute", "a missing attribute"},
 	{"does not have the tag", "a missing tag"},
 	{"does not exist", "an entity that does not exist"},
-	{"IP address", "a value that is not an IP address"},
-	{"decimal", "a value that is not a decimal"},
-	{"datetime", "a value that is not a datetime"},
-	{"duration", "a value that is not a duration"},
-	{"arguments", "an extension function misused"},
-	{"function", "an extension function misused"},
+	{"cannot access", "an unspecified entity"},
+	{"wrong number of arguments", "an extension function misused"},
+	{"function does not exist", "an extension function misused"},
 }
 
 // evalError says what kind of evaluation error e is, and where its policy is, without
 // Cedar's message, which may quote the values judged (an ip() or decimal() of the
 // response quotes the response): a refusal must not hand out the text it withholds.
 func evalError(e cedar.DiagnosticError) string {
+	m := e.Message
+	// "`Type::"id"` does not have…", "entity `Type::"id"` does not exist": read on after
+	// the entity, an id of the request, not a value judged.
+	if rest, ok := strings.CutPrefix(strings.TrimPrefix(m, "entity "), "`"); ok {
+		if i := strings.Index(rest, "` "); i >= 0 {
+			m = rest[i+2:]
+		}
+	}
 	kind := "an evaluation error"
 	for _, k := range evalKinds {
-		if strings.Contains(e.Message, k.says) {
+		if strings.HasPrefix(m, k.prefix) {
 			kind = k.kind
 			break
 		}

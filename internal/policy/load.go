@@ -326,15 +326,16 @@ func (l *loader) parse(file string, data []byte) {
 				Message: fmt.Sprintf("annotation @%s: symbi reads @%s, spelled exactly so", bad, strings.ToLower(bad))})
 			continue
 		}
-		id := fmt.Sprintf("%s:%d:%d", file, pos.Line, pos.Column)
-		if v, ok := p.Annotations()["id"]; ok {
+		id := fmt.Sprintf("%s:%d:%d", file, pos.Line, pos.Column) // a file name is bounded (NAME_MAX)
+		v, explicit := p.Annotations()["id"]
+		if explicit {
 			id = string(v)
 		}
 		if id == "" {
 			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column, Message: "empty @id annotation"})
 			continue
 		}
-		if len(id) > MaxIDBytes {
+		if explicit && len(id) > MaxIDBytes {
 			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column,
 				Message: fmt.Sprintf("an @id of %d bytes, more than %d: a decision records its policies' ids", len(id), MaxIDBytes)})
 			continue
@@ -366,8 +367,11 @@ func (l *loader) parse(file string, data []byte) {
 			if !slices.Contains(l.decides, ActionRespond) {
 				where = "policies/ (respond and use_tool)"
 			}
-			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column,
-				Message: fmt.Sprintf("policy %s names only actions this set does not decide (%s): it would never apply here; it belongs in %s", id, strings.Join(names, ", "), where)})
+			msg := fmt.Sprintf("policy %s names only actions this set does not decide (%s): it would never apply here; it belongs in %s", id, strings.Join(names, ", "), where)
+			if len(names) == 0 {
+				msg = fmt.Sprintf("policy %s names no Action entity in its action scope (a misspelt type?): it would never apply", id)
+			}
+			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column, Message: msg})
 			continue
 		}
 		l.set.policies = append(l.set.policies, Policy{ID: id, File: file, Line: pos.Line, Column: pos.Column, Effect: effect, Gate: string(gate)})

@@ -82,6 +82,7 @@ func TestLoadModes(t *testing.T) {
 		{name: "empty id", files: map[string]string{"policies/a.cedar": "@id(\"\") permit (principal, action, resource);"}, mode: ModeDenyAll, problem: "empty @id"},
 		{name: "an id at its limit", files: map[string]string{"policies/a.cedar": "@id(\"" + strings.Repeat("i", MaxIDBytes) + "\") permit (principal, action, resource);"}, mode: ModeCedar},
 		{name: "an id over its limit", files: map[string]string{"policies/a.cedar": "@id(\"" + strings.Repeat("i", MaxIDBytes+1) + "\") permit (principal, action, resource);"}, mode: ModeDenyAll, problem: "an @id of 257 bytes, more than 256"},
+		{name: "no id, a long file name", files: map[string]string{"policies/" + strings.Repeat("a", 249) + ".cedar": "permit (principal, action, resource);"}, mode: ModeCedar},
 		{name: "gate in another case", files: map[string]string{"policies/a.cedar": permitAll + "\n@Gate(\"human\") @id(\"review\") forbid (principal, action, resource);"}, mode: ModeDenyAll, problem: "annotation @Gate: symbi reads @gate"},
 		{name: "id in another case", files: map[string]string{"policies/a.cedar": "@ID(\"x\") permit (principal, action, resource);"}, mode: ModeDenyAll, problem: "annotation @ID: symbi reads @id"},
 		{name: "symlink to a valid file", files: map[string]string{"elsewhere.txt": permitAll}, setup: func(t testing.TB, d string) {
@@ -313,6 +314,8 @@ func TestMisplacedPolicies(t *testing.T) {
 		{"a respond forbid in access", "policies/access/secrets.cedar", `@id("no-private-keys") forbid (principal, action == Action::"respond", resource) when { context.response like "*PRIVATE KEY*" };`, true, "policy no-private-keys names only actions this set does not decide (respond): it would never apply here; it belongs in policies/ (respond and use_tool)"},
 		{"an access forbid in policies", "policies/runs.cedar", `@id("mallory-reads-nothing") forbid (principal == Caller::"mallory", action == Action::"read_run", resource);`, false, "policy mallory-reads-nothing names only actions this set does not decide (read_run): it would never apply here; it belongs in policies/access/ (run access)"},
 		{"a misspelt action", "policies/respond.cedar", `@id("typo") forbid (principal, action in [Action::"respnd"], resource);`, false, "policy typo names only actions this set does not decide (respnd)"},
+		{"a misspelt action type", "policies/respond.cedar", `@id("typo") forbid (principal, action == Actions::"respond", resource);`, false, "policy typo names no Action entity in its action scope (a misspelt type?): it would never apply"},
+		{"a misspelt action type, access", "policies/access/runs.cedar", `@id("typo") forbid (principal, action == Actions::"read_run", resource);`, true, "policy typo names no Action entity in its action scope"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := makeProject(t, map[string]string{
