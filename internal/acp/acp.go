@@ -974,12 +974,11 @@ func (m message) hasID() bool { return len(m.ID) > 0 && string(m.ID) != "null" }
 
 // envelope is a message read as the SDK reads one (its anyMessage): a line that does not
 // decode so — "jsonrpc" a number, "error" not an object — the SDK logs and skips, and the
-// check refuses it first.
+// check refuses it first. (anyMessage's params and result are raw JSON, which any value
+// is: they are not read here.)
 type envelope struct {
 	message
 	JSONRPC string            `json:"jsonrpc"`
-	Params  json.RawMessage   `json:"params"`
-	Result  json.RawMessage   `json:"result"`
 	Error   *sdk.RequestError `json:"error"`
 }
 

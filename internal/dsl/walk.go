@@ -57,10 +57,15 @@ func (w walker) literal(l *Literal) {
 		return
 	}
 	w.array(l.Array)
-	if l.Record != nil {
-		for _, f := range l.Record.Fields {
-			w.expr(f.Value)
-		}
+	w.record(l.Record)
+}
+
+func (w walker) record(r *Record) {
+	if r == nil {
+		return
+	}
+	for _, f := range r.Fields {
+		w.expr(f.Value)
 	}
 }
 
@@ -163,9 +168,7 @@ func (w walker) primary(p *Primary) {
 	case p.Array != nil:
 		w.array(p.Array)
 	case p.Record != nil:
-		for _, f := range p.Record.Fields {
-			w.expr(f.Value)
-		}
+		w.record(p.Record)
 	case p.Paren != nil:
 		w.expr(p.Paren)
 	}

@@ -597,15 +597,7 @@ func TestCheckpointWaitsForFsync(t *testing.T) {
 	if _, err := p.lw.Append(Resolution{RunID: "run-0", Resolution: "accepted", Caller: "stdio"}); !errors.Is(err, fail) {
 		t.Fatalf("append: %v", err)
 	}
-	data := <-read
-	tree, err := NewTree(Verify(data, p.pub).Entries)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp, err := SignCheckpoint(tree, p.lw.key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp := p.checkpointOf(t, <-read)
 	p.lw.Close()
 	if r := VerifyProject(p.dir, p.pub, [][]byte{cp}); r.ExitCode() != 0 {
 		t.Fatalf("a checkpoint taken during the failed fsync: exit %d, %q", r.ExitCode(), r.Problems)

@@ -91,6 +91,12 @@ func (p *project) checkpoint(t *testing.T) []byte { return p.checkpointTB(t) }
 func (p *project) checkpointTB(t testing.TB) []byte {
 	t.Helper()
 	data, _ := os.ReadFile(p.ledgerPath())
+	return p.checkpointOf(t, data)
+}
+
+// checkpointOf signs a checkpoint of the ledger bytes data with the project key.
+func (p *project) checkpointOf(t testing.TB, data []byte) []byte {
+	t.Helper()
 	tree, err := NewTree(Verify(data, p.pub).Entries)
 	if err != nil {
 		t.Fatal(err)
@@ -154,9 +160,7 @@ func TestVerifyProjectThreats(t *testing.T) {
 			rewriteLedger(t, p)
 		}, true, "rewritten", journal.StatusInvalid},
 		{"a pruned entry for a run never recorded", func(t *testing.T, p *project) {
-			root, _ := os.Open(p.dir)
-			defer root.Close()
-			w, err := Open(root, p.lw.key)
+			w, err := Open(p.root(t), p.lw.key)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -271,8 +271,8 @@ func (s *Set) decideCedarRequest(req cedar.Request, entities types.EntityMap) De
 }
 
 // The bounds on what a decision lists, so that its journal record always fits: the
-// deciding policies (each id at most MaxIDBytes: the loader refuses a longer one) and the
-// evaluation errors.
+// deciding policies (an @id at most MaxIDBytes, which the loader enforces; an id made of
+// file:line:column is bounded by the file name's own limit) and the evaluation errors.
 const (
 	MaxDeciding = 256
 	MaxIDBytes  = 256
