@@ -307,3 +307,54 @@ func TestAwaitingOnlyWhenDurable(t *testing.T) {
 		t.Fatal("Awaiting after the run ended approved")
 	}
 }
+
+// TestResumedRunIsAwaiting: a run resumed after a restart waits at its gate, its
+// journal's last durable record approval_requested; Awaiting — run_events'
+// awaiting_approval — says so, as for a run that reached the gate in this server
+// (TestAwaitingOnlyWhenDurable): the reopened writer restores the waits its journal
+// leaves open.
+func TestResumedRunIsAwaiting(t *testing.T) {
+	const text, gate = "held answer", "review"
+	sum := digest.SHA256Hex([]byte(text))
+	p, err := project.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	store, err := journal.OpenStore(p.Root(), journal.StoreOptions{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	w, err := store.Create("agent", "run",
+		journal.Started{Agent: "helper", Mode: policy.ResponseMode},
+		journal.InferenceRequested{CallID: "c1", RequestSHA256: digest.SHA256Hex(nil)},
+		journal.InferenceFinished{CallID: "c1", Outcome: "completed", ResponseSHA256: digest.SHA256Hex(nil), TextSHA256: sum, TextBytes: int64(len(text)), Text: text},
+		journal.PolicyEvaluated{Action: "respond", Decision: "deny", PolicyIDs: []string{gate}, TextSHA256: sum, TextBytes: int64(len(text)), Gate: gate},
+		journal.ApprovalRequested{Gate: gate, TextSHA256: sum, TextBytes: int64(len(text)), TimeoutMS: ms(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	// Before the restart the run is awaiting by its durable records.
+	if _, open := w.DurableWait(); !open {
+		t.Fatal("the original writer does not see its wait")
+	}
+	w.Close() // the server stopped while the run waited
+	h, err := ReopenHeld(store, filepath.Base(w.Path()))
+	if err != nil || h == nil {
+		t.Fatalf("ReopenHeld: %v, %v", h, err)
+	}
+	r := New(Config{Policies: &policy.Set{}})
+	t.Cleanup(func() { r.Shutdown(context.Background()) })
+	run := r.Resume(h)
+	if run.Pending() == nil {
+		t.Fatal("the resumed run is not pending")
+	}
+	rc, awaiting := run.Awaiting()
+	if !awaiting || rc.Records != 5 {
+		t.Fatalf("Awaiting() = %+v, %v for a resumed run whose last durable record is approval_requested; want 5 records, awaiting (run_events would report it as running)", rc, awaiting)
+	}
+}

@@ -118,7 +118,7 @@ func (r *Runner) Resume(h *Held) *Run {
 	close(run.opened)
 	go func() {
 		defer h.w.Close()
-		run.res, run.err = r.resumeWait(ctx, h, p, refused)
+		run.res, run.err = guard(r.cfg.Log, p, func() (*Result, error) { return r.resumeWait(ctx, h, p, refused) })
 		r.logRun(p, run.res, run.err)
 		cancel(nil)
 		r.mu.Lock()
@@ -170,12 +170,17 @@ func (r *Runner) rejudge(h *Held, run Request) error {
 
 // resumeWait is the rest of a held run: the wait, then its end; or, when refused (the
 // policies now deny the answer: rejudge), its end at once.
-func (r *Runner) resumeWait(ctx context.Context, h *Held, p *prepared, refused error) (*Result, error) {
+func (r *Runner) resumeWait(ctx context.Context, h *Held, p *prepared, refused error) (res *Result, err error) {
 	w := h.w
 	audit := func() *Audit {
 		rc := w.Durable()
 		return &Audit{RunID: w.RunID(), Path: w.Path(), PublicKey: h.pub, Records: rc.Records, Head: rc.Head}
 	}
+	defer func() {
+		if v := recover(); v != nil {
+			res, err = nil, r.panicked(w, p, v, h.begun, audit)
+		}
+	}()
 	end := func(t journal.Terminated, err error) (*Result, error) {
 		t.DurationMS = ms(time.Since(h.begun))
 		if werr := r.endRun(w, p, t); werr != nil {
@@ -193,7 +198,7 @@ func (r *Runner) resumeWait(ctx context.Context, h *Held, p *prepared, refused e
 	switch {
 	case v.journalErr != nil:
 		p.reason = reasonAuditFailed
-		return nil, &Error{Err: errcode.Wrap(errcode.AuditUnavailable, v.journalErr), Audit: audit()}
+		return nil, &Error{Err: r.recordAsFound(w, errcode.Wrap(errcode.AuditUnavailable, v.journalErr)), Audit: audit()}
 	case v.err != nil:
 		return end(journal.Terminated{Reason: v.reason, Error: v.err.Error(), Gate: h.gate}, v.err)
 	case ctx.Err() != nil:

@@ -5,7 +5,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -86,11 +88,13 @@ func (r *Runner) Start(req Request, progress func(Stage)) (*Run, error) {
 	var openOnce sync.Once
 	signalOpen := func() { openOnce.Do(func() { close(run.opened) }) }
 	go func() {
-		run.res, run.err = r.execute(ctx, p, func(s Stage) {
-			if s == StageJournalOpened {
-				signalOpen()
-			}
-			progress(s)
+		run.res, run.err = guard(r.cfg.Log, p, func() (*Result, error) {
+			return r.execute(ctx, p, func(s Stage) {
+				if s == StageJournalOpened {
+					signalOpen()
+				}
+				progress(s)
+			})
 		})
 		signalOpen()
 		r.logRun(p, run.res, run.err)
@@ -260,6 +264,10 @@ const (
 // ErrCallerGone is the cause given Cancel when the request waiting for the run has ended.
 var ErrCallerGone = errors.New("the caller cancelled the request")
 
+// ErrKeyChanged refuses a run when the signing key read before it is not the key the
+// project ledger was opened with (the key file was replaced while the server ran).
+var ErrKeyChanged = errors.New("the signing key changed while the server was running")
+
 // logRun reports a finished run on the server's log.
 func (r *Runner) logRun(p *prepared, res *Result, err error) {
 	if err == nil {
@@ -278,7 +286,7 @@ func (r *Runner) logRun(p *prepared, res *Result, err error) {
 
 // execute is the governed ordering of one run after preflight (the package comment): it
 // owns the journal writer until it returns.
-func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage)) (*Result, error) {
+func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage)) (res *Result, err error) {
 	start := time.Now()
 	if r.ungov {
 		return r.runUngoverned(ctx, p)
@@ -286,11 +294,20 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 	if r.cfg.LedgerErr != nil {
 		return nil, &Error{Err: errcode.Errorf(errcode.AuditUnavailable, "the project ledger is unavailable, so no run is recorded or released: %v", r.cfg.LedgerErr)}
 	}
-	store, err := journal.OpenStore(r.cfg.Project.Root(), journal.StoreOptions{KeyFile: r.cfg.KeyFile, Create: true})
+	// With a project ledger, the server created the store and its key when it opened the
+	// ledger: a key missing now is refused, not made afresh, and the key read must be the
+	// one the ledger signs with — a run signed with another key could not be verified with
+	// the project's, and its ledger entry would name a journal no single key verifies.
+	store, err := journal.OpenStore(r.cfg.Project.Root(), journal.StoreOptions{KeyFile: r.cfg.KeyFile, Create: r.cfg.Ledger == nil})
 	if err != nil {
 		return nil, &Error{Err: errcode.Wrap(errcode.AuditUnavailable, err)}
 	}
 	defer store.Close()
+	if r.cfg.Ledger != nil && !store.PublicKey().Equal(r.cfg.Ledger.PublicKey()) {
+		return nil, &Error{Err: errcode.Errorf(errcode.AuditUnavailable,
+			"%w: the signing key file holds the key %x, the project ledger was opened with %x; no run is recorded or released until the key file the server started with is restored",
+			ErrKeyChanged, store.PublicKey(), r.cfg.Ledger.PublicKey())}
+	}
 	if floor := r.cfg.MinFreeBytes; floor > 0 {
 		free, err := store.FreeBytes()
 		if err != nil {
@@ -355,6 +372,13 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 		rc := w.Durable()
 		return &Audit{RunID: runID, Path: w.Path(), PublicKey: pub, Records: rc.Records, Head: rc.Head}
 	}
+	// A step that panics (a bug, on input the model chose) ends this run, not the server.
+	// This runs before the writer is closed, so the journal can still record the end.
+	defer func() {
+		if v := recover(); v != nil {
+			res, err = nil, r.panicked(w, p, v, start, audit)
+		}
+	}()
 	// fail ends the run with err after the journal was opened: it writes terminated when
 	// the writer still can, and withholds any text.
 	fail := func(reason string, err error) (*Result, error) {
@@ -459,7 +483,7 @@ func (r *Runner) endRun(w *journal.Writer, p *prepared, t journal.Terminated) er
 	p.reason = reasonAuditFailed
 	prep, err := w.Prepare(clampError(t))
 	if err != nil {
-		return err
+		return r.recordAsFound(w, err)
 	}
 	var ledgerErr error
 	if r.cfg.Ledger != nil {
@@ -490,6 +514,62 @@ func (r *Runner) endRun(w *journal.Writer, p *prepared, t journal.Terminated) er
 		p.reason = t.Reason
 	}
 	return ledgerErr
+}
+
+// recordAsFound records, for a run whose journal can no longer be ended (its writer
+// stopped: err), the journal as found in the project ledger — a recovered entry, as
+// start-up would write — before the run's withheld result is returned: the ledger knows of
+// the run while this server still serves, not only after a restart. The writer is closed
+// first, so that the file as found is final. It returns err, joined with the ledger's
+// failure if there is one.
+func (r *Runner) recordAsFound(w *journal.Writer, err error) error {
+	if r.cfg.Ledger == nil {
+		return err
+	}
+	w.Close()
+	if _, lerr := ledger.RecordAsFound(r.cfg.Ledger, w.Path(), w.AgentID(), w.RunID()); lerr != nil {
+		r.cfg.Log.Error("the project ledger could not record a run whose journal failed; it is recorded at the next start", "run_id", w.RunID(), "journal", w.Path(), "err", lerr)
+		return errors.Join(err, errcode.Errorf(errcode.AuditUnavailable, "and the project ledger could not record the journal as found: %w", lerr))
+	}
+	return err
+}
+
+// errPanicked is the caller's error for a run a panic ended.
+var errPanicked = errcode.Errorf(errcode.Internal, "the run stopped on an internal error (the server's log has its stack); nothing was released")
+
+// panicked ends, as audit_failed, the run whose step panicked with v while its journal w
+// was open, and returns the caller's error: terminated is written (and the ledger entry
+// before it) when the writer still can; otherwise the journal is recorded as found. A
+// panic while ending it is recovered too.
+func (r *Runner) panicked(w *journal.Writer, p *prepared, v any, start time.Time, audit func() *Audit) (err error) {
+	r.cfg.Log.Error("a step of a run panicked: the run ends audit_failed, nothing is released",
+		"run_id", w.RunID(), "agent", p.name, "panic", v, "stack", string(debug.Stack()))
+	err = errPanicked
+	defer func() {
+		if v := recover(); v != nil {
+			r.cfg.Log.Error("ending a run that panicked panicked too", "run_id", w.RunID(), "panic", v)
+			p.reason = reasonAuditFailed
+			err = &Error{Err: r.recordAsFound(w, errPanicked), Audit: audit()}
+		}
+	}()
+	t := journal.Terminated{Reason: reasonAuditFailed, DurationMS: ms(time.Since(start)), Error: "internal error: a step of the run panicked (the server's log has its stack)"}
+	if werr := r.endRun(w, p, t); werr != nil {
+		err = errcode.Errorf(errcode.AuditUnavailable, "%v; and the run could not be recorded as such: %v", err, werr)
+	}
+	return &Error{Err: err, Audit: audit()}
+}
+
+// guard runs a run's body, f, and turns a panic that f did not recover — one before the
+// run's journal was opened, or after it was closed — into the run's error: a run's bug is
+// the run's end, not the server's.
+func guard(log *slog.Logger, p *prepared, f func() (*Result, error)) (res *Result, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			log.Error("a run panicked outside its journal: nothing is released", "agent", p.name, "panic", v, "stack", string(debug.Stack()))
+			res, err = nil, &Error{Err: errPanicked, Audit: p.opened.Load()}
+		}
+	}()
+	return f()
 }
 
 // clampError bounds the error text of a terminated record (maxTerminatedError).

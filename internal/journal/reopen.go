@@ -120,10 +120,14 @@ func (w *Writer) replay(data []byte, pub []byte) ([]Read, error) {
 			return nil, err
 		}
 		entries = append(entries, Read{Seq: len(entries), Type: e.typ, Time: e.time, Data: e.data})
-		w.finished = w.finished || e.typ == TypeSessionFinished // the rest may use ClosingReserve
+		// A gate's wait the journal leaves open is open still; after session_finished the
+		// rest may use ClosingReserve.
+		w.track(waitChangeOfStep(e.step))
+		w.finished = w.finished || e.typ == TypeSessionFinished
 	}
 	w.seq, w.durable = r.Records, r.Records
 	w.prev, w.durableHead = r.Head, r.Head
+	w.durableWait = len(w.waits) > 0
 	w.size = int64(len(data))
 	w.machine = machine
 	return entries, nil

@@ -64,6 +64,8 @@ type Writer struct {
 	finished    bool // session_finished is written: the rest may use ClosingReserve
 	failed      error
 	changed     chan struct{} // closed, and replaced, when durable changes
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // Create makes the run's journal <agentID>.<runID>.jsonl in the governed directory
@@ -319,16 +321,30 @@ type waitChange struct {
 	id            string
 }
 
-func waitChangeOf(r Record) waitChange {
-	switch rec := r.(type) {
-	case ApprovalRequested:
-		return waitChange{opens: true, id: rec.RequestID}
-	case ApprovalDecided:
-		return waitChange{closes: true, id: rec.RequestID}
-	case PermissionDecided:
-		return waitChange{closes: true, id: rec.RequestID}
+func waitChangeOf(r Record) waitChange { return waitChangeOfStep(stepOf(r)) }
+
+// waitChangeOfStep is waitChangeOf for a record read back (Reopen).
+func waitChangeOfStep(s Step) waitChange {
+	switch s.Type {
+	case TypeApprovalRequested:
+		return waitChange{opens: true, id: s.RequestID}
+	case TypeApprovalDecided, TypePermissionDecided:
+		return waitChange{closes: true, id: s.RequestID}
 	}
 	return waitChange{}
+}
+
+// track records in w.waits the wait c opens or closes.
+func (w *Writer) track(c waitChange) {
+	switch {
+	case c.opens:
+		if w.waits == nil {
+			w.waits = map[string]bool{}
+		}
+		w.waits[c.id] = true
+	case c.closes:
+		delete(w.waits, c.id)
+	}
 }
 
 // Prepare checks r as the next record (order, the run's state machine, size limits) and
@@ -403,15 +419,7 @@ func (w *Writer) AppendPrepared(p *Prepared) error {
 
 // advance moves the writer's state past p, written (or, in prepareAll, counted as if).
 func (w *Writer) advance(p *Prepared) {
-	switch {
-	case p.wait.opens:
-		if w.waits == nil {
-			w.waits = map[string]bool{}
-		}
-		w.waits[p.wait.id] = true
-	case p.wait.closes:
-		delete(w.waits, p.wait.id)
-	}
+	w.track(p.wait)
 	w.size += int64(len(p.line))
 	w.machine = p.machine
 	w.seq++
@@ -611,10 +619,14 @@ func (w *Writer) RunID() string { return w.runID }
 // AgentID returns the id of the run's agent.
 func (w *Writer) AgentID() string { return w.agentID }
 
-// Close closes the journal file. It does not sync.
+// Close closes the journal file and releases its lock; it does not sync. Later calls
+// return the first one's result.
 func (w *Writer) Close() error {
-	if w.root != nil {
-		w.root.Close()
-	}
-	return w.f.Close()
+	w.closeOnce.Do(func() {
+		if w.root != nil {
+			w.root.Close()
+		}
+		w.closeErr = w.f.Close()
+	})
+	return w.closeErr
 }

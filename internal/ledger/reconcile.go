@@ -51,6 +51,17 @@ func Reconcile(w *Writer, gov string, pub ed25519.PublicKey) ([]Recovered, error
 	return out, nil
 }
 
+// RecordAsFound appends the recovered entry of the journal at path (a file of the governed
+// directory), as found, unless the ledger already has an entry for its run. A server calls
+// it when a run's journal failed before its terminated record — the writer stopped — and
+// after closing that writer, before the run's withheld result is returned: the ledger
+// knows of every run a caller heard of, and a journal that was removed meanwhile is
+// recorded all the same, so its absence is reported by verification. It returns the entry
+// appended, or nil.
+func RecordAsFound(w *Writer, path, agentID, runID string) (*Recovered, error) {
+	return recoverJournal(w, filepath.Dir(path), filepath.Base(path), agentID, runID, w.PublicKey())
+}
+
 // testRecovering, set by tests, runs while recoverJournal holds the scan lock.
 var testRecovering func()
 

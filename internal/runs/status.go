@@ -11,7 +11,7 @@ import (
 )
 
 // abandonedReason explains the abandoned status.
-const abandonedReason = "the journal has no terminated record and no server is writing it: the server stopped before the run ended"
+const abandonedReason = "the journal has no terminated record and no server is writing it: the server stopped before the run ended, or the journal failed before its end could be written"
 
 // build makes the Status of snap, reading (and, for a finished run, caching) its
 // journal's facts. withText adds the released text.
