@@ -64,7 +64,7 @@ func parseAnthropic(body []byte) (*Response, error) {
 		return nil, err
 	}
 	if r.Type != "message" {
-		return nil, &Error{Kind: KindMalformed, Err: fmt.Errorf("type is %q, want \"message\"", bounded(r.Type, 64))}
+		return nil, &Error{Kind: KindMalformed, Err: errors.New(`type is not "message"`)}
 	}
 	resp := &Response{Model: r.Model}
 	if r.StopReason != nil {

@@ -120,6 +120,15 @@ func (c *Call) Do(ctx context.Context) (*Response, error) {
 	}
 	defer hr.Body.Close()
 	resp := &Response{Status: hr.StatusCode}
+	if hr.StatusCode < 200 {
+		// An informational status as the answer (101 Switching Protocols, unasked): the
+		// transport hands over the raw connection as the body, no longer bound to ctx.
+		return resp, fail(&Error{Kind: KindStatus, Status: hr.StatusCode})
+	}
+	// The body is read within ctx's deadline and cancellation, whatever the transport
+	// does: closing it ends a read in progress.
+	stop := context.AfterFunc(ctx, func() { hr.Body.Close() })
+	defer stop()
 	resp.Body, err = io.ReadAll(io.LimitReader(hr.Body, MaxResponseBytes+1))
 	if err != nil {
 		e := transportError(ctx, err)

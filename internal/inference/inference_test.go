@@ -187,7 +187,7 @@ func TestFaults(t *testing.T) {
 		{name: "body not UTF-8", reply: loopback.Reply{Body: []byte("{\"type\":\"message\",\"content\":[{\"type\":\"text\",\"text\":\"hi \xff\"}]}")},
 			openaiBody: "{\"choices\":[{\"message\":{\"content\":\"hi \xff\"}}]}", kind: inference.KindMalformed, code: errcode.InferenceFailed, status: 200, inMessage: []string{"not valid UTF-8"}},
 		{name: "a member name twice", reply: loopback.Reply{Body: []byte(`{"type":"message","content":[{"type":"text","text":"a","text":"b"}]}`)},
-			openaiBody: `{"choices":[{"message":{"content":"a","content":"b"}}]}`, kind: inference.KindMalformed, code: errcode.InferenceFailed, status: 200, inMessage: []string{"duplicate member"}},
+			openaiBody: `{"choices":[{"message":{"content":"a","content":"b"}}]}`, kind: inference.KindMalformed, code: errcode.InferenceFailed, status: 200, inMessage: []string{"member name is repeated"}},
 		{name: "a member name in another case", reply: loopback.Reply{Body: []byte(`{"type":"message","CONTENT":[{"type":"text","text":"folded"}]}`)},
 			openaiBody: `{"CHOICES":[{"message":{"content":"folded"}}]}`, kind: inference.KindMalformed, code: errcode.InferenceFailed, status: 200, inMessage: []string{"spelled otherwise"}},
 		{name: "a lone surrogate escape", reply: loopback.Reply{Body: []byte(`{"type":"message","content":[{"type":"text","text":"a\ud800b"}]}`)},

@@ -143,12 +143,46 @@ func unmarshalObject(body []byte, v any) error {
 		return &Error{Kind: KindMalformed, Err: errors.New("body is not valid UTF-8")}
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return &Error{Kind: KindMalformed, Err: err}
+		return &Error{Kind: KindMalformed, Err: bodyFault(err)}
 	}
 	if err := strictjson.Check(body, strictjson.Options{Single: true, NoLoneSurrogates: true, ExactNames: jsonNames(reflect.TypeOf(v))}); err != nil {
-		return &Error{Kind: KindMalformed, Err: err}
+		return &Error{Kind: KindMalformed, Err: bodyFault(err)}
 	}
 	return nil
+}
+
+// bodyFault words why a 2xx body could not be decoded without quoting any of it: the body
+// may hold model text that has not passed the policy gate, and a decoder's message quotes
+// member names, paths and number literals of any length — which would reach the caller
+// and the journal (where a record of over 1 MiB would turn the provider's fault into a
+// journal failure).
+func bodyFault(err error) error {
+	var (
+		dup *strictjson.DuplicateError
+		cas *strictjson.CaseError
+		typ *json.UnmarshalTypeError
+		syn *json.SyntaxError
+	)
+	switch {
+	case errors.As(err, &dup):
+		return errors.New("a member name is repeated in one object")
+	case errors.As(err, &cas):
+		return fmt.Errorf("a member is %q spelled otherwise", cas.Want) // Want is the format's name
+	case errors.As(err, &typ):
+		kind, _, _ := strings.Cut(typ.Value, " ") // "number 1e999…": the kind, not the literal
+		return fmt.Errorf("member %s is a JSON %s, not %s", bounded(typ.Field, 128), kind, typ.Type)
+	case errors.As(err, &syn):
+		return fmt.Errorf("not valid JSON (at byte %d)", syn.Offset)
+	case errors.Is(err, strictjson.ErrFloat):
+		return errors.New("a number where an integer belongs is not one")
+	case errors.Is(err, strictjson.ErrSurrogate):
+		return errors.New("an escaped lone surrogate")
+	case errors.Is(err, strictjson.ErrTrailing):
+		return errors.New("data after the JSON object")
+	case errors.Is(err, strictjson.ErrDepth):
+		return errors.New("arrays and objects nested too deep")
+	}
+	return errors.New("not valid JSON")
 }
 
 // exactNames caches jsonNames per type: it is read on every answer.

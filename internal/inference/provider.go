@@ -36,22 +36,26 @@ func (p *provider) Prepare(c Conversation, maxTokens int) (*Call, error) {
 // checkBase validates a base URL named by variable and returns it without trailing
 // slashes. Plain http is allowed, except that an API key is never sent in clear text to a
 // host other than a loopback one.
+//
+// No message quotes the URL: one that is refused may carry a secret (credentials, or a key
+// in its query), and the error reaches every caller of invoke_agent. A message names the
+// variable, the rule, and at most the scheme and host of a URL that parsed.
 func checkBase(variable, raw string, hasKey bool) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", errcode.Errorf(errcode.NoProvider, "%s is not a valid URL: %v", variable, err)
+		return "", errcode.Errorf(errcode.NoProvider, "%s is not a valid URL", variable)
 	}
 	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return "", errcode.Errorf(errcode.NoProvider, "%s %q: scheme must be http or https", variable, raw)
-	case u.Host == "" || u.Opaque != "":
-		return "", errcode.Errorf(errcode.NoProvider, "%s %q: no host", variable, raw)
 	case u.User != nil:
 		return "", errcode.Errorf(errcode.NoProvider, "%s: credentials in the URL are not allowed; use the API key variable", variable)
-	case u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
-		return "", errcode.Errorf(errcode.NoProvider, "%s %q: a query or fragment is not allowed", variable, raw)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", errcode.Errorf(errcode.NoProvider, "%s: the scheme must be http or https", variable)
+	case u.Host == "" || u.Opaque != "":
+		return "", errcode.Errorf(errcode.NoProvider, "%s: no host", variable)
+	case u.RawQuery != "" || u.ForceQuery || strings.Contains(raw, "#"):
+		return "", errcode.Errorf(errcode.NoProvider, "%s (%s://%s): a query or fragment is not allowed", variable, u.Scheme, u.Host)
 	case u.Scheme == "http" && hasKey && !isLoopback(u.Hostname()):
-		return "", errcode.Errorf(errcode.NoProvider, "%s %q: refusing to send an API key over plain http to a non-loopback host; use https", variable, raw)
+		return "", errcode.Errorf(errcode.NoProvider, "%s (%s://%s): refusing to send an API key over plain http to a non-loopback host; use https", variable, u.Scheme, u.Host)
 	}
 	return strings.TrimRight(raw, "/"), nil
 }

@@ -109,7 +109,7 @@ func (m *modelExecutor) Execute(ctx context.Context, w *journal.Writer, progress
 	reason := ""
 	if callErr != nil {
 		finished.Outcome, reason = outcomeOf(callErr)
-		finished.Error = callErr.Error()
+		finished.Error = clampText(callErr.Error())
 		finished.TextSHA256 = digest.SHA256Hex(nil)
 	} else {
 		finished.TextSHA256 = digest.SHA256Hex([]byte(resp.Text))

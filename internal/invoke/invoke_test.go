@@ -495,7 +495,7 @@ func TestEndRun(t *testing.T) {
 		t.Fatalf("endRun with a huge error: %v", err)
 	}
 	recs := payloads(t, w.Path())
-	if last := recs[len(recs)-1]; last.Type != "terminated" || !bytes.Contains(last.Data, []byte("(truncated)")) || len(last.Data) > 2*maxTerminatedError {
+	if last := recs[len(recs)-1]; last.Type != "terminated" || !bytes.Contains(last.Data, []byte("(truncated)")) || len(last.Data) > 2*maxRecordError {
 		t.Fatalf("last record %s (%d bytes)", last.Type, len(last.Data))
 	}
 	// A second terminated is refused (out of order) without stopping the writer: the
@@ -684,6 +684,36 @@ func TestPolicyErrorWithholdsText(t *testing.T) {
 			}
 			if bytes.Contains(raw, []byte(text[:20])) {
 				t.Fatal("the hashes-only journal holds the withheld text")
+			}
+		})
+	}
+}
+
+// TestProviderFaultNotAJournalFailure: a 2xx answer with a 1.5 MiB number literal or
+// member name is the provider's fault (malformed → inference_failed), reported as one: the
+// error that inference_finished carries is bounded, so the record fits and the run does
+// not end audit_failed.
+func TestProviderFaultNotAJournalFailure(t *testing.T) {
+	bodies := map[string]string{
+		"number literal": `{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":` + strings.Repeat("9", 3<<19) + `}}`,
+		"repeated name":  `{"choices":[{"message":{"content":"ok"}}],"x":{"` + strings.Repeat("n", 3<<19) + `":1,"` + strings.Repeat("n", 3<<19) + `":2}}`,
+	}
+	for what, body := range bodies {
+		t.Run(what, func(t *testing.T) {
+			f := newFixture(t, nil, nil, loopback.WithReply(loopback.Reply{Body: []byte(body)}))
+			_, err := f.runner.Invoke(context.Background(), Request{Agent: "helper", Prompt: "hi"}, nil)
+			var ie *Error
+			if !errors.As(err, &ie) || ie.Audit == nil {
+				t.Fatalf("err %.300v: want an error with an audit reference", err)
+			}
+			if got := errcode.Of(err); got != errcode.InferenceFailed {
+				t.Errorf("code = %s, want inference_failed (the provider's fault); err %.300v", got, err)
+			}
+			recs := payloads(t, ie.Audit.Path)
+			var term journal.Terminated
+			json.Unmarshal(recs[len(recs)-1].Data, &term)
+			if term.Reason != "inference_failed" {
+				t.Errorf("terminated reason %q, want inference_failed (%d records)", term.Reason, len(recs))
 			}
 		})
 	}

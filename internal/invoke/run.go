@@ -467,9 +467,9 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 	return &Result{Agent: p.name, AgentID: p.agentID, Text: out.Text, Audit: audit()}, nil
 }
 
-// maxTerminatedError bounds the error text a terminated record carries, so that the
-// record always fits (a record is at most 1 MiB).
-const maxTerminatedError = 4 << 10
+// maxRecordError bounds the error text a terminated or inference_finished record carries,
+// so that the record always fits (a record is at most 1 MiB).
+const maxRecordError = 4 << 10
 
 // endRun ends the run's journal with t. With a project ledger, the terminated line is
 // prepared first and the run's ledger entry — naming the receipt the journal will have —
@@ -572,12 +572,18 @@ func guard(log *slog.Logger, p *prepared, f func() (*Result, error)) (res *Resul
 	return f()
 }
 
-// clampError bounds the error text of a terminated record (maxTerminatedError).
+// clampError bounds the error text of a terminated record (maxRecordError).
 func clampError(t journal.Terminated) journal.Terminated {
-	if len(t.Error) > maxTerminatedError {
-		t.Error = strings.ToValidUTF8(t.Error[:maxTerminatedError], "") + " …(truncated)"
-	}
+	t.Error = clampText(t.Error)
 	return t
+}
+
+// clampText cuts an error text for a record at maxRecordError bytes.
+func clampText(s string) string {
+	if len(s) > maxRecordError {
+		s = strings.ToValidUTF8(s[:maxRecordError], "") + " …(truncated)"
+	}
+	return s
 }
 
 // cancelledError says who cancelled the run (ctx's cause) and when.

@@ -1,0 +1,139 @@
+package inference_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"symbi/internal/errcode"
+	"symbi/internal/inference"
+	"symbi/internal/loopback"
+)
+
+// doOnce prepares the conversation against a provider of the given format pointed at s
+// and sends it once.
+func doOnce(t *testing.T, format string, s *loopback.Server) (*inference.Response, error) {
+	t.Helper()
+	call, err := newProvider(t, format, s).Prepare(conv, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	return call.Do(ctx)
+}
+
+// TestMalformedNamesNotQuoted: a 2xx body that cannot be used is never quoted
+// (providers.md) — neither its text nor its member names, which may be the model's (a
+// tool_use input, a structured output).
+func TestMalformedNamesNotQuoted(t *testing.T) {
+	const secret = "UNGATED MODEL TEXT 4711"
+	for format, body := range map[string]string{
+		"openai":    `{"choices":[{"message":{"role":"assistant","content":"ok","parsed":{"` + secret + `":1,"` + secret + `":2}}}]}`,
+		"anthropic": `{"type":"message","content":[{"type":"tool_use","id":"t","name":"n","input":{"` + secret + `":1,"` + secret + `":2}},{"type":"text","text":"ok"}]}`,
+		"type":      `{"type":"` + secret + `","content":[{"type":"text","text":"ok"}]}`,
+	} {
+		t.Run(format, func(t *testing.T) {
+			wire := format
+			if format == "type" {
+				wire = "anthropic"
+			}
+			s := startServer(t, loopback.WithReply(loopback.Reply{Body: []byte(body)}))
+			_, err := doOnce(t, wire, s)
+			if !errors.Is(err, inference.KindMalformed) {
+				t.Fatalf("err = %v, want malformed", err)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("the error quotes the unusable 2xx body: %v", err)
+			}
+		})
+	}
+}
+
+// TestMalformedErrorBounded: the error of a malformed 2xx answer is journaled
+// (inference_finished.error) and returned to the client: the provider cannot make it
+// large — a 2 MiB number literal, a 1.5 MiB repeated member name, or a member in other
+// capitals under a 1.5 MiB path each give a short message, saying what was wrong.
+func TestMalformedErrorBounded(t *testing.T) {
+	name := strings.Repeat("n", 3<<19)
+	for what, tc := range map[string]struct{ body, says string }{
+		"number literal": {`{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":` + strings.Repeat("7", 2<<20) + `,"completion_tokens":1}}`, "prompt_tokens is a JSON number, not int"},
+		"repeated name":  {`{"choices":[{"message":{"content":"ok"}}],"x":{"` + name + `":1,"` + name + `":2}}`, "a member name is repeated"},
+		"path of a case": {`{"choices":[{"message":{"content":"ok"}}],"` + name + `":{"MODEL":"m"}}`, `a member is "model" spelled otherwise`},
+	} {
+		t.Run(what, func(t *testing.T) {
+			s := startServer(t, loopback.WithReply(loopback.Reply{Body: []byte(tc.body)}))
+			_, err := doOnce(t, "openai", s)
+			if !errors.Is(err, inference.KindMalformed) {
+				t.Fatalf("err kind: %.200v, want malformed", err)
+			}
+			if n := len(err.Error()); n > 512 || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("a malformed answer's error is %d bytes, %.300q; want at most 512, saying %q", n, err.Error(), tc.says)
+			}
+		})
+	}
+}
+
+// TestBaseURLNotEchoed: a refused base URL is not quoted in the no_provider error, which
+// every invoke_agent caller receives: it may carry a secret (credentials, a key in its
+// query). A bare "#" (an empty fragment) is refused as a fragment: the path after it
+// would never be sent.
+func TestBaseURLNotEchoed(t *testing.T) {
+	const secret = "s3cr3tPASSWORD"
+	for _, base := range []string{
+		"https://api.example.com/v1?api_key=" + secret,
+		"ftp://user:" + secret + "@api.example.com/v1",
+		"https://user:" + secret + "%zz@api.example.com/v1",
+		"https://user:" + secret + "@api.example.com:bad/v1",
+		"https://api.example.com/v1#" + secret,
+		"https://api.example.com/v1#",
+	} {
+		t.Run(base, func(t *testing.T) {
+			env := map[string]string{"OPENAI_BASE_URL": base, "OPENAI_API_KEY": "sk-x"}
+			_, err := inference.FromEnv(func(k string) string { return env[k] })
+			if errcode.Of(err) != errcode.NoProvider {
+				t.Fatalf("err = %v, want no_provider", err)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("the no_provider error quotes the base URL's secret: %v", err)
+			}
+		})
+	}
+}
+
+// TestInformationalAnswerRefused: an endpoint that answers the POST with 101 Switching
+// Protocols (nothing asked for an upgrade) and then holds the connection gets a status
+// error at once: the transport would hand over the raw connection as the body, no longer
+// bound to the call's deadline or cancellation.
+func TestInformationalAnswerRefused(t *testing.T) {
+	hold := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x-hold\r\n\r\n")
+		buf.Flush()
+		<-hold
+	}))
+	t.Cleanup(func() { close(hold); srv.Close() })
+	p, err := inference.NewOpenAI(srv.URL+"/v1", "", "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	call, err := p.Prepare(conv, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard) // only a hang reaches it
+	defer cancel()
+	resp, err := call.Do(ctx)
+	var e *inference.Error
+	if !errors.As(err, &e) || e.Kind != inference.KindStatus || resp == nil || resp.Status != http.StatusSwitchingProtocols {
+		t.Fatalf("Do = %+v, %v; want a status error for the 101 answer, at once", resp, err)
+	}
+}
