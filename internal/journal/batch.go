@@ -61,28 +61,34 @@ func newEnvelopes(pub ed25519.PublicKey, context string, check sigCheck) *envelo
 	return &envelopes{pub: pub, context: context, checker: check}
 }
 
-// add takes one line: its shape, signature encoding and the key are checked now, its
-// signature by check.
-func (e *envelopes) add(line []byte) {
+// add takes one line: its shape, signature encoding and the key are checked now (the
+// error returned), its signature by check.
+func (e *envelopes) add(line []byte) error {
 	p, sig, err := unseal(line, e.pub)
 	e.lines = append(e.lines, opened{p: p, err: err})
 	if err == nil {
 		e.payloads, e.sigs, e.at = append(e.payloads, p), append(e.sigs, sig), append(e.at, len(e.lines)-1)
 	}
+	return err
 }
 
-// addLines adds every complete line of data (a torn tail is not a line) and returns the
-// index of the first.
-func (e *envelopes) addLines(data []byte) int {
-	first := len(e.lines)
-	for {
+// addLines adds the complete lines of data (a torn tail is not a line) and returns the
+// index of the first and how many it added. It stops after maxProblems+1 lines that do
+// not open: each is a problem of the report, which then lists no more and is invalid
+// already — so a file of 64 MiB of empty lines costs what one of a hundred does.
+func (e *envelopes) addLines(data []byte) (first, added int) {
+	first = len(e.lines)
+	for failed := 0; failed <= maxProblems; {
 		i := bytes.IndexByte(data, '\n')
 		if i < 0 {
-			return first
+			break
 		}
-		e.add(data[:i+1])
+		if e.add(data[:i+1]) != nil {
+			failed++
+		}
 		data = data[i+1:]
 	}
+	return first, len(e.lines) - first
 }
 
 // check checks every signature added.

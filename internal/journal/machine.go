@@ -143,6 +143,8 @@ func (m *Machine) step(s Step) error {
 		switch {
 		case m.session:
 			return errors.New("a second session_started")
+		case m.finished:
+			return errors.New("session_started after session_finished: a session is opened right after started, or never")
 		case m.requested:
 			return errors.New("session_started in a run that made a model request: a run is a model run or a delegated one")
 		}

@@ -1,6 +1,8 @@
 package journal
 
 import (
+	"crypto/ed25519"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"reflect"
@@ -219,5 +221,36 @@ func TestMachineCopies(t *testing.T) {
 	}
 	if n := len(m.grants.t.states); n != m.grants.n || n != 5001 {
 		t.Errorf("the log holds %d entries, the machine sees %d; want 5001, recorded in place", n, m.grants.n)
+	}
+}
+
+// TestSessionStartedAfterSessionFinished: session_started follows only started, and a
+// session_finished without a session says none could be opened: a session opened after it
+// is an impossible run, refused by the machine (so by the writer) and by both verification
+// paths at its line.
+func TestSessionStartedAfterSessionFinished(t *testing.T) {
+	var m Machine
+	for _, s := range []Step{
+		{Type: TypeStarted},
+		{Type: TypeSessionFinished, Outcome: "error", TextSHA256: sum("")},
+	} {
+		if err := m.Next(s); err != nil {
+			t.Fatalf("%s: %v", s.Type, err)
+		}
+	}
+	if err := m.Next(Step{Type: TypeSessionStarted}); !errors.Is(err, ErrImpossible) {
+		t.Errorf("session_started after session_finished accepted by the machine (err %v)", err)
+	}
+
+	seed, _ := hex.DecodeString(vectorSeed)
+	data := forge(ed25519.NewKeyFromSeed(seed), "coder", delegatedRun, []Record{
+		Started{Agent: "coder", Mode: "delegated"},
+		SessionFinished{Outcome: "error", TextSHA256: sum(""), Error: "could not open a session"},
+		SessionStarted{Executor: "fake", Command: []string{"/bin/fake"}, SessionID: "s-1"},
+		Terminated{Reason: "inference_failed"},
+	})
+	r := verifyBoth(t, "session after session_finished", data, vectorKey(), VerifyOptions{})
+	if r.ExitCode() != 1 || len(r.Problems) == 0 || r.Problems[0].Line != 3 {
+		t.Errorf("a session opened after its run recorded that none could be: want invalid at line 3, got %s", reportJSON(r))
 	}
 }

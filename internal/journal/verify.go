@@ -178,15 +178,17 @@ func verifyData(r *Report, data []byte, pub ed25519.PublicKey, opts VerifyOption
 // line read, in order, as verifyLines describes.
 func verifyDataWith(r *Report, data []byte, pub ed25519.PublicKey, opts VerifyOptions, check sigCheck) {
 	env := newEnvelopes(pub, SignatureContext, check)
-	first := env.addLines(data)
+	first, added := env.addLines(data)
 	env.check()
-	verifyLines(r, data, env, first, opts)
+	verifyLines(r, data, env, first, added, opts)
 }
 
 // verifyLines fills r from the journal bytes whose complete lines were added to env from
-// its line first on and their signatures checked: line by line, the envelope's outcome
-// (shape, signature), then the payload, the chain and the run's state machine.
-func verifyLines(r *Report, data []byte, env *envelopes, first int, opts VerifyOptions) {
+// its line first on (added of them) and their signatures checked: line by line, the
+// envelope's outcome (shape, signature), then the payload, the chain and the run's state
+// machine. Once the report lists no more problems (it is invalid), the rest of the lines
+// are counted, not read.
+func verifyLines(r *Report, data []byte, env *envelopes, first, added int, opts VerifyOptions) {
 	if len(env.pub) != ed25519.PublicKeySize {
 		r.problem(0, "public key is %d bytes, want %d", len(env.pub), ed25519.PublicKeySize)
 	}
@@ -195,6 +197,10 @@ func verifyLines(r *Report, data []byte, env *envelopes, first int, opts VerifyO
 	var machine Machine
 	machineOK := true // after the first impossible step, the rest is not read
 	for n := 1; len(data) > 0; n++ {
+		if len(r.Problems) > maxProblems || n > added {
+			countRest(r, data)
+			break
+		}
 		i := bytes.IndexByte(data, '\n')
 		if i < 0 {
 			r.TailBytes = len(data)
@@ -240,6 +246,44 @@ func verifyLines(r *Report, data []byte, env *envelopes, first int, opts VerifyO
 		r.Status, r.Complete = StatusComplete, true
 	default:
 		r.Status = StatusIncomplete
+	}
+}
+
+// ParseTime reads a signed log's time: RFC 3339 in UTC, exactly
+// YYYY-MM-DDTHH:MM:SS, then optionally "." and 1 to 9 digits, then "Z" — the form a
+// verifier written from the format's document accepts. time.Parse alone also accepts a
+// one-digit hour or a "," before the fraction.
+func ParseTime(s string) (time.Time, error) {
+	bad := fmt.Errorf("time %q is not an RFC 3339 UTC time (YYYY-MM-DDTHH:MM:SS[.fraction]Z)", s)
+	const fixed = "dddd-dd-ddTdd:dd:dd"
+	if len(s) < len(fixed)+1 || s[len(s)-1] != 'Z' {
+		return time.Time{}, bad
+	}
+	for i := range len(fixed) {
+		if c := s[i]; fixed[i] == 'd' && (c < '0' || c > '9') || fixed[i] != 'd' && c != fixed[i] {
+			return time.Time{}, bad
+		}
+	}
+	if frac := s[len(fixed) : len(s)-1]; frac != "" {
+		if len(frac) < 2 || len(frac) > 10 || frac[0] != '.' || strings.Trim(frac[1:], "0123456789") != "" {
+			return time.Time{}, bad
+		}
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || t.IsZero() {
+		return time.Time{}, bad
+	}
+	return t, nil
+}
+
+// countRest counts into r the lines of data, the rest of a journal that is not read: its
+// records, its torn tail and the hash of its last complete line.
+func countRest(r *Report, data []byte) {
+	end := bytes.LastIndexByte(data, '\n') + 1
+	r.Records += bytes.Count(data[:end], []byte{'\n'})
+	r.TailBytes = len(data) - end
+	if end > 0 {
+		r.Head = lineHash(data[bytes.LastIndexByte(data[:end-1], '\n')+1 : end])
 	}
 }
 
@@ -594,8 +638,8 @@ func checkEnvelope(r *Report, n, seq int, e *entry, prev string, opts VerifyOpti
 	if e.prev != prev {
 		r.problem(n, "prev is %s, want %s (the hash of the previous line): the chain is broken", e.prev, prev)
 	}
-	if t, err := time.Parse(time.RFC3339Nano, e.time); err != nil || !strings.HasSuffix(e.time, "Z") || t.IsZero() {
-		r.problem(n, "time %q is not an RFC 3339 UTC time", e.time)
+	if _, err := ParseTime(e.time); err != nil {
+		r.problem(n, "%v", err)
 	}
 	if seq == 0 {
 		r.RunID, r.AgentID = e.runID, e.agentID
@@ -667,6 +711,7 @@ func verifyDir(dir string, pub ed25519.PublicKey, check sigCheck) ([]*Report, er
 		r     *Report
 		data  []byte
 		first int
+		added int
 	}
 	workers := min(runtime.GOMAXPROCS(0), max(len(paths), 1))
 	var wg sync.WaitGroup
@@ -690,7 +735,9 @@ func verifyDir(dir string, pub ed25519.PublicKey, check sigCheck) ([]*Report, er
 						r.Status = StatusInvalid
 						continue
 					}
-					files = append(files, file{r: r, data: data, first: env.addLines(data)})
+					f := file{r: r, data: data}
+					f.first, f.added = env.addLines(data)
+					files = append(files, f)
 					size += len(data)
 				}
 				if len(files) == 0 && int(next.Load()) >= len(paths) {
@@ -698,7 +745,7 @@ func verifyDir(dir string, pub ed25519.PublicKey, check sigCheck) ([]*Report, er
 				}
 				env.check()
 				for _, f := range files {
-					verifyLines(f.r, f.data, env, f.first, VerifyOptions{})
+					verifyLines(f.r, f.data, env, f.first, f.added, VerifyOptions{})
 					checkName(f.r, filepath.Base(f.r.Path))
 				}
 			}

@@ -284,3 +284,51 @@ type caseFolded struct {
 }
 
 func (caseFolded) Type() string { return TypeTerminated }
+
+// TestTimeIsRFC3339: a record's time is RFC 3339 UTC ending in Z, as a verifier written
+// from the format's document reads it: time.Parse alone would also accept a one-digit hour
+// and a comma before the fraction.
+func TestTimeIsRFC3339(t *testing.T) {
+	pub := vectorKey()
+	for _, tm := range []string{
+		"2026-01-02T3:04:05.007Z",  // one-digit hour
+		"2026-01-02T03:04:05,007Z", // comma before the fraction
+		"2026-01-02T03:04:05.Z",    // a fraction without digits
+		"2026-01-02T03:04:05.0000000001Z",
+		"2026-01-02T03:04:05.007+00:00",
+		"2026-01-02 03:04:05.007Z",
+		"2026-13-02T03:04:05.007Z",
+		"0001-01-01T00:00:00Z",
+	} {
+		line := signLine(`{"v":1,"run_id":"r","seq":0,"prev":"` + ZeroHash + `","time":"` + tm + `","agent_id":"a","type":"started","data":{}}`)
+		if r := verifyBytes(line, pub, VerifyOptions{}); r.ExitCode() != 1 || len(r.Problems) == 0 || r.Problems[0].Line != 1 {
+			t.Errorf("time %q: want invalid (not RFC 3339), got %s", tm, reportJSON(r))
+		}
+	}
+	// The writer's own form, and RFC 3339's others in UTC, verify.
+	for _, tm := range []string{"2026-01-02T03:04:05.007Z", "2026-01-02T03:04:05Z", "2026-01-02T03:04:05.123456789Z"} {
+		line := signLine(`{"v":1,"run_id":"r","seq":0,"prev":"` + ZeroHash + `","time":"` + tm + `","agent_id":"a","type":"started","data":{}}`)
+		if r := verifyBytes(line, pub, VerifyOptions{}); r.ExitCode() != 2 {
+			t.Errorf("time %q: %s", tm, reportJSON(r))
+		}
+	}
+}
+
+// TestVerifyBoundedOnEmptyLines: a file within the 64 MiB limit made of empty lines is
+// millions of lines. Once the report lists no more problems, the rest is counted, not
+// read: verification of 2 MiB of them allocates far less than the 690 MiB it took when
+// every line was opened and hashed (16 MiB took 3.2 GB), and still counts every line.
+func TestVerifyBoundedOnEmptyLines(t *testing.T) {
+	data := []byte(strings.Repeat("\n", 2<<20))
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	r := verifyBytes(data, vectorKey(), VerifyOptions{})
+	runtime.ReadMemStats(&m1)
+	if r.ExitCode() != 1 || r.Records != len(data) || len(r.Problems) != maxProblems+1 {
+		t.Fatalf("a file of empty lines: exit %d, %d records, %d problems; want 1, %d, %d", r.ExitCode(), r.Records, len(r.Problems), len(data), maxProblems+1)
+	}
+	if alloc, bound := m1.TotalAlloc-m0.TotalAlloc, uint64(32*len(data)); alloc > bound {
+		t.Errorf("verifying %d bytes of empty lines allocated %d MiB, more than %d MiB (32 bytes per input byte)", len(data), alloc>>20, bound>>20)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"symbi/internal/digest"
@@ -170,9 +169,9 @@ func checkPayload(raw, p []byte, seq int64, prev string) (*Line, error) {
 	case len(m["data"]) == 0 || m["data"][0] != '{':
 		return nil, errors.New(`payload member "data" is not an object`)
 	}
-	t, err := time.Parse(time.RFC3339Nano, ptime)
-	if err != nil || !strings.HasSuffix(ptime, "Z") || t.IsZero() {
-		return nil, fmt.Errorf("time %q is not an RFC 3339 UTC time", ptime)
+	t, err := journal.ParseTime(ptime)
+	if err != nil {
+		return nil, err
 	}
 	return &Line{Seq: seq, Type: ptype, Data: m["data"], Time: t, Hash: digest.SHA256Hex(raw), Leaf: raw[:len(raw)-1]}, nil
 }
