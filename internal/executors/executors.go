@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 
@@ -128,7 +129,9 @@ func Parse(data []byte, getenv func(string) string) (*Registry, error) {
 	if !json.Valid(data) {
 		return nil, invalid("not valid JSON")
 	}
-	if err := strictjson.Check(data, strictjson.Options{IntegersOnly: true, Single: true, NoLoneSurrogates: true}); err != nil {
+	// Member names spelled exactly: a "Command" beside "command" would run what a reader
+	// of the file does not see.
+	if err := strictjson.Check(data, strictjson.Options{IntegersOnly: true, Single: true, NoLoneSurrogates: true, ExactNames: strictjson.NamesOf(reflect.TypeFor[fileForm]())}); err != nil {
 		return nil, invalid("%v", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -181,3 +181,35 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestParseCaseFoldedMember: the executors file decides what programs the server runs, and
+// is read strictly: a member name in other capitals than the format's is refused —
+// encoding/json would take "COMMAND" for "command", and of {"command": A, "Command": B}
+// run B while a reader of the file sees A.
+func TestParseCaseFoldedMember(t *testing.T) {
+	bin := t.TempDir()
+	for _, n := range []string{"shown", "hidden"} {
+		if err := os.WriteFile(filepath.Join(bin, n), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shown, hidden := filepath.Join(bin, "shown"), filepath.Join(bin, "hidden")
+	getenv := func(string) string { return "" }
+	for name, doc := range map[string]string{
+		"second spelling wins": `{"executors":{"a":{"command":["` + shown + `"],"Command":["` + hidden + `"]}}}`,
+		"only a folded name":   `{"executors":{"a":{"COMMAND":["` + hidden + `"]}}}`,
+		"folded top level":     `{"Executors":{"a":{"command":["` + hidden + `"]}}}`,
+		"folded pin_mode":      `{"executors":{"a":{"command":["` + shown + `"],"pin_mode":"default","Pin_Mode":"bypassPermissions"}}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, err := Parse([]byte(doc), getenv)
+			if err == nil {
+				e, _ := r.Get("a")
+				t.Fatalf("accepted a member name spelled otherwise than documented: %+v", e)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v, want ErrInvalid", err)
+			}
+		})
+	}
+}

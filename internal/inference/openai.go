@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"symbi/internal/errcode"
@@ -145,7 +144,7 @@ func unmarshalObject(body []byte, v any) error {
 	if err := json.Unmarshal(body, v); err != nil {
 		return &Error{Kind: KindMalformed, Err: bodyFault(err)}
 	}
-	if err := strictjson.Check(body, strictjson.Options{Single: true, NoLoneSurrogates: true, ExactNames: jsonNames(reflect.TypeOf(v))}); err != nil {
+	if err := strictjson.Check(body, strictjson.Options{Single: true, NoLoneSurrogates: true, ExactNames: strictjson.NamesOf(reflect.TypeOf(v))}); err != nil {
 		return &Error{Kind: KindMalformed, Err: bodyFault(err)}
 	}
 	return nil
@@ -183,44 +182,6 @@ func bodyFault(err error) error {
 		return errors.New("arrays and objects nested too deep")
 	}
 	return errors.New("not valid JSON")
-}
-
-// exactNames caches jsonNames per type: it is read on every answer.
-var exactNames sync.Map // reflect.Type → []string
-
-// jsonNames returns the member names encoding/json reads into t: the json tags of its
-// struct fields, through pointers, slices and nested structs.
-func jsonNames(t reflect.Type) []string {
-	if names, ok := exactNames.Load(t); ok {
-		return names.([]string)
-	}
-	names := walkNames(t)
-	exactNames.Store(t, names)
-	return names
-}
-
-func walkNames(t reflect.Type) []string {
-	var names []string
-	seen := map[reflect.Type]bool{}
-	var walk func(reflect.Type)
-	walk = func(t reflect.Type) {
-		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
-			t = t.Elem()
-		}
-		if t.Kind() != reflect.Struct || seen[t] {
-			return
-		}
-		seen[t] = true
-		for i := range t.NumField() {
-			f := t.Field(i)
-			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
-				names = append(names, name)
-			}
-			walk(f.Type)
-		}
-	}
-	walk(t)
-	return names
 }
 
 func checkUsage(u Usage) error {

@@ -1,7 +1,8 @@
 // Package opfile opens and reads the files an operator hands the server — the executors
 // file, the token file — which decide what programs it runs and who may call it. Such a
-// file must be a regular file, reached without following a symbolic link, that neither
-// group nor others may write; it is read up to a limit, past which it is refused.
+// file must be a regular file, reached without following a symbolic link, owned by the
+// server's user or by root, that neither group nor others may write; it is read up to a
+// limit, past which it is refused.
 package opfile
 
 import (
@@ -9,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,11 +22,12 @@ const writeMask = 0o022
 var ErrTooLarge = errors.New("file too large")
 
 // Open opens path with flags (creating it 0600 when they say so) without following a
-// symbolic link, and refuses anything but a regular file that neither group nor others
-// may write. why ends the refusal of a writable file: what the file decides, and its fix.
-// Errors do not name path; the caller does.
+// symbolic link, and refuses anything but a regular file, owned by the effective user or
+// root, that neither group nor others may write: another user owning it could rewrite it
+// whatever its mode. why ends the refusal of a file others may change: what the file
+// decides, and its fix. Errors do not name path; the caller does.
 func Open(path string, flags int, why string) (*os.File, error) {
-	fd, err := unix.Open(path, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	fd, err := unix.Open(path, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -36,6 +39,10 @@ func Open(path string, flags int, why string) (*os.File, error) {
 		err = errors.New("not a regular file")
 	case st.Mode().Perm()&writeMask != 0:
 		err = fmt.Errorf("mode %04o lets group or others write it; %s", st.Mode().Perm(), why)
+	default:
+		if sys, ok := st.Sys().(*syscall.Stat_t); !ok || (sys.Uid != uint32(os.Geteuid()) && sys.Uid != 0) {
+			err = fmt.Errorf("owned by another user (uid %d), who could rewrite it; %s", owner(sys), why)
+		}
 	}
 	if err != nil {
 		f.Close()
@@ -55,4 +62,12 @@ func Read(f *os.File, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, limit)
 	}
 	return data, nil
+}
+
+// owner is the owner's uid of a file's stat, or -1.
+func owner(sys *syscall.Stat_t) int64 {
+	if sys == nil {
+		return -1
+	}
+	return int64(sys.Uid)
 }

@@ -92,3 +92,32 @@ func TestRead(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenRefusesFileOwnedByAnotherUser: an operator file owned by another user than the
+// server's (or root) is refused whatever its mode: its owner could rewrite it, and with it
+// what programs the server runs or who may call it.
+func TestOpenRefusesFileOwnedByAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a file to another user")
+	}
+	const nobody = 65534
+	dir := t.TempDir()
+	p := filepath.Join(dir, "executors.json")
+	if err := os.WriteFile(p, []byte(`{"executors":{}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(p, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(p, unix.O_RDONLY, "WHY")
+	if err == nil {
+		f.Close()
+		t.Fatalf("opened an operator file owned by uid %d, who may rewrite it", nobody)
+	}
+	if !strings.Contains(err.Error(), "owned by another user (uid 65534)") || !strings.Contains(err.Error(), "WHY") {
+		t.Fatalf("refusal %q does not say the file is another user's, and why it matters", err)
+	}
+}

@@ -2,12 +2,14 @@ package project
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -69,16 +71,23 @@ Guidance for agents working in this project.
 - Never read or edit .symbiont/: it holds the run journals and the signing key.
 `
 
+// maxGitignoreBytes bounds the .gitignore init reads to add its line.
+const maxGitignoreBytes = 1 << 20
+
 // Init writes a starter project into dir (created if needed): one invocable agent,
 // a policy permitting respond, AGENTS.md with its generated section, and a README.
-// It changes nothing when any of those files already exists. It returns the paths it
-// created, relative to dir.
+// It changes nothing when any of those files already exists (or an agent file of the
+// starter agent's stem with the other extension), when a .gitignore is there that is not
+// a regular file of one link, or when the AGENTS.md it would write is over AgentsMDLimit
+// (the starter files it wrote are then removed). It returns the paths it created,
+// relative to dir.
 func Init(dir string, log *slog.Logger) ([]string, error) {
 	targets := []string{agentsMDName}
 	for _, f := range starterFiles {
 		targets = append(targets, f.rel)
 	}
-	for _, rel := range targets {
+	// The starter agent's stem with the other extension: the two would be ambiguous.
+	for _, rel := range append(targets, "agents/assistant.dsl") {
 		_, err := os.Lstat(filepath.Join(dir, rel))
 		if err == nil {
 			return nil, errcode.Errorf(errcode.InvalidRequest, "init %s: %s already exists; nothing was changed", dir, rel)
@@ -96,6 +105,11 @@ func Init(dir string, log *slog.Logger) ([]string, error) {
 			if st, err := os.Lstat(filepath.Join(dir, sub)); err == nil && st.Mode()&fs.ModeSymlink != 0 {
 				return nil, errcode.Errorf(errcode.ProtectedPath, "init %s: %s is a symbolic link; symbi does not write through one; nothing was changed", dir, sub)
 			}
+		}
+	}
+	if st, err := os.Lstat(filepath.Join(dir, ".gitignore")); err == nil {
+		if err := checkGitignore(st); err != nil {
+			return nil, err
 		}
 	}
 	// Everything is created beneath the project's directory, opened once, without
@@ -116,29 +130,61 @@ func Init(dir string, log *slog.Logger) ([]string, error) {
 		}
 		created = append(created, f.rel)
 	}
+	md, err := starterAgentsMDFor(dir, log)
+	if err != nil {
+		// Nothing of the starter is left: the project is as it was.
+		for _, rel := range created {
+			if rerr := removeFile(rootFD, rel); rerr != nil {
+				return created, errors.Join(err, rerr)
+			}
+		}
+		return nil, fmt.Errorf("%w; the starter files were removed", err)
+	}
 	switch fresh, err := ensureIgnored(rootFD, ".gitignore"); {
 	case err != nil:
 		return created, err
 	case fresh:
 		created = append(created, ".gitignore")
 	}
-	p, err := Open(dir)
-	if err != nil {
-		return created, err
-	}
-	defer p.Close()
-	reg, err := p.LoadRegistry(log)
-	if err != nil {
-		return created, err
-	}
-	md, err := GenerateAgentsMD([]byte(starterAgentsMD), reg.Entries())
-	if err != nil {
-		return created, err
-	}
 	if err := createFile(rootFD, agentsMDName, md); err != nil {
 		return created, err
 	}
 	return append(created, agentsMDName), nil
+}
+
+// starterAgentsMDFor generates the starter AGENTS.md of the project dir, with the agents
+// it has (the starter's and any already in agents/), within AgentsMDLimit.
+func starterAgentsMDFor(dir string, log *slog.Logger) ([]byte, error) {
+	p, err := Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	reg, err := p.LoadRegistry(log)
+	if err != nil {
+		return nil, err
+	}
+	md, err := GenerateAgentsMD([]byte(starterAgentsMD), reg.Entries())
+	if err != nil {
+		return nil, err
+	}
+	if len(md) > AgentsMDLimit {
+		return nil, errcode.Errorf(errcode.LimitExceeded, "init %s: AGENTS.md would be %d bytes with the %d agent files of agents/, limit %d", dir, len(md), len(reg.Entries()), AgentsMDLimit)
+	}
+	return md, nil
+}
+
+// checkGitignore refuses a .gitignore init would append to that is not a regular file of
+// one link: a directory or FIFO, or a hard link to a file outside the project.
+func checkGitignore(st fs.FileInfo) error {
+	sys, _ := st.Sys().(*syscall.Stat_t)
+	switch {
+	case !st.Mode().IsRegular():
+		return errcode.Errorf(errcode.ProtectedPath, "init: .gitignore is not a regular file; nothing was changed")
+	case sys == nil || sys.Nlink != 1:
+		return errcode.Errorf(errcode.ProtectedPath, "init: .gitignore has more than one link (a hard link: the file may be outside the project); symbi does not write through one; nothing was changed")
+	}
+	return nil
 }
 
 // ensureIgnored makes the .gitignore rel beneath root list .symbiont/: it creates the
@@ -157,12 +203,19 @@ func ensureIgnored(root int, rel string) (created bool, err error) {
 	}
 	f := os.NewFile(uintptr(fd), rel)
 	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return false, errcode.Errorf(errcode.ProtectedPath, "init: %s is not a regular file", rel)
+	st, err := f.Stat()
+	if err != nil {
+		return false, errcode.Errorf(errcode.Internal, "init: %s: %w", rel, err)
 	}
-	old, err := io.ReadAll(f)
+	if err := checkGitignore(st); err != nil {
+		return false, err
+	}
+	old, err := io.ReadAll(io.LimitReader(f, maxGitignoreBytes+1))
 	if err != nil {
 		return false, errcode.Errorf(errcode.Internal, "init: %w", err)
+	}
+	if len(old) > maxGitignoreBytes {
+		return false, errcode.Errorf(errcode.LimitExceeded, "init: %s is larger than %d bytes; add %s to it by hand", rel, maxGitignoreBytes, gitignoreEntry)
 	}
 	for _, line := range strings.Split(string(old), "\n") {
 		if l := strings.TrimSpace(line); l == gitignoreEntry || l == "/"+gitignoreEntry || l == ".symbiont" || l == "/.symbiont" {
@@ -182,28 +235,12 @@ func ensureIgnored(root int, rel string) (created bool, err error) {
 // createFile creates rel beneath root (and its parent directories, 0755) with content; it
 // never replaces an existing file, and follows no symbolic link in any component.
 func createFile(root int, rel string, content []byte) error {
-	parts := strings.Split(rel, "/")
-	dfd, err := unix.Dup(root)
+	dfd, name, err := openParent(root, rel, true)
 	if err != nil {
-		return errcode.Errorf(errcode.Internal, "init: %w", err)
-	}
-	for _, d := range parts[:len(parts)-1] {
-		if err := unix.Mkdirat(dfd, d, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-			unix.Close(dfd)
-			return errcode.Errorf(errcode.Internal, "init: create %s: %w", d, err)
-		}
-		next, err := unix.Openat(dfd, d, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		unix.Close(dfd)
-		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-			return errcode.Errorf(errcode.ProtectedPath, "init: %s: %s is a symbolic link or not a directory; symbi does not write through one", rel, d)
-		}
-		if err != nil {
-			return errcode.Errorf(errcode.Internal, "init: %s: %w", rel, err)
-		}
-		dfd = next
+		return err
 	}
 	defer unix.Close(dfd)
-	fd, err := unix.Openat(dfd, parts[len(parts)-1], unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		return errcode.Errorf(errcode.Internal, "init: create %s: %w", rel, err)
 	}
@@ -214,6 +251,48 @@ func createFile(root int, rel string, content []byte) error {
 	}
 	if err := f.Close(); err != nil {
 		return errcode.Errorf(errcode.Internal, "init: close %s: %w", rel, err)
+	}
+	return nil
+}
+
+// openParent opens the directory of rel beneath root, following no symbolic link in any
+// component (creating the missing ones, 0755, with mkdir), and returns it and rel's last
+// component.
+func openParent(root int, rel string, mkdir bool) (dfd int, name string, err error) {
+	parts := strings.Split(rel, "/")
+	dfd, err = unix.Dup(root)
+	if err != nil {
+		return -1, "", errcode.Errorf(errcode.Internal, "init: %w", err)
+	}
+	for _, d := range parts[:len(parts)-1] {
+		if mkdir {
+			if err := unix.Mkdirat(dfd, d, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+				unix.Close(dfd)
+				return -1, "", errcode.Errorf(errcode.Internal, "init: create %s: %w", d, err)
+			}
+		}
+		next, err := unix.Openat(dfd, d, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(dfd)
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			return -1, "", errcode.Errorf(errcode.ProtectedPath, "init: %s: %s is a symbolic link or not a directory; symbi does not write through one", rel, d)
+		}
+		if err != nil {
+			return -1, "", errcode.Errorf(errcode.Internal, "init: %s: %w", rel, err)
+		}
+		dfd = next
+	}
+	return dfd, parts[len(parts)-1], nil
+}
+
+// removeFile removes rel beneath root, as createFile made it, following no symbolic link.
+func removeFile(root int, rel string) error {
+	dfd, name, err := openParent(root, rel, false)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if err := unix.Unlinkat(dfd, name, 0); err != nil {
+		return errcode.Errorf(errcode.Internal, "init: remove %s: %w", rel, err)
 	}
 	return nil
 }

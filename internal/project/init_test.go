@@ -2,6 +2,7 @@ package project
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/cedar-policy/cedar-go"
+	"golang.org/x/sys/unix"
 
 	"symbi/internal/errcode"
 )
@@ -94,6 +96,90 @@ func TestInitFollowsNoLink(t *testing.T) {
 			ents, _ := os.ReadDir(outside)
 			if b, _ := os.ReadFile(filepath.Join(outside, "target")); len(ents) > 1 || (link == ".gitignore" && string(b) != "x\n") || (link == "policies" && len(ents) != 0) {
 				t.Fatalf("init wrote through the link: %v, %q", ents, b)
+			}
+		})
+	}
+}
+
+// TestInitAgentsMDOverLimit: init in a directory whose agents/ already holds so many
+// agents that the generated AGENTS.md would pass its 64 KiB limit refuses (a larger one
+// would refuse every run), and leaves the project as it was: the starter files it wrote
+// are removed, no AGENTS.md or .gitignore is written.
+func TestInitAgentsMDOverLimit(t *testing.T) {
+	dir := t.TempDir()
+	desc := strings.Repeat("d", 600)
+	for i := range 150 {
+		writeFile(t, dir, fmt.Sprintf("agents/a%03d.symbi", i), []byte(fmt.Sprintf(
+			"metadata { description = %q, executor = \"orga\" }\nagent a%03d { capabilities = [\"answer\"] }\n", desc, i)))
+	}
+	created, err := Init(dir, slog.New(slog.DiscardHandler))
+	if errcode.Of(err) != errcode.LimitExceeded || len(created) != 0 {
+		t.Fatalf("Init = %v, %v; want limit_exceeded, nothing created", created, err)
+	}
+	for _, rel := range []string{"agents/assistant.symbi", "policies/respond.cedar", "README.md", agentsMDName, ".gitignore"} {
+		if _, serr := os.Lstat(filepath.Join(dir, rel)); !errors.Is(serr, fs.ErrNotExist) {
+			t.Errorf("init refused (%v) but left %s", err, rel)
+		}
+	}
+}
+
+// TestInitStarterStemTaken: an agents/assistant.dsl takes the starter agent's stem (the
+// two would be ambiguous, and assistant not invocable): init refuses, writing nothing.
+func TestInitStarterStemTaken(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "agents/assistant.dsl", []byte("agent assistant { capabilities = [\"answer\"] }\n"))
+	_, err := Init(dir, slog.New(slog.DiscardHandler))
+	if errcode.Of(err) != errcode.InvalidRequest {
+		t.Fatalf("Init: %v; want invalid_request (agents/assistant.dsl already exists)", err)
+	}
+	if _, serr := os.Lstat(filepath.Join(dir, "agents/assistant.symbi")); !errors.Is(serr, fs.ErrNotExist) {
+		t.Fatalf("init refused (%v) but wrote agents/assistant.symbi", err)
+	}
+}
+
+// TestInitHardLinkedGitignore: a .gitignore that is a hard link (to a file elsewhere) is
+// refused before anything is written, as files of more than one link are everywhere else:
+// init would append to a file outside the project.
+func TestInitHardLinkedGitignore(t *testing.T) {
+	base := t.TempDir()
+	dir, outside := filepath.Join(base, "p"), filepath.Join(base, "outside")
+	must(t, os.MkdirAll(dir, 0o755))
+	must(t, os.MkdirAll(outside, 0o755))
+	target := filepath.Join(outside, "victim")
+	must(t, os.WriteFile(target, []byte("do not touch\n"), 0o644))
+	must(t, os.Link(target, filepath.Join(dir, ".gitignore")))
+	if _, err := Init(dir, slog.New(slog.DiscardHandler)); errcode.Of(err) != errcode.ProtectedPath {
+		t.Errorf("Init: %v; want protected_path", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "agents")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("init refused after creating agents/ (%v)", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "do not touch\n" {
+		t.Fatalf("init wrote through a hard-linked .gitignore into a file outside the project: %q", b)
+	}
+}
+
+// TestInitNonRegularGitignore: a .gitignore that is not a regular file (a directory, a
+// FIFO) is refused before any file is created, like a symbolic link: a half-initialised
+// project would be refused by the next init ("already exists").
+func TestInitNonRegularGitignore(t *testing.T) {
+	for _, kind := range []string{"directory", "fifo"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			gi := filepath.Join(dir, ".gitignore")
+			if kind == "directory" {
+				must(t, os.Mkdir(gi, 0o755))
+			} else {
+				must(t, unix.Mkfifo(gi, 0o644))
+			}
+			_, err := Init(dir, slog.New(slog.DiscardHandler))
+			if errcode.Of(err) != errcode.ProtectedPath {
+				t.Fatalf("Init with a .gitignore that is a %s: %v; want protected_path", kind, err)
+			}
+			for _, rel := range []string{"agents", "policies", "README.md", agentsMDName} {
+				if _, serr := os.Lstat(filepath.Join(dir, rel)); !errors.Is(serr, fs.ErrNotExist) {
+					t.Errorf("init refused (%v) after creating %s", err, rel)
+				}
 			}
 		})
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -455,5 +457,25 @@ func TestLoneSurrogates(t *testing.T) {
 		if err := strictjson.Check([]byte(tt.json), strictjson.Options{Single: true}); err != nil {
 			t.Errorf("%s without NoLoneSurrogates: %v", tt.json, err)
 		}
+	}
+}
+
+// TestNamesOf: the member names a type reads, through pointers, slices, map values and
+// nested structs, once each type; untagged and "-" fields are not named.
+func TestNamesOf(t *testing.T) {
+	type inner struct {
+		B string `json:"b,omitempty"`
+		C int    `json:"-"`
+		D int
+	}
+	type outer struct {
+		A  *inner            `json:"a"`
+		M  map[string]inner  `json:"m"`
+		S  []map[string]*int `json:"s"`
+		Me *outer            `json:"me"`
+	}
+	got := strictjson.NamesOf(reflect.TypeFor[outer]())
+	if want := []string{"a", "b", "m", "s", "me"}; !slices.Equal(got, want) {
+		t.Fatalf("NamesOf = %q, want %q", got, want)
 	}
 }
