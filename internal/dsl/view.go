@@ -312,8 +312,8 @@ func typeString(t *Type) string {
 	return t.Name + "<" + strings.Join(args, ", ") + ">"
 }
 
-// value decodes a literal: strings decoded, numbers as JSON numbers, true/false as
-// booleans; durations, vault URLs and identifiers as their text.
+// value decodes a literal: strings decoded, numbers as JSON numbers (see jsonNumber),
+// true/false as booleans; durations, vault URLs and identifiers as their text.
 func value(v *Value) any {
 	switch {
 	case v.String != nil:
@@ -322,7 +322,7 @@ func value(v *Value) any {
 		}
 		return *v.String
 	case v.Number != nil:
-		return json.Number(strings.ReplaceAll(*v.Number, "_", ""))
+		return jsonNumber(*v.Number)
 	case v.Duration != nil:
 		return *v.Duration
 	case v.Vault != nil:
@@ -333,6 +333,18 @@ func value(v *Value) any {
 		return false
 	}
 	return *v.Ident
+}
+
+// jsonNumber is the JSON number a DSL number literal (digits ("_" digits)* ("." digits)?)
+// denotes: its "_" separators and the leading zeros of its integer part dropped, which
+// JSON does not allow (007 is 7, 00.5 is 0.5).
+func jsonNumber(lit string) json.Number {
+	n := strings.ReplaceAll(lit, "_", "")
+	i := 0
+	for i+1 < len(n) && n[i] == '0' && n[i+1] != '.' {
+		i++
+	}
+	return json.Number(n[i:])
 }
 
 func (f *File) literal(l *Literal) any {

@@ -267,9 +267,9 @@ func (p *Pending) decides(requestID string) error {
 	}
 	held := "its answer"
 	if p.RequestID != "" {
-		held = "request " + p.RequestID
+		held = "request " + errcode.Quote(p.RequestID)
 	}
-	return errcode.Errorf(errcode.InvalidTransition, "%w: request %s is not the one waiting (the run waits for %s)", ErrNotAwaiting, requestID, held)
+	return errcode.Errorf(errcode.InvalidTransition, "%w: request %s is not the one waiting (the run waits for %s)", ErrNotAwaiting, errcode.Quote(requestID), held)
 }
 
 // delegated reports whether the run is a delegated agent's.

@@ -165,7 +165,7 @@ func TestGateApprove(t *testing.T) {
 	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": id, "decision": "maybe"}), "invalid_request")
 
 	// A decision naming a permission request does not decide the held answer.
-	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": id, "request_id": "perm-1", "decision": "approve"}), "invalid_transition", "request perm-1 is not the one waiting")
+	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": id, "request_id": "perm-1", "decision": "approve"}), "invalid_transition", "request \"perm-1\" is not the one waiting")
 	var done runs.Status
 	ok("approve_run", map[string]any{"run_id": id, "decision": "approve", "reason": "no customer data"}, &done)
 	if done.Status != runs.StatusCompleted || !done.Released || done.Text == nil || *done.Text != "echo: write to ACME" ||

@@ -77,7 +77,8 @@ func (l *rateLimiter) prune(now time.Time) {
 
 // limitedMethods are the requests that count against a caller's rate: the ones that do
 // work. Initialization, pings, listings and notifications do not.
-var limitedMethods = map[string]bool{"tools/call": true, "resources/read": true, "resources/subscribe": true}
+// subscriptions/listen subscribes as resources/subscribe does (protocol 2026-07-28).
+var limitedMethods = map[string]bool{"tools/call": true, "resources/read": true, "resources/subscribe": true, "subscriptions/listen": true}
 
 // middleware refuses a caller's request past its rate: a tool call gets a rate_limited
 // tool error (like every other refusal), a resource request a JSON-RPC error.

@@ -39,17 +39,17 @@ type startInput struct {
 	Workspace    string `json:"workspace,omitempty" jsonschema:"delegated agents only: the absolute workspace directory, inside a root the server granted (default: the project)"`
 }
 
-func (h *handlers) startRun(ctx context.Context, req *mcp.CallToolRequest, in startInput) (string, startOutput, error) {
+func (h *handlers) startRun(ctx context.Context, req *mcp.CallToolRequest, in startInput) (*string, startOutput, error) {
 	by := h.cfg.caller(req.Extra)
 	if err := h.cfg.Runs.AuthorizeStart(by, in.Agent); err != nil {
-		return "", startOutput{}, err
+		return nil, startOutput{}, err
 	}
 	st, audit, err := h.cfg.Runs.Start(ctx, invoke.Request{Agent: in.Agent, Prompt: in.Prompt, SystemPrompt: in.SystemPrompt,
 		Workspace: in.Workspace, Async: true, Surface: Surface, Caller: by.ID, CallerAuth: by.Auth})
 	if err != nil {
-		return "", startOutput{}, err
+		return nil, startOutput{}, err
 	}
-	return "", startOutput{RunID: st.RunID, Agent: st.Agent, AgentID: st.AgentID, Status: st.Status,
+	return nil, startOutput{RunID: st.RunID, Agent: st.Agent, AgentID: st.AgentID, Status: st.Status,
 		Audit: audit}, nil
 }
 
@@ -64,30 +64,30 @@ type eventsInput struct {
 	WaitMS int64  `json:"wait_ms,omitempty" jsonschema:"long poll: when no event is after the cursor, wait up to this many milliseconds (0..30000, default 0) for one or for the run's end"`
 }
 
-func (h *handlers) runEvents(ctx context.Context, req *mcp.CallToolRequest, in eventsInput) (string, *runs.Events, error) {
+func (h *handlers) runEvents(ctx context.Context, req *mcp.CallToolRequest, in eventsInput) (*string, *runs.Events, error) {
 	if in.WaitMS < 0 || in.WaitMS > runs.MaxWait.Milliseconds() {
-		return "", nil, errcode.Errorf(errcode.InvalidRequest, "wait_ms is %d; it must be 0..%d", in.WaitMS, runs.MaxWait.Milliseconds())
+		return nil, nil, errcode.Errorf(errcode.InvalidRequest, "wait_ms is %d; it must be 0..%d", in.WaitMS, runs.MaxWait.Milliseconds())
 	}
 	limit, err := pageLimit(in.Limit)
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
 	if _, err := h.cfg.Runs.Authorize(h.cfg.caller(req.Extra), policy.ActionReadRun, in.RunID); err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
 	evs, err := h.cfg.Runs.Events(ctx, in.RunID, in.After, limit, time.Duration(in.WaitMS)*time.Millisecond)
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
-	return "", evs, nil
+	return nil, evs, nil
 }
 
-func (h *handlers) runStatus(ctx context.Context, req *mcp.CallToolRequest, in runInput) (string, *runs.Status, error) {
+func (h *handlers) runStatus(ctx context.Context, req *mcp.CallToolRequest, in runInput) (*string, *runs.Status, error) {
 	st, err := h.cfg.Runs.StatusFor(h.cfg.caller(req.Extra), in.RunID)
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
-	return "", st, nil
+	return nil, st, nil
 }
 
 // runStatus lets cancelOutput embed runs.Status under another name: embedded as Status,
@@ -100,15 +100,15 @@ type cancelOutput struct {
 	AlreadyFinished bool `json:"already_finished" jsonschema:"the run had ended before the request: nothing was cancelled"`
 }
 
-func (h *handlers) cancelRun(ctx context.Context, req *mcp.CallToolRequest, in runInput) (string, *cancelOutput, error) {
+func (h *handlers) cancelRun(ctx context.Context, req *mcp.CallToolRequest, in runInput) (*string, *cancelOutput, error) {
 	if _, err := h.cfg.Runs.Authorize(h.cfg.caller(req.Extra), policy.ActionCancelRun, in.RunID); err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
 	st, already, err := h.cfg.Runs.Cancel(ctx, in.RunID)
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
-	return "", &cancelOutput{runStatus: *st, AlreadyFinished: already}, nil
+	return nil, &cancelOutput{runStatus: *st, AlreadyFinished: already}, nil
 }
 
 type listRunsInput struct {
@@ -119,17 +119,17 @@ type listRunsInput struct {
 	Limit      *int   `json:"limit,omitempty" jsonschema:"at most this many runs, 1..1000 (default 100)"`
 }
 
-func (h *handlers) listRuns(ctx context.Context, req *mcp.CallToolRequest, in listRunsInput) (string, *runs.Page, error) {
+func (h *handlers) listRuns(ctx context.Context, req *mcp.CallToolRequest, in listRunsInput) (*string, *runs.Page, error) {
 	limit, err := pageLimit(in.Limit)
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
 	by := h.cfg.caller(req.Extra)
 	page, err := h.cfg.Runs.List(runs.Filter{Agent: in.Agent, Status: in.Status, Resolution: in.Resolution, After: in.After, Limit: limit, Reader: &by})
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
-	return "", page, nil
+	return nil, page, nil
 }
 
 type resolveInput struct {
@@ -138,16 +138,21 @@ type resolveInput struct {
 	Note       string `json:"note,omitempty" jsonschema:"why (at most 4 KiB)"`
 }
 
-func (h *handlers) resolveRun(ctx context.Context, req *mcp.CallToolRequest, in resolveInput) (string, *runs.Status, error) {
+func (h *handlers) resolveRun(ctx context.Context, req *mcp.CallToolRequest, in resolveInput) (*string, *runs.Status, error) {
 	by := h.cfg.caller(req.Extra)
+	// The arguments first, then the run: a caller hears of a bad argument before of a
+	// run it may not see.
+	if err := runs.CheckResolution(in.Resolution, in.Note); err != nil {
+		return nil, nil, err
+	}
 	if _, err := h.cfg.Runs.Authorize(by, policy.ActionResolveRun, in.RunID); err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
 	st, err := h.cfg.Runs.Resolve(in.RunID, in.Resolution, in.Note, by)
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
-	return "", st, nil
+	return nil, st, nil
 }
 
 type approveInput struct {
@@ -157,12 +162,12 @@ type approveInput struct {
 	Reason    string `json:"reason,omitempty" jsonschema:"why (at most 4 KiB)"`
 }
 
-func (h *handlers) approveRun(ctx context.Context, req *mcp.CallToolRequest, in approveInput) (string, *runs.Status, error) {
+func (h *handlers) approveRun(ctx context.Context, req *mcp.CallToolRequest, in approveInput) (*string, *runs.Status, error) {
 	st, err := h.cfg.Runs.Approve(ctx, h.cfg.caller(req.Extra), in.RunID, in.RequestID, in.Decision, in.Reason)
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
-	return "", st, nil
+	return nil, st, nil
 }
 
 // readRun serves symbi://runs/{run_id}: run_status's JSON.

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -133,6 +134,9 @@ func New(cfg Config) (s *mcp.Server) {
 	addTool(s, &mcp.Tool{Name: "verify_schema", Title: "Verify a SchemaPin tool schema", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}, Description: "Verify a SchemaPin-signed tool schema: ECDSA P-256 over SHA-256 of the canonical schema JSON. Key inline (public_key_pem, offline) or from an HTTPS URL (public_key_url; private, loopback and metadata hosts refused). An invalid signature is a result with verified=false, not a tool error."}, h.verifySchema)
 	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: RunURITemplate, Name: "run", Title: "A governed run",
 		Description: "run_status's JSON for one run; subscribe for notifications/resources/updated at each new journal event, its end and each resolution.", MIMEType: "application/json"}, h.readRun)
+	// Added first, so it is outermost: a panic in any request's handling is that request's
+	// failure, not the server's end.
+	s.AddReceivingMiddleware(recoverPanics(cfg.Log))
 	if cfg.Rate > 0 {
 		now := cfg.Now
 		if now == nil {
@@ -186,9 +190,9 @@ type errorOutput struct {
 	Audit *invoke.Audit `json:"audit,omitempty"`
 }
 
-// handler is a tool's logic: it returns the text content ("" for the JSON of out) and
+// handler is a tool's logic: it returns the text content (nil for the JSON of out) and
 // the structured output, or an error carrying its code.
-type handler[In, Out any] func(ctx context.Context, req *mcp.CallToolRequest, in In) (text string, out Out, err error)
+type handler[In, Out any] func(ctx context.Context, req *mcp.CallToolRequest, in In) (text *string, out Out, err error)
 
 // addTool registers t with schemas derived from In and Out and strict argument decoding,
 // so that every failure — bad arguments included — is a coded tool error.
@@ -216,10 +220,11 @@ func addTool[In, Out any](s *mcp.Server, t *mcp.Tool, h handler[In, Out], adjust
 		if err != nil {
 			return errorResult(errcode.Errorf(errcode.Internal, "encoding result: %v", err)), nil
 		}
-		if text == "" {
-			text = string(raw)
+		content := string(raw)
+		if text != nil { // the tool's raw text (an answer, a file), even when empty
+			content = *text
 		}
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: json.RawMessage(raw)}, nil
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: content}}, StructuredContent: json.RawMessage(raw)}, nil
 	})
 }
 
@@ -336,5 +341,29 @@ func errorResult(err error) *mcp.CallToolResult {
 		IsError:           true,
 		Content:           []mcp.Content{&mcp.TextContent{Text: errcode.Text(err)}},
 		StructuredContent: json.RawMessage(raw),
+	}
+}
+
+// recoverPanics answers a request whose handling panicked (a bug) with an internal error
+// — a tool error for a tool call, a JSON-RPC error otherwise — and logs the stack: the
+// server keeps serving its other requests and runs.
+func recoverPanics(log *slog.Logger) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+			defer func() {
+				v := recover()
+				if v == nil {
+					return
+				}
+				log.Error("a request's handling panicked", "method", method, "panic", v, "stack", string(debug.Stack()))
+				fail := errcode.Errorf(errcode.Internal, "%s failed on an internal error (the server's log has its stack)", method)
+				if method == "tools/call" {
+					res, err = errorResult(fail), nil
+					return
+				}
+				res, err = nil, protocolError(fail)
+			}()
+			return next(ctx, method, req)
+		}
 	}
 }

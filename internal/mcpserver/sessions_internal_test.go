@@ -1,6 +1,8 @@
 package mcpserver
 
 import (
+	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -71,5 +74,27 @@ func TestVictimEndedByItself(t *testing.T) {
 	caps.opened(key, "s3") // the third session exists
 	if code, _ := do(http.MethodPost, s2, `{"jsonrpc":"2.0","id":2,"method":"ping"}`); code != http.StatusOK {
 		t.Fatalf("s2, idle and under the cap once s1 ended by itself, answered %d: evicted to make room that was already there", code)
+	}
+}
+
+// TestRecoverPanics: a request whose handling panics is answered with an internal error —
+// a tool error for a tool call, a JSON-RPC error for anything else — and the panic goes no
+// further, so the server keeps serving.
+func TestRecoverPanics(t *testing.T) {
+	var logged strings.Builder
+	mw := recoverPanics(slog.New(slog.NewTextHandler(&logged, nil)))
+	h := mw(func(context.Context, string, mcp.Request) (mcp.Result, error) { panic("a bug") })
+	res, err := h(context.Background(), "tools/call", &mcp.CallToolRequest{})
+	tr, ok := res.(*mcp.CallToolResult)
+	if err != nil || !ok || !tr.IsError || !strings.Contains(tr.Content[0].(*mcp.TextContent).Text, "internal: tools/call failed on an internal error") {
+		t.Fatalf("tools/call: %#v, %v; want an internal tool error", res, err)
+	}
+	res, err = h(context.Background(), "resources/read", &mcp.ReadResourceRequest{})
+	var je *jsonrpc.Error
+	if res != nil || !errors.As(err, &je) || je.Code != codeServerError || !strings.HasPrefix(je.Message, "internal: ") {
+		t.Fatalf("resources/read: %#v, %v; want a -32000 internal error", res, err)
+	}
+	if !strings.Contains(logged.String(), "a request's handling panicked") || !strings.Contains(logged.String(), "a bug") {
+		t.Errorf("the panic was not logged: %s", logged.String())
 	}
 }

@@ -36,19 +36,19 @@ type invokeOutput struct {
 	Audit   *invoke.Audit `json:"audit,omitempty" jsonschema:"the run's journal: run_id, absolute path, Ed25519 public key (hex), and the receipt (records, head)"`
 }
 
-func (h *handlers) invokeAgent(ctx context.Context, req *mcp.CallToolRequest, in invokeInput) (string, invokeOutput, error) {
+func (h *handlers) invokeAgent(ctx context.Context, req *mcp.CallToolRequest, in invokeInput) (*string, invokeOutput, error) {
 	by := h.cfg.caller(req.Extra)
 	if err := h.cfg.Runs.AuthorizeStart(by, in.Agent); err != nil {
-		return "", invokeOutput{}, err
+		return nil, invokeOutput{}, err
 	}
 	report, stop := progressReporter(ctx, req)
 	defer stop()
 	res, err := h.cfg.Runs.Invoke(ctx, invoke.Request{Agent: in.Agent, Prompt: in.Prompt, SystemPrompt: in.SystemPrompt,
 		Surface: Surface, Caller: by.ID, CallerAuth: by.Auth}, report)
 	if err != nil {
-		return "", invokeOutput{}, err
+		return nil, invokeOutput{}, err
 	}
-	return res.Text, invokeOutput{Agent: res.Agent, AgentID: res.AgentID, Audit: res.Audit}, nil
+	return &res.Text, invokeOutput{Agent: res.Agent, AgentID: res.AgentID, Audit: res.Audit}, nil
 }
 
 type listInput struct{}
@@ -57,12 +57,12 @@ type listOutput struct {
 	Agents []project.Entry `json:"agents" jsonschema:"registered agent files, sorted by name"`
 }
 
-func (h *handlers) listAgents(ctx context.Context, req *mcp.CallToolRequest, _ listInput) (string, listOutput, error) {
+func (h *handlers) listAgents(ctx context.Context, req *mcp.CallToolRequest, _ listInput) (*string, listOutput, error) {
 	entries := h.cfg.Registry.Entries()
 	if entries == nil {
 		entries = []project.Entry{}
 	}
-	return "", listOutput{Agents: entries}, nil
+	return nil, listOutput{Agents: entries}, nil
 }
 
 type parseInput struct {
@@ -70,26 +70,26 @@ type parseInput struct {
 	Content string `json:"content,omitempty" jsonschema:"inline definition source (at most 1 MiB)"`
 }
 
-func (h *handlers) parseDSL(ctx context.Context, req *mcp.CallToolRequest, in parseInput) (string, *dsl.Result, error) {
+func (h *handlers) parseDSL(ctx context.Context, req *mcp.CallToolRequest, in parseInput) (*string, *dsl.Result, error) {
 	switch {
 	case in.File != "" && in.Content != "":
-		return "", nil, errcode.Errorf(errcode.InvalidRequest, "give file or content, not both")
+		return nil, nil, errcode.Errorf(errcode.InvalidRequest, "give file or content, not both")
 	case in.File != "":
 		if ext := path.Ext(in.File); ext != ".symbi" && ext != ".dsl" {
-			return "", nil, errcode.Errorf(errcode.InvalidRequest, "file %s: only .symbi and .dsl files can be parsed", errcode.Quote(in.File))
+			return nil, nil, errcode.Errorf(errcode.InvalidRequest, "file %s: only .symbi and .dsl files can be parsed", errcode.Quote(in.File))
 		}
 		src, err := h.cfg.Project.Read(in.File, dsl.MaxSourceBytes)
 		if err != nil {
-			return "", nil, err
+			return nil, nil, err
 		}
-		return "", dsl.Analyze(in.File, src), nil
+		return nil, dsl.Analyze(in.File, src), nil
 	case in.Content != "":
 		if len(in.Content) > dsl.MaxSourceBytes {
-			return "", nil, errcode.Errorf(errcode.LimitExceeded, "content is %d bytes; the limit is %d (1 MiB)", len(in.Content), dsl.MaxSourceBytes)
+			return nil, nil, errcode.Errorf(errcode.LimitExceeded, "content is %d bytes; the limit is %d (1 MiB)", len(in.Content), dsl.MaxSourceBytes)
 		}
-		return "", dsl.Analyze("inline", []byte(in.Content)), nil
+		return nil, dsl.Analyze("inline", []byte(in.Content)), nil
 	}
-	return "", nil, errcode.Errorf(errcode.InvalidRequest, "give file or content")
+	return nil, nil, errcode.Errorf(errcode.InvalidRequest, "give file or content")
 }
 
 type agentInput struct {
@@ -102,15 +102,16 @@ type agentDSLOutput struct {
 	Source string `json:"source" jsonschema:"the raw source"`
 }
 
-func (h *handlers) getAgentDSL(ctx context.Context, req *mcp.CallToolRequest, in agentInput) (string, agentDSLOutput, error) {
+func (h *handlers) getAgentDSL(ctx context.Context, req *mcp.CallToolRequest, in agentInput) (*string, agentDSLOutput, error) {
 	if in.Agent == "" {
-		return "", agentDSLOutput{}, errcode.Errorf(errcode.InvalidRequest, "agent is required")
+		return nil, agentDSLOutput{}, errcode.Errorf(errcode.InvalidRequest, "agent is required")
 	}
 	a, err := h.cfg.Registry.Resolve(in.Agent)
 	if a == nil {
-		return "", agentDSLOutput{}, err
+		return nil, agentDSLOutput{}, err
 	}
-	return string(a.Source), agentDSLOutput{Agent: a.Entry.Name, File: a.Entry.File, Source: string(a.Source)}, nil
+	src := string(a.Source)
+	return &src, agentDSLOutput{Agent: a.Entry.Name, File: a.Entry.File, Source: src}, nil
 }
 
 type noInput struct{}
@@ -120,20 +121,21 @@ type agentsMDOutput struct {
 	Content string `json:"content" jsonschema:"the whole file"`
 }
 
-func (h *handlers) getAgentsMD(ctx context.Context, req *mcp.CallToolRequest, _ noInput) (string, agentsMDOutput, error) {
+func (h *handlers) getAgentsMD(ctx context.Context, req *mcp.CallToolRequest, _ noInput) (*string, agentsMDOutput, error) {
 	md, err := h.cfg.Project.AgentsMD()
 	if err != nil {
-		return "", agentsMDOutput{}, err
+		return nil, agentsMDOutput{}, err
 	}
-	return string(md), agentsMDOutput{Path: "AGENTS.md", Content: string(md)}, nil
+	text := string(md)
+	return &text, agentsMDOutput{Path: "AGENTS.md", Content: text}, nil
 }
 
-func (h *handlers) verifySchema(ctx context.Context, req *mcp.CallToolRequest, in schemapin.Request) (string, *schemapin.Result, error) {
+func (h *handlers) verifySchema(ctx context.Context, req *mcp.CallToolRequest, in schemapin.Request) (*string, *schemapin.Result, error) {
 	res, err := h.cfg.Schemas.Verify(ctx, in)
 	if err != nil {
-		return "", nil, err
+		return nil, nil, err
 	}
-	return "", res, nil
+	return nil, res, nil
 }
 
 func (h *handlers) readAgentsMD(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
@@ -142,7 +144,8 @@ func (h *handlers) readAgentsMD(ctx context.Context, req *mcp.ReadResourceReques
 	}
 	md, err := h.cfg.Project.AgentsMD()
 	if err != nil {
-		return nil, mcp.ResourceNotFoundError(req.Params.URI)
+		// A missing file is not found; any other refusal (too large, a link) names its rule.
+		return nil, resourceError(req.Params.URI, err)
 	}
 	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: AgentsMDURI, MIMEType: "text/markdown", Text: string(md)}}}, nil
 }

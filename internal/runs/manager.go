@@ -155,13 +155,20 @@ func (m *Manager) Start(ctx context.Context, req invoke.Request) (*Status, *invo
 		case <-lr.Done():
 			if lr.Durable().Records == 0 {
 				_, err := lr.Wait(ctx) // it ended before its journal held a record
+				if err == nil {
+					err = errcode.Errorf(errcode.Internal, "the run ended before its journal held a record, and said no error")
+				}
 				return nil, nil, err
 			}
 		case <-ctx.Done():
 			// Nobody learnt its id: the run is not left going on unseen.
 			lr.Cancel(invoke.ErrCallerGone)
-			_, err := lr.Wait(ctx)
-			return nil, nil, err
+			if _, err := lr.Wait(ctx); err != nil {
+				return nil, nil, err
+			}
+			// It had committed to releasing its answer before the cancel: it ended, to no
+			// one, and the project ledger has it.
+			return nil, nil, errcode.Errorf(errcode.Cancelled, "start_run was cancelled before the run's id was returned; the run ended meanwhile (list_runs shows it)")
 		}
 	}
 	m.mu.Lock()
@@ -453,11 +460,8 @@ func (m *Manager) Cancel(ctx context.Context, runID string) (st *Status, already
 // Resolve records a caller's resolution of a finished run: a signed resolution ledger
 // entry, durable before the answer. A later call revises it; every entry stays.
 func (m *Manager) Resolve(runID, value, note string, by Caller) (*Status, error) {
-	if !contains(Resolutions, value) {
-		return nil, errcode.Errorf(errcode.InvalidRequest, "resolution %s: want one of %v", errcode.Quote(value), Resolutions)
-	}
-	if len(note) > ledger.MaxNoteBytes {
-		return nil, errcode.Errorf(errcode.LimitExceeded, "note is %d bytes; the limit is %d (4 KiB)", len(note), ledger.MaxNoteBytes)
+	if err := CheckResolution(value, note); err != nil {
+		return nil, err
 	}
 	snap, err := m.lookup(runID)
 	if err != nil {
@@ -480,6 +484,18 @@ func (m *Manager) Resolve(runID, value, note string, by Caller) (*Status, error)
 	}
 	m.notify(runID)
 	return m.Status(runID)
+}
+
+// CheckResolution checks resolve_run's arguments, before the run is looked up: a
+// resolution of Resolutions, a note of at most 4 KiB.
+func CheckResolution(value, note string) error {
+	if !contains(Resolutions, value) {
+		return errcode.Errorf(errcode.InvalidRequest, "resolution %s: want one of %v", errcode.Quote(value), Resolutions)
+	}
+	if len(note) > ledger.MaxNoteBytes {
+		return errcode.Errorf(errcode.LimitExceeded, "note is %d bytes; the limit is %d (4 KiB)", len(note), ledger.MaxNoteBytes)
+	}
+	return nil
 }
 
 func isDone(lr *invoke.Run) bool {

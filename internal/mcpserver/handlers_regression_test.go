@@ -1,0 +1,264 @@
+package mcpserver_test
+
+// Regression tests of the tool and resource handlers: each guards a defect that was
+// found and fixed.
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"symbi/internal/inference"
+	"symbi/internal/invoke"
+	"symbi/internal/ledger"
+	"symbi/internal/mcpserver"
+	"symbi/internal/policy"
+	"symbi/internal/project"
+	"symbi/internal/runs"
+	"symbi/internal/schemapin"
+)
+
+// advertisedOutputSchemas returns the resolved output schema of every tool cs lists.
+func advertisedOutputSchemas(t *testing.T, cs *mcp.ClientSession) map[string]*jsonschema.Resolved {
+	t.Helper()
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*jsonschema.Resolved{}
+	for _, tool := range res.Tools {
+		raw, _ := json.Marshal(tool.OutputSchema)
+		var s jsonschema.Schema
+		if err := json.Unmarshal(raw, &s); err != nil {
+			t.Fatal(err)
+		}
+		r, err := s.Resolve(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[tool.Name] = r
+	}
+	return out
+}
+
+// validateStructured checks res's structuredContent against the tool's advertised output schema,
+// as a TypeScript-SDK client does.
+func validateStructured(t *testing.T, schemas map[string]*jsonschema.Resolved, tool string, res *mcp.CallToolResult) {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(structuredJSON(t, res), &v); err != nil {
+		t.Fatal(err)
+	}
+	if err := schemas[tool].Validate(v); err != nil {
+		t.Errorf("%s: structuredContent does not validate against its output schema: %v", tool, err)
+	}
+}
+
+// TestParseDSLNumberWithLeadingZero: `version = 007` parses (a number is `digits ("_"
+// digits)* ("." digits)?`), and parse_dsl returns its views with the number as valid JSON,
+// its result valid against the advertised output schema — not an internal error from
+// encoding a JSON number with leading zeros.
+func TestParseDSLNumberWithLeadingZero(t *testing.T) {
+	cs := serve(t, testProject(t, nil), serveOpts{})
+	sch := advertisedOutputSchemas(t, cs)
+	for _, src := range []string{
+		"metadata { version = 007 }\nagent a {}\n",
+		"schedule nightly { at = 01 }\n",
+		"agent a {\n  capabilities = [\"x\"]\n  with retries = 00 {}\n}\n",
+	} {
+		res := call(t, cs, "parse_dsl", map[string]any{"content": src})
+		if res.IsError {
+			t.Errorf("parse_dsl of %q (which parses) is a tool error: %s", src, textOf(t, res))
+			continue
+		}
+		validateStructured(t, sch, "parse_dsl", res)
+		var out struct {
+			Valid bool `json:"valid"`
+		}
+		if err := json.Unmarshal(structuredJSON(t, res), &out); err != nil || !out.Valid {
+			t.Errorf("parse_dsl of %q: valid=%v (%v)", src, out.Valid, err)
+		}
+	}
+}
+
+// TestEmptySourceIsTheTextContent: get_agent_dsl and get_agents_md return the file as the
+// text content, also when it is empty — not the JSON of the structured result, text the
+// file does not hold.
+func TestEmptySourceIsTheTextContent(t *testing.T) {
+	cs := serve(t, testProject(t, map[string]string{"AGENTS.md": "", "agents/empty.symbi": ""}), serveOpts{})
+	res := call(t, cs, "get_agent_dsl", map[string]any{"agent": "empty"})
+	if res.IsError {
+		t.Fatalf("get_agent_dsl: %s", textOf(t, res))
+	}
+	if got := textOf(t, res); got != "" {
+		t.Errorf("get_agent_dsl of an empty file: text content %q, want the raw source \"\"", got)
+	}
+	res = call(t, cs, "get_agents_md", map[string]any{})
+	if res.IsError {
+		t.Fatalf("get_agents_md: %s", textOf(t, res))
+	}
+	if got := textOf(t, res); got != "" {
+		t.Errorf("get_agents_md of an empty AGENTS.md: text content %q, want the file's text \"\"", got)
+	}
+}
+
+// TestAgentsMDResourceRefusalNamesTheRule: a listed file:///AGENTS.md that grows past
+// 64 KiB (or becomes a symlink) is refused on read with -32000 "<code>: <message>" naming
+// the rule, as get_agents_md refuses it — not "resource not found", which is only for a
+// missing file or another URI.
+func TestAgentsMDResourceRefusalNamesTheRule(t *testing.T) {
+	dir := testProject(t, nil)
+	cs := serve(t, dir, serveOpts{})
+	big := "# big\n" + strings.Repeat("x", 70<<10)
+	if err := os.WriteFile(filepath.Join(dir, "AGENTS.md"), []byte(big), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wantToolError(t, call(t, cs, "get_agents_md", map[string]any{}), "limit_exceeded")
+	_, err := cs.ReadResource(context.Background(), &mcp.ReadResourceParams{URI: mcpserver.AgentsMDURI})
+	if err == nil {
+		t.Fatal("reading an AGENTS.md over 64 KiB succeeded")
+	}
+	if !strings.Contains(err.Error(), "limit_exceeded") {
+		t.Errorf("reading the listed AGENTS.md resource over its 64 KiB limit: %v; want the refusal naming its rule (limit_exceeded), not resource-not-found", err)
+	}
+}
+
+// TestApproveRunRequestIDQuoted: a request_id that names no waiting request is quoted in
+// the invalid_transition message as every caller-given name is (errcode.Quote: quoted,
+// cut after 256 bytes): a 100 KB one does not come back whole, and a newline in it
+// cannot forge a line of the message.
+func TestApproveRunRequestIDQuoted(t *testing.T) {
+	model := newGatedModel(t)
+	cs := serve(t, testProject(t, gatePolicies), serveOpts{env: model.env()})
+	model.open()
+	res := call(t, cs, "invoke_agent", map[string]any{"agent": "helper", "prompt": "write to ACME"})
+	wantToolError(t, res, "approval_required")
+	var held struct {
+		Audit struct {
+			RunID string `json:"run_id"`
+		} `json:"audit"`
+	}
+	if err := json.Unmarshal(structuredJSON(t, res), &held); err != nil || held.Audit.RunID == "" {
+		t.Fatalf("no run id: %v", err)
+	}
+	long := strings.Repeat("r", 100_000)
+	msg := wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": held.Audit.RunID, "request_id": long, "decision": "approve"}), "invalid_transition")
+	if len(msg) > 4096 {
+		t.Errorf("the refusal of a 100000-byte request_id is %d bytes: the caller's value is echoed uncut", len(msg))
+	}
+	msg = wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": held.Audit.RunID, "request_id": "p1\ninvalid_transition: forged", "decision": "approve"}), "invalid_transition")
+	if strings.Contains(msg, "\n") {
+		t.Errorf("a request_id with a newline is echoed raw, forging a line of the message: %q", msg)
+	}
+	var c cancelContent
+	callOK(t, cs, "cancel_run", map[string]any{"run_id": held.Audit.RunID}, &c)
+}
+
+// TestResolveRunArgumentsBeforeState: resolve_run checks its arguments before it looks the
+// run up, as approve_run and run_events do: a resolution outside the four values of an
+// unknown run is invalid_request, not run_not_found.
+func TestResolveRunArgumentsBeforeState(t *testing.T) {
+	cs := serve(t, testProject(t, nil), serveOpts{})
+	missing := "0190a000-0000-7000-8000-000000000000"
+	wantToolError(t, call(t, cs, "resolve_run", map[string]any{"run_id": missing, "resolution": "maybe"}), "invalid_request", "resolution")
+	wantToolError(t, call(t, cs, "resolve_run", map[string]any{"run_id": missing, "resolution": "accepted", "note": strings.Repeat("n", 4097)}), "limit_exceeded", "4 KiB")
+}
+
+// TestRateLimitCountsListenSubscriptions: --rate counts tool calls, resource reads and
+// subscriptions, also those made with subscriptions/listen (protocol 2026-07-28): a caller
+// over its rate is refused either way.
+func TestRateLimitCountsListenSubscriptions(t *testing.T) {
+	model := newGatedModel(t)
+	defer model.open()
+	dir := testProject(t, nil)
+	// A frozen clock: the bucket (one request) never refills.
+	frozen := time.Now()
+	srv, runID := zzRateServer(t, dir, model.env(), func() time.Time { return frozen })
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run(version, func(t *testing.T) {
+			updated := make(chan string, 10)
+			ct, st := mcp.NewInMemoryTransports()
+			ctx := context.Background()
+			if _, err := srv.Connect(ctx, st, nil); err != nil {
+				t.Fatal(err)
+			}
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, &mcp.ClientOptions{
+				ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
+			}).Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: version})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			// The caller (stdio) spent its one request starting the run: it is over its rate.
+			wantToolError(t, call(t, cs, "list_agents", map[string]any{}), "rate_limited")
+			subErr := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: mcpserver.RunURIPrefix + runID})
+			// A listen stream is set up in the background: watch for it a while.
+			for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				if ok, _ := zzSubscribed(srv, runID); ok {
+					t.Fatalf("a caller over its rate subscribed (protocol %s, Subscribe error %v): the subscription was not counted", version, subErr)
+				}
+			}
+		})
+	}
+}
+
+// zzSubscribed reports whether some session of srv is subscribed to the run's resource.
+func zzSubscribed(srv *mcp.Server, runID string) (bool, int) {
+	s, _ := mcpserver.Subscriptions(srv)
+	return s > 0, s
+}
+
+// zzRateServer serves dir with Config.Rate 1 on clock now, starts one held run of helper
+// through a first client (which spends the stdio caller's one request) and returns the
+// server and the run's id.
+func zzRateServer(t *testing.T, dir string, env map[string]string, now func() time.Time) (*mcp.Server, string) {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	p, err := project.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	reg, err := p.LoadRegistry(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov, provErr := inference.FromEnv(func(k string) string { return env[k] })
+	if provErr != nil {
+		prov = nil
+	}
+	lw, _, err := ledger.OpenProject(p.Root(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lw.Close() })
+	runner := invoke.New(invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov, ProviderErr: provErr, Ledger: lw, Log: log})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		defer cancel()
+		runner.Shutdown(ctx)
+	})
+	srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: runner, Registry: reg, Ledger: lw, Access: policy.LoadAccess(p.Root())}),
+		Schemas: schemapin.NewVerifier(func(string) string { return "" }), Log: log, Rate: 1, Now: now})
+	ct, st := mcp.NewInMemoryTransports()
+	ctx := context.Background()
+	if _, err := srv.Connect(ctx, st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "first", Version: "1"}, nil).Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	var started startContent
+	callOK(t, cs, "start_run", map[string]any{"agent": "helper", "prompt": "hold"}, &started)
+	return srv, started.RunID
+}
