@@ -19,12 +19,8 @@ func init() {
 		dir := fs.String("project", ".", "the project `DIR`")
 		asJSON := fs.Bool("json", false, "print the entries as a JSON array")
 		execFile := fs.String("executors", "", "the executors `FILE` the server is started with, so delegated agents show as such")
-		if code, ok := parseFlags(fs, args); !ok {
+		if code, ok := parseNoArgs(fs, args); !ok {
 			return code
-		}
-		if fs.NArg() != 0 {
-			fs.Usage()
-			return 2
 		}
 		var opts []dsl.Options
 		if *execFile != "" {

@@ -12,12 +12,8 @@ func init() {
 	c.run = func(e *env, args []string) int {
 		fs := newFlags(e, c)
 		dir := fs.String("project", ".", "the project `DIR`")
-		if code, ok := parseFlags(fs, args); !ok {
+		if code, ok := parseNoArgs(fs, args); !ok {
 			return code
-		}
-		if fs.NArg() != 0 {
-			fs.Usage()
-			return 2
 		}
 		fail := func(err error) int {
 			fmt.Fprintf(e.stderr, "symbi agents-md generate: %s\n", errcode.Text(err))

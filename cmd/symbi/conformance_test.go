@@ -596,11 +596,6 @@ func writeOutOfReach(dir string) error {
 	return os.WriteFile(outOfReachScript, []byte(script), 0o755)
 }
 
-// shellQuote quotes s for sh.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
 // exited reports whether the process pid has exited: it is gone, or a zombie nobody
 // has reaped.
 func exited(pid int) bool {

@@ -59,6 +59,21 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 	return 0, true
 }
 
+// parseNoArgs is parseFlags for a command that takes no argument besides its flags: a
+// stray one (a project directory given without --project, say) is a usage error, exit 2,
+// never ignored — the command would act on another project than the one meant.
+func parseNoArgs(fs *flag.FlagSet, args []string) (int, bool) {
+	if code, ok := parseFlags(fs, args); !ok {
+		return code, false
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q (this command takes flags only; flags go before arguments)\n", fs.Name(), fs.Arg(0))
+		fs.Usage()
+		return 2, false
+	}
+	return 0, true
+}
+
 // byteSize is a flag value of bytes: a whole number with an optional IEC unit, as in
 // 64MiB, 1GiB, 512KiB or 1048576 (0 is allowed).
 type byteSize uint64

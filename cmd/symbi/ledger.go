@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"time"
@@ -62,7 +63,7 @@ func projectLedger(e *env, dir string) (*journal.Store, []ledger.Line, error) {
 func runAuditCheckpoint(e *env, args []string) int {
 	fs := newFlags(e, cmdAuditCheckpoint)
 	dir := fs.String("project", ".", "the project `DIR`")
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseNoArgs(fs, args); !ok {
 		return code
 	}
 	store, entries, err := projectLedger(e, *dir)
@@ -89,11 +90,15 @@ func runAuditProve(e *env, args []string) int {
 	dir := fs.String("project", ".", "the project `DIR`")
 	runID := fs.String("run-id", "", "the run `ID` whose entry to prove (required)")
 	size := fs.Int64("size", 0, "the tree `SIZE` to prove it in (default: the whole ledger)")
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseNoArgs(fs, args); !ok {
 		return code
 	}
 	if *runID == "" {
 		fmt.Fprintln(e.stderr, "symbi audit prove: --run-id is required")
+		return 2
+	}
+	if *size < 0 {
+		fmt.Fprintf(e.stderr, "symbi audit prove: --size %d: want a tree size of at least 1\n", *size)
 		return 2
 	}
 	store, entries, err := projectLedger(e, *dir)
@@ -115,6 +120,10 @@ func runAuditProve(e *env, args []string) int {
 	n := *size
 	if n == 0 {
 		n = int64(len(entries))
+	}
+	if n > int64(len(entries)) {
+		fmt.Fprintf(e.stderr, "symbi audit prove: --size %d: the ledger has %d entries\n", n, len(entries))
+		return 1
 	}
 	tree, err := ledger.NewTree(entries)
 	var proof *ledger.Proof
@@ -143,11 +152,16 @@ func runAuditPrune(e *env, args []string) int {
 	runID := fs.String("run-id", "", "prune the journal of the run `ID`")
 	olderThan := fs.Duration("older-than", 0, "prune the journals last written longer ago than `DURATION` (e.g. 720h)")
 	dryRun := fs.Bool("dry-run", false, "list what would be pruned; change nothing")
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseNoArgs(fs, args); !ok {
 		return code
 	}
 	if (*runID == "") == (*olderThan == 0) {
 		fmt.Fprintln(e.stderr, "symbi audit prune: give exactly one of --run-id and --older-than")
+		return 2
+	}
+	if *olderThan < 0 {
+		// A cutoff in the future would choose every journal, the newest too.
+		fmt.Fprintf(e.stderr, "symbi audit prune: --older-than %v: want a positive duration\n", *olderThan)
 		return 2
 	}
 	root, err := os.OpenFile(*dir, os.O_RDONLY|unix.O_DIRECTORY, 0)
@@ -185,9 +199,9 @@ func runAuditPrune(e *env, args []string) int {
 func runAuditVerifyProject(e *env, dir string, pub ed25519.PublicKey, checkpointFiles []string, asJSON bool) int {
 	var cps [][]byte
 	for _, f := range checkpointFiles {
-		b, err := os.ReadFile(f)
+		b, err := readCheckpoint(f)
 		if err != nil {
-			fmt.Fprintf(e.stderr, "symbi audit verify: checkpoint: %v\n", err)
+			fmt.Fprintf(e.stderr, "symbi audit verify: checkpoint: %s\n", errcode.Text(err))
 			return 1
 		}
 		cps = append(cps, b)
@@ -224,4 +238,26 @@ func noteVerifierKey(pubHex string) string {
 		return ""
 	}
 	return k
+}
+
+// maxCheckpointBytes bounds a checkpoint file read: a signed note of a few hundred bytes,
+// with room for many signatures.
+const maxCheckpointBytes = 64 << 10
+
+// readCheckpoint reads a saved checkpoint, at most maxCheckpointBytes: the file may be
+// anything the auditor names (a pipe, a device), so it is never read whole.
+func readCheckpoint(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxCheckpointBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxCheckpointBytes {
+		return nil, errcode.Errorf(errcode.LimitExceeded, "%s is larger than %d bytes; a checkpoint is a signed note of a few hundred", path, maxCheckpointBytes)
+	}
+	return b, nil
 }

@@ -48,7 +48,7 @@ func init() {
 		fs.Var(&roots, "workspace-root", "a `DIR` inside which delegated runs' workspaces must be (repeatable; default: the project directory)")
 		var h httpFlags
 		h.register(fs)
-		if code, ok := parseFlags(fs, args); !ok {
+		if code, ok := parseNoArgs(fs, args); !ok {
 			return code
 		}
 		if *maxRuns < 1 {

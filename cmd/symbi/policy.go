@@ -10,11 +10,13 @@ import (
 	"slices"
 	"strings"
 
+	"symbi/internal/acp"
 	"symbi/internal/auth"
 	"symbi/internal/errcode"
 	"symbi/internal/invoke"
 	"symbi/internal/policy"
 	"symbi/internal/project"
+	symbiws "symbi/internal/workspace"
 )
 
 var cmdPolicyCheck = &command{name: "policy check", summary: "load the project's Cedar policies and list files and policy ids (exit 1 if unusable)"}
@@ -32,12 +34,8 @@ func runPolicyCheck(e *env, args []string) int {
 	fs := newFlags(e, cmdPolicyCheck)
 	dir := fs.String("project", ".", "the project `DIR`")
 	asJSON := fs.Bool("json", false, "print a JSON object instead of text")
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseNoArgs(fs, args); !ok {
 		return code
-	}
-	if fs.NArg() != 0 {
-		fmt.Fprintf(e.stderr, "symbi policy check: unexpected arguments %q\n", fs.Args())
-		return 2
 	}
 	set, access, code := policyLoad(e, "policy check", *dir)
 	if set == nil {
@@ -172,15 +170,29 @@ func runPolicyEval(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "symbi policy eval: policies unusable, every response is denied: %s\n", pol.Reason)
 	}
 	req := policy.NewRequest(a, policyDryRunID, text, policy.Surface, *caller)
+	var pre *policy.Decision // the server's decision before any policy, for use_tool
 	if useTool {
 		ws := *workspace
 		if ws == "" {
 			ws = p.Path()
 		}
-		req = policy.NewToolRequest(a, policyDryRunID, policy.Surface, *caller, toolUse(*tool, *title, ws, paths))
+		t := toolUse(*tool, *title, ws, paths)
+		req = policy.NewToolRequest(a, policyDryRunID, policy.Surface, *caller, t)
+		w, err := symbiws.Open(ws, symbiws.Options{Project: p.Path()})
+		if err != nil {
+			fmt.Fprintf(e.stderr, "symbi policy eval: --workspace: %s\n", errcode.Text(err))
+			return 1
+		}
+		pre = acp.Predecide(w, len(paths), t.Paths)
+		w.Close()
 	}
 	req.CallerAuth = *callerAuth
-	out := policyEvalJSON(pol, req, pol.Decide(req))
+	decision := pre
+	if decision == nil {
+		d := pol.Decide(req)
+		decision = &d
+	}
+	out := policyEvalJSON(pol, req, *decision)
 	if *asJSON {
 		if !printJSON(e, cmdPolicyEval.name, out) {
 			return 1

@@ -81,7 +81,7 @@ func TestPolicyCheck(t *testing.T) {
 			name:   "stray argument",
 			args:   func(t *testing.T) []string { return []string{"extra"} },
 			code:   2,
-			stderr: []string{"unexpected arguments"},
+			stderr: []string{`unexpected argument "extra"`},
 		},
 	}
 	for _, tt := range tests {

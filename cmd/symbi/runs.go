@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -14,6 +17,7 @@ import (
 	"symbi/internal/errcode"
 	"symbi/internal/journal"
 	"symbi/internal/ledger"
+	"symbi/internal/project"
 	"symbi/internal/runs"
 )
 
@@ -36,8 +40,9 @@ func init() {
 }
 
 // openRuns opens the project's runs for reading, from the files alone; with a ledger
-// writer (for resolve) when writable.
-func openRuns(e *env, dir string, writable bool) (m *runs.Manager, closeAll func(), err error) {
+// writer (for resolve) when writable, and with the agent registry (so that runs are found
+// by an agent's registry name) when registry.
+func openRuns(e *env, dir string, writable, registry bool) (m *runs.Manager, closeAll func(), err error) {
 	root, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, nil, errcode.Errorf(errcode.NotFound, "project directory: %v", err)
@@ -62,10 +67,21 @@ func openRuns(e *env, dir string, writable bool) (m *runs.Manager, closeAll func
 			return nil, nil, err
 		}
 	}
-	m, err = runs.Open(runs.Config{Root: root, KeyFile: keyFile, Ledger: lw})
+	var p *project.Project
+	var reg *project.Registry
+	if registry {
+		if p, reg, err = openRegistry(dir, slog.New(slog.NewTextHandler(e.stderr, nil))); err != nil {
+			root.Close()
+			return nil, nil, err
+		}
+	}
+	m, err = runs.Open(runs.Config{Root: root, KeyFile: keyFile, Ledger: lw, Registry: reg})
 	closeAll = func() {
 		if lw != nil {
 			lw.Close()
+		}
+		if p != nil {
+			p.Close()
 		}
 		root.Close()
 	}
@@ -94,18 +110,14 @@ func runRunsList(e *env, args []string) int {
 	after := fs.String("after", "", "the `CURSOR` printed after the previous page")
 	limit := fs.Int("limit", runs.DefaultLimit, "at most `N` runs (1..1000)")
 	asJSON := fs.Bool("json", false, "print the page as JSON")
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := parseNoArgs(fs, args); !ok {
 		return code
-	}
-	if fs.NArg() != 0 {
-		fmt.Fprintf(e.stderr, "symbi runs list: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	}
 	if *limit < 1 || *limit > runs.MaxLimit {
 		fmt.Fprintf(e.stderr, "symbi runs list: --limit %d: want 1..%d\n", *limit, runs.MaxLimit)
 		return 2
 	}
-	m, closeAll, err := openRuns(e, *dir, false)
+	m, closeAll, err := openRuns(e, *dir, false, *agent != "")
 	if err != nil {
 		fmt.Fprintf(e.stderr, "symbi runs list: %s\n", errcode.Text(err))
 		return 1
@@ -134,7 +146,7 @@ func runRunsList(e *env, args []string) int {
 	}
 	tw.Flush()
 	if page.NextCursor != "" {
-		fmt.Fprintf(e.stdout, "more: symbi runs list --after %s\n", page.NextCursor)
+		fmt.Fprintf(e.stdout, "more: %s\n", nextPage(fs, page.NextCursor))
 	}
 	return 0
 }
@@ -150,7 +162,7 @@ func runRunsStatus(e *env, args []string) int {
 	if !ok {
 		return 2
 	}
-	m, closeAll, err := openRuns(e, *dir, false)
+	m, closeAll, err := openRuns(e, *dir, false, false)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "symbi runs status: %s\n", errcode.Text(err))
 		return 1
@@ -218,16 +230,16 @@ func runRunsEvents(e *env, args []string) int {
 	if !ok {
 		return 2
 	}
-	m, closeAll, err := openRuns(e, *dir, false)
+	if *limit < 1 || *limit > runs.MaxLimit {
+		fmt.Fprintf(e.stderr, "symbi runs events: --limit %d: want 1..%d\n", *limit, runs.MaxLimit)
+		return 2
+	}
+	m, closeAll, err := openRuns(e, *dir, false, false)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "symbi runs events: %s\n", errcode.Text(err))
 		return 1
 	}
 	defer closeAll()
-	if *limit < 1 || *limit > runs.MaxLimit {
-		fmt.Fprintf(e.stderr, "symbi runs events: --limit %d: want 1..%d\n", *limit, runs.MaxLimit)
-		return 2
-	}
 	page, err := m.Events(context.Background(), id, *after, *limit, 0)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "symbi runs events: %s\n", errcode.Text(err))
@@ -246,7 +258,7 @@ func runRunsEvents(e *env, args []string) int {
 	case page.Done:
 		fmt.Fprintf(e.stdout, "status %s; all events read\n", page.Status)
 	default:
-		fmt.Fprintf(e.stdout, "status %s; more: symbi runs events --after %d %s\n", page.Status, page.NextCursor, id)
+		fmt.Fprintf(e.stdout, "status %s; more: %s\n", page.Status, nextPage(fs, strconv.FormatInt(page.NextCursor, 10), id))
 	}
 	return 0
 }
@@ -268,7 +280,7 @@ func runRunsResolve(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "symbi runs resolve: --resolution is required (%s)\n", strings.Join(runs.Resolutions, ", "))
 		return 2
 	}
-	m, closeAll, err := openRuns(e, *dir, true)
+	m, closeAll, err := openRuns(e, *dir, true, false)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "symbi runs resolve: %s\n", errcode.Text(err))
 		return 1
@@ -307,4 +319,34 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// nextPage is the command line that reads the page after this one: the command of fs, the
+// flags given to it but --after, then --after cursor and args — a hint the user can run as
+// it is (values quoted for a POSIX shell where needed).
+func nextPage(fs *flag.FlagSet, cursor string, args ...string) string {
+	line := []string{fs.Name()}
+	fs.Visit(func(f *flag.Flag) {
+		switch b, isBool := f.Value.(interface{ IsBoolFlag() bool }); {
+		case f.Name == "after":
+		case isBool && b.IsBoolFlag():
+			line = append(line, "--"+f.Name+"="+f.Value.String())
+		default:
+			line = append(line, "--"+f.Name, shellQuote(f.Value.String()))
+		}
+	})
+	line = append(line, "--after", shellQuote(cursor))
+	for _, a := range args {
+		line = append(line, shellQuote(a))
+	}
+	return strings.Join(line, " ")
+}
+
+// shellQuote returns s as one word of a POSIX shell: as it is when it is made of safe
+// characters only, else in single quotes.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=@+,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -8,7 +8,7 @@ import (
 	"symbi/internal/errcode"
 )
 
-var cmdTokenAdd = &command{name: "token add", args: "NAME", summary: "make a bearer token for the caller NAME, append its hash to the token file (symbi mcp --auth-tokens) and print the token, once"}
+var cmdTokenAdd = &command{name: "token add", args: "--file FILE NAME", summary: "make a bearer token for the caller NAME, append its hash to the token file (symbi mcp --auth-tokens) and print the token, once"}
 
 func init() {
 	cmdTokenAdd.run = runTokenAdd
@@ -19,18 +19,20 @@ func init() {
 func runTokenAdd(e *env, args []string) int {
 	fs := newFlags(e, cmdTokenAdd)
 	file := fs.String("file", "", "the token `FILE` (created 0600 when absent; required)")
-	if code, ok := parseFlags(fs, args); !ok {
+	// Flags before or after NAME: "token add bob --file F" is as clear as the other order.
+	pos, code, ok := parseInterspersed(fs, args)
+	if !ok {
 		return code
 	}
 	if *file == "" {
 		fmt.Fprintln(e.stderr, "symbi token add: --file is required")
 		return 2
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintf(e.stderr, "symbi token add: want one NAME argument (after the flags), got %d\n", fs.NArg())
+	if len(pos) != 1 {
+		fmt.Fprintf(e.stderr, "symbi token add: want one NAME argument, got %d\n", len(pos))
 		return 2
 	}
-	name := fs.Arg(0)
+	name := pos[0]
 	token, err := auth.AddToken(*file, name, rand.Reader)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "symbi token add: %s\n", errcode.Text(err))

@@ -10,7 +10,7 @@ func init() {
 	c := &command{name: "version", summary: "print the version of symbi"}
 	c.run = func(e *env, args []string) int {
 		fs := newFlags(e, c)
-		if code, ok := parseFlags(fs, args); !ok {
+		if code, ok := parseNoArgs(fs, args); !ok {
 			return code
 		}
 		fmt.Fprintf(e.stdout, "symbi %s\n", buildinfo.Version)

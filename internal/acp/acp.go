@@ -1127,12 +1127,20 @@ func (r *runner) paths(locs []sdk.ToolCallLocation) (paths, outside []string, er
 	return paths, outside, nil
 }
 
-// governed returns the refusal of the first path (workspace-relative) that reaches the
-// project's governance (workspace.CheckGoverned), or nil.
-func (r *runner) governed(paths []string) error {
+// Predecide is the decision on a permission request taken before any policy, or nil when
+// the policies decide it: a request naming more than journal.MaxPaths locations is denied
+// (the record holds that many, and a decision is only ever taken on what is recorded), and
+// so is one with a path (workspace-relative, as Rel returns) reaching the project's
+// governance (workspace.CheckGoverned: the audit store, the policies) — whatever a policy
+// permits, and never held at a gate. symbi policy eval dry-runs the same.
+func Predecide(ws *workspace.Workspace, locations int, paths []string) *policy.Decision {
+	if locations > journal.MaxPaths {
+		return &policy.Decision{Errors: []string{fmt.Sprintf("symbi: the request names %d locations, more than the limit of %d: denied without a policy decision (the record lists the first %d)",
+			locations, journal.MaxPaths, journal.MaxPaths)}}
+	}
 	for _, p := range paths {
-		if err := r.cfg.Workspace.CheckGoverned(p); err != nil {
-			return err
+		if err := ws.CheckGoverned(p); err != nil {
+			return &policy.Decision{Reason: err.Error(), Errors: []string{"symbi: " + err.Error()}}
 		}
 	}
 	return nil
@@ -1232,18 +1240,11 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 	}
 	t := policy.ToolUse{Kind: kindOf(tc.Kind), Title: title, Paths: paths, Outside: outside,
 		Workspace: r.cfg.Workspace.Path(), RawInputSHA256: in}
-	var d *policy.Decision
-	if n := len(tc.Locations); n > journal.MaxPaths {
-		// The record holds at most MaxPaths paths, and a decision is only ever taken on
-		// what is recorded: denied before any policy, never decided on a part.
-		d = &policy.Decision{Errors: []string{fmt.Sprintf("symbi: the request names %d locations, more than the limit of %d: denied without a policy decision (the record lists the first %d)",
-			n, journal.MaxPaths, journal.MaxPaths)}}
-	} else if err := r.governed(paths); err != nil {
-		// The project's audit store and policies are not the agent's to change with its
-		// own tools, whatever a policy permits: denied before any policy, never held.
-		d = &policy.Decision{Reason: err.Error(), Errors: []string{"symbi: " + err.Error()}}
-	} else if d = r.decide(ctx, t); d == nil {
-		return cancelled, nil
+	d := Predecide(r.cfg.Workspace, len(tc.Locations), paths)
+	if d == nil {
+		if d = r.decide(ctx, t); d == nil {
+			return cancelled, nil
+		}
 	}
 	requestID := "perm-" + strconv.FormatInt(r.permN.Add(1), 10)
 	if err := r.hold(ctx, d, requestID, t.Kind, title); err != nil {
