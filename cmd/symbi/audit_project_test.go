@@ -34,30 +34,36 @@ func ledgerProject(t *testing.T, n int) (dir, key string, files []string, lw *le
 	}
 	t.Cleanup(func() { lw.Close() })
 	for i := range n {
-		runID := "run-" + string(rune('a'+i))
-		w, err := store.Create("agent", runID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range []journal.Record{journal.Started{Agent: "a"}, journal.InferenceRequested{CallID: "c1"}, journal.Terminated{Reason: "cancelled"}} {
-			if err := w.Append(r); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := w.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		rc := w.Durable()
-		data, _ := os.ReadFile(w.Path())
-		ls := bytes.SplitAfter(data, []byte("\n"))
-		prev := digest.SHA256Hex(ls[len(ls)-3])
-		if _, err := lw.Append(ledger.Run{RunID: runID, AgentID: "agent", Agent: "a", File: filepath.Base(w.Path()), Reason: "cancelled", Records: int64(rc.Records), Head: rc.Head, PrevHead: prev, Caller: "stdio"}); err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, w.Path())
-		w.Close()
+		files = append(files, recordRun(t, store, lw, "agent", "run-"+string(rune('a'+i)), journal.Started{Agent: "a"}))
 	}
 	return dir, hex.EncodeToString(store.PublicKey()), files, lw
+}
+
+// recordRun writes a cancelled run's journal (started, inference_requested, terminated)
+// and its ledger entry, as a server does, and returns the journal's path.
+func recordRun(t *testing.T, store *journal.Store, lw *ledger.Writer, agentID, runID string, started journal.Started) string {
+	t.Helper()
+	w, err := store.Create(agentID, runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for _, r := range []journal.Record{started, journal.InferenceRequested{CallID: "c1"}, journal.Terminated{Reason: "cancelled"}} {
+		if err := w.Append(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	rc := w.Durable()
+	data, _ := os.ReadFile(w.Path())
+	ls := bytes.SplitAfter(data, []byte("\n"))
+	prev := digest.SHA256Hex(ls[len(ls)-3])
+	if _, err := lw.Append(ledger.Run{RunID: runID, AgentID: agentID, Agent: started.Agent, File: filepath.Base(w.Path()), Reason: "cancelled", Records: int64(rc.Records), Head: rc.Head, PrevHead: prev, Caller: "stdio"}); err != nil {
+		t.Fatal(err)
+	}
+	return w.Path()
 }
 
 // TestAuditVerifyProjectReports: symbi audit verify --project names what it found and

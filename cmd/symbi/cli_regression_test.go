@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"symbi/internal/digest"
 	"symbi/internal/journal"
 	"symbi/internal/ledger"
 	"symbi/internal/policy"
@@ -201,25 +199,7 @@ func TestRunsListAgentByRegistryName(t *testing.T) {
 	}
 	agentID := policy.AgentID("assistant")
 	runID := "0190a000-0000-7000-8000-000000000001"
-	w, err := store.Create(agentID, runID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range []journal.Record{journal.Started{Agent: "assistant", File: "agents/helper.symbi"}, journal.InferenceRequested{CallID: "c1"}, journal.Terminated{Reason: "cancelled"}} {
-		if err := w.Append(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	rc := w.Durable()
-	data, _ := os.ReadFile(w.Path())
-	ls := bytes.SplitAfter(data, []byte("\n"))
-	if _, err := lw.Append(ledger.Run{RunID: runID, AgentID: agentID, Agent: "assistant", File: filepath.Base(w.Path()), Reason: "cancelled", Records: int64(rc.Records), Head: rc.Head, PrevHead: digest.SHA256Hex(ls[len(ls)-3]), Caller: "stdio"}); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
+	recordRun(t, store, lw, agentID, runID, journal.Started{Agent: "assistant", File: "agents/helper.symbi"})
 	lw.Close()
 
 	for _, name := range []string{"assistant", agentID, "helper"} {

@@ -126,16 +126,7 @@ func TestDelegatedAnswerIsNamed(t *testing.T) {
 	// heldJournal writes a delegated run's journal up to its gated policy_evaluated.
 	heldJournal := func(t *testing.T) (*journal.Store, *journal.Writer) {
 		t.Helper()
-		p, err := project.Open(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { p.Close() })
-		store, err := journal.OpenStore(p.Root(), journal.StoreOptions{Create: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { store.Close() })
+		store := tempStore(t)
 		w, err := store.Create("agent", "run",
 			journal.Started{Agent: "coder", Mode: ModeDelegated},
 			journal.SessionStarted{Executor: "fake"},
@@ -316,16 +307,7 @@ func TestAwaitingOnlyWhenDurable(t *testing.T) {
 func TestResumedRunIsAwaiting(t *testing.T) {
 	const text, gate = "held answer", "review"
 	sum := digest.SHA256Hex([]byte(text))
-	p, err := project.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	store, err := journal.OpenStore(p.Root(), journal.StoreOptions{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := tempStore(t)
 	w, err := store.Create("agent", "run",
 		journal.Started{Agent: "helper", Mode: policy.ResponseMode},
 		journal.InferenceRequested{CallID: "c1", RequestSHA256: digest.SHA256Hex(nil)},
@@ -357,4 +339,21 @@ func TestResumedRunIsAwaiting(t *testing.T) {
 	if !awaiting || rc.Records != 5 {
 		t.Fatalf("Awaiting() = %+v, %v for a resumed run whose last durable record is approval_requested; want 5 records, awaiting (run_events would report it as running)", rc, awaiting)
 	}
+}
+
+// tempStore opens the journal store of a new project in a temporary directory, closed
+// when the test ends.
+func tempStore(t *testing.T) *journal.Store {
+	t.Helper()
+	p, err := project.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	store, err := journal.OpenStore(p.Root(), journal.StoreOptions{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return store
 }

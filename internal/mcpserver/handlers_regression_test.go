@@ -6,7 +6,6 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,14 +15,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"symbi/internal/inference"
-	"symbi/internal/invoke"
-	"symbi/internal/ledger"
 	"symbi/internal/mcpserver"
-	"symbi/internal/policy"
-	"symbi/internal/project"
-	"symbi/internal/runs"
-	"symbi/internal/schemapin"
 )
 
 // advertisedOutputSchemas returns the resolved output schema of every tool cs lists.
@@ -181,7 +173,7 @@ func TestRateLimitCountsListenSubscriptions(t *testing.T) {
 	dir := testProject(t, nil)
 	// A frozen clock: the bucket (one request) never refills.
 	frozen := time.Now()
-	srv, runID := zzRateServer(t, dir, model.env(), func() time.Time { return frozen })
+	srv, runID := rateServer(t, dir, model.env(), func() time.Time { return frozen })
 	for _, version := range []string{"2025-11-25", "2026-07-28"} {
 		t.Run(version, func(t *testing.T) {
 			updated := make(chan string, 10)
@@ -216,48 +208,13 @@ func zzSubscribed(srv *mcp.Server, runID string) (bool, int) {
 	return s > 0, s
 }
 
-// zzRateServer serves dir with Config.Rate 1 on clock now, starts one held run of helper
+// rateServer serves dir with Config.Rate 1 on clock now, starts one held run of helper
 // through a first client (which spends the stdio caller's one request) and returns the
 // server and the run's id.
-func zzRateServer(t *testing.T, dir string, env map[string]string, now func() time.Time) (*mcp.Server, string) {
+func rateServer(t *testing.T, dir string, env map[string]string, now func() time.Time) (*mcp.Server, string) {
 	t.Helper()
-	log := slog.New(slog.DiscardHandler)
-	p, err := project.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	reg, err := p.LoadRegistry(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prov, provErr := inference.FromEnv(func(k string) string { return env[k] })
-	if provErr != nil {
-		prov = nil
-	}
-	lw, _, err := ledger.OpenProject(p.Root(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lw.Close() })
-	runner := invoke.New(invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov, ProviderErr: provErr, Ledger: lw, Log: log})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
-		defer cancel()
-		runner.Shutdown(ctx)
-	})
-	srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: runner, Registry: reg, Ledger: lw, Access: policy.LoadAccess(p.Root())}),
-		Schemas: schemapin.NewVerifier(func(string) string { return "" }), Log: log, Rate: 1, Now: now})
-	ct, st := mcp.NewInMemoryTransports()
-	ctx := context.Background()
-	if _, err := srv.Connect(ctx, st, nil); err != nil {
-		t.Fatal(err)
-	}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "first", Version: "1"}, nil).Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cs.Close() })
+	var srv *mcp.Server
+	cs := serve(t, dir, serveOpts{env: env, rate: 1, now: now, server: &srv, version: "2025-11-25"})
 	var started startContent
 	callOK(t, cs, "start_run", map[string]any{"agent": "helper", "prompt": "hold"}, &started)
 	return srv, started.RunID

@@ -95,6 +95,9 @@ type serveOpts struct {
 	// authenticated serves as with bearer tokens (Config.Authenticated); the in-memory
 	// client sends none.
 	authenticated bool
+	// rate and now are Config.Rate and Config.Now (0 and nil: no rate limit).
+	rate float64
+	now  func() time.Time
 }
 
 // serve serves the project at dir the way symbi mcp does and returns a connected client
@@ -144,7 +147,7 @@ func serveStoppable(t *testing.T, dir string, o serveOpts) (cs *mcp.ClientSessio
 	if schemas == nil {
 		schemas = schemapin.NewVerifier(getenv)
 	}
-	srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: runner, Registry: reg, Ledger: lw, Access: policy.LoadAccess(p.Root())}), Schemas: schemas, Log: log, Authenticated: o.authenticated})
+	srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: runner, Registry: reg, Ledger: lw, Access: policy.LoadAccess(p.Root())}), Schemas: schemas, Log: log, Authenticated: o.authenticated, Rate: o.rate, Now: o.now})
 	if o.server != nil {
 		*o.server = srv
 	}
