@@ -174,13 +174,23 @@ func TestPolicyEvalUseToolProtectedPaths(t *testing.T) {
 
 // TestRunsListAgentByRegistryName: runs list --agent takes a registry name, a declared name
 // or an agent_id, as list_runs does: a file alias (agents/helper.symbi declaring agent
-// assistant) lists its runs under its registry name too.
+// assistant) lists its runs under its registry name too — also when its definition is
+// refused now (a delegated agent, read without the executors file).
 func TestRunsListAgentByRegistryName(t *testing.T) {
+	for what, src := range map[string]string{
+		"invocable": "agent assistant {}\n",
+		"refused":   "metadata { executor = \"claude_code\" }\nagent assistant {}\n",
+	} {
+		t.Run(what, func(t *testing.T) { runsListByRegistryName(t, src) })
+	}
+}
+
+func runsListByRegistryName(t *testing.T, src string) {
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "agents"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "agents", "helper.symbi"), []byte("agent assistant {}\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "agents", "helper.symbi"), []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	root, err := os.Open(dir)
@@ -226,6 +236,28 @@ func TestInitRefusesBeforeWriting(t *testing.T) {
 	for _, rel := range []string{"agents", "policies", "README.md", "AGENTS.md"} {
 		if _, err := os.Lstat(filepath.Join(dir, rel)); err == nil {
 			t.Errorf("the refused init left %s behind", rel)
+		}
+	}
+}
+
+// TestPolicyEvalUseToolSymlinkedProject: the use_tool dry run resolves its workspace's
+// symbolic links as the server does: a project reached through a link (a symlinked home, a
+// working directory entered through one) gets the same decision as by its real path.
+func TestPolicyEvalUseToolSymlinkedProject(t *testing.T) {
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "project-link")
+	if err := os.Symlink(repo, link); err != nil {
+		t.Fatal(err)
+	}
+	// The same request, by the real path and through the link.
+	for _, project := range []string{repo, link} {
+		code, out, errOut := runCLI(t, "", "policy", "eval", "--project", project, "--agent", "reviewer",
+			"--action", "use_tool", "--tool", "read", "--path", "docs/a.md")
+		if code != 0 || !strings.Contains(out, "decision: allow") {
+			t.Errorf("policy eval --project %s use_tool read docs/a.md: exit %d, want 0 and allow (as through the real path)\nstdout: %s\nstderr: %s", project, code, out, errOut)
 		}
 	}
 }

@@ -176,11 +176,19 @@ func runPolicyEval(e *env, args []string) int {
 		if ws == "" {
 			ws = p.Path()
 		}
+		if abs, err := filepath.Abs(ws); err == nil {
+			ws = abs
+		}
 		t := toolUse(*tool, *title, ws, paths)
 		req = policy.NewToolRequest(a, policyDryRunID, policy.Surface, *caller, t)
-		w, err := symbiws.Open(ws, symbiws.Options{Project: p.Path()})
+		// The workspace as the server opens it: absolute, its links resolved.
+		w, err := openDryRunWorkspace(ws, p.Path())
 		if err != nil {
-			fmt.Fprintf(e.stderr, "symbi policy eval: --workspace: %s\n", errcode.Text(err))
+			what := "the workspace (the project directory)"
+			if set["workspace"] {
+				what = "--workspace"
+			}
+			fmt.Fprintf(e.stderr, "symbi policy eval: %s: %s\n", what, errcode.Text(err))
 			return 1
 		}
 		pre = acp.Predecide(w, len(paths), t.Paths)
@@ -358,6 +366,20 @@ func policyCheckJSON(set *policy.Set) policyCheckOutput {
 		out.Problems = append(out.Problems, policyProblemJSON{File: p.File, Line: p.Line, Column: p.Column, Message: p.Message})
 	}
 	return out
+}
+
+// openDryRunWorkspace opens the workspace dir of a use_tool dry run as the server opens a
+// run's: made absolute, its symbolic links resolved (workspace.Resolve), then pinned.
+func openDryRunWorkspace(dir, project string) (*symbiws.Workspace, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	real, err := symbiws.Resolve(abs, []string{abs})
+	if err != nil {
+		return nil, err
+	}
+	return symbiws.Open(real, symbiws.Options{Project: project})
 }
 
 // toolUse builds the use_tool request's subject: each path made relative to the

@@ -14,9 +14,12 @@ import (
 	"time"
 
 	"symbi/internal/errcode"
+	"symbi/internal/inference"
 	"symbi/internal/journal"
 	"symbi/internal/ledger"
 	"symbi/internal/loopback"
+	"symbi/internal/policy"
+	"symbi/internal/project"
 )
 
 // TestKeyChangedWhileServing: the project ledger is opened with the project's key when
@@ -188,5 +191,60 @@ func panicChild(t *testing.T, out string) {
 	b, _ := json.Marshal(res)
 	if err := os.WriteFile(filepath.Join(out, "result.json"), b, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// panickingProvider is a provider whose Prepare panics: a bug in preflight, which runs
+// in Start on the caller's goroutine, before the run's goroutine and its guard exist.
+type panickingProvider struct{}
+
+func (panickingProvider) Name() string  { return "openai" }
+func (panickingProvider) Model() string { return "m" }
+func (panickingProvider) Prepare(inference.Conversation, int) (*inference.Call, error) {
+	panic("a bug in preflight")
+}
+
+// TestPanicInPreflightFreesSlot: a panic in Start's preflight — after the run's slot was
+// taken, before the run's goroutine exists — refuses that run (internal) and frees the
+// slot: with --max-runs 1 the next run is not refused busy, and Shutdown does not wait for
+// a run that does not exist.
+func TestPanicInPreflightFreesSlot(t *testing.T) {
+	dir := t.TempDir()
+	for rel, content := range map[string]string{
+		"agents/helper.symbi":    "agent helper { capabilities = [\"answer\"] }\n",
+		"policies/respond.cedar": "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n",
+	} {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := project.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	reg, err := p.LoadRegistry(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: panickingProvider{}, MaxRuns: 1})
+
+	if _, err := r.Start(Request{Agent: "helper", Prompt: "q"}, nil); errcode.Of(err) != errcode.Internal {
+		t.Fatalf("a panic in preflight: %v; want internal", err)
+	}
+
+	// A request refused in preflight, not for a slot: invalid_request (no prompt).
+	_, err = r.Start(Request{Agent: "helper"}, nil)
+	if errcode.Of(err) == errcode.Busy {
+		t.Errorf("after a panic in preflight, the next run is refused busy with no run in flight (--max-runs 1): the slot leaked: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // only a leaked slot reaches it
+	defer cancel()
+	if err := r.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown with no run in flight: %v (it waits for the leaked slot)", err)
 	}
 }

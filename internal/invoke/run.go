@@ -77,7 +77,7 @@ func (r *Runner) Start(req Request, progress func(Stage)) (*Run, error) {
 	if req.Caller == "" {
 		req.Caller, req.CallerAuth = CallerStdio, CallerStdio
 	}
-	p, err := r.preflight(req)
+	p, err := r.safePreflight(req)
 	if err != nil {
 		release()
 		return nil, &Error{Err: err}
@@ -557,6 +557,18 @@ func (r *Runner) panicked(w *journal.Writer, p *prepared, v any, start time.Time
 		err = errcode.Errorf(errcode.AuditUnavailable, "%v; and the run could not be recorded as such: %v", err, werr)
 	}
 	return &Error{Err: err, Audit: audit()}
+}
+
+// safePreflight is preflight, whose panic (a bug, on the caller's input) refuses the run
+// with errPanicked: the caller's request is answered and the slot it took is freed.
+func (r *Runner) safePreflight(req Request) (p *prepared, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.cfg.Log.Error("a run's preflight panicked: the run is refused", "agent", req.Agent, "panic", v, "stack", string(debug.Stack()))
+			p, err = nil, errPanicked
+		}
+	}()
+	return r.preflight(req)
 }
 
 // guard runs a run's body, f, and turns a panic that f did not recover — one before the

@@ -7,8 +7,10 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -218,4 +220,43 @@ func rateServer(t *testing.T, dir string, env map[string]string, now func() time
 	var started startContent
 	callOK(t, cs, "start_run", map[string]any{"agent": "helper", "prompt": "hold"}, &started)
 	return srv, started.RunID
+}
+
+// TestRecoverPanicsOutermost: recoverPanics is the outermost middleware, so a panic in
+// another middleware's path — here in the rate limiter's clock — is the request's failure
+// (an internal tool error), not the end of the server process. The request runs in a
+// child process, which the panic would otherwise end.
+func TestRecoverPanicsOutermost(t *testing.T) {
+	if os.Getenv("SYMBI_TEST_PANIC_CHILD") == "1" {
+		recoverPanicsChild(t)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestRecoverPanicsOutermost$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "SYMBI_TEST_PANIC_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "ANSWERED internal") {
+		t.Fatalf("a panic in the rate limiter's path ended the server process (%v): recoverPanics is not the outermost middleware\n%.3000s", err, out)
+	}
+}
+
+func recoverPanicsChild(t *testing.T) {
+	var armed atomic.Bool
+	now := func() time.Time {
+		if armed.Load() {
+			panic("a bug in the rate limiter's path")
+		}
+		return time.Now()
+	}
+	cs := serve(t, testProject(t, nil), serveOpts{rate: 100, now: now})
+	armed.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "list_agents", Arguments: map[string]any{}})
+	if err == nil && res.IsError && strings.HasPrefix(res.Content[0].(*mcp.TextContent).Text, "internal: ") {
+		t.Log("ANSWERED internal")
+	} else {
+		t.Logf("answered %v, %v", res, err)
+	}
 }

@@ -134,9 +134,6 @@ func New(cfg Config) (s *mcp.Server) {
 	addTool(s, &mcp.Tool{Name: "verify_schema", Title: "Verify a SchemaPin tool schema", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}, Description: "Verify a SchemaPin-signed tool schema: ECDSA P-256 over SHA-256 of the canonical schema JSON. Key inline (public_key_pem, offline) or from an HTTPS URL (public_key_url; private, loopback and metadata hosts refused). An invalid signature is a result with verified=false, not a tool error."}, h.verifySchema)
 	s.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: RunURITemplate, Name: "run", Title: "A governed run",
 		Description: "run_status's JSON for one run; subscribe for notifications/resources/updated at each new journal event, its end and each resolution.", MIMEType: "application/json"}, h.readRun)
-	// Added first, so it is outermost: a panic in any request's handling is that request's
-	// failure, not the server's end.
-	s.AddReceivingMiddleware(recoverPanics(cfg.Log))
 	if cfg.Rate > 0 {
 		now := cfg.Now
 		if now == nil {
@@ -144,6 +141,10 @@ func New(cfg Config) (s *mcp.Server) {
 		}
 		s.AddReceivingMiddleware(newRateLimiter(cfg.Rate, now).middleware(&h.cfg))
 	}
+	// Added last, so it is outermost (each middleware added wraps the handler built so
+	// far): a panic in any request's handling is that request's failure, not the server's
+	// end.
+	s.AddReceivingMiddleware(recoverPanics(cfg.Log))
 	u := &updater{s: s, h: h}
 	cfg.Runs.OnChange(u.changed)
 	if _, err := cfg.Project.AgentsMD(); err == nil {

@@ -112,6 +112,13 @@ func Init(dir string, log *slog.Logger) ([]string, error) {
 			return nil, err
 		}
 	}
+	// The directories init makes, removed again if it gives up.
+	var madeDirs []string
+	for _, d := range []string{"agents", "policies"} {
+		if _, err := os.Lstat(filepath.Join(dir, d)); errors.Is(err, fs.ErrNotExist) {
+			madeDirs = append(madeDirs, d)
+		}
+	}
 	// Everything is created beneath the project's directory, opened once, without
 	// following a symbolic link in any component: a policies/ or .gitignore that is a
 	// link leads elsewhere, and init writes nothing there.
@@ -130,19 +137,25 @@ func Init(dir string, log *slog.Logger) ([]string, error) {
 		}
 		created = append(created, f.rel)
 	}
-	md, err := starterAgentsMDFor(dir, log)
-	if err != nil {
-		// Nothing of the starter is left: the project is as it was.
+	// giveUp removes what init wrote, for err: the project is as it was.
+	giveUp := func(err error) ([]string, error) {
 		for _, rel := range created {
 			if rerr := removeFile(rootFD, rel); rerr != nil {
 				return created, errors.Join(err, rerr)
 			}
 		}
+		for _, d := range madeDirs {
+			unix.Unlinkat(rootFD, d, unix.AT_REMOVEDIR) // only when empty: what init made
+		}
 		return nil, fmt.Errorf("%w; the starter files were removed", err)
+	}
+	md, err := starterAgentsMDFor(dir, log)
+	if err != nil {
+		return giveUp(err)
 	}
 	switch fresh, err := ensureIgnored(rootFD, ".gitignore"); {
 	case err != nil:
-		return created, err
+		return giveUp(err)
 	case fresh:
 		created = append(created, ".gitignore")
 	}
@@ -183,6 +196,8 @@ func checkGitignore(st fs.FileInfo) error {
 		return errcode.Errorf(errcode.ProtectedPath, "init: .gitignore is not a regular file; nothing was changed")
 	case sys == nil || sys.Nlink != 1:
 		return errcode.Errorf(errcode.ProtectedPath, "init: .gitignore has more than one link (a hard link: the file may be outside the project); symbi does not write through one; nothing was changed")
+	case st.Size() > maxGitignoreBytes:
+		return errcode.Errorf(errcode.LimitExceeded, "init: .gitignore is larger than %d bytes; add %s to it by hand; nothing was changed", maxGitignoreBytes, gitignoreEntry)
 	}
 	return nil
 }

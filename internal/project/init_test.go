@@ -116,7 +116,7 @@ func TestInitAgentsMDOverLimit(t *testing.T) {
 	if errcode.Of(err) != errcode.LimitExceeded || len(created) != 0 {
 		t.Fatalf("Init = %v, %v; want limit_exceeded, nothing created", created, err)
 	}
-	for _, rel := range []string{"agents/assistant.symbi", "policies/respond.cedar", "README.md", agentsMDName, ".gitignore"} {
+	for _, rel := range []string{"agents/assistant.symbi", "policies", "README.md", agentsMDName, ".gitignore"} {
 		if _, serr := os.Lstat(filepath.Join(dir, rel)); !errors.Is(serr, fs.ErrNotExist) {
 			t.Errorf("init refused (%v) but left %s", err, rel)
 		}
@@ -182,5 +182,36 @@ func TestInitNonRegularGitignore(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestInitOversizeGitignore: a .gitignore over 1 MiB is refused (limit_exceeded, "add the
+// line by hand") leaving the project as it was, so that init, run again once the line is
+// added, succeeds — not refused "already exists" by half a project.
+func TestInitOversizeGitignore(t *testing.T) {
+	dir := t.TempDir()
+	gi := filepath.Join(dir, ".gitignore")
+	if err := os.WriteFile(gi, []byte(strings.Repeat("# x\n", (maxGitignoreBytes/4)+1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	created, err := Init(dir, slog.New(slog.DiscardHandler))
+	if errcode.Of(err) != errcode.LimitExceeded {
+		t.Fatalf("Init with a .gitignore over 1 MiB: %v; want limit_exceeded", err)
+	}
+	var left []string
+	for _, rel := range []string{"agents", "policies", "README.md", agentsMDName} {
+		if _, serr := os.Lstat(filepath.Join(dir, rel)); !errors.Is(serr, fs.ErrNotExist) {
+			left = append(left, rel)
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("init refused the .gitignore (%v) but left %v (reported created: %v): a half-initialised project", err, left, created)
+	}
+	// The operator follows the advice: adds the line by hand and runs init again.
+	if err := os.WriteFile(gi, []byte(".symbiont/\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Init(dir, slog.New(slog.DiscardHandler)); err != nil {
+		t.Errorf("init after the .gitignore was fixed: %v", err)
 	}
 }

@@ -34,7 +34,9 @@ func (m *Manager) List(f Filter) (*Page, error) {
 	}
 	agentIDs := map[string]bool{}
 	if f.Agent != "" && m.cfg.Registry != nil {
-		if a, err := m.cfg.Registry.Resolve(f.Agent); err == nil && a.Admission != nil && a.Admission.Agent != "" {
+		// A refused definition still names its agent: its earlier runs are found by the
+		// file's name too (and a delegated agent read without the executors file).
+		if a, _ := m.cfg.Registry.Resolve(f.Agent); a != nil && a.Admission != nil && a.Admission.Agent != "" {
 			agentIDs[policy.AgentID(a.Admission.Agent)] = true
 		}
 	}
