@@ -35,6 +35,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -170,6 +171,33 @@ var ErrJournal = errors.New("journal failed")
 // the caller's inference_failed), nothing of the offending message journaled.
 var ErrMalformed = errors.New("malformed ACP")
 
+// ErrPanicked ends a session in which symbi's own code panicked (a bug, on input the agent
+// chose): the session ends with an error, and the server and its other runs go on.
+var ErrPanicked = errors.New("symbi's ACP client failed on an internal error")
+
+// survive, deferred first in each of the ACP client's callbacks and in the session's
+// goroutines, turns a panic there into the session's end (ErrPanicked, outcome error) and,
+// for a callback (err not nil), an internal error answered to the agent; the stack goes to
+// the log.
+func (r *runner) survive(where string, err *error) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	slog.Default().Error("symbi's ACP client panicked: the session ends", "in", where, "panic", v, "stack", string(debug.Stack()))
+	r.abort(fmt.Errorf("%w (in %s)", ErrPanicked, where))
+	if err != nil {
+		*err = sdk.NewInternalError(map[string]any{"error": "symbi failed on an internal error"})
+	}
+}
+
+// locked runs f with r.mu held, released however f ends.
+func (r *runner) locked(f func() error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return f()
+}
+
 // ErrSessionOver is the error of a record made after the session closed (its turn over,
 // session_finished to come). It is no journal failure: what asked for the record — a held
 // permission request, say — is answered as cancelled.
@@ -290,16 +318,15 @@ func (r *runner) sync() error {
 // record appends an in-session record (after flushing coalesced text, so the journal
 // keeps the wire's order) and, when durable is set, syncs.
 func (r *runner) record(rec journal.Record, durable bool) error {
-	r.mu.Lock()
-	if r.closed.Load() {
-		r.mu.Unlock()
-		return ErrSessionOver
-	}
-	err := r.flushLocked()
-	if err == nil {
-		err = r.appendLocked(rec)
-	}
-	r.mu.Unlock()
+	err := r.locked(func() error {
+		if r.closed.Load() {
+			return ErrSessionOver
+		}
+		if err := r.flushLocked(); err != nil {
+			return err
+		}
+		return r.appendLocked(rec)
+	})
 	if err == nil && durable {
 		err = r.sync()
 	}
@@ -357,6 +384,7 @@ func (r *runner) addTextLocked(kind, t string) error {
 
 // journaler journals the queued updates, flushing coalesced text at least once a second.
 func (r *runner) journaler(stop <-chan struct{}) {
+	defer r.survive("the journaler", nil)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -364,12 +392,12 @@ func (r *runner) journaler(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-tick.C:
-			r.mu.Lock()
-			var err error
-			if !r.closed.Load() {
-				err = r.flushLocked()
-			}
-			r.mu.Unlock()
+			err := r.locked(func() error {
+				if r.closed.Load() {
+					return nil
+				}
+				return r.flushLocked()
+			})
 			// What was appended is made durable at least once a second: a run's observers
 			// (run_events, subscriptions) see only durable records.
 			if err == nil && r.unsynced.Load() {
@@ -380,9 +408,7 @@ func (r *runner) journaler(stop <-chan struct{}) {
 			}
 		case u := <-r.updates:
 			if u.done != nil {
-				r.mu.Lock()
-				_ = r.flushLocked()
-				r.mu.Unlock()
+				_ = r.locked(r.flushLocked)
 				close(u.done)
 				continue
 			}
@@ -498,8 +524,10 @@ func (r *runner) run(ctx context.Context) Result {
 	}
 	hch := make(chan hresult, 1)
 	go func() {
-		st, err := r.handshake(hctx)
-		hch <- hresult{st, err}
+		res := hresult{err: ErrPanicked} // what a panic in the handshake leaves
+		defer func() { hch <- res }()
+		defer r.survive("the handshake", nil)
+		res.started, res.err = r.handshake(hctx)
 	}()
 	var h hresult
 	select {
@@ -531,9 +559,7 @@ func (r *runner) run(ctx context.Context) Result {
 		r.kill()
 		return r.noSessionOutcome(outcome, r.withStderr(err))
 	}
-	r.mu.Lock()
-	err = r.appendLocked(started)
-	r.mu.Unlock()
+	err = r.locked(func() error { return r.appendLocked(started) })
 	if err == nil {
 		err = r.sync()
 	}
@@ -834,7 +860,10 @@ func (r *runner) start() error {
 		}
 	}()
 	pr, pw := io.Pipe()
-	go r.checkLines(outR, pw)
+	go func() {
+		defer r.survive("reading the agent's output", nil)
+		r.checkLines(outR, pw)
+	}()
 	// The SDK's logger is set once its reader has started, which reads it unguarded: the
 	// reader waits for the logger, behind a gate.
 	logged := make(chan struct{})
@@ -1156,7 +1185,10 @@ func (r *runner) malformed(err error) error {
 // decide runs the gate, unless the session is being cancelled or is over first (nil).
 func (r *runner) decide(ctx context.Context, t policy.ToolUse) *policy.Decision {
 	ch := make(chan policy.Decision, 1)
-	go func() { ch <- r.cfg.Decide(t) }()
+	go func() {
+		defer r.survive("the policy decision", nil)
+		ch <- r.cfg.Decide(t)
+	}()
 	select {
 	case d := <-ch:
 		if len(t.Outside) > 0 {
@@ -1201,8 +1233,9 @@ type client struct{ r *runner }
 
 var _ sdk.Client = (*client)(nil)
 
-func (c *client) SessionUpdate(_ context.Context, n sdk.SessionNotification) error {
+func (c *client) SessionUpdate(_ context.Context, n sdk.SessionNotification) (err error) {
 	r := c.r
+	defer r.survive("session/update", &err)
 	if r.closed.Load() {
 		return nil
 	}
@@ -1214,8 +1247,9 @@ func (c *client) SessionUpdate(_ context.Context, n sdk.SessionNotification) err
 	return nil
 }
 
-func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissionRequest) (sdk.RequestPermissionResponse, error) {
+func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissionRequest) (_ sdk.RequestPermissionResponse, err error) {
 	r := c.r
+	defer r.survive("session/request_permission", &err)
 	done, err := r.serve()
 	if err != nil {
 		return sdk.RequestPermissionResponse{}, err
@@ -1372,8 +1406,9 @@ func (r *runner) access() (done func(), ok bool) {
 	return r.fsMu.RUnlock, true
 }
 
-func (c *client) ReadTextFile(ctx context.Context, req sdk.ReadTextFileRequest) (sdk.ReadTextFileResponse, error) {
+func (c *client) ReadTextFile(ctx context.Context, req sdk.ReadTextFileRequest) (_ sdk.ReadTextFileResponse, err error) {
 	r := c.r
+	defer r.survive("fs/read_text_file", &err)
 	served, err := r.serve()
 	if err != nil {
 		return sdk.ReadTextFileResponse{}, err
@@ -1398,8 +1433,9 @@ func (c *client) ReadTextFile(ctx context.Context, req sdk.ReadTextFileRequest) 
 	return sdk.ReadTextFileResponse{Content: content}, nil
 }
 
-func (c *client) WriteTextFile(ctx context.Context, req sdk.WriteTextFileRequest) (sdk.WriteTextFileResponse, error) {
+func (c *client) WriteTextFile(ctx context.Context, req sdk.WriteTextFileRequest) (_ sdk.WriteTextFileResponse, err error) {
 	r := c.r
+	defer r.survive("fs/write_text_file", &err)
 	served, err := r.serve()
 	if err != nil {
 		return sdk.WriteTextFileResponse{}, err

@@ -871,3 +871,50 @@ func TestJournalFailure(t *testing.T) {
 		t.Fatalf("the agent %d is alive", pid)
 	}
 }
+
+// panickyJournal panics when asked to append a record of type typ.
+type panickyJournal struct {
+	*journal.Writer
+	typ string
+}
+
+func (p panickyJournal) Append(r journal.Record) error {
+	if r.Type() == p.typ {
+		panic("a bug while journaling " + p.typ)
+	}
+	return p.Writer.Append(r)
+}
+
+// TestPanicEndsSession: a panic in symbi's own code during a session — in the policy
+// decision's goroutine, or in an ACP callback while the session's lock is held (a record
+// being appended) — ends that session with an error wrapping ErrPanicked, the session's
+// end still journaled; it does not end the process.
+func TestPanicEndsSession(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		adjust func(e *env)
+	}{
+		{"in the decision", func(e *env) {
+			e.cfg.Decide = func(policy.ToolUse) policy.Decision { panic("a bug in the policy decision") }
+		}},
+		{"in a callback, holding the lock", func(e *env) {
+			e.cfg.Journal = panickyJournal{Writer: e.w, typ: journal.TypePermissionDecided}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, map[string]any{"steps": []any{
+				map[string]any{"permission": map[string]any{"tool_call_id": "p1", "kind": "edit", "title": "Edit a", "locations": []string{"$CWD/a.txt"}}},
+				map[string]any{"message": "ok"},
+			}})
+			tt.adjust(e)
+			res := e.run(nil)
+			mustOutcome(t, res, OutcomeError)
+			if !errors.Is(res.Err, ErrPanicked) {
+				t.Fatalf("err %v, want ErrPanicked", res.Err)
+			}
+			if es := e.entries(); es[len(es)-1].Type != journal.TypeSessionFinished {
+				t.Fatalf("the journal ends with %s, want session_finished", es[len(es)-1].Type)
+			}
+		})
+	}
+}
