@@ -48,6 +48,7 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 	"golang.org/x/sys/unix"
 
+	"symbi/internal/errcode"
 	"symbi/internal/executors"
 	"symbi/internal/journal"
 	"symbi/internal/policy"
@@ -1349,13 +1350,23 @@ func (r *runner) gateFS(ctx context.Context, sid sdk.SessionId, kind, method, pa
 	}
 	title := cut(method+" "+path, journal.MaxTitleBytes)
 	t := policy.ToolUse{Kind: kind, Title: title, Paths: paths, Outside: outside, Workspace: r.cfg.Workspace.Path()}
+	// A protected name (hidden, policies), a symbolic link on the way (paths then holds
+	// where it leads too) or a hard-linked file is refused by its rule before any policy,
+	// like a path outside the workspace, and never held at a gate: symbi's own file access
+	// would refuse it when it opens the file.
 	var d *policy.Decision
-	if len(paths) == 1 {
-		if err := r.cfg.Workspace.CheckNames(paths[0]); err != nil {
-			// A protected name (hidden, policies) is refused by its rule before any
-			// policy, like a path outside the workspace, and never held at a gate.
-			d = &policy.Decision{Reason: err.Error(), Errors: []string{"symbi: " + err.Error()}}
+	var refusal error
+	switch {
+	case len(outside) > 0:
+	case len(paths) > 1:
+		if refusal = r.cfg.Workspace.CheckNames(paths[0]); refusal == nil {
+			refusal = errcode.Errorf(errcode.ProtectedPath, "%q: %w (it leads to %q)", paths[0], workspace.ErrSymlink, paths[1])
 		}
+	case len(paths) == 1:
+		refusal = r.cfg.Workspace.CheckFile(paths[0])
+	}
+	if refusal != nil {
+		d = &policy.Decision{Reason: refusal.Error(), Errors: []string{"symbi: " + refusal.Error()}}
 	}
 	if d == nil {
 		if d = r.decide(ctx, t); d == nil {

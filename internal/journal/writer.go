@@ -508,10 +508,13 @@ func (w *Writer) Sync() error {
 	if err := w.f.Sync(); err != nil {
 		return w.fail(fmt.Errorf("fsync: %w", err))
 	}
-	// What was made durable must still be reachable.
+	// What was made durable must be exactly what the writer wrote, and still reachable.
 	st, err := w.f.Stat()
 	if err != nil {
 		return w.fail(fmt.Errorf("stat: %w", err))
+	}
+	if st.Size() != w.size {
+		return w.fail(fmt.Errorf("file is %d bytes, the writer wrote %d: someone else wrote to it", st.Size(), w.size))
 	}
 	if err := w.checkReachable(st); err != nil {
 		return w.fail(err)

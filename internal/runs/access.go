@@ -203,9 +203,11 @@ func (m *Manager) Approve(ctx context.Context, by Caller, runID, requestID, deci
 	if snap, err = m.lookup(runID); err != nil {
 		return nil, err
 	}
-	// The status carries the text the approver has just approved, released: it saw it
-	// before deciding (StatusFor). What it may read of the run later is read_run's.
-	return m.build(snap, true), nil
+	// The status carries the text the approver has just approved, released, when it could
+	// see it before deciding (StatusFor: read_run on the waiting run, which a read_run
+	// forbid denies); never to an approver forbidden to read the run. What it may read of
+	// the run later is read_run's.
+	return m.build(snap, m.mayRead(by, st).Allow), nil
 }
 
 // Resume follows a run this server continues after a restart (invoke.Runner.Resume): a

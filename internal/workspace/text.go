@@ -38,6 +38,39 @@ func (w *Workspace) parts(path string) (string, []string, error) {
 	return rel, strings.Split(rel, "/"), nil
 }
 
+// CheckFile applies to path, before a file request is decided, the rules ReadText and
+// WriteText apply when they open it (CheckNames first): no symbolic link on the way
+// (ErrSymlink), and a file that exists has one link (ErrHardLink), so that such a request
+// is refused by its rule before any policy or person is asked. A file that does not exist
+// yet passes (a write may create it); what else opening finds is left to the open.
+func (w *Workspace) CheckFile(path string) error {
+	rel, parts, err := w.parts(path)
+	if err != nil {
+		return err
+	}
+	return w.withDir(func(dirfd int) error {
+		fd, err := project.OpenBeneath(dirfd, parts, unix.O_PATH, w.walk)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			return nil
+		case err != nil:
+			return openErr(rel, err, ErrNotExist)
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return refuse(errcode.ProtectedPath, rel, ErrUnreadable, err)
+		}
+		switch {
+		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+			return refuse(errcode.ProtectedPath, rel, ErrSymlink, nil)
+		case st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1:
+			return refuse(errcode.ProtectedPath, rel, ErrHardLink, fmt.Errorf("%d links", st.Nlink))
+		}
+		return nil
+	})
+}
+
 // ReadText serves fs/read_text_file: it reads path (anything Rel and CheckNames accept,
 // normally Rel's result) through the confined reader — no symbolic link anywhere, a regular file with
 // one link, at most maxBytes bytes, valid UTF-8 — and returns the content, sliced when
