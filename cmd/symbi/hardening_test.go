@@ -30,7 +30,9 @@ type rawSymbi struct {
 	stderrR   *os.File
 	responses chan map[string]any
 	stderr    *syncBuffer
-	holding   atomic.Bool // set: the reader stops reading stdout, keeping the pipe open
+	// stderrDone is closed once stderr is copied whole (the process closed it).
+	stderrDone chan struct{}
+	holding    atomic.Bool // set: the reader stops reading stdout, keeping the pipe open
 }
 
 func startRaw(t *testing.T, dir string, env []string, args ...string) *rawSymbi {
@@ -55,7 +57,7 @@ func startRaw(t *testing.T, dir string, env []string, args ...string) *rawSymbi 
 	}
 	outW.Close()
 	errW.Close()
-	s := &rawSymbi{cmd: cmd, stdin: stdin, stdoutR: outR, stderrR: errR, responses: make(chan map[string]any, 4096), stderr: &syncBuffer{}}
+	s := &rawSymbi{cmd: cmd, stdin: stdin, stdoutR: outR, stderrR: errR, responses: make(chan map[string]any, 4096), stderr: &syncBuffer{}, stderrDone: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(outR)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -70,7 +72,10 @@ func startRaw(t *testing.T, dir string, env []string, args ...string) *rawSymbi 
 		}
 		close(s.responses)
 	}()
-	go io.Copy(s.stderr, errR)
+	go func() {
+		io.Copy(s.stderr, errR)
+		close(s.stderrDone)
+	}()
 	t.Cleanup(func() {
 		stdin.Close()
 		if s.cmd.ProcessState == nil {
@@ -108,6 +113,17 @@ func (s *rawSymbi) next(t *testing.T) map[string]any {
 		t.Fatal("no response")
 	}
 	panic("unreachable")
+}
+
+// allStderr waits until the process's stderr is closed (it exited) and returns all of it.
+func (s *rawSymbi) allStderr(t *testing.T) string {
+	t.Helper()
+	select {
+	case <-s.stderrDone:
+	case <-time.After(hangGuard):
+		t.Fatal("symbi's stderr was never closed")
+	}
+	return s.stderr.String()
 }
 
 // wait waits for the process to exit and returns its state.

@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"sync"
 	"syscall"
@@ -51,6 +54,23 @@ func init() {
 		if code, ok := parseNoArgs(fs, args); !ok {
 			return code
 		}
+		h.set = map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { h.set[f.Name] = true })
+		for i, r := range roots {
+			// Checked now, for the operator: each run would otherwise be refused for it.
+			abs, err := filepath.Abs(r)
+			if err == nil {
+				var st os.FileInfo
+				if st, err = os.Stat(abs); err == nil && !st.IsDir() {
+					err = errors.New("not a directory")
+				}
+			}
+			if err != nil {
+				fmt.Fprintf(e.stderr, "symbi mcp: --workspace-root %q: %v; want an existing directory\n", r, err)
+				return 2
+			}
+			roots[i] = abs
+		}
 		if *maxRuns < 1 {
 			fmt.Fprintf(e.stderr, "symbi mcp: --max-runs %d: want 1 or more\n", *maxRuns)
 			return 2
@@ -68,7 +88,11 @@ func init() {
 			fmt.Fprintf(e.stderr, "symbi mcp: --log-level %q: want debug, info, warn or error\n", *level)
 			return 2
 		}
-		log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lv}))
+		// Log lines are written on their own goroutine, dropped (and counted) when stderr is
+		// not read: a log call never waits for the client to read stderr.
+		sink := newLogSink(e.stderr)
+		defer sink.Close(logFlushWait)
+		log := slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: lv}))
 		if err := serveMCP(e, serveOptions{dir: *dir, maxRuns: *maxRuns, minFree: uint64(minFree), executors: *execFile, roots: roots, http: h, approvalTimeout: *approvalTimeout}, log); err != nil {
 			log.Error("symbi mcp stopped", "err", err)
 			return 1
@@ -98,10 +122,12 @@ type serveOptions struct {
 // then lets the runs in flight finish their journals.
 func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	// A client that stops reading must not kill the server, even while it starts up: with
-	// SIGPIPE ignored a write to a closed stdout or stderr fails with EPIPE instead. A
+	// SIGPIPE caught a write to a closed stdout or stderr fails with EPIPE instead. A
 	// failed stderr write loses a log line; a failed stdout write means no one can be
-	// answered, so it ends the session like a signal does (below).
-	signal.Ignore(syscall.SIGPIPE)
+	// answered, so it ends the session like a signal does (below). Caught, not ignored:
+	// an ignored signal stays ignored in the programs started (delegated agents and what
+	// they run), where a closed pipe must end a writer as usual.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	var execs *executors.Registry
 	if o.executors != "" {
 		var err error

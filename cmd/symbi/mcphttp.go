@@ -33,6 +33,7 @@ type httpFlags struct {
 	rate              float64
 	maxSessions       int
 	maxSessionsCaller int
+	set               map[string]bool // the flags given explicitly (flag.FlagSet.Visit)
 }
 
 func (h *httpFlags) register(fs *flag.FlagSet) {
@@ -50,7 +51,7 @@ func (h *httpFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&h.maxPerCaller, "max-runs-per-caller", 0, "`N` runs in flight at most per caller; a call beyond it fails with busy (0: only --max-runs)")
 	fs.IntVar(&h.maxSessions, "max-sessions", mcpserver.DefaultMaxSessions, "with --http: `N` sessions open at most in all; a client opening one more gets busy (HTTP 503)")
 	fs.IntVar(&h.maxSessionsCaller, "max-sessions-per-caller", mcpserver.DefaultMaxSessionsPerCaller, "with --http: `N` sessions open at most per caller; one more closes the caller's least recently used idle session (busy, HTTP 429, when none is idle)")
-	fs.Float64Var(&h.rate, "rate", 0, "`N` requests a second at most per caller (tool calls, resource reads), bursts of one second's worth; beyond it rate_limited (0: no limit)")
+	fs.Float64Var(&h.rate, "rate", 0, "`N` requests a second at most per caller (tool calls, resource reads, subscriptions), bursts of one second's worth; beyond it rate_limited (0: no limit)")
 }
 
 // check refuses inconsistent flags (a usage error).
@@ -64,8 +65,10 @@ func (h *httpFlags) check() error {
 		return errors.New("give one of --auth-tokens and --auth-jwks, not both")
 	case h.jwks != "" && (h.issuer == "" || h.aud == ""):
 		return errors.New("--auth-jwks needs --auth-issuer and --auth-audience")
-	case h.jwks == "" && (h.issuer != "" || h.aud != "" || h.jwksAllowPrivate || h.jwksAllowInsecure):
-		return errors.New("--auth-issuer, --auth-audience and --auth-jwks-allow-* go with --auth-jwks")
+	case h.addr == "" && (h.set["max-sessions"] || h.set["max-sessions-per-caller"]):
+		return errors.New("--max-sessions and --max-sessions-per-caller go with --http")
+	case h.jwks == "" && (h.issuer != "" || h.aud != "" || h.jwksAllowPrivate || h.jwksAllowInsecure || h.set["auth-claim"]):
+		return errors.New("--auth-issuer, --auth-audience, --auth-claim and --auth-jwks-allow-* go with --auth-jwks")
 	case h.maxPerCaller < 0:
 		return fmt.Errorf("--max-runs-per-caller %d: want 0 or more", h.maxPerCaller)
 	case h.maxSessions < 1:

@@ -39,7 +39,12 @@ type shutdownWatch struct {
 func watchShutdown(log *slog.Logger, hurry func()) *shutdownWatch {
 	w := &shutdownWatch{log: log, hurry: hurry, sigs: make(chan os.Signal, 4), quit: make(chan struct{}), done: make(chan struct{})}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
-	signal.Notify(w.sigs, stopSignals...)
+	for _, s := range stopSignals {
+		// A signal ignored when the server started (nohup, a background job) stays so.
+		if !signal.Ignored(s) {
+			signal.Notify(w.sigs, s)
+		}
+	}
 	go w.watch()
 	return w
 }

@@ -136,6 +136,8 @@ type Config struct {
 	// agent's process group is killed at once (a server told a second time to stop,
 	// whose client will soon kill it). nil never hurries.
 	Hurry <-chan struct{}
+	// Log takes the session's log lines and the ACP SDK's (nil: slog.Default()).
+	Log *slog.Logger
 }
 
 // hurriedNote is why a hurried session's agent was killed before its grace ran out.
@@ -185,11 +187,19 @@ func (r *runner) survive(where string, err *error) {
 	if v == nil {
 		return
 	}
-	slog.Default().Error("symbi's ACP client panicked: the session ends", "in", where, "panic", v, "stack", string(debug.Stack()))
+	r.log().Error("symbi's ACP client panicked: the session ends", "in", where, "panic", v, "stack", string(debug.Stack()))
 	r.abort(fmt.Errorf("%w (in %s)", ErrPanicked, where))
 	if err != nil {
 		*err = sdk.NewInternalError(map[string]any{"error": "symbi failed on an internal error"})
 	}
+}
+
+// log is the session's logger.
+func (r *runner) log() *slog.Logger {
+	if r.cfg.Log != nil {
+		return r.cfg.Log
+	}
+	return slog.Default()
 }
 
 // locked runs f with r.mu held, released however f ends.
@@ -873,7 +883,7 @@ func (r *runner) start() error {
 		return pr.Read(b)
 	})
 	r.conn = sdk.NewClientSideConnection(&client{r}, r.prompted.watch(r.countAnswers(inW)), gated)
-	r.conn.SetLogger(slog.New(sdkLog{r: r, next: slog.Default().Handler()}))
+	r.conn.SetLogger(slog.New(sdkLog{r: r, next: r.log().Handler()}))
 	close(logged)
 	go func() {
 		<-r.conn.Done()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -38,6 +39,7 @@ type delegatedExecutor struct {
 	hold      acp.Holder // a gated denial waits for approve_run
 	runID     func() string
 	hurry     <-chan struct{} // the Runner's: closed by Hurry
+	log       *slog.Logger    // the Runner's
 }
 
 func (d *delegatedExecutor) Describe(s *journal.Started) {
@@ -66,7 +68,7 @@ func (d *delegatedExecutor) Execute(ctx context.Context, w *journal.Writer, prog
 	res := acp.Run(callCtx, acp.Config{
 		Executor: d.executor, Workspace: ws, Journal: w, Prompt: d.prompt, HashesOnly: d.hashes,
 		Decide: func(t policy.ToolUse) policy.Decision { return d.decide(runID, t) }, Hold: d.hold,
-		Hurry: d.hurry,
+		Hurry: d.hurry, Log: d.log,
 	})
 	progress(StageResponseReceived)
 	switch {

@@ -119,7 +119,7 @@ func (r *Runner) preflightDelegated(req Request, agent *project.Agent) (*prepare
 	p := &prepared{req: req, agent: agent, name: adm.Agent, agentID: policy.AgentID(adm.Agent)}
 	p.conv = inference.Conversation{} // nothing goes to a model
 	p.exec = &delegatedExecutor{
-		executor: ex, workspace: ws, project: r.cfg.Project.Path(), deadline: deadline, hashes: r.cfg.HashesOnly, hurry: r.hurry,
+		executor: ex, workspace: ws, project: r.cfg.Project.Path(), deadline: deadline, hashes: r.cfg.HashesOnly, hurry: r.hurry, log: r.cfg.Log,
 		prompt: delegatedPrompt(adm.Agent, adm.Definition, guidance, req.SystemPrompt, req.Prompt),
 		decide: func(runID string, t policy.ToolUse) policy.Decision {
 			tr := policy.NewToolRequest(agent, runID, req.Surface, req.Caller, t)

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// logQueue bounds the log lines waiting to be written to stderr.
+const logQueue = 1024
+
+// logFlushWait bounds how long symbi mcp waits, at exit, for its last log lines to be
+// written: a stderr nobody reads never drains.
+const logFlushWait = 5 * time.Second
+
+// logSink writes the server's log lines to w on its own goroutine, so that no log call
+// waits for w: a stderr nobody reads (a pipe left full by the client) must not hold a
+// run, its slot or the shutdown. At most logQueue lines wait; past that, lines are dropped,
+// and where they were dropped a line says how many. Each Write is one line (slog handlers
+// write a record at once).
+type logSink struct {
+	w       io.Writer
+	mu      sync.Mutex
+	closed  bool
+	pending int // lines dropped since the last one queued
+	ch      chan queuedLine
+	done    chan struct{}
+}
+
+// queuedLine is a log line and how many were dropped just before it.
+type queuedLine struct {
+	dropped int
+	line    []byte
+}
+
+func newLogSink(w io.Writer) *logSink {
+	s := &logSink{w: w, ch: make(chan queuedLine, logQueue), done: make(chan struct{})}
+	go s.run()
+	return s
+}
+
+// Write queues a copy of p; it never blocks, and never fails.
+func (s *logSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return len(p), nil
+	}
+	select {
+	case s.ch <- queuedLine{s.pending, append([]byte(nil), p...)}:
+		s.pending = 0
+	default:
+		s.pending++
+	}
+	return len(p), nil
+}
+
+func (s *logSink) run() {
+	defer close(s.done)
+	for q := range s.ch {
+		s.dropped(q.dropped)
+		s.w.Write(q.line)
+	}
+	// Those dropped after the last line queued (the channel is closed: no more come).
+	s.mu.Lock()
+	n := s.pending
+	s.mu.Unlock()
+	s.dropped(n)
+}
+
+func (s *logSink) dropped(n int) {
+	if n > 0 {
+		fmt.Fprintf(s.w, "symbi: %d log lines dropped: stderr was not read\n", n)
+	}
+}
+
+// Close stops taking lines and waits, at most d, for the queued ones to be written.
+func (s *logSink) Close(d time.Duration) {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.ch)
+	}
+	s.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.done:
+	case <-t.C:
+	}
+}
