@@ -60,43 +60,19 @@ func TestWorkspaceRootChecked(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "agents", "coder.symbi"), "metadata { executor = \"fake\" }\nagent coder {}\n")
 	execFile := filepath.Join(t.TempDir(), "executors.json")
 	writeFile(t, execFile, `{"executors":{"fake":{"command":["/bin/true"]}}}`)
-	cmd := exec.Command(symbiBin, "mcp", "--project", dir, "--executors", execFile, "--workspace-root", ".")
-	cmd.Dir = dir // "." is the project directory itself
-	cmd.Env = modelEnv(nil)
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
+	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
+	rel, err := filepath.Rel(wd, dir) // the project, relative to where symbi runs
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	s := startRaw(t, dir, modelEnv(nil), "--executors", execFile, "--workspace-root", rel)
+	s.send(t, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"start_run","arguments":{"agent":"coder","prompt":"x"}}}`)
+	if r := s.next(t); isToolError(r) {
+		t.Fatalf("symbi mcp --workspace-root %s (the project, relative) refused a delegated run in the project: %s", rel, toolText(r))
 	}
-	defer func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() }()
-	lines := bufio.NewScanner(stdout)
-	lines.Buffer(make([]byte, 1<<20), 1<<20)
-	send := func(s string) { io.WriteString(stdin, s+"\n") }
-	send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"roots","version":"1"}}}`)
-	if !lines.Scan() {
-		t.Fatalf("symbi mcp ended without answering initialize; stderr:\n%s", stderr.String())
-	}
-	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"start_run","arguments":{"agent":"coder","prompt":"x"}}}`)
-	for lines.Scan() {
-		var m map[string]any
-		if json.Unmarshal(lines.Bytes(), &m) != nil || m["id"] != float64(1) {
-			continue
-		}
-		if txt := toolText(m); isToolError(m) && strings.Contains(txt, "workspace root") {
-			t.Fatalf("symbi mcp accepted --workspace-root . at start, then refused a delegated run in the project itself: %s", txt)
-		}
-		return
-	}
-	t.Fatalf("no answer to start_run; stderr:\n%s", stderr.String())
 }
 
 // TestDelegatedAgentSIGPIPEDefault: symbi mcp catches SIGPIPE (a write to a closed pipe

@@ -1,16 +1,12 @@
 package acp
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"symbi/internal/journal"
-	"symbi/internal/policy"
 )
 
 // TestFSLinksRefusedBeforePolicy: a file an agent reads or writes through symbi follows
@@ -50,27 +46,14 @@ func TestFSLinksRefusedBeforePolicy(t *testing.T) {
 	if err := os.Link(filepath.Join(e.dir, "src/b.go"), filepath.Join(e.dir, "b-elsewhere.go")); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var decided []policy.ToolUse
-	e.cfg.Decide = func(t policy.ToolUse) policy.Decision {
-		mu.Lock()
-		decided = append(decided, t)
-		mu.Unlock()
-		return policy.Decision{Policies: []string{"gate-all"}, Gate: "human", Reason: "held"}
-	}
-	var held atomic.Int64
-	e.cfg.Hold = func(_ context.Context, h Hold, _ func(journal.Record) error) HoldResult {
-		held.Add(1)
-		return HoldResult{Approved: true, Note: "approved"}
-	}
+	decisions, held := gateAll(e)
 	res := e.run(nil)
 	mustOutcome(t, res, OutcomeCompleted)
-	mu.Lock()
-	defer mu.Unlock()
+	decided := decisions()
 	for _, d := range decided {
 		t.Errorf("the use_tool policy decided %q (and a person was asked to approve it): a symlinked or hard-linked path is to be refused by its rule before any policy and without a gate", d.Paths)
 	}
-	if n := held.Load(); n != 0 {
+	if n := held(); n != 0 {
 		t.Errorf("%d of these requests were held at a human gate", n)
 	}
 	pds := ofType(e.entries(), journal.TypePermissionDecided)

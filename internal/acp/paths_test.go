@@ -250,25 +250,12 @@ func TestFSProtectedNames(t *testing.T) {
 	}
 	t.Cleanup(func() { ws.Close() })
 	e.cfg.Workspace = ws
-	var mu sync.Mutex
-	var decided []policy.ToolUse
-	e.cfg.Decide = func(t policy.ToolUse) policy.Decision {
-		mu.Lock()
-		decided = append(decided, t)
-		mu.Unlock()
-		return policy.Decision{Policies: []string{"gate-all"}, Gate: "human", Reason: "held"}
-	}
-	var held atomic.Int64
-	e.cfg.Hold = func(_ context.Context, h Hold, _ func(journal.Record) error) HoldResult {
-		held.Add(1)
-		return HoldResult{Approved: true, Note: "approved"}
-	}
+	decisions, held := gateAll(e)
 	res := e.run(nil)
 	mustOutcome(t, res, OutcomeCompleted)
-	mu.Lock()
-	defer mu.Unlock()
-	if len(decided) != 1 || !slices.Equal(decided[0].Paths, []string{"src/a.go"}) || held.Load() != 1 {
-		t.Fatalf("the policy decided %+v, the gate held %d: only src/a.go should reach the policy and the gate", decided, held.Load())
+	decided := decisions()
+	if len(decided) != 1 || !slices.Equal(decided[0].Paths, []string{"src/a.go"}) || held() != 1 {
+		t.Fatalf("the policy decided %+v, the gate held %d: only src/a.go should reach the policy and the gate", decided, held())
 	}
 	pds := ofType(e.entries(), journal.TypePermissionDecided)
 	if len(pds) != len(cases)+1 {
@@ -425,4 +412,28 @@ func TestUndecodableUpdate(t *testing.T) {
 			e.finishAndVerify(res)
 		})
 	}
+}
+
+// gateAll makes e's every use_tool decision a gated denial (policy gate-all), recorded,
+// and approves every hold, counted: decided returns the decisions asked for so far, held
+// how many were held.
+func gateAll(e *env) (decided func() []policy.ToolUse, held func() int64) {
+	var mu sync.Mutex
+	var asked []policy.ToolUse
+	e.cfg.Decide = func(t policy.ToolUse) policy.Decision {
+		mu.Lock()
+		asked = append(asked, t)
+		mu.Unlock()
+		return policy.Decision{Policies: []string{"gate-all"}, Gate: "human", Reason: "held"}
+	}
+	var n atomic.Int64
+	e.cfg.Hold = func(_ context.Context, h Hold, _ func(journal.Record) error) HoldResult {
+		n.Add(1)
+		return HoldResult{Approved: true, Note: "approved"}
+	}
+	return func() []policy.ToolUse {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(asked)
+	}, n.Load
 }

@@ -95,7 +95,8 @@ func journalTypes(t *testing.T, path string) []string {
 }
 
 // TestGateReadForbidden: an approver may read a run awaiting its decision although no
-// read_run policy permits it — but not past a read_run forbid that matches it.
+// read_run policy permits it — but not past a read_run forbid that matches it; approving
+// it blind, it is not handed the released text in approve_run's answer either.
 func TestGateReadForbidden(t *testing.T) {
 	model := newGatedModel(t)
 	files := map[string]string{"policies/access/read.cedar": `@id("no-reading") forbid (principal == Caller::"stdio", action == Action::"read_run", resource);
@@ -115,7 +116,19 @@ func TestGateReadForbidden(t *testing.T) {
 	if err := json.Unmarshal(structuredJSON(t, res), &failed); err != nil {
 		t.Fatal(err)
 	}
-	wantToolError(t, call(t, cs, "run_status", map[string]any{"run_id": failed.Audit.RunID}), "access_denied", "no-reading")
+	id := failed.Audit.RunID
+	wantToolError(t, call(t, cs, "run_status", map[string]any{"run_id": id}), "access_denied", "no-reading")
+	res = call(t, cs, "approve_run", map[string]any{"run_id": id, "decision": "approve"})
+	if res.IsError {
+		t.Fatalf("approve_run: %s", textOf(t, res))
+	}
+	if body := string(structuredJSON(t, res)); strings.Contains(body, "echo: write to ACME") {
+		t.Fatalf("approve_run handed the released text to a caller a read_run forbid denies: %s", body)
+	}
+	if text := textOf(t, res); strings.Contains(text, "echo: write to ACME") {
+		t.Fatalf("approve_run's text content carries the released text: %s", text)
+	}
+	wantToolError(t, call(t, cs, "run_status", map[string]any{"run_id": id}), "access_denied", "no-reading")
 }
 
 // TestGateApprove: an answer a @gate("human") forbid holds waits (awaiting_approval,
