@@ -595,7 +595,7 @@ func TestE2EDelegatedFS(t *testing.T) {
 		{name: "read_symlinked_dir", step: map[string]any{"read": "$CWD/src/linkdir/outside.txt", "expect_error": fail},
 			decision: "deny", outside: true, agentErr: "outside the workspace"},
 		{name: "read_hardlink", step: map[string]any{"read": "$CWD/src/hard.txt", "expect_error": fail},
-			decision: "allow", policy: "tools-read-search", agentErr: "hard link"},
+			decision: "deny", agentErr: "single link"}, // refused by its rule before any policy
 		{name: "write_dotdot", step: map[string]any{"write": map[string]any{"path": "$CWD/../outside/created.txt", "content": "x"}, "expect_error": fail},
 			decision: "deny", outside: true, agentErr: "outside the workspace"},
 		{name: "write_absolute", step: map[string]any{"write": map[string]any{"path": filepath.Join(e.outside, "created-abs.txt"), "content": "x"}, "expect_error": fail},
@@ -605,7 +605,7 @@ func TestE2EDelegatedFS(t *testing.T) {
 		{name: "write_symlink", step: map[string]any{"write": map[string]any{"path": "$CWD/src/link.txt", "content": "x"}, "expect_error": fail},
 			decision: "deny", outside: true, agentErr: "outside the workspace"},
 		{name: "write_hardlink", step: map[string]any{"write": map[string]any{"path": "$CWD/src/hard.txt", "content": "x"}, "expect_error": fail},
-			decision: "allow", policy: "tools-edit-src", agentErr: "hard link"},
+			decision: "deny", agentErr: "single link"},
 		{name: "write_outside_src", step: map[string]any{"write": map[string]any{"path": "$CWD/docs.md", "content": "x"}, "expect_error": fail},
 			decision: "deny", agentErr: "denied by policy"},
 		{name: "write_src", step: map[string]any{"write": map[string]any{"path": "$CWD/src/new.go", "content": newContent}, "expect_error": false},

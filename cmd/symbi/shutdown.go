@@ -40,7 +40,8 @@ func watchShutdown(log *slog.Logger, hurry func()) *shutdownWatch {
 	w := &shutdownWatch{log: log, hurry: hurry, sigs: make(chan os.Signal, 4), quit: make(chan struct{}), done: make(chan struct{})}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	for _, s := range stopSignals {
-		// A signal ignored when the server started (nohup, a background job) stays so.
+		// SIGHUP or SIGINT ignored when the server started (nohup, a background job) stays
+		// so. (SIGTERM the Go runtime catches whatever its disposition was.)
 		if !signal.Ignored(s) {
 			signal.Notify(w.sigs, s)
 		}

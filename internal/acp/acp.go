@@ -872,6 +872,9 @@ func (r *runner) start() error {
 	}()
 	pr, pw := io.Pipe()
 	go func() {
+		// After a panic the SDK's reader is told the stream ended (a close done first
+		// stays), so that its goroutines end with the session.
+		defer pw.CloseWithError(ErrPanicked)
 		defer r.survive("reading the agent's output", nil)
 		r.checkLines(outR, pw)
 	}()

@@ -74,6 +74,9 @@ func (d *delegatedExecutor) Execute(ctx context.Context, w *journal.Writer, prog
 	switch {
 	case errors.Is(res.Err, acp.ErrJournal):
 		return Output{}, &ExecError{reasonAuditFailed, res.Err}
+	case errors.Is(res.Err, acp.ErrPanicked):
+		// symbi's own bug, not the agent's failure: the run ends as a panicked step does.
+		return Output{}, &ExecError{reasonAuditFailed, errcode.Errorf(errcode.Internal, "%w: %v", errPanicked, res.Err)}
 	case res.Outcome == acp.OutcomeCompleted:
 		return Output{Text: res.Text, TextSHA256: digest.SHA256Hex([]byte(res.Text)), TextBytes: int64(len(res.Text))}, nil
 	case res.Outcome == acp.OutcomeTimeout:

@@ -1,6 +1,7 @@
 package invoke
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -210,4 +211,45 @@ func heldJournal(t *testing.T, f *fixture, started journal.Started, text, gate s
 		t.Fatalf("ReopenHeld: %v, %v", h, err)
 	}
 	return h
+}
+
+// TestACPPanicIsInternal: a panic in symbi's own code inside a delegated run's ACP
+// callback (here the wait at the gate of a held permission request, reached from
+// session/request_permission) ends the run as a panicked step does — terminated
+// audit_failed, the caller told internal — and is not blamed on the agent
+// (inference_failed).
+func TestACPPanicIsInternal(t *testing.T) {
+	reg, script := fakeExecutor(t)
+	writeScript(t, script,
+		map[string]any{"permission": map[string]any{"tool_call_id": "p1", "kind": "edit", "title": "Edit a", "locations": []string{"$CWD/a.txt"}}},
+		map[string]any{"message": "ok"},
+	)
+	f := delegatedFixture(t, reg, map[string]string{
+		"tools.cedar": "@gate(\"human\") @id(\"edits-review\")\nforbid (principal, action == Action::\"use_tool\", resource == Tool::\"edit\");\n",
+	})
+	f.runner.hook = func(point string) {
+		if point == "awaiting approval" {
+			panic("a bug in symbi's gate")
+		}
+	}
+	run, err := f.runner.Start(Request{Agent: "coder", Prompt: "Edit a.txt.", Async: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // only a hang reaches it
+	defer cancel()
+	_, err = run.Wait(ctx)
+	if err == nil {
+		t.Fatal("the run succeeded although symbi panicked in its session")
+	}
+	recs := payloads(t, run.Audit().Path)
+	if n := len(recs); n < 2 || recs[n-2].Type != journal.TypeSessionFinished || recs[n-1].Type != journal.TypeTerminated {
+		t.Fatalf("the journal does not end session_finished, terminated")
+	}
+	if errcode.Of(err) != errcode.Internal || strings.Contains(err.Error(), "the delegated agent failed") {
+		t.Errorf("a panic in symbi's ACP client: caller told %s: %v; want internal (docs/journal-format.md), not the agent blamed", errcode.Of(err), err)
+	}
+	if run.Reason() != reasonAuditFailed {
+		t.Errorf("a panic in symbi's ACP client: terminated %s; want %s (docs/journal-format.md)", run.Reason(), reasonAuditFailed)
+	}
 }

@@ -410,7 +410,7 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 		if !errors.As(err, &ee) {
 			ee = &ExecError{reasonInferenceFailed, err}
 		}
-		if ee.Reason == reasonAuditFailed {
+		if ee.Reason == reasonAuditFailed && !errors.Is(ee.Err, errPanicked) {
 			return journalFailed(ee.Err)
 		}
 		return fail(ee.Reason, ee.Err)

@@ -42,7 +42,9 @@ func (w *Workspace) parts(path string) (string, []string, error) {
 // WriteText apply when they open it (CheckNames first): no symbolic link on the way
 // (ErrSymlink), and a file that exists has one link (ErrHardLink), so that such a request
 // is refused by its rule before any policy or person is asked. A file that does not exist
-// yet passes (a write may create it); what else opening finds is left to the open.
+// yet passes (a write may create it), and so does anything else that is not a regular file
+// (the open refuses it); a path that cannot be walked (ENOTDIR, EACCES, too long) is
+// refused now, by openErr's rules.
 func (w *Workspace) CheckFile(path string) error {
 	rel, parts, err := w.parts(path)
 	if err != nil {
