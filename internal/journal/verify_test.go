@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // vectorKey returns the public key of the vectors.
@@ -331,4 +333,25 @@ func TestVerifyBoundedOnEmptyLines(t *testing.T) {
 	if alloc, bound := m1.TotalAlloc-m0.TotalAlloc, uint64(32*len(data)); alloc > bound {
 		t.Errorf("verifying %d bytes of empty lines allocated %d MiB, more than %d MiB (32 bytes per input byte)", len(data), alloc>>20, bound>>20)
 	}
+}
+
+// timeForm is RFC 3339's form in UTC, as the format's document gives it.
+var timeForm = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?Z$`)
+
+// FuzzParseTime: ParseTime accepts exactly the texts of RFC 3339's UTC form whose values
+// are a time (month 1–12, day of the month, hour 0–23, …) other than the zero time.
+func FuzzParseTime(f *testing.F) {
+	for _, s := range []string{"2026-01-02T03:04:05.007Z", "2026-01-02T03:04:05Z", "2026-01-02T3:04:05.007Z",
+		"2026-01-02T03:04:05,007Z", "2026-13-02T03:04:05Z", "2026-02-30T03:04:05Z", "0001-01-01T00:00:00Z",
+		"2026-01-02T03:04:05.Z", "2026-01-02T03:04:05.0123456789Z", "2026-01-02T03:04:05+00:00", "2026-01-02T24:00:00Z"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := ParseTime(s)
+		want, perr := time.Parse(time.RFC3339Nano, s)
+		ok := timeForm.MatchString(s) && perr == nil && !want.IsZero()
+		if (err == nil) != ok || (ok && !got.Equal(want)) {
+			t.Fatalf("ParseTime(%q) = %v, %v; the form matches %v, time.Parse %v, %v", s, got, err, timeForm.MatchString(s), want, perr)
+		}
+	})
 }
