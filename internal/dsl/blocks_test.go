@@ -1,6 +1,7 @@
 package dsl_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -78,5 +79,28 @@ func TestErrorBytesBounded(t *testing.T) {
 	}
 	if len(r.Errors) != 100 || total > 100*(256+100) {
 		t.Fatalf("a %d-byte source: %d errors holding %d bytes of messages", len(src), len(r.Errors), total)
+	}
+}
+
+// TestStatementsAreSiblings: the nesting bound counts a block's statements as siblings:
+// 1,100 `if a < b { }` statements (each condition a right-nested "<") parse, while one
+// condition chaining more "<" than the bound is still refused, and so are if expressions
+// nested through "else if" (which continues inside the expression that holds it).
+func TestStatementsAreSiblings(t *testing.T) {
+	for _, kw := range []string{"if a < b { }\n", "if a < b { } else { }\n", "for x in a < b { }\n", "if a < b { }\nlet x = c < d;\n"} {
+		src := "function f() {\n" + strings.Repeat(kw, 1100) + "}\n"
+		if r := dsl.Analyze("inline", []byte(src)); len(r.Errors) > 0 {
+			t.Fatalf("1,100 sibling statements %q: %v", kw, r.Errors[0])
+		}
+	}
+	for _, deep := range []string{
+		"function f() { if " + strings.Repeat("a < ", dsl.MaxChainDepth+1) + "b { } }\n",
+		"function f() { if a < b { } else if " + strings.Repeat("a < ", dsl.MaxChainDepth+1) + "b { } }\n",
+		"function f() { if a < b { } if " + strings.Repeat("a < ", dsl.MaxChainDepth+1) + "b { } }\n",
+		"function f() { let x = " + strings.Repeat("a < if c { 1 } else if ", dsl.MaxChainDepth/2+1) + "d { 1 } else { 2 }; }\n",
+	} {
+		if _, err := dsl.Parse("inline", []byte(deep)); !errors.Is(err, dsl.ErrNesting) {
+			t.Fatalf("a condition of %d right-nested \"<\": %v; want ErrNesting", dsl.MaxChainDepth+1, err)
+		}
 	}
 }

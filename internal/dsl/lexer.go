@@ -203,7 +203,8 @@ func (s *scanner) run() error {
 			// An if in an expression (its condition may be another if) nests the
 			// recursive parse as => and < do; one that begins a statement or continues an
 			// else does not.
-			if s.text[p.Offset:s.off] == "if" && s.n > 0 {
+			word := s.text[p.Offset:s.off]
+			if word == "if" && s.n > 0 {
 				switch s.tok.Value {
 				case "{", "}", ";", "else":
 				default:
@@ -211,6 +212,16 @@ func (s *scanner) run() error {
 						return err
 					}
 				}
+			}
+			// A statement keyword after "}" begins a statement: no expression continues
+			// with one, so the expressions before it at this bracket level — an if's
+			// condition, say — are parsed and returned from, or the parse stops there with a
+			// syntax error. Their constructs nest nothing of what follows (statements are
+			// siblings, like policy rules). Not after "else": an if expression's
+			// "else if" continues inside the expression that holds it.
+			if stmtKeywords[word] && s.n > 0 && s.tok.Value == "}" {
+				s.total -= s.chain
+				s.chain = 0
 			}
 			s.emit(tokIdent, p)
 		case isDigit(c):
@@ -471,6 +482,9 @@ func (s *scanner) punct(c byte) error {
 	r, _ := utf8.DecodeRune(src[s.off:])
 	return s.errorf(p, ErrSyntax, "unexpected character %q", r)
 }
+
+// stmtKeywords are the words that begin a statement.
+var stmtKeywords = map[string]bool{"if": true, "for": true, "match": true, "let": true, "return": true, "try": true}
 
 // ruleKinds are the words that begin a policy rule, before its ":".
 var ruleKinds = map[string]bool{"allow": true, "deny": true, "require": true, "audit": true}
