@@ -1,6 +1,10 @@
 package dsl
 
-import "github.com/alecthomas/participle/v2/lexer"
+import (
+	"fmt"
+
+	"github.com/alecthomas/participle/v2/lexer"
+)
 
 // Statements, expressions and values are parsed by hand, like the items (items.go):
 // the parsers build every node directly from the token stream. They follow the
@@ -423,16 +427,25 @@ func parseWithSetting(lex *lexer.PeekingLexer) (*WithSetting, error) {
 }
 
 // parse reads Ident ("<" Type ("," Type)* ">")?.
-func (ty *Type) parse(lex *lexer.PeekingLexer) error {
+func (ty *Type) parse(lex *lexer.PeekingLexer) error { return ty.parseAt(lex, 1) }
+
+// parseAt is parse of a type nested depth levels deep (1: not nested). Its own depth
+// bounds its recursion: the lexer's count of a bracket level starts again at each ",",
+// which separates type arguments while the enclosing types are still being parsed
+// (A<B,A<B,A<B,… nests without that count growing).
+func (ty *Type) parseAt(lex *lexer.PeekingLexer, depth int) error {
 	t := lex.Next()
 	ty.Pos, ty.Name = t.Pos, t.Value
+	if depth > MaxChainDepth {
+		return &Error{Line: t.Pos.Line, Column: t.Pos.Column, Offset: t.Pos.Offset, Msg: fmt.Sprintf("type nested deeper than %d levels", MaxChainDepth), Err: ErrNesting}
+	}
 	if skip(lex, "<") {
 		for {
 			if lex.Peek().Type != tokIdent {
 				return unexpected(lex, "a type")
 			}
 			a := &Type{}
-			if err := a.parse(lex); err != nil {
+			if err := a.parseAt(lex, depth+1); err != nil {
 				return err
 			}
 			ty.Args = append(ty.Args, a)

@@ -305,11 +305,25 @@ func typeString(t *Type) string {
 	if len(t.Args) == 0 {
 		return t.Name
 	}
-	args := make([]string, len(t.Args))
-	for i, a := range t.Args {
-		args[i] = typeString(a)
+	var b strings.Builder
+	writeType(&b, t)
+	return b.String()
+}
+
+// writeType writes t as typeString gives it, in one pass (not a copy per level).
+func writeType(b *strings.Builder, t *Type) {
+	b.WriteString(t.Name)
+	if len(t.Args) == 0 {
+		return
 	}
-	return t.Name + "<" + strings.Join(args, ", ") + ">"
+	b.WriteByte('<')
+	for i, a := range t.Args {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		writeType(b, a)
+	}
+	b.WriteByte('>')
 }
 
 // value decodes a literal: strings decoded, numbers as JSON numbers (see jsonNumber),
