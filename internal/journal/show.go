@@ -58,7 +58,9 @@ func ReadEntries(path string) ([]Entry, int, error) {
 var clearText = map[string]bool{"prompt": true, "instructions": true, "text": true}
 
 // Facts formats the entry's data as "key=value" pairs sorted by key, nested objects
-// flattened with dots. Clear text is shown as its byte count; long strings are cut.
+// flattened with dots down to factsDepth levels (deeper ones shown as {…}), each key cut
+// at factsKeyBytes. Clear text is shown as its byte count; long strings are cut. The data
+// may be anything (symbi audit show does not verify): its cost stays in proportion to it.
 func (e Entry) Facts() string {
 	var m map[string]any
 	d := json.NewDecoder(bytes.NewReader(e.Data))
@@ -67,17 +69,30 @@ func (e Entry) Facts() string {
 		return ""
 	}
 	var parts []string
-	flatten("", m, &parts)
+	flatten("", m, &parts, 1)
 	sort.Strings(parts)
 	return strings.Join(parts, " ")
 }
 
-func flatten(prefix string, m map[string]any, parts *[]string) {
+// Bounds of Facts: no record of this version nests more than a few levels.
+const (
+	factsDepth    = 8
+	factsKeyBytes = 64
+)
+
+func flatten(prefix string, m map[string]any, parts *[]string, depth int) {
 	for k, v := range m {
+		if len(k) > factsKeyBytes {
+			k = strings.ToValidUTF8(k[:factsKeyBytes], "") + "…"
+		}
 		key := prefix + k
 		switch v := v.(type) {
 		case map[string]any:
-			flatten(key+".", v, parts)
+			if depth >= factsDepth {
+				*parts = append(*parts, key+"={…}")
+				continue
+			}
+			flatten(key+".", v, parts, depth+1)
 		case string:
 			if clearText[key] {
 				*parts = append(*parts, fmt.Sprintf("%s=<%d bytes>", key, len(v)))

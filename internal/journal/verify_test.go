@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -354,4 +355,49 @@ func FuzzParseTime(f *testing.F) {
 			t.Fatalf("ParseTime(%q) = %v, %v; the form matches %v, time.Parse %v, %v", s, got, err, timeForm.MatchString(s), want, perr)
 		}
 	})
+}
+
+// nestedData is {"kk…":{"kk…":…{"kk…":"v"}…}} nested depth levels, each key k bytes.
+func nestedData(depth, k int) []byte {
+	key := `"` + strings.Repeat("k", k) + `":`
+	var b strings.Builder
+	for range depth {
+		b.WriteString("{" + key)
+	}
+	b.WriteString(`"v"`)
+	b.WriteString(strings.Repeat("}", depth))
+	return []byte(b.String())
+}
+
+func allocated(f func()) uint64 {
+	var m0, m1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	f()
+	runtime.ReadMemStats(&m1)
+	return m1.TotalAlloc - m0.TotalAlloc
+}
+
+// TestFactsDeepKeys: Entry.Facts (symbi audit show, on an unverified journal) costs in
+// proportion to its input: a line nested 9,000 levels (encoding/json allows 10,000) once
+// allocated 900 MB for 135 KB, each level copying the whole key path; it now flattens 8
+// levels and shows the rest as {…}.
+func TestFactsDeepKeys(t *testing.T) {
+	data := nestedData(9000, 10)
+	decode := allocated(func() {
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var got string
+	facts := allocated(func() { got = Entry{Data: data}.Facts() })
+	if want := strings.Repeat("kkkkkkkkkk.", 7) + "kkkkkkkkkk={…}"; got != want {
+		t.Fatalf("Facts = %.200q, want %q", got, want)
+	}
+	limit := 4*decode + 16*uint64(len(data))
+	if facts > limit {
+		t.Errorf("Facts of a %d-byte line nested 9,000 levels allocated %d MB; decoding it takes %d MB (want at most %d MB): quadratic in the depth",
+			len(data), facts>>20, decode>>20, limit>>20)
+	}
 }

@@ -312,6 +312,10 @@ var parsePos = regexp.MustCompile(`<input>:(\d+):(\d+):? ?`)
 
 // parse adds the policies of one file to the set, or records why it cannot.
 func (l *loader) parse(file string, data []byte) {
+	if line, col, err := checkNesting(data); err != nil {
+		l.problems = append(l.problems, Problem{File: file, Line: line, Column: col, Message: err.Error()})
+		return
+	}
 	list, err := cedar.NewPolicyListFromBytes(file, data)
 	if err != nil {
 		l.problems = append(l.problems, parseProblem(file, err))
