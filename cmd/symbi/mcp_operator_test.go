@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,16 +19,6 @@ import (
 
 // symbi mcp as an operator runs it: flags, signals, stdio, logging.
 
-// runMCPInProcess runs symbi mcp in-process on dir with an empty stdin (the server starts, sees
-// its input end, and exits) and returns its exit code and stderr.
-func runMCPInProcess(t *testing.T, dir string, args ...string) (int, string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
-	code := run(e, append([]string{"mcp", "--project", dir}, args...))
-	return code, errb.String()
-}
-
 // TestHTTPOnlyFlagsWithoutHTTP: the flags whose help says "with --http" (or "with
 // --auth-jwks") are a usage error without it, as --tls-cert, --public-url and
 // --auth-issuer are: never accepted to do nothing.
@@ -41,7 +30,7 @@ func TestHTTPOnlyFlagsWithoutHTTP(t *testing.T) {
 		{"--auth-claim", "email"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			if code, stderr := runMCPInProcess(t, dir, args...); code != 2 {
+			if code, _, stderr := runCLI(t, "", append([]string{"mcp", "--project", dir}, args...)...); code != 2 {
 				t.Fatalf("symbi mcp %s: exit %d, want 2 (a flag that cannot apply is a usage error); stderr:\n%s", strings.Join(args, " "), code, stderr)
 			}
 		})
@@ -54,7 +43,7 @@ func TestHTTPOnlyFlagsWithoutHTTP(t *testing.T) {
 // it.
 func TestWorkspaceRootChecked(t *testing.T) {
 	dir := newE2EProject(t)
-	if code, stderr := runMCPInProcess(t, dir, "--workspace-root", filepath.Join(t.TempDir(), "missing")); code != 2 || !strings.Contains(stderr, "--workspace-root") {
+	if code, _, stderr := runCLI(t, "", "mcp", "--project", dir, "--workspace-root", filepath.Join(t.TempDir(), "missing")); code != 2 || !strings.Contains(stderr, "--workspace-root") {
 		t.Fatalf("a missing --workspace-root: exit %d, want 2 naming the flag; stderr:\n%s", code, stderr)
 	}
 	writeFile(t, filepath.Join(dir, "agents", "coder.symbi"), "metadata { executor = \"fake\" }\nagent coder {}\n")

@@ -18,8 +18,6 @@ import (
 	"symbi/internal/journal"
 	"symbi/internal/ledger"
 	"symbi/internal/loopback"
-	"symbi/internal/policy"
-	"symbi/internal/project"
 )
 
 // TestKeyChangedWhileServing: the project ledger is opened with the project's key when
@@ -209,36 +207,14 @@ func (panickingProvider) Prepare(inference.Conversation, int) (*inference.Call, 
 // slot: with --max-runs 1 the next run is not refused busy, and Shutdown does not wait for
 // a run that does not exist.
 func TestPanicInPreflightFreesSlot(t *testing.T) {
-	dir := t.TempDir()
-	for rel, content := range map[string]string{
-		"agents/helper.symbi":    "agent helper { capabilities = [\"answer\"] }\n",
-		"policies/respond.cedar": "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n",
-	} {
-		p := filepath.Join(dir, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p, err := project.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	reg, err := p.LoadRegistry(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := New(Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: panickingProvider{}, MaxRuns: 1})
-
+	f := newFixture(t, nil, func(c *Config) { c.Provider, c.MaxRuns = panickingProvider{}, 1 })
+	r := f.runner
 	if _, err := r.Start(Request{Agent: "helper", Prompt: "q"}, nil); errcode.Of(err) != errcode.Internal {
 		t.Fatalf("a panic in preflight: %v; want internal", err)
 	}
 
 	// A request refused in preflight, not for a slot: invalid_request (no prompt).
-	_, err = r.Start(Request{Agent: "helper"}, nil)
+	_, err := r.Start(Request{Agent: "helper"}, nil)
 	if errcode.Of(err) == errcode.Busy {
 		t.Errorf("after a panic in preflight, the next run is refused busy with no run in flight (--max-runs 1): the slot leaked: %v", err)
 	}
