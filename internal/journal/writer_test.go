@@ -289,17 +289,7 @@ func TestDiscard(t *testing.T) {
 		t.Errorf("Append after Discard: %v, want ErrStopped", err)
 	}
 
-	kept, err := s.Create("agent", "durable")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kept.Close()
-	if err := kept.Append(Started{Agent: "a"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := kept.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	kept := startedRun(t, s, "durable")
 	if err := kept.Discard(); !errors.Is(err, ErrDurable) {
 		t.Errorf("Discard of a durable journal: %v, want ErrDurable", err)
 	}
@@ -399,17 +389,7 @@ func TestClosingReserve(t *testing.T) {
 func TestSyncChecksLength(t *testing.T) {
 	_, root := newProject(t)
 	s := openStore(t, root)
-	w, err := s.Create("agent", "run")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if err := w.Append(Started{Agent: "a"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	w := startedRun(t, s, "run")
 	if err := w.Append(Terminated{Reason: "cancelled"}); err != nil {
 		t.Fatal(err)
 	}
@@ -425,4 +405,22 @@ func TestSyncChecksLength(t *testing.T) {
 	if err := w.Sync(); !errors.Is(err, ErrStopped) || !errors.Is(err, errcode.AuditUnavailable) {
 		t.Fatalf("Sync after a foreign write: %v, want the writer stopped (audit_unavailable)", err)
 	}
+}
+
+// startedRun creates the journal of run in s with its started record durable; it is
+// closed when the test ends.
+func startedRun(t *testing.T, s *Store, run string) *Writer {
+	t.Helper()
+	w, err := s.Create("agent", run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	if err := w.Append(Started{Agent: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
