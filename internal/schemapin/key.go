@@ -39,7 +39,7 @@ func parsePublicKeyPEM(text []byte) (*publicKey, error) {
 		return nil, errcode.Errorf(errcode.InvalidRequest, "public key: no PEM block found")
 	}
 	if block.Type != "PUBLIC KEY" {
-		return nil, errcode.Errorf(errcode.InvalidRequest, "public key: PEM block is %q, want \"PUBLIC KEY\"", block.Type)
+		return nil, errcode.Errorf(errcode.InvalidRequest, "public key: PEM block is %s, want \"PUBLIC KEY\"", errcode.Quote(block.Type))
 	}
 	if len(bytes.TrimSpace(rest)) != 0 {
 		return nil, errcode.Errorf(errcode.InvalidRequest, "public key: data after the PEM block")
@@ -123,9 +123,9 @@ func parseKeyBody(body []byte) (*keySource, error) {
 		fp, isString := item.(string)
 		norm, ok := normalizeFingerprint(fp)
 		if !ok {
-			shown := fmt.Sprintf("%q", fp)
+			shown := errcode.Quote(fp)
 			if !isString {
-				shown = fmt.Sprint(item)
+				shown = errcode.Clip(fmt.Sprint(item))
 			}
 			return nil, errcode.Errorf(errcode.InvalidRequest, "key document: revoked_keys[%d] %s is not sha256:<64 hex digits>", i, shown)
 		}
