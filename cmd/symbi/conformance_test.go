@@ -868,6 +868,17 @@ func confInspectorSuite(t *testing.T, dir string, inspect confInspect, shared *c
 	})
 	run("resolve_run bad resolution", call("resolve_run", "run_id="+answered, "resolution=maybe"), toolError("invalid_request"))
 	run("resolve_run unknown", call("resolve_run", "run_id="+missing, "resolution=accepted"), toolError("run_not_found"))
+	// approve_run's refusals (a held run approved: TestConformanceInspectorCLIHTTP). Over
+	// stdio the one caller may approve its own runs, and a completed run awaits nothing;
+	// over HTTP a caller may not approve a run it started.
+	notAwaiting := toolError("invalid_transition")
+	if shared != nil {
+		notAwaiting = toolError("access_denied")
+	}
+	run("approve_run not awaiting approval", call("approve_run", "run_id="+answered, "decision=approve"), notAwaiting)
+	run("approve_run bad decision", call("approve_run", "run_id="+answered, "decision=maybe"), toolError("invalid_request"))
+	run("approve_run reason over 4 KiB", call("approve_run", "run_id="+answered, "decision=reject", "reason="+strings.Repeat("r", 4097)), toolError("limit_exceeded"))
+	run("approve_run unknown", call("approve_run", "run_id="+missing, "decision=approve"), toolError("run_not_found"))
 	run("list_runs", call("list_runs", "limit=1"), func(r inspectorResult) error {
 		runs, _ := r.StructuredContent["runs"].([]any)
 		if r.IsError || len(runs) != 1 || runs[0].(map[string]any)["run_id"] != started ||
@@ -966,8 +977,9 @@ func confRunInspector(t *testing.T, inspect confInspect, name string, args []str
 // run start_run leaves running stays running for the next invocation, which cancels it.
 // Then the delegated agent (the fake ACP agent, --executors, --workspace-root): listed,
 // refused invoke_agent and workspaces outside the roots, and a run begun, followed with
-// long polls to its end and read, all through the Inspector. An invocation without a
-// token or with a wrong one fails (401); another caller, bob, is denied alice's run
+// long polls to its end and read, all through the Inspector. Human gates: two of alice's
+// answers held (confGatePolicy), one approved and one rejected by bob with approve_run. An
+// invocation without a token or with a wrong one fails (401); another caller, bob, is denied alice's run
 // (access_denied) and lists only its own. The server then stops on SIGTERM and every
 // journal verifies.
 func TestConformanceInspectorCLIHTTP(t *testing.T) {
@@ -977,6 +989,7 @@ func TestConformanceInspectorCLIHTTP(t *testing.T) {
 	d := confDelegate(t, confFakeAgent(t), dir)
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	alice, bob := confTokenAdd(t, tokens, "alice"), confTokenAdd(t, tokens, "bob")
+	writeFile(t, filepath.Join(dir, "policies", "gate.cedar"), confGatePolicy)
 	srv := confServeHTTP(t, dir, map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
 		"OPENAI_BASE_URL": model.URL(), "CHAT_MODEL": "loopback-test", "FAKE_ACP_SCRIPT": d.Script},
 		append([]string{"--auth-tokens", tokens}, d.Args...))
@@ -1031,6 +1044,70 @@ func TestConformanceInspectorCLIHTTP(t *testing.T) {
 	confRunInspector(t, inspect, "delegated/run_events", confToolCall("run_events", "run_id="+run, "limit=1000"), d.completedEvents)
 	confRunInspector(t, inspect, "delegated/resources/read run", []string{"--method", "resources/read", "--uri", "symbi://runs/" + run}, d.completedResource(run))
 	confRunInspector(t, inspect, "delegated/list_runs", confToolCall("list_runs", "agent="+d.Agent), d.runsListed(run))
+
+	// Human gates: alice's answers naming the customer wait for approve_run; bob, the
+	// other caller, approves one and rejects another, all through the Inspector.
+	held := func(name, prompt string) string {
+		var id string
+		confRunInspector(t, inspect, name+"/start_run", confToolCall("start_run", "agent=helper", "prompt="+prompt), func(r inspectorResult) error {
+			if r.IsError || r.StructuredContent["status"] != "running" {
+				return fmt.Errorf("result %+v", r)
+			}
+			id, _ = r.StructuredContent["run_id"].(string)
+			return nil
+		})
+		if id == "" {
+			t.Fatalf("%s: start_run gave no run id", name)
+		}
+		// The run reaches the gate once its answer is judged: follow its status there.
+		t.Run(name+"/run_status awaiting_approval", func(t *testing.T) {
+			deadline := time.Now().Add(hangGuard)
+			for {
+				code, out, stderr := inspect(t, confToolCall("run_status", "run_id="+id)...)
+				var r inspectorResult
+				if code != 0 || json.Unmarshal(out, &r) != nil || r.IsError {
+					t.Fatalf("inspector exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
+				}
+				switch st := r.StructuredContent; {
+				case st["status"] == "awaiting_approval":
+					if a, _ := st["approval"].(map[string]any); a == nil || a["gate"] != "conformance-review" {
+						t.Fatalf("awaiting approval: %v", st)
+					}
+					return
+				case st["status"] != "running" || time.Now().After(deadline):
+					t.Fatalf("run %s: %v, want it awaiting approval", id, st)
+				}
+			}
+		})
+		return id
+	}
+	approved := held("gate approve", "review:inspector")
+	confRunInspector(t, as(bob), "gate approve/approve_run", confToolCall("approve_run", "run_id="+approved, "decision=approve", "reason=checked by the Inspector"), func(r inspectorResult) error {
+		st := r.StructuredContent
+		a, _ := st["approval"].(map[string]any)
+		if r.IsError || st["status"] != "completed" || st["released"] != true || st["text"] != "CUSTOMER ACME: inspector" || a == nil ||
+			a["decision"] != "approve" || a["approver"] != "bob" || a["approver_auth"] != "token" || a["reason"] != "checked by the Inspector" {
+			return fmt.Errorf("result %+v", r)
+		}
+		return nil
+	})
+	confRunInspector(t, as(bob), "gate approve/approve_run again", confToolCall("approve_run", "run_id="+approved, "decision=reject"), toolError("invalid_transition"))
+	confRunInspector(t, inspect, "gate approve/run_status", confToolCall("run_status", "run_id="+approved), func(r inspectorResult) error {
+		if st := r.StructuredContent; r.IsError || st["status"] != "completed" || st["text"] != "CUSTOMER ACME: inspector" {
+			return fmt.Errorf("result %+v", r)
+		}
+		return nil
+	})
+	rejected := held("gate reject", "review:rejected")
+	confRunInspector(t, as(bob), "gate reject/approve_run", confToolCall("approve_run", "run_id="+rejected, "decision=reject", "reason=names a customer"), func(r inspectorResult) error {
+		st := r.StructuredContent
+		reason, _ := st["reason"].(string)
+		if r.IsError || st["status"] != "policy_denied" || st["released"] != false || st["text"] != nil ||
+			!strings.Contains(reason, "rejected by bob: names a customer") || strings.Contains(fmt.Sprint(st), "CUSTOMER ACME") {
+			return fmt.Errorf("result %+v", r)
+		}
+		return nil
+	})
 
 	// Without a token, or with a wrong one, the Inspector cannot connect; bob is denied
 	// alice's run and lists only its own runs (none).
@@ -1344,9 +1421,11 @@ type inspectorResult struct {
 // TestConformanceGoSDK is the go-sdk client at its default protocol version (2026-07-28,
 // negotiated with server/discover): every tool's structuredContent — of good calls and of
 // tool errors — validates against the tool's advertised outputSchema, which the go-sdk
-// client itself does not check. A delegated agent's results too.
+// client itself does not check. A held answer approved with approve_run, and its
+// refusals; a delegated agent's results too.
 func TestConformanceGoSDK(t *testing.T) {
 	dir := newE2EProject(t)
+	writeFile(t, filepath.Join(dir, "policies", "gate.cedar"), confGatePolicy)
 	model := conformanceModel(t)
 	s := startSymbi(t, dir, modelEnv(model), nil)
 	if v := s.session.InitializeResult().ProtocolVersion; v != "2026-07-28" {
@@ -1446,6 +1525,27 @@ func TestConformanceGoSDK(t *testing.T) {
 	check("cancel_run", map[string]any{"run_id": unknown}, true)
 	check("list_runs", map[string]any{"after": "x"}, true)
 	check("resolve_run", map[string]any{"run_id": id, "resolution": "maybe"}, true)
+
+	// A held answer (confGatePolicy): over stdio the one caller approves its own runs.
+	held, _ := check("start_run", map[string]any{"agent": "helper", "prompt": "review:go-sdk"}, false)["run_id"].(string)
+	for cursor := 0.0; ; {
+		page := check("run_events", map[string]any{"run_id": held, "after": cursor, "wait_ms": 30000, "limit": 1000}, false)
+		if page["status"] == "awaiting_approval" {
+			break
+		}
+		if page["done"] == true {
+			t.Fatalf("the held run ended: %v", page)
+		}
+		cursor, _ = page["next_cursor"].(float64)
+	}
+	check("approve_run", map[string]any{"run_id": held, "decision": "maybe"}, true)
+	check("approve_run", map[string]any{"run_id": held, "decision": "approve", "reason": strings.Repeat("r", 4097)}, true)
+	check("approve_run", map[string]any{"run_id": held, "decision": "approve", "request_id": "x"}, true)
+	if v := check("approve_run", map[string]any{"run_id": held, "decision": "approve", "reason": "ok"}, false); v["status"] != "completed" || v["text"] != "CUSTOMER ACME: go-sdk" {
+		t.Errorf("approve_run: %v", v)
+	}
+	check("approve_run", map[string]any{"run_id": held, "decision": "reject"}, true)
+	check("approve_run", map[string]any{"run_id": unknown, "decision": "approve"}, true)
 
 	// A delegated agent, on a server started with --executors and --workspace-root: the
 	// checks above go to it from here on.

@@ -1,6 +1,7 @@
-// Package mcpserver exposes a project over the Model Context Protocol: the six tools of
-// docs/mcp-tools.md and the file:///AGENTS.md resource. It translates between MCP and the
-// packages that decide — invoke, project, dsl, schemapin — and decides nothing itself.
+// Package mcpserver exposes a project over the Model Context Protocol: the tools of
+// docs/mcp-tools.md, the file:///AGENTS.md resource and the symbi://runs/{run_id}
+// template. It translates between MCP and the packages that decide — runs, invoke,
+// project, dsl, schemapin — and decides nothing itself.
 //
 // Every tool failure is a tool result with isError set, whose text is "<code>: <message>"
 // (codes in docs/errors.md) and whose structuredContent is {"error": {"code", "message"}}
@@ -230,7 +231,7 @@ func addTool[In, Out any](s *mcp.Server, t *mcp.Tool, h handler[In, Out], adjust
 }
 
 // outputSchema is Out's schema with an "error" property beside its own: a result holds
-// either Out's required properties or "error". MCP requires an output schema whose
+// either Out's required properties or "error"; either may carry "audit". MCP requires an output schema whose
 // top-level type is exactly "object", so a pointer result type is described by the type
 // it points to (jsonschema would make it ["null","object"]); a handler never returns a
 // nil result without an error.
@@ -251,9 +252,15 @@ func outputSchema[Out any](tool string) *jsonschema.Schema {
 		out.Properties = map[string]*jsonschema.Schema{}
 	}
 	out.Properties["error"] = errSchema.Properties["error"]
-	if _, ok := out.Properties["audit"]; !ok {
-		out.Properties["audit"] = errSchema.Properties["audit"]
+	audit, ok := out.Properties["audit"]
+	if !ok {
+		audit = errSchema.Properties["audit"]
 	}
+	// A result that has an audit has a journal: the member is an object, never null
+	// (jsonschema allows null for a pointer).
+	a := *audit
+	a.Types, a.Type = nil, "object"
+	out.Properties["audit"] = &a
 	success := &jsonschema.Schema{Required: out.Required}
 	out.Required = nil
 	out.AnyOf = []*jsonschema.Schema{success, {Required: []string{"error"}}}

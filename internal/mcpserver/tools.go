@@ -31,9 +31,9 @@ type invokeInput struct {
 }
 
 type invokeOutput struct {
-	Agent   string        `json:"agent,omitempty" jsonschema:"the declared agent name"`
-	AgentID string        `json:"agent_id,omitempty" jsonschema:"UUIDv5 (URL namespace) of symbi://response/<declared name>"`
-	Audit   *invoke.Audit `json:"audit,omitempty" jsonschema:"the run's journal: run_id, absolute path, Ed25519 public key (hex), and the receipt (records, head)"`
+	Agent   string        `json:"agent" jsonschema:"the declared agent name"`
+	AgentID string        `json:"agent_id" jsonschema:"UUIDv5 (URL namespace) of symbi://response/<declared name>"`
+	Audit   *invoke.Audit `json:"audit" jsonschema:"the run's journal: run_id, absolute path, Ed25519 public key (hex), and the receipt (records, head)"`
 }
 
 func (h *handlers) invokeAgent(ctx context.Context, req *mcp.CallToolRequest, in invokeInput) (*string, invokeOutput, error) {
