@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,10 +84,26 @@ func TestAuditVerifyProjectReports(t *testing.T) {
 	})
 	t.Run("pruned, never recorded", func(t *testing.T) {
 		dir, key, _, lw := ledgerProject(t, 1)
-		if _, err := lw.Append(ledger.Pruned{RunID: "ghost", File: "agent.ghost.jsonl", Records: 3, Head: strings.Repeat("a", 64)}); err != nil {
+		lw.Close()
+		// The writer refuses such an entry (ledger.ErrNotRecorded): signed by hand.
+		root, err := os.Open(dir)
+		if err != nil {
 			t.Fatal(err)
 		}
-		lw.Close()
+		defer root.Close()
+		store, err := journal.OpenStore(root, journal.StoreOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		path := filepath.Join(dir, ".symbiont", ledger.FileName)
+		data, _ := os.ReadFile(path)
+		ver := ledger.Verify(data, store.PublicKey())
+		payload := fmt.Sprintf(`{"v":1,"seq":%d,"prev":"%s","time":"2026-01-02T03:04:05.000Z","type":"pruned","data":{"run_id":"ghost","file":"agent.ghost.jsonl","records":3,"head":"%s"}}`,
+			len(ver.Entries), ver.Entries[len(ver.Entries)-1].Hash, strings.Repeat("a", 64))
+		if err := os.WriteFile(path, append(data, journal.Seal(store.SigningKey(), ledger.Context, []byte(payload))...), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		code, out, errOut := runCLI(t, "", "audit", "verify", "--project", dir, "--public-key", key)
 		if code != 1 || !strings.Contains(out, "run ghost is pruned but was never recorded") {
 			t.Fatalf("exit %d, want 1 naming the problem:\n%s%s", code, out, errOut)
@@ -101,4 +120,38 @@ func TestAuditVerifyProjectReports(t *testing.T) {
 			t.Fatalf("exit %d, want 2 with %q:\n%s%s", code, want, out, errOut)
 		}
 	})
+}
+
+// TestAuditProve: audit prove prints a proof and the signed checkpoint of the same tree
+// — the ledger's first --size lines, or all of them — which ledger.CheckProof accepts
+// with the project's public key.
+func TestAuditProve(t *testing.T) {
+	dir, key, _, lw := ledgerProject(t, 3)
+	lw.Close()
+	pub, err := hex.DecodeString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		size int64
+	}{{nil, 3}, {[]string{"--size", "2"}, 2}, {[]string{"--size", "1"}, 1}} {
+		code, out, errOut := runCLI(t, "", append([]string{"audit", "prove", "--project", dir, "--run-id", "run-a"}, tc.args...)...)
+		if code != 0 {
+			t.Fatalf("prove %v: exit %d\n%s%s", tc.args, code, out, errOut)
+		}
+		var got struct {
+			ledger.Proof
+			Checkpoint string `json:"checkpoint"`
+		}
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("prove %v printed %q: %v", tc.args, out, err)
+		}
+		if got.Size != tc.size || got.Index != 0 {
+			t.Errorf("prove %v: size %d, index %d", tc.args, got.Size, got.Index)
+		}
+		if err := ledger.CheckProof(&got.Proof, []byte(got.Checkpoint), ed25519.PublicKey(pub)); err != nil {
+			t.Errorf("prove %v: the proof does not verify against its checkpoint: %v\n%s", tc.args, err, out)
+		}
+	}
 }

@@ -125,7 +125,9 @@ func runAuditProve(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "symbi audit prove: --size %d: the ledger has %d entries\n", n, len(entries))
 		return 1
 	}
-	tree, err := ledger.NewTree(entries)
+	// The proof and the checkpoint are of the same tree, the ledger's first n lines: the
+	// checkpoint signs the root the proof leads to (ledger.CheckProof).
+	tree, err := ledger.NewTree(entries[:n])
 	var proof *ledger.Proof
 	if err == nil {
 		proof, err = ledger.Prove(tree, entries, index, n)

@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
+
+	"symbi/internal/journal"
 )
 
 // Origin is the checkpoint origin and note key name of the ledger signed by pub:
@@ -123,6 +125,14 @@ func OpenCheckpoint(msg []byte, pub ed25519.PublicKey) (Checkpoint, error) {
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("%w: %v", ErrCheckpoint, err)
 	}
+	// note decodes a signature's base64 leniently: the spare bits of its last character
+	// before "=" are ignored, and a changed character would still verify. Every byte of a
+	// checkpoint counts.
+	for _, sig := range n.Sigs {
+		if _, err := base64.StdEncoding.Strict().DecodeString(sig.Base64); err != nil {
+			return Checkpoint{}, fmt.Errorf("%w: the signature of %s is not canonical base64", ErrCheckpoint, sig.Name)
+		}
+	}
 	lines := strings.SplitN(n.Text, "\n", 4)
 	if len(lines) < 4 || lines[3] != "" {
 		return Checkpoint{}, fmt.Errorf("%w: the body is not origin, size and root hash, one a line", ErrCheckpoint)
@@ -195,7 +205,36 @@ func Prove(t *Tree, lines []Line, index, n int64) (*Proof, error) {
 	return &Proof{Index: index, Leaf: string(lines[index].Leaf), Size: n, Root: root, Hashes: p}, nil
 }
 
-// CheckProof verifies an inclusion proof against its root.
-func CheckProof(p *Proof) error {
-	return tlog.CheckRecord(p.Hashes, p.Size, p.Root, p.Index, tlog.RecordHash([]byte(p.Leaf)))
+// ErrProof is wrapped by every refusal of an inclusion proof.
+var ErrProof = errors.New("inclusion proof refused")
+
+// CheckProof verifies an inclusion proof with the ledger's public key against checkpoint,
+// a signed checkpoint of the same tree (what audit prove prints beside it): the checkpoint's
+// signature, its size and root equal to the proof's, the leaf a ledger line signed with
+// the key whose seq is its index, and the proof hashes leading from the leaf to the root.
+// A proof alone proves nothing: anyone can make one for a tree of their own.
+func CheckProof(p *Proof, checkpoint []byte, pub ed25519.PublicKey) error {
+	c, err := OpenCheckpoint(checkpoint, pub)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrProof, err)
+	}
+	if p.Size != c.Size || p.Root != c.Root {
+		return fmt.Errorf("%w: it is of the tree of %d lines with root %s; the checkpoint signs %d lines with root %s", ErrProof, p.Size, p.Root, c.Size, c.Root)
+	}
+	var msg []byte
+	payload, err := journal.Open([]byte(p.Leaf+"\n"), pub, Context, &msg)
+	if err != nil {
+		return fmt.Errorf("%w: its leaf is not a line of this ledger: %w", ErrProof, err)
+	}
+	m, err := journal.PayloadMembers(payload, members)
+	if err != nil {
+		return fmt.Errorf("%w: its leaf: %w", ErrProof, err)
+	}
+	if string(m["seq"]) != strconv.FormatInt(p.Index, 10) {
+		return fmt.Errorf("%w: its leaf is line seq %s, not index %d", ErrProof, m["seq"], p.Index)
+	}
+	if err := tlog.CheckRecord(p.Hashes, p.Size, p.Root, p.Index, tlog.RecordHash([]byte(p.Leaf))); err != nil {
+		return fmt.Errorf("%w: %w", ErrProof, err)
+	}
+	return nil
 }

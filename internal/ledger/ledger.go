@@ -166,6 +166,12 @@ var (
 	// ErrPruned: a pruned entry was refused because the ledger already records the run
 	// as pruned (another prune, at the same time).
 	ErrPruned = errors.New("the ledger already records the run as pruned")
+	// ErrNotRecorded: a pruned entry was refused because the ledger has no run or
+	// recovered entry for the run (verification would call it pruned but never recorded).
+	ErrNotRecorded = errors.New("the ledger has no entry for the run")
+	// ErrFull: a ledger at MaxLedgerBytes, which no verifier reads past, takes no more
+	// lines (every run is then refused, audit_unavailable), and a larger one is not opened.
+	ErrFull = errors.New("the ledger is full")
 )
 
 // payload is P, members in their documented order.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
 	"golang.org/x/sys/unix"
 )
 
@@ -285,28 +286,104 @@ func TestCheckpoints(t *testing.T) {
 	}
 }
 
-// TestProofs: every line has an inclusion proof in every tree that holds it.
+// TestCheckpointEveryByte: every byte of a signed checkpoint counts: each flipped (low
+// bit, high bit), and each character of the signature's base64 replaced by every other —
+// the spare bits of the last one before "=", which a lenient decoder ignores, included —
+// is refused.
+func TestCheckpointEveryByte(t *testing.T) {
+	key := testKey()
+	pub := key.Public().(ed25519.PublicKey)
+	tree, err := NewTree(Verify(sample(t, 3), pub).Entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed, err := SignCheckpoint(tree, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenCheckpoint(signed, pub); err != nil {
+		t.Fatal(err)
+	}
+	buf := bytes.Clone(signed)
+	try := func(i int, orig byte) {
+		if _, err := OpenCheckpoint(buf, pub); err == nil {
+			t.Errorf("byte %d %q -> %q: the mangled checkpoint verified", i, orig, buf[i])
+		}
+	}
+	sigLine := bytes.LastIndexByte(buf[:len(buf)-1], ' ') + 1
+	for i := range buf {
+		orig := buf[i]
+		for _, m := range []byte{1, 0x80} {
+			buf[i] = orig ^ m
+			try(i, orig)
+		}
+		if i >= sigLine && i < len(buf)-1 && orig != '=' {
+			for _, c := range []byte("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/") {
+				if c != orig {
+					buf[i] = c
+					try(i, orig)
+				}
+			}
+		}
+		buf[i] = orig
+	}
+}
+
+// TestProofs: every line has an inclusion proof in every tree that holds it, checked
+// against the signed checkpoint of that tree; an edited leaf fails, and so does the
+// proof against the checkpoint of another size.
 func TestProofs(t *testing.T) {
-	pub := testKey().Public().(ed25519.PublicKey)
+	key := testKey()
+	pub := key.Public().(ed25519.PublicKey)
 	entries := Verify(sample(t, 7), pub).Entries
 	tree, _ := NewTree(entries)
 	for n := int64(1); n <= 7; n++ {
+		sub, _ := NewTree(entries[:n])
+		cp, err := SignCheckpoint(sub, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		current, _ := SignCheckpoint(tree, key)
 		for i := range n {
 			p, err := Prove(tree, entries, i, n)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := CheckProof(p); err != nil {
+			if err := CheckProof(p, cp, pub); err != nil {
 				t.Errorf("proof of %d in %d: %v", i, n, err)
 			}
+			if err := CheckProof(p, current, pub); (err == nil) != (n == 7) || err != nil && !errors.Is(err, ErrProof) {
+				t.Errorf("proof of %d in %d against the checkpoint of 7: %v", i, n, err)
+			}
 			p.Leaf += " "
-			if err := CheckProof(p); err == nil {
-				t.Errorf("a proof of an edited leaf %d in %d verified", i, n)
+			if err := CheckProof(p, cp, pub); !errors.Is(err, ErrProof) {
+				t.Errorf("a proof of an edited leaf %d in %d: %v", i, n, err)
 			}
 		}
 	}
 	if _, err := Prove(tree, entries, 7, 7); err == nil {
 		t.Error("a proof of a line past the tree")
+	}
+	// A proof with its size changed, or one made up without the key (any leaf, its own
+	// hash as the root, size 1), does not verify against a signed checkpoint.
+	p, _ := Prove(tree, entries, 0, 3)
+	sub, _ := NewTree(entries[:3])
+	cp3, _ := SignCheckpoint(sub, key)
+	p.Size = 4
+	if err := CheckProof(p, cp3, pub); !errors.Is(err, ErrProof) {
+		t.Errorf("a proof of size 3 said to be of 4: %v", err)
+	}
+	forgedLeaf := `{"payload":{"v":1},"signature":"forged"}`
+	forged := &Proof{Index: 0, Leaf: forgedLeaf, Size: 1, Root: tlog.RecordHash([]byte(forgedLeaf))}
+	cp1tree, _ := NewTree(entries[:1])
+	cp1, _ := SignCheckpoint(cp1tree, key)
+	if err := CheckProof(forged, cp1, pub); !errors.Is(err, ErrProof) {
+		t.Errorf("a proof made up without the key: %v", err)
+	}
+	forged.Root = tlog.RecordHash(entries[0].Leaf)
+	forged.Leaf = string(entries[1].Leaf) // a signed line, at another index
+	if err := CheckProof(forged, cp1, pub); !errors.Is(err, ErrProof) {
+		t.Errorf("a signed line proven at another index: %v", err)
 	}
 }
 

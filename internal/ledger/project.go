@@ -106,8 +106,9 @@ func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *Pro
 
 	// What the ledger says of each run, in order.
 	type known struct {
-		entry string
-		facts entryFacts
+		entry    string
+		recorded string // the run or recovered entry the run was recorded with
+		facts    entryFacts
 	}
 	runs := map[string]*known{}
 	var order []string
@@ -128,7 +129,7 @@ func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *Pro
 			problem("ledger line %d: run %s is pruned but was never recorded", l.Seq+1, f.RunID)
 			continue
 		case k == nil:
-			runs[f.RunID] = &known{entry: l.Type, facts: f}
+			runs[f.RunID] = &known{entry: l.Type, recorded: l.Type, facts: f}
 			order = append(order, f.RunID)
 			continue
 		case l.Type == TypePruned && k.entry != TypePruned:
@@ -157,27 +158,16 @@ func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *Pro
 		}
 		switch {
 		case k.entry == TypePruned && jr != nil:
-			f.Problem = "pruned, but the journal is still on disk"
+			if problem, _ := judge(id, k.recorded, k.facts, jr); problem != "" {
+				f.Problem = "pruned, but the journal is still on disk, and " + problem
+			} else {
+				f.Problem = "pruned, but the journal is still on disk: a prune stopped before removing it (symbi audit prune removes it)"
+			}
 		case k.entry == TypePruned:
 		case jr == nil:
 			f.Problem = "the journal is missing: deleted, or renamed away"
-		case jr.RunID != "" && jr.RunID != id:
-			f.Problem = fmt.Sprintf("the file holds run %s", jr.RunID)
-		case k.entry == TypeRun && jr.Status == journal.StatusIncomplete && int64(jr.Records) == k.facts.Records-1 && jr.Head == k.facts.PrevHead:
-			// The server stopped after the run's entry was durable and before its journal's
-			// last line: the ledger holds the outcome, which never reached anyone. (Cutting
-			// that last line off looks the same; the ledger entry still tells the outcome.)
-			f.Note = "stopped before its terminated line; the ledger holds its outcome"
-		case int64(jr.Records) != k.facts.Records || jr.Head != k.facts.Head:
-			f.Problem = fmt.Sprintf("the journal has %d records with head %s; the ledger recorded %d with head %s: truncated or replaced", jr.Records, jr.Head, k.facts.Records, k.facts.Head)
-		case jr.Status == journal.StatusInvalid:
-			f.Problem = "the journal is invalid: " + firstProblem(jr)
-		case k.entry == TypeRun && jr.Status != journal.StatusComplete:
-			// Its records end with the terminated line the ledger recorded, yet it is not
-			// complete: bytes follow that line, which no run writes.
-			f.Problem = "the journal has bytes after the terminated line the ledger recorded"
-		case k.entry == TypeRecovered && jr.Status != k.facts.State:
-			f.Problem = fmt.Sprintf("the journal was recovered as %s and is now %s", k.facts.State, jr.Status)
+		default:
+			f.Problem, f.Note = judge(id, k.entry, k.facts, jr)
 		}
 		if f.Problem != "" {
 			note(journal.StatusInvalid)
@@ -221,6 +211,33 @@ func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *Pro
 	}
 	r.Status = worst
 	return r
+}
+
+// judge compares the journal on disk of the run id, as verified (jr), with the entry the
+// ledger recorded it with (entry: run or recovered; facts): problem says why verification
+// refuses the pair, "" when it accepts it, and note what it says of one it accepts. Prune
+// removes a journal only when verification accepts it.
+func judge(id, entry string, facts entryFacts, jr *journal.Report) (problem, note string) {
+	switch {
+	case jr.RunID != "" && jr.RunID != id:
+		return fmt.Sprintf("the file holds run %s", jr.RunID), ""
+	case entry == TypeRun && jr.Status == journal.StatusIncomplete && int64(jr.Records) == facts.Records-1 && jr.Head == facts.PrevHead:
+		// The server stopped after the run's entry was durable and before its journal's
+		// last line: the ledger holds the outcome, which never reached anyone. (Cutting
+		// that last line off looks the same; the ledger entry still tells the outcome.)
+		return "", "stopped before its terminated line; the ledger holds its outcome"
+	case int64(jr.Records) != facts.Records || jr.Head != facts.Head:
+		return fmt.Sprintf("the journal has %d records with head %s; the ledger recorded %d with head %s: truncated or replaced", jr.Records, jr.Head, facts.Records, facts.Head), ""
+	case jr.Status == journal.StatusInvalid:
+		return "the journal is invalid: " + firstProblem(jr), ""
+	case entry == TypeRun && jr.Status != journal.StatusComplete:
+		// Its records end with the terminated line the ledger recorded, yet it is not
+		// complete: bytes follow that line, which no run writes.
+		return "the journal has bytes after the terminated line the ledger recorded", ""
+	case entry == TypeRecovered && jr.Status != facts.State:
+		return fmt.Sprintf("the journal was recovered as %s and is now %s", facts.State, jr.Status), ""
+	}
+	return "", ""
 }
 
 func firstProblem(jr *journal.Report) string {

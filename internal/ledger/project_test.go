@@ -160,14 +160,8 @@ func TestVerifyProjectThreats(t *testing.T) {
 			rewriteLedger(t, p)
 		}, true, "rewritten", journal.StatusInvalid},
 		{"a pruned entry for a run never recorded", func(t *testing.T, p *project) {
-			w, err := Open(p.root(t), p.lw.key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
-			if _, err := w.Append(Pruned{RunID: "ghost", File: "agent.ghost.jsonl", Records: 3, Head: strings.Repeat("a", 64)}); err != nil {
-				t.Fatal(err)
-			}
+			// The writer refuses it (ErrNotRecorded): signed by hand.
+			appendSigned(t, p, TypePruned, `{"run_id":"ghost","file":"agent.ghost.jsonl","records":3,"head":"`+strings.Repeat("a", 64)+`"}`)
 		}, false, "run ghost is pruned but was never recorded", journal.StatusInvalid},
 		{"ledger file deleted", func(t *testing.T, p *project) { os.Remove(p.ledgerPath()) }, false, "no project ledger at", journal.StatusInvalid},
 		{".symbiont deleted", func(t *testing.T, p *project) { os.RemoveAll(filepath.Join(p.dir, ".symbiont")) }, false, "has no .symbiont directory", journal.StatusInvalid},

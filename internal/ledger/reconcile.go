@@ -136,53 +136,67 @@ func OpenProjectResuming(root *os.File, keyFile string, resume func(store *journ
 
 // Prune removes the journals of the runs select chooses — the only sanctioned way to
 // delete a journal: each removal is recorded as a pruned entry, durable, before the file
-// is removed. A run is pruned only when its journal verifies (complete, or incomplete as
-// a crash leaves it) and still matches what the ledger recorded of it (run or recovered
-// entry: same records and head, or a run's journal one line short of them, its last line
-// never written); a journal that does not — or that the ledger recorded as invalid — is
+// is removed. A run is pruned only when verification accepts its journal against the
+// entry the ledger recorded it with (verify --project: the same records and head, the
+// same state for a recovered one, nothing after a run's terminated line, or a run's
+// journal one line short, its last line never written); a journal it does not accept is
 // evidence and is left in place, the other chosen runs still pruned, and the error joins
-// one ErrEvidence for each. A run another prune has recorded meanwhile is left to it
-// (the writer refuses a second pruned entry: ErrPruned). With dryRun
-// nothing is changed: the ledger is read and verified, not opened for writing.
-// select is given the run id and the journal file's modification time.
+// one ErrEvidence for each. A journal whose writer still holds it (a server ending its
+// run) is left for a later prune. A journal whose pruned entry is durable but which is
+// still on disk — a prune stopped between its two writes — is removed whatever select
+// says, without a second entry, under the same rules. A run another prune has recorded
+// meanwhile is left to it (the writer refuses a second pruned entry: ErrPruned). The
+// runs are chosen from the ledger as the writer read it, under the writers' lock: lines
+// that are durable. With dryRun nothing is changed: the ledger is read and verified, not
+// opened for writing. select is given the run id and the journal file's modification
+// time.
 func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Time) bool, dryRun bool) ([]Pruned, error) {
 	store, err := journal.OpenStore(root, journal.StoreOptions{KeyFile: keyFile})
 	if err != nil {
 		return nil, err
 	}
 	defer store.Close()
-	var w *Writer
-	if !dryRun {
-		// Open takes the ledger's lock and verifies it whole: the lines read below are
-		// the lines it continues.
+	var (
+		w     *Writer
+		lines []Line
+	)
+	if dryRun {
+		data, err := readLedger(filepath.Join(filepath.Dir(store.Dir()), FileName))
+		if err != nil {
+			return nil, err
+		}
+		ver := Verify(data, store.PublicKey())
+		if len(ver.Problems) > 0 {
+			return nil, errcode.Errorf(errcode.AuditUnavailable, "ledger: cannot prune from an invalid ledger: line %d: %s", ver.Problems[0].Line, ver.Problems[0].Message)
+		}
+		lines = ver.Entries
+	} else {
+		// Open takes the writers' lock and verifies the ledger whole: its lines are the
+		// durable ones the writer continues.
 		if w, err = Open(root, store.SigningKey()); err != nil {
 			return nil, err
 		}
 		defer w.Close()
-	}
-	data, err := readLedger(filepath.Join(filepath.Dir(store.Dir()), FileName))
-	if err != nil {
-		return nil, err
-	}
-	ver := Verify(data, store.PublicKey())
-	if len(ver.Problems) > 0 {
-		return nil, errcode.Errorf(errcode.AuditUnavailable, "ledger: cannot prune from an invalid ledger: line %d: %s", ver.Problems[0].Line, ver.Problems[0].Message)
+		if o := w.TakeOpened(); o != nil {
+			lines = o.Lines
+		}
 	}
 	type entry struct {
-		typ   string
-		facts entryFacts
+		typ    string // run or recovered
+		facts  entryFacts
+		pruned bool
 	}
-	recorded := map[string]entry{}
-	for _, l := range ver.Entries {
-		var f entryFacts
+	recorded := map[string]*entry{}
+	for _, l := range lines {
 		switch l.Type {
 		case TypeRun, TypeRecovered:
+			var f entryFacts
 			if json.Unmarshal(l.Data, &f) == nil {
-				recorded[f.RunID] = entry{l.Type, f}
+				recorded[f.RunID] = &entry{typ: l.Type, facts: f}
 			}
 		case TypePruned:
-			if json.Unmarshal(l.Data, &f) == nil {
-				delete(recorded, f.RunID)
+			if e := recorded[l.RunID()]; e != nil {
+				e.pruned = true
 			}
 		}
 	}
@@ -199,39 +213,37 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 		path := filepath.Join(store.Dir(), filepath.Base(f.File))
 		st, err := os.Lstat(path)
 		if err != nil {
-			continue // already gone: verification reports it
+			continue // gone: verification reports it if it should not be
 		}
-		if !choose(id, st.ModTime()) {
+		if !e.pruned && !choose(id, st.ModTime()) {
+			continue
+		}
+		// A recorded run's journal is held only by the writer ending that run (no server
+		// resumes a run the ledger knows): once it is not held, it never is again.
+		if journal.InProgress(path) {
 			continue
 		}
 		rep := journal.Verify(path, store.PublicKey(), journal.VerifyOptions{RunID: id})
-		// A server stopped between a run's entry and its journal's last line leaves the
-		// journal one line short, as verify --project accepts it (exit 2).
-		stoppedShort := e.typ == TypeRun && rep.Status == journal.StatusIncomplete && int64(rep.Records) == f.Records-1 && rep.Head == f.PrevHead
 		if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 			continue // removed meanwhile (by another prune): verification reports it if unrecorded
 		}
-		switch {
-		case f.State == journal.StatusInvalid || rep.Status == journal.StatusInvalid:
-			msg := "the ledger recorded it as invalid"
-			if len(rep.Problems) > 0 {
-				msg = rep.Problems[0].Message
-			}
-			kept = append(kept, fmt.Errorf("ledger: %s does not verify (%s): %w", f.File, msg, ErrEvidence))
-			continue
-		case (int64(rep.Records) != f.Records || rep.Head != f.Head) && !stoppedShort:
-			kept = append(kept, fmt.Errorf("ledger: %s no longer matches what the ledger recorded (%d records, head %s; the file has %d, head %s): %w", f.File, f.Records, f.Head, rep.Records, rep.Head, ErrEvidence))
+		if problem, _ := judge(id, e.typ, f, rep); problem != "" {
+			kept = append(kept, fmt.Errorf("ledger: %s: %s: %w", f.File, problem, ErrEvidence))
 			continue
 		}
 		p := Pruned{RunID: id, File: filepath.Base(f.File), Records: f.Records, Head: f.Head}
 		if !dryRun {
-			if _, err := w.Append(p); errors.Is(err, ErrPruned) {
-				continue // another prune recorded it, and removes the file
-			} else if err != nil {
-				return out, err
+			if !e.pruned {
+				if _, err := w.Append(p); errors.Is(err, ErrPruned) {
+					continue // another prune recorded it, and removes the file
+				} else if err != nil {
+					return out, err
+				}
 			}
-			if err := os.Remove(path); err != nil {
-				return out, fmt.Errorf("ledger: %s was recorded as pruned but could not be removed: %w", p.File, err)
+			if err := os.Remove(path); errors.Is(err, fs.ErrNotExist) && e.pruned {
+				continue // another prune finished it
+			} else if err != nil {
+				return out, fmt.Errorf("ledger: %s was recorded as pruned but could not be removed (symbi audit prune removes it): %w", p.File, err)
 			}
 		}
 		out = append(out, p)

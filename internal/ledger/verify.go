@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"symbi/internal/digest"
 	"symbi/internal/journal"
+	"symbi/internal/strictjson"
 )
 
 // Problem is one reason a ledger is invalid. Line is 1-based; 0 means the whole file.
@@ -26,6 +28,8 @@ type Line struct {
 	Time time.Time
 	Hash string // lowercase hex SHA-256 of the line including "\n"
 	Leaf []byte // the line without its "\n": the Merkle tree leaf
+
+	runID string // the run a run, recovered or pruned entry is about
 }
 
 // Report is what Verify found: the lines that verified, in order, up to the first
@@ -40,17 +44,65 @@ type Report struct {
 var members = []string{"v", "seq", "prev", "time", "type", "data"}
 
 // RunID is the run a run, recovered or pruned entry is about ("" for other types).
-func (l Line) RunID() string {
-	switch l.Type {
-	case TypeRun, TypeRecovered, TypePruned:
-		var d struct {
-			RunID string `json:"run_id"`
-		}
-		if json.Unmarshal(l.Data, &d) == nil {
-			return d.RunID
-		}
+func (l Line) RunID() string { return l.runID }
+
+// entryTypes are the entry types this verifier reads, each with its data's form.
+var entryTypes = map[string]reflect.Type{
+	TypeRun:        reflect.TypeFor[Run](),
+	TypeResolution: reflect.TypeFor[Resolution](),
+	TypeApproval:   reflect.TypeFor[Approval](),
+	TypeRecovered:  reflect.TypeFor[Recovered](),
+	TypePruned:     reflect.TypeFor[Pruned](),
+}
+
+// entryNames are the member names of each entry type's data, spelled exactly.
+var entryNames = func() map[string][]string {
+	m := map[string][]string{}
+	for typ, t := range entryTypes {
+		m[typ] = strictjson.NamesOf(t)
 	}
-	return ""
+	return m
+}()
+
+// checkData reads the data of an entry of a type this verifier knows, as every reader of
+// the format would: a member whose name is one of the type's only by case ("RUN_ID") is
+// refused — encoding/json would take it for run_id, a reader going by the document would
+// not — as is a member of the wrong type; run_id must be given. It returns the run_id.
+// Data of another type is not read (a later version's entries: not this verifier's).
+func checkData(typ string, data []byte) (string, error) {
+	t, ok := entryTypes[typ]
+	if !ok {
+		return "", nil
+	}
+	if err := strictjson.Check(data, strictjson.Options{ExactNames: entryNames[typ]}); err != nil {
+		return "", fmt.Errorf("%s entry: %w", typ, err)
+	}
+	v := reflect.New(t)
+	if err := json.Unmarshal(data, v.Interface()); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return "", fmt.Errorf("%s entry: member %q is a JSON %s, want %s", typ, te.Field, te.Value, jsonKind(te.Type))
+		}
+		return "", fmt.Errorf("%s entry: %w", typ, err)
+	}
+	id := v.Elem().FieldByName("RunID").String()
+	if id == "" {
+		return "", fmt.Errorf("%s entry without a run_id", typ)
+	}
+	return id, nil
+}
+
+// jsonKind names the JSON value a Go type of an entry's field takes.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int64, reflect.Int:
+		return "an integer"
+	}
+	return t.String()
 }
 
 // Verify checks ledger bytes with the project's public key: each line's signature over
@@ -60,17 +112,46 @@ func (l Line) RunID() string {
 // line by line.
 func Verify(data []byte, pub ed25519.PublicKey) *Report {
 	r := &Report{Problems: []Problem{}}
-	lines, rest := SplitLines(data)
-	entries, err := NewReader(pub).NextAll(lines)
-	if len(entries) > 0 {
-		r.Entries = entries
-	}
+	rest, err := NewReader(pub).NextIn(data, func(l []Line) { r.Entries = append(r.Entries, l...) })
 	if err != nil {
-		r.Problems = append(r.Problems, Problem{Line: len(entries) + 1, Message: err.Error()})
+		r.Problems = append(r.Problems, Problem{Line: len(r.Entries) + 1, Message: err.Error()})
 		return r // a broken chain: what follows cannot be placed
 	}
 	r.TailBytes = len(rest)
 	return r
+}
+
+// chunkLines is how many lines NextIn verifies together: one batch of signatures.
+const chunkLines = 4096
+
+// NextIn verifies the whole lines of data as the next lines, chunkLines at a time, giving
+// each chunk's lines to take in order, up to the first line that does not verify (its
+// error returned) or the bytes after the last "\n", which it returns. What it holds at
+// once is one chunk's bookkeeping, whatever data is: a file of a billion empty lines
+// costs what one of a few thousand does.
+func (r *Reader) NextIn(data []byte, take func([]Line)) (rest []byte, err error) {
+	chunk := make([][]byte, 0, chunkLines)
+	for {
+		chunk = chunk[:0]
+		for len(chunk) < chunkLines {
+			i := bytes.IndexByte(data, '\n')
+			if i < 0 {
+				break
+			}
+			chunk = append(chunk, data[:i+1])
+			data = data[i+1:]
+		}
+		if len(chunk) == 0 {
+			return data, nil
+		}
+		lines, err := r.NextAll(chunk)
+		if len(lines) > 0 {
+			take(lines)
+		}
+		if err != nil {
+			return data, err
+		}
+	}
 }
 
 // Reader verifies a ledger line by line, as Verify does, for a reader that follows the
@@ -120,19 +201,6 @@ func (r *Reader) NextAll(lines [][]byte) ([]Line, error) {
 	return out, nil
 }
 
-// SplitLines returns the whole lines of data, each with its "\n", and the bytes after the
-// last one (a line still being written, or torn).
-func SplitLines(data []byte) (lines [][]byte, rest []byte) {
-	for {
-		i := bytes.IndexByte(data, '\n')
-		if i < 0 {
-			return lines, data
-		}
-		lines = append(lines, data[:i+1])
-		data = data[i+1:]
-	}
-}
-
 // checkLine checks raw, one whole line, as the line seq whose previous line's hash is
 // prev: its signature, then its payload.
 func checkLine(raw []byte, pub ed25519.PublicKey, msg *[]byte, seq int64, prev string) (*Line, error) {
@@ -173,5 +241,16 @@ func checkPayload(raw, p []byte, seq int64, prev string) (*Line, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Line{Seq: seq, Type: ptype, Data: m["data"], Time: t, Hash: digest.SHA256Hex(raw), Leaf: raw[:len(raw)-1]}, nil
+	if len(ptime) != len(timeLayout) {
+		return nil, fmt.Errorf("time %q: want milliseconds (YYYY-MM-DDTHH:MM:SS.mmmZ)", ptime)
+	}
+	id, err := checkData(ptype, m["data"])
+	if err != nil {
+		return nil, err
+	}
+	l := &Line{Seq: seq, Type: ptype, Data: m["data"], Time: t, Hash: digest.SHA256Hex(raw), Leaf: raw[:len(raw)-1]}
+	if ptype == TypeRun || ptype == TypeRecovered || ptype == TypePruned {
+		l.runID = id
+	}
+	return l, nil
 }

@@ -39,6 +39,7 @@ type Writer struct {
 	known   map[string]bool // run ids with a run, recovered or pruned entry
 	pruned  map[string]bool // run ids with a pruned entry
 	size    int64           // bytes of the ledger taken in (verified or written)
+	max     int64           // the most bytes the ledger may hold: MaxLedgerBytes
 	seq     int64           // the next line's seq
 	prev    string          // hash of the last line written
 	synced  int64           // lines made durable
@@ -113,7 +114,7 @@ func resume(f *os.File, key ed25519.PrivateKey) (*Writer, error) {
 	case st.Mode&0o077 != 0:
 		return nil, fmt.Errorf("ledger: mode %04o; group and other must have no permissions", st.Mode&0o7777)
 	}
-	w := &Writer{f: f, key: key, now: time.Now, sync: f.Sync, prev: ZeroHash, known: map[string]bool{}, pruned: map[string]bool{}, openedID: [2]uint64{uint64(st.Dev), st.Ino}}
+	w := &Writer{f: f, key: key, now: time.Now, sync: f.Sync, prev: ZeroHash, max: MaxLedgerBytes, known: map[string]bool{}, pruned: map[string]bool{}, openedID: [2]uint64{uint64(st.Dev), st.Ino}}
 	w.cond = sync.NewCond(&w.mu)
 	if err := w.lock(); err != nil {
 		return nil, err
@@ -168,27 +169,29 @@ func (w *Writer) catchUp() error {
 		return fmt.Errorf("ledger: the file shrank from %d to %d bytes behind this writer", w.size, st.Size())
 	case st.Size() == w.size:
 		return nil
+	case st.Size() > MaxLedgerBytes:
+		return fmt.Errorf("ledger: the file has %d bytes, more than the %d a ledger may hold: %w", st.Size(), int64(MaxLedgerBytes), ErrFull)
 	}
 	data := make([]byte, st.Size()-w.size)
 	if _, err := w.f.ReadAt(data, w.size); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("ledger: read: %w", err)
 	}
-	// The whole lines are verified together (their signatures in batches: at Open this
-	// is the whole ledger), in order; a torn last line is cut off.
-	lines, _ := SplitLines(data)
+	// The whole lines are verified in order, their signatures in batches; a torn last
+	// line is cut off.
 	rd := &Reader{pub: w.PublicKey(), seq: w.seq, prev: w.prev}
-	verified, err := rd.NextAll(lines)
-	for _, l := range verified {
-		if id := l.RunID(); id != "" {
-			w.known[id] = true
-			w.pruned[id] = w.pruned[id] || l.Type == TypePruned
+	_, err = rd.NextIn(data, func(verified []Line) {
+		for _, l := range verified {
+			if id := l.RunID(); id != "" {
+				w.known[id] = true
+				w.pruned[id] = w.pruned[id] || l.Type == TypePruned
+			}
+			w.size += int64(len(l.Leaf)) + 1
 		}
-		w.size += int64(len(l.Leaf)) + 1
-	}
+		if w.opening {
+			w.opened = append(w.opened, verified...)
+		}
+	})
 	w.seq, w.prev = rd.seq, rd.prev
-	if w.opening {
-		w.opened = verified
-	}
 	if err != nil {
 		return fmt.Errorf("ledger: cannot continue an invalid ledger: line %d: %v", w.seq+1, err)
 	}
@@ -264,11 +267,19 @@ func (w *Writer) Append(r Record) (Entry, error) {
 	if p, ok := r.(Pruned); ok && w.pruned[p.RunID] {
 		w.unlock()
 		return Entry{}, fmt.Errorf("ledger: pruned %s: %w", p.RunID, ErrPruned)
+	} else if ok && !w.known[p.RunID] {
+		w.unlock()
+		return Entry{}, fmt.Errorf("ledger: pruned %s: %w", p.RunID, ErrNotRecorded)
 	}
 	line, err := w.line(r)
 	if err != nil {
 		w.unlock()
 		return Entry{}, errcode.Wrap(errcode.Internal, err)
+	}
+	if w.size+int64(len(line)) > w.max {
+		w.unlock()
+		return Entry{}, errcode.Errorf(errcode.AuditUnavailable, "ledger: %d bytes, and a %s entry of %d would pass the %d a ledger may hold (a verifier reads no more): %w",
+			w.size, r.Type(), len(line), w.max, ErrFull)
 	}
 	if _, err := w.f.Write(line); err != nil {
 		w.unlock()

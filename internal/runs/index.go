@@ -104,8 +104,9 @@ func (m *Manager) ledgerTail() (err error) {
 	if _, err := f.ReadAt(data, m.ledgerOff); err != nil && err != io.EOF {
 		return errcode.Errorf(errcode.AuditUnavailable, "the project ledger: read: %v", err)
 	}
-	lines, _ := ledger.SplitLines(data) // a line still being written, or torn: taken when whole
-	verified, verr := m.ledgerReader.NextAll(lines)
+	// A line still being written, or torn, is taken when whole.
+	var verified []ledger.Line
+	_, verr := m.ledgerReader.NextIn(data, func(l []ledger.Line) { verified = append(verified, l...) })
 	if err := m.applyLines(verified); err != nil {
 		return err
 	}
