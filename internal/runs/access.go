@@ -131,6 +131,22 @@ func (m *Manager) admit(caller string) (release func(), err error) {
 	if m.perCaller[caller] >= m.cfg.MaxRunsPerCaller {
 		return nil, errcode.Errorf(errcode.Busy, "caller %q already has %d runs in flight, the most one caller may have (--max-runs-per-caller); retry when one ends", caller, m.cfg.MaxRunsPerCaller)
 	}
+	return m.countLocked(caller), nil
+}
+
+// count counts a run of caller in flight whatever the bound: a run resumed after a restart
+// was admitted before it. release uncounts it (once).
+func (m *Manager) count(caller string) (release func()) {
+	if m.cfg.MaxRunsPerCaller <= 0 {
+		return func() {}
+	}
+	m.perCallerMu.Lock()
+	defer m.perCallerMu.Unlock()
+	return m.countLocked(caller)
+}
+
+// countLocked is count with m.perCallerMu held.
+func (m *Manager) countLocked(caller string) (release func()) {
 	if m.perCaller == nil {
 		m.perCaller = map[string]int{}
 	}
@@ -144,7 +160,7 @@ func (m *Manager) admit(caller string) (release func(), err error) {
 				delete(m.perCaller, caller)
 			}
 		})
-	}, nil
+	}
 }
 
 // approveWait bounds how long Approve waits, after the decision is durable, for the run
@@ -211,6 +227,13 @@ func (m *Manager) Approve(ctx context.Context, by Caller, runID, requestID, deci
 }
 
 // Resume follows a run this server continues after a restart (invoke.Runner.Resume): a
-// run that was waiting at a human gate is this server's again, and approve_run reaches
-// it.
-func (m *Manager) Resume(lr *invoke.Run) { m.watch(lr, func() {}) }
+// run that was waiting at a human gate is this server's again — at once, before Resume
+// returns, so that no request finds it another process's — approve_run reaches it, and
+// it counts against its caller's --max-runs-per-caller until it ends.
+func (m *Manager) Resume(lr *invoke.Run) {
+	m.mu.Lock()
+	m.adopt(lr)
+	m.mu.Unlock()
+	_, _, caller, _ := lr.Agent()
+	m.watch(lr, m.count(caller))
+}

@@ -36,6 +36,7 @@ type run struct {
 	resolution *Resolution
 
 	live     *invoke.Run // this process's run, until it has ended
+	ownEnd   bool        // this process's run ended here: its watcher recorded how
 	external bool        // found on disk, unknown to the ledger: another process's run or an unreconciled crash
 
 	facts *facts // read from the journal; kept once the run has ended
@@ -177,10 +178,11 @@ func (m *Manager) apply(l *ledger.Line) (added string, err error) {
 		r, isNew := m.record(e.RunID)
 		r.agentID, r.agent, r.file, r.caller, r.callerAuth = e.AgentID, e.Agent, e.File, e.Caller, e.CallerAuth
 		r.prevHead, r.endedAt, r.ended = e.PrevHead, formatTime(l.Time), true
-		if r.live == nil {
-			// This process's run in flight records its own end when it has one (its
-			// watcher): the entry is written before the journal's terminated record, which
-			// may yet fail.
+		if r.live == nil && !r.ownEnd {
+			// This process's run records its own end (its watcher), in flight or ended:
+			// the entry is written before the journal's terminated record, which may yet
+			// fail — a run whose end failed to be durable released nothing, whatever its
+			// entry says.
 			r.reason, r.released, r.records, r.head = e.Reason, e.Released, e.Records, e.Head
 		}
 		r.external, r.facts, r.verified = false, nil, nil

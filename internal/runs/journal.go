@@ -121,6 +121,7 @@ type facts struct {
 	head               string
 	textRetained       bool      // the response text is in the journal
 	approval           *Approval // the gate's request and decision, when the run was held
+	waiting            bool      // approval's wait is open: no decision, and not ended otherwise
 	problem            error
 	size, ino          int64 // of the file the facts were read from (fileID)
 }
@@ -174,6 +175,7 @@ func readFacts(data []byte, runID, agentID string, max int64, pub ed25519.Public
 			}
 			json.Unmarshal(d, &a)
 			f.approval = &Approval{Gate: a.Gate, RequestID: a.RequestID, Title: a.Title, RequestedAt: l.time}
+			f.waiting = true
 			if t, err := time.Parse(journal.TimeLayout, l.time); err == nil && a.TimeoutMS > 0 {
 				f.approval.Deadline = formatTime(t.Add(time.Duration(a.TimeoutMS) * time.Millisecond))
 			}
@@ -190,6 +192,18 @@ func readFacts(data []byte, runID, agentID string, max int64, pub ed25519.Public
 				c := *f.approval
 				c.Decision, c.Approver, c.ApproverAuth, c.Reason, c.Via, c.DecidedAt = a.Decision, a.Approver, a.ApproverAuth, a.Reason, a.Via, l.time
 				f.approval = &c
+			}
+			f.waiting = false
+		case journal.TypePermissionDecided:
+			// A held permission request no one decided in time is answered (denied) with
+			// no approval_decided: its wait is over all the same, as the journal's writer
+			// counts it.
+			var p struct {
+				RequestID string `json:"request_id"`
+			}
+			json.Unmarshal(d, &p)
+			if f.approval != nil && f.approval.RequestID != "" && f.approval.RequestID == p.RequestID {
+				f.waiting = false
 			}
 		case journal.TypeTerminated:
 			var t struct {

@@ -250,7 +250,7 @@ func (m *Manager) watch(lr *invoke.Run, release func()) {
 				rc := lr.Durable()
 				r.ended, r.reason, r.released = true, lr.Reason(), lr.Reason() == StatusCompleted
 				r.records, r.head = int64(rc.Records), rc.Head
-				r.live = nil
+				r.live, r.ownEnd = nil, true
 			}
 			m.mu.Unlock()
 			m.notify(id)
@@ -458,7 +458,8 @@ func (m *Manager) Cancel(ctx context.Context, runID string) (st *Status, already
 }
 
 // Resolve records a caller's resolution of a finished run: a signed resolution ledger
-// entry, durable before the answer. A later call revises it; every entry stays.
+// entry, durable before the answer. A later call revises it; every entry stays. The
+// status returned carries the released text only when by may read the run.
 func (m *Manager) Resolve(runID, value, note string, by Caller) (*Status, error) {
 	if err := CheckResolution(value, note); err != nil {
 		return nil, err
@@ -483,7 +484,13 @@ func (m *Manager) Resolve(runID, value, note string, by Caller) (*Status, error)
 		return nil, err
 	}
 	m.notify(runID)
-	return m.Status(runID)
+	if snap, err = m.lookup(runID); err != nil {
+		return nil, err
+	}
+	// The released text only to a caller that may read the run: resolve_run is its own
+	// action, and a caller allowed it may be forbidden read_run.
+	st := m.build(snap, false)
+	return m.build(snap, m.mayRead(by, st).Allow), nil
 }
 
 // CheckResolution checks resolve_run's arguments, before the run is looked up: a

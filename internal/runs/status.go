@@ -83,7 +83,7 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 	released := f.terminated && f.released && f.problem == nil
 	st.Approval = f.approval
 	switch {
-	case running && f.approval != nil && f.approval.Decision == "":
+	case running && f.approval != nil && f.waiting:
 		st.Status = StatusAwaitingApproval
 	case running:
 		st.Status = StatusRunning
