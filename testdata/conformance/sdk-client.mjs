@@ -290,6 +290,10 @@ function resourceUpdates(client) {
     waiter?.();
   });
   return {
+    // pending reports whether an update for uri has arrived and not been taken.
+    pending(uri) {
+      return queue.includes(uri);
+    },
     async next(uri) {
       const guard = Date.now() + HANG_GUARD_MS;
       for (;;) {
@@ -1105,6 +1109,18 @@ async function main() {
     assert(st.resolution?.value === "superseded" && st.resolution.revisions === 1 && st.status === "cancelled", `after the resolution ${JSON.stringify(st)}`);
     return `the resource (status/records) read after each notification: ${seen.join(", ")}`;
   });
+  // Unsubscribed, a run's changes no longer notify: two finished runs subscribed, one
+  // unsubscribed, both resolved — the unsubscribed one first. The other's update arrives;
+  // the unsubscribed one's, which would have come before it, has not.
+  await check("resources/unsubscribe", async () => {
+    const runId = async (prompt) => (await callOK(client, "invoke_agent", { agent: "helper", prompt })).audit.run_id;
+    const [dropped, kept] = [await runId("unsubscribed"), await runId("still subscribed")];
+    for (const id of [dropped, kept]) await client.subscribeResource({ uri: RUN_URI + id }, requestOptions);
+    await client.unsubscribeResource({ uri: RUN_URI + dropped }, requestOptions);
+    for (const id of [dropped, kept]) await callOK(client, "resolve_run", { run_id: id, resolution: "accepted" });
+    await updates.next(RUN_URI + kept);
+    assert(!updates.pending(RUN_URI + dropped), `an update for ${dropped} after it was unsubscribed`);
+  });
   await check("resources/subscribe unknown run", async () => {
     const refused = [];
     for (const uri of [RUN_URI + MISSING_RUN, RUN_URI + "../x", "symbi://other/1"]) {
@@ -1253,6 +1269,14 @@ async function main() {
     throw new Error("the aborted call returned a result");
   });
 
+  // ping, and logging/setLevel of the logging capability the server declares.
+  await check("ping", async () => {
+    await client.ping(requestOptions);
+  });
+  await check("logging/setLevel", async () => {
+    assert(client.getServerCapabilities()?.logging !== undefined, `capabilities ${JSON.stringify(client.getServerCapabilities())}`);
+    await client.setLoggingLevel("warning", requestOptions);
+  });
   // The server keeps serving after all of the above.
   await check("still serving", async () => {
     expectOK(await call(client, "list_agents", {}));
