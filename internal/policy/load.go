@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -28,7 +29,7 @@ type loader struct {
 	// wrong directory would otherwise deny nothing, unsaid.
 	decides  []string
 	set      *Set
-	digest   []byte // the digest input, hashed at the end
+	digest   hash.Hash // SHA-256 of the digest input, written file by file; nil before the first
 	total    int
 	ids      map[string]string // policy id → file that declared it
 	problems []Problem
@@ -46,8 +47,10 @@ func Load(root *os.File) *Set {
 // finish computes the digest and the mode of the loaded set.
 func (l *loader) finish() *Set {
 	s := l.set
-	sum := sha256.Sum256(l.digest)
-	s.Digest = hex.EncodeToString(sum[:])
+	if l.digest == nil {
+		l.digest = sha256.New()
+	}
+	s.Digest = hex.EncodeToString(l.digest.Sum(nil))
 	switch {
 	case len(l.problems) > 0:
 		s.Mode = ModeDenyAll
@@ -233,16 +236,25 @@ func (l *loader) digestFile(file string, data []byte, readable bool) {
 		size = ^uint64(0)
 	}
 	binary.BigEndian.PutUint64(n[:], size)
-	l.digest = append(l.digest, file...)
-	l.digest = append(l.digest, 0)
-	l.digest = append(l.digest, n[:]...)
-	l.digest = append(l.digest, data...)
+	if l.digest == nil {
+		l.digest = sha256.New()
+	}
+	l.digest.Write([]byte(file))
+	l.digest.Write([]byte{0})
+	l.digest.Write(n[:])
+	l.digest.Write(data)
 }
 
 // read opens name under dirFD without following a symbolic link and returns its
 // bytes if it is a usable policy file. It adds the file to the digest: with its
 // content when the whole file was read, else as unreadable.
 func (l *loader) read(dirFD int, name, file string) ([]byte, bool) {
+	if l.total > MaxTotalBytes {
+		// The set is deny_all already (the limit's problem is recorded): the files past
+		// it are not read, each in the digest as unreadable.
+		l.digestFile(file, nil, false)
+		return nil, false
+	}
 	data, complete := l.readContent(dirFD, name, file)
 	l.digestFile(file, data, complete)
 	if !complete {
@@ -318,7 +330,12 @@ func (l *loader) parse(file string, data []byte) {
 	}
 	list, err := cedar.NewPolicyListFromBytes(file, data)
 	if err != nil {
-		l.problems = append(l.problems, parseProblem(file, err))
+		pp := parseProblem(file, err)
+		if pp.Line == 0 {
+			// cedar-go gives no position for an escape it refuses: find it.
+			pp.Line, pp.Column = firstBadEscape(data)
+		}
+		l.problems = append(l.problems, pp)
 		return
 	}
 	for _, p := range list {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -337,5 +338,48 @@ func TestMisplacedPolicies(t *testing.T) {
 				t.Fatalf("the other set: %s", good.Reason)
 			}
 		})
+	}
+}
+
+// TestTotalLimitStopsReading: past MaxTotalBytes (16 MiB) of policy text the set is
+// deny_all, and the files after the one that passed the limit are not read: 80 files of
+// 1 MiB cost about the 17 read, not 80 (nor a digest input holding them all).
+func TestTotalLimitStopsReading(t *testing.T) {
+	line := "// " + strings.Repeat("x", 1020) + "\n"
+	body := strings.Repeat(line, MaxFileBytes/len(line))
+	files := map[string]string{}
+	for i := range 80 {
+		files[fmt.Sprintf("policies/p%03d.cedar", i)] = body
+	}
+	dir := makeProject(t, files, nil)
+	root, err := os.Open(dir)
+	must(t, err)
+	defer root.Close()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := Load(root)
+	runtime.ReadMemStats(&after)
+	if s.Mode != ModeDenyAll || !strings.Contains(s.Reason, "limit exceeded") {
+		t.Fatalf("mode %s, reason %q: want deny_all for more than %d bytes", s.Mode, s.Reason, MaxTotalBytes)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 200<<20 {
+		t.Errorf("Load allocated %d MiB for 80 files of 1 MiB; it stops reading at %d MiB", alloc>>20, MaxTotalBytes>>20)
+	}
+}
+
+// TestParseProblemPosition: a string escape Cedar refuses, of which cedar-go's error gives
+// no position, is reported at its line and column all the same.
+func TestParseProblemPosition(t *testing.T) {
+	for _, esc := range []string{`\u{D800}`, `\u{110000}`, `\q`, `\u{}`, `\u{1234567}`} {
+		src := permitAll + "\n@id(\"x\")\nforbid (principal, action, resource) when { context.response like \"*" + esc + "*\" };\n"
+		s := loadDir(t, makeProject(t, map[string]string{"policies/p.cedar": src}, nil))
+		if s.Mode != ModeDenyAll || len(s.Problems) == 0 {
+			t.Fatalf("%s: mode %s, problems %v: want deny_all", esc, s.Mode, s.Problems)
+		}
+		// At the escape (5:69), or at its string (5:67) where cedar-go says so itself.
+		if p := s.Problems[0]; p.Line != 5 || p.Column != 69 && p.Column != 67 {
+			t.Errorf("%s: problem %q: want it at 5:69, the escape", esc, p.String())
+		}
 	}
 }

@@ -1,6 +1,9 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
 // Bounds of how deep the expressions of a policy file nest. cedar-go's parser recurses
 // (about nine calls) once per open bracket and its constant folding once per operator,
@@ -9,20 +12,33 @@ import "fmt"
 // DSL does, open brackets plus the operators of the expression being read at each bracket
 // level (a binary operator, a unary "!" or "-", a member access, if/then/else, in, has,
 // like, is): a chain of 2,000 "||" is a policy someone may write; 100,000 is not.
+//
+// Two constructs cost cedar-go quadratic work in their length, whatever their depth, and
+// have bounds of their own: the attribute path of a "has" (context has a.b.c, which it
+// expands into a chain of "has" tests, the k-th repeating k attributes) at MaxHasPath
+// attributes, and an entity type's path (A::B::C::"id", built by concatenating the names
+// one by one) at MaxTypePath names.
 const (
 	MaxBrackets = 256
 	MaxNesting  = 8192
+	MaxHasPath  = 32
+	MaxTypePath = 64
 )
 
 // checkNesting scans a policy file's text once, without parsing it, and refuses one whose
-// expressions nest deeper than MaxNesting. String literals and comments are skipped; the
-// count of a bracket level starts again at each "," (set and record elements, arguments:
+// expressions nest deeper than MaxNesting, or whose "has" or entity type paths are longer
+// than MaxHasPath or MaxTypePath. String literals and comments ("//" to the end of the
+// line, "/*" to the first "*/", as cedar-go's scanner reads them) are skipped; the count
+// of a bracket level starts again at each "," (set and record elements, arguments:
 // siblings) and every count at ";" (the end of a policy). It overcounts (a chain of "&&"
 // that cedar-go folds as a tree is counted in full); it never undercounts.
 func checkNesting(data []byte) (line, col int, err error) {
 	line, col = 1, 1
 	var chains []int // the operator count of each enclosing bracket level
 	chain, total := 0, 0
+	// The path being read: after "has", its attributes (hasPath > 0); after a name, its
+	// "::" (typePath > 0). Any other token ends it; white space and comments do not.
+	hasPath, typePath := 0, 0
 	deepen := func(n int) error {
 		chain += n
 		total += n
@@ -51,11 +67,22 @@ func checkNesting(data []byte) (line, col int, err error) {
 		}
 		atLine, atCol := line, col
 		var err error
+		inHas, inType := false, false // the token read continues the path
 		switch {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			advance(1)
+			continue
 		case c == '/' && i+1 < len(data) && data[i+1] == '/':
 			for i < len(data) && data[i] != '\n' {
 				advance(1)
 			}
+			continue
+		case c == '/' && i+1 < len(data) && data[i+1] == '*':
+			advance(2)
+			for i < len(data) && !(data[i] == '*' && i+1 < len(data) && data[i+1] == '/') {
+				advance(1)
+			}
+			advance(2) // an unterminated comment runs to the end: cedar-go reports it
 			continue
 		case c == '"':
 			advance(1)
@@ -73,8 +100,16 @@ func checkNesting(data []byte) (line, col int, err error) {
 				j++
 			}
 			switch string(data[i:j]) {
-			case "if", "then", "else", "in", "has", "like", "is":
+			case "has":
 				err = deepen(1)
+				hasPath, inHas = 1, true
+			case "if", "then", "else", "in", "like", "is":
+				err = deepen(1)
+			default:
+				inHas, inType = hasPath > 0, true
+				if typePath == 0 {
+					typePath = 1
+				}
 			}
 			advance(j - i)
 		case c == '(' || c == '[' || c == '{':
@@ -100,15 +135,32 @@ func checkNesting(data []byte) (line, col int, err error) {
 			chains, chain, total = chains[:0], 0, 0
 			advance(1)
 		case c == ':' && i+1 < len(data) && data[i+1] == ':':
-			advance(2) // an entity type's path, not an operator
+			// An entity type's path, not an operator.
+			if typePath++; typePath > MaxTypePath {
+				err = fmt.Errorf("an entity type path of more than %d names, which symbi refuses before parsing", MaxTypePath)
+			}
+			inType = true
+			advance(2)
 		case c == '&' || c == '|' || c == '=' || c == '!' || c == '<' || c == '>' || c == '+' || c == '-' || c == '*' || c == '.':
 			if i+1 < len(data) && (data[i+1] == '&' || data[i+1] == '|' || data[i+1] == '=') && c != '.' {
 				advance(1) // a two-character operator counts once
 			}
 			err = deepen(1)
+			if c == '.' && hasPath > 0 {
+				if hasPath++; hasPath > MaxHasPath {
+					err = fmt.Errorf("a \"has\" path of more than %d attributes, which symbi refuses before parsing", MaxHasPath)
+				}
+				inHas = true
+			}
 			advance(1)
 		default:
 			advance(1)
+		}
+		if !inHas {
+			hasPath = 0
+		}
+		if !inType {
+			typePath = 0
 		}
 		if err != nil {
 			return atLine, atCol, err
@@ -120,3 +172,71 @@ func checkNesting(data []byte) (line, col int, err error) {
 func isIdentByte(c byte) bool {
 	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
+
+// firstBadEscape returns the line and column (1-based, in characters) of the first escape
+// sequence of a string literal that Cedar refuses, or 0, 0 when there is none: Cedar takes
+// \n \r \t \\ \0 \' \" \* and \u{…} of one to six hex digits naming a Unicode scalar value
+// (not a surrogate). Comments are skipped as checkNesting skips them.
+func firstBadEscape(data []byte) (line, col int) {
+	at := func(i int) (int, int) { // the position of data[i], counted from the start
+		l, c := 1, 1
+		for k := 0; k < i; k++ {
+			if data[k] == '\n' {
+				l, c = l+1, 1
+			} else if data[k]&0xC0 != 0x80 {
+				c++
+			}
+		}
+		return l, c
+	}
+	for i := 0; i < len(data); i++ {
+		switch {
+		case data[i] == '/' && i+1 < len(data) && data[i+1] == '/':
+			for i < len(data) && data[i] != '\n' {
+				i++
+			}
+		case data[i] == '/' && i+1 < len(data) && data[i+1] == '*':
+			i += 2
+			for i < len(data) && !(data[i] == '*' && i+1 < len(data) && data[i+1] == '/') {
+				i++
+			}
+			i++
+		case data[i] == '"':
+			for i++; i < len(data) && data[i] != '"'; i++ {
+				if data[i] != '\\' {
+					continue
+				}
+				start := i
+				if i++; i == len(data) {
+					return at(start)
+				}
+				switch data[i] {
+				case 'n', 'r', 't', '\\', '0', '\'', '"', '*':
+					continue
+				case 'u':
+				default:
+					return at(start)
+				}
+				j := i + 1
+				if j >= len(data) || data[j] != '{' {
+					return at(start)
+				}
+				k := j + 1
+				for k < len(data) && k-j-1 < 7 && isHex(data[k]) {
+					k++
+				}
+				if n := k - j - 1; n < 1 || n > 6 || k >= len(data) || data[k] != '}' {
+					return at(start)
+				}
+				v, _ := strconv.ParseUint(string(data[j+1:k]), 16, 32)
+				if v > 0x10FFFF || v >= 0xD800 && v <= 0xDFFF {
+					return at(start)
+				}
+				i = k
+			}
+		}
+	}
+	return 0, 0
+}
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }

@@ -3,6 +3,7 @@ package policy
 import (
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -10,10 +11,11 @@ import (
 
 const respondHead = `@id("p") permit (principal, action == Action::"respond", resource) when { `
 
-// TestCheckNesting: expressions nested past the bounds are refused before cedar-go parses
-// them, counted once over the text; what real policies hold is not: long chains of
-// comparisons, long sets, many policies, brackets and operators inside strings and
-// comments.
+// TestCheckNesting: expressions nested past the bounds, and "has" and entity type paths
+// past theirs, are refused before cedar-go parses them, counted once over the text — block
+// comments read as cedar-go reads them, so that nothing in one hides or resets a count;
+// what real policies hold is not: long chains of comparisons, long sets, many policies,
+// brackets and operators inside strings and comments.
 func TestCheckNesting(t *testing.T) {
 	orChain := strings.TrimSuffix(strings.Repeat(`context.response == "x" || `, 2000), " || ")
 	set := "[" + strings.TrimSuffix(strings.Repeat(`"x", `, 20000), ", ") + "]"
@@ -30,6 +32,14 @@ func TestCheckNesting(t *testing.T) {
 		{"9,000 !", respondHead + strings.Repeat("!", 9000) + "true };", true},
 		{"an and-chain of 9,000", respondHead + strings.TrimSuffix(strings.Repeat("true && ", 9000), " && ") + " };", true},
 		{"200 brackets of 50 operators each", respondHead + strings.Repeat("(true && true && "+strings.Repeat("!", 48), 200) + "true" + strings.Repeat(")", 200) + " };", true},
+		{"brackets in block comments", "/* ((((( \" ;;; */" + respondHead + `/* !!!! ((( */ context.response == "x" /**/ };`, false},
+		{"a quote in a block comment hides nothing", `/* " */ ` + respondHead + strings.Repeat("!", 9000) + `true }; /* " */`, true},
+		{"a ; in a block comment resets nothing", respondHead + strings.Repeat(strings.Repeat("!", 3000)+"/*;*/", 3) + "true };", true},
+		{"a // in a block comment hides nothing", respondHead + "/* // */ " + strings.Repeat("!", 9000) + "true };", true},
+		{"has, a path of 32", respondHead + "context has a" + strings.Repeat(".a", 31) + " };", false},
+		{"has, a path of 33", respondHead + "context has a" + strings.Repeat(" . a", 32) + " };", true},
+		{"an entity type path of 64", respondHead + "principal == " + strings.Repeat("A::", 63) + `"x" };`, false},
+		{"an entity type path of 65", respondHead + "principal == " + strings.Repeat("A :: ", 64) + `"x" };`, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := checkNesting([]byte(tc.src))
@@ -44,31 +54,43 @@ func TestCheckNesting(t *testing.T) {
 }
 
 // deepPolicy is one policy whose condition nests n levels: "!"×n true, or "("×n true
-// ")"×n. Either is about n bytes, far below MaxFileBytes (1 MiB).
+// ")"×n; or "!"×n true behind a block comment that would hide it from a scanner that does
+// not know them (a quote in it, or a ";" every 4,000 "!"). Each is at most about 1.01 n
+// bytes, below MaxFileBytes (1 MiB) for a million.
 func deepPolicy(kind string, n int) string {
+	head, tail := "", ""
 	cond := strings.Repeat("!", n) + "true"
-	if kind == "paren" {
+	switch kind {
+	case "paren":
 		cond = strings.Repeat("(", n) + "true" + strings.Repeat(")", n)
+	case "quote in a block comment":
+		head, tail = `/* " */ `, ` /* " */`
+	case "semicolons in block comments":
+		cond = strings.Repeat(strings.Repeat("!", 4000)+"/*;*/", n/4000) + "true"
 	}
-	return "permit (principal, action == Action::\"respond\", resource) when { " + cond + " };\n"
+	return head + "permit (principal, action == Action::\"respond\", resource) when { " + cond + " };" + tail + "\n"
 }
 
 // TestDeepPolicyLoad: a policy file within the documented limits does not crash the
 // loader (nor a decision): 100,000 levels of "!" or "(" (≈100–200 KB), which overflowed a
-// 64 MiB stack in cedar-go's parser and constant folding, put the set in deny_all with the
-// problem named. A stack overflow is fatal, so each load runs in a child process with a
-// 64 MiB stack.
+// 64 MiB stack in cedar-go's parser and constant folding, and a million "!" behind a block
+// comment, put the set in deny_all with the problem named. A stack overflow is fatal, so
+// each load runs in a child process with a 64 MiB stack.
 func TestDeepPolicyLoad(t *testing.T) {
 	if kind := os.Getenv("SYMBI_TEST_POLICY_KIND"); kind != "" {
 		debug.SetMaxStack(64 << 20)
-		dir := makeProject(t, map[string]string{"policies/deep.cedar": deepPolicy(kind, 100_000)}, nil)
+		n := 100_000
+		if strings.Contains(kind, "comment") {
+			n = 1_000_000
+		}
+		dir := makeProject(t, map[string]string{"policies/deep.cedar": deepPolicy(kind, n)}, nil)
 		s := loadDir(t, dir)
 		if s.Mode != ModeDenyAll || !strings.Contains(s.Reason, "nested deeper than") {
 			t.Fatalf("mode %s, reason %q: want deny_all naming the nesting", s.Mode, s.Reason)
 		}
 		return
 	}
-	for _, kind := range []string{"not", "paren"} {
+	for _, kind := range []string{"not", "paren", "quote in a block comment", "semicolons in block comments"} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestDeepPolicyLoad$", "-test.v")
 		cmd.Env = append(os.Environ(), "SYMBI_TEST_POLICY_KIND="+kind)
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -78,5 +100,34 @@ func TestDeepPolicyLoad(t *testing.T) {
 			}
 			t.Errorf("loading a policy nested 100,000 levels (%s) at a 64 MiB stack: %v\n%.2000s", kind, err, o)
 		}
+	}
+}
+
+// TestLinearPolicyText: the constructs cedar-go parses in quadratic time or memory — a
+// "has" with a long dotted path, a long entity type path — are refused before it sees
+// them: loading such a file costs at most a few hundred bytes per byte of text (a 589 KB
+// set literal costs about 145), never gigabytes.
+func TestLinearPolicyText(t *testing.T) {
+	for name, src := range map[string]string{
+		"has with a dotted path": respondHead + "context has a" + strings.Repeat(".a", 3000) + " };\n",
+		"long entity type path":  respondHead + "principal == " + strings.Repeat("A::", 40000) + "\"x\" };\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := makeProject(t, map[string]string{"policies/p.cedar": src}, nil)
+			root, err := os.Open(dir)
+			must(t, err)
+			defer root.Close()
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			s := Load(root)
+			runtime.ReadMemStats(&after)
+			if s.Mode != ModeDenyAll || !strings.Contains(s.Reason, "path of more than") {
+				t.Errorf("mode %s, reason %q: want deny_all naming the path's bound", s.Mode, s.Reason)
+			}
+			if alloc, limit := after.TotalAlloc-before.TotalAlloc, max(uint64(1000*len(src)), 32<<20); alloc > limit {
+				t.Errorf("loading a %d-byte policy file allocated %d MiB, more than %d MiB", len(src), alloc>>20, limit>>20)
+			}
+		})
 	}
 }
