@@ -2,6 +2,8 @@ package invoke
 
 import (
 	"context"
+	"crypto/ed25519"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -117,9 +119,11 @@ func journals(t *testing.T, f *fixture) int {
 // TestResumeRejudges: a run held at a gate when its server stopped is judged again, on
 // resume, by the policy set the server now runs, when that set is not the one that held
 // it: the gate does not outlive a change of the policies that set it. The same set, or a
-// new one that holds the answer at the same gate, waits for the person as before; a set
-// that denies everything, one that denies the answer another way, or an agent whose
-// definition changed ends the run policy_denied, the text never released.
+// new one that holds the answer at the same gate or allows it, waits for the person as
+// before; a set that denies everything, one that denies the answer another way, or an
+// agent whose definition changed ends the run policy_denied, the text never released. A
+// new set's decision is journaled (policy_reevaluated: its digest, decision, deciding
+// policies and gate), durable before the run waits on or ends.
 func TestResumeRejudges(t *testing.T) {
 	const text, gate = "Dear ACME Corp, the outage is over.", "customer-names-review"
 	gated := "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n" +
@@ -131,13 +135,15 @@ func TestResumeRejudges(t *testing.T) {
 		source   string // the agent's definition when resumed: "" for the one that ran
 		denied   string // in the policy_denied error; "" for a run that waits and is released
 		file     string // the agent's file in agents/: "" for helper.symbi
+		rejudged string // the policy_reevaluated journaled: "decision/gate"; "" for none
 	}{
-		{"the same set", gated, "", "", "", ""},
-		{"a new set, the same gate", gated + "// a comment\n", "an older digest", "", "", ""},
-		{"a set that cannot be used", "not cedar", "", "", "the set is unusable, and denies everything until fixed", ""},
-		{"a new set, an ungated forbid", strings.Replace(gated, "@gate(\"human\") ", "", 1), "an older digest", "", "denied by forbid customer-names-review", ""},
-		{"a new set, the definition changed", gated, "an older digest", "agent helper { capabilities = [\"answer\", \"more\"] }\n", "the agent's definition agents/helper.symbi is gone or changed", ""},
-		{"a new set, the same gate, a file named like two extensions", gated + "// a comment\n", "an older digest", "", "", "helper.dsl.symbi"},
+		{"the same set", gated, "", "", "", "", ""},
+		{"a new set, the same gate", gated + "// a comment\n", "an older digest", "", "", "", "deny/" + gate},
+		{"a new set that allows", "@id(\"respond-v2\") permit (principal, action == Action::\"respond\", resource);\n", "an older digest", "", "", "", "allow/"},
+		{"a set that cannot be used", "not cedar", "", "", "the set is unusable, and denies everything until fixed", "", ""},
+		{"a new set, an ungated forbid", strings.Replace(gated, "@gate(\"human\") ", "", 1), "an older digest", "", "denied by forbid customer-names-review", "", "deny/"},
+		{"a new set, the definition changed", gated, "an older digest", "agent helper { capabilities = [\"answer\", \"more\"] }\n", "the agent's definition agents/helper.symbi is gone or changed", "", ""},
+		{"a new set, the same gate, a file named like two extensions", gated + "// a comment\n", "an older digest", "", "", "helper.dsl.symbi", "deny/" + gate},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -172,21 +178,78 @@ func TestResumeRejudges(t *testing.T) {
 				if err := run.Approve(t.Context(), Approval{Decision: ApprovalApprove, Approver: "alice"}); !errors.Is(err, ErrNotAwaiting) {
 					t.Fatalf("an approval after: %v, want ErrNotAwaiting", err)
 				}
-				return
+			} else {
+				if err := run.Approve(t.Context(), Approval{Decision: ApprovalApprove, Approver: "alice"}); err != nil {
+					t.Fatal(err)
+				}
+				if res, err := run.Wait(t.Context()); err != nil || res.Text != text {
+					t.Fatalf("resumed and approved: %+v, %v", res, err)
+				}
 			}
-			if err := run.Approve(t.Context(), Approval{Decision: ApprovalApprove, Approver: "alice"}); err != nil {
-				t.Fatal(err)
+			var got []string
+			for _, p := range payloads(t, run.Audit().Path) {
+				if p.Type != journal.TypePolicyReevaluated {
+					continue
+				}
+				var pr journal.PolicyReevaluated
+				if err := json.Unmarshal(p.Data, &pr); err != nil {
+					t.Fatal(err)
+				}
+				if pr.PolicyDigest != set.Digest || pr.PolicyMode != string(set.Mode) || pr.TextSHA256 != digest.SHA256Hex([]byte(text)) || len(pr.PolicyIDs) == 0 {
+					t.Errorf("policy_reevaluated %+v: want the set %s %s judging the held text", pr, set.Mode, set.Digest)
+				}
+				got = append(got, pr.Decision+"/"+pr.Gate)
 			}
-			if res, err := run.Wait(t.Context()); err != nil || res.Text != text {
-				t.Fatalf("resumed and approved: %+v, %v", res, err)
+			if want := tt.rejudged; strings.Join(got, ",") != want {
+				t.Errorf("policy_reevaluated records %v, want %q", got, want)
+			}
+			pub, _ := hex.DecodeString(run.Audit().PublicKey)
+			if rep := journal.Verify(run.Audit().Path, ed25519.PublicKey(pub), journal.VerifyOptions{}); rep.ExitCode() != 0 {
+				t.Errorf("the journal does not verify: %+v", rep.Problems)
 			}
 		})
 	}
 }
 
+// TestResumeAfterRejudged: a run judged again at one resume (policy_reevaluated after its
+// approval_requested) resumes again at the next, judged against that set, not started's:
+// the same set journals nothing more, and the person's approval releases the text.
+func TestResumeAfterRejudged(t *testing.T) {
+	const text, gate = "Dear ACME Corp, the outage is over.", "customer-names-review"
+	f := newFixture(t, map[string]string{
+		"agents/helper.symbi":    "agent helper { capabilities = [\"answer\"] }\n",
+		"policies/respond.cedar": "@id(\"respond-v2\") permit (principal, action == Action::\"respond\", resource);\n",
+	}, nil)
+	agent, err := f.runner.cfg.Registry.Resolve(project.Stem("helper.symbi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := f.runner.cfg.Policies
+	started := journal.Started{Agent: "helper", File: agent.Entry.File, SourceSHA256: agent.SourceSHA256, Surface: "mcp-server",
+		PolicyMode: string(policy.ModeCedar), PolicyDigest: "the set that held it"}
+	h := heldJournal(t, f, started, text, gate, journal.PolicyReevaluated{PolicyMode: string(set.Mode), PolicyDigest: set.Digest,
+		Decision: "allow", PolicyIDs: []string{"respond-v2"}, TextSHA256: digest.SHA256Hex([]byte(text))})
+	run := f.runner.Resume(h)
+	if err := run.Approve(t.Context(), Approval{Decision: ApprovalApprove, Approver: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := run.Wait(t.Context()); err != nil || res.Text != text {
+		t.Fatalf("resumed again and approved: %+v, %v", res, err)
+	}
+	n := 0
+	for _, p := range payloads(t, run.Audit().Path) {
+		if p.Type == journal.TypePolicyReevaluated {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d policy_reevaluated records, want the first resume's one", n)
+	}
+}
+
 // heldJournal writes the journal of a model run held at gate with text, as its server left
-// it, and reopens it for Resume.
-func heldJournal(t *testing.T, f *fixture, started journal.Started, text, gate string) *Held {
+// it (then the records extra), and reopens it for Resume.
+func heldJournal(t *testing.T, f *fixture, started journal.Started, text, gate string, extra ...journal.Record) *Held {
 	t.Helper()
 	sum := digest.SHA256Hex([]byte(text))
 	store, err := journal.OpenStore(f.runner.cfg.Project.Root(), journal.StoreOptions{Create: true})
@@ -201,6 +264,11 @@ func heldJournal(t *testing.T, f *fixture, started journal.Started, text, gate s
 		journal.ApprovalRequested{Gate: gate, TextSHA256: sum, TextBytes: int64(len(text)), TimeoutMS: ms(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, r := range extra {
+		if err := w.Append(r); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := w.Sync(); err != nil {
 		t.Fatal(err)

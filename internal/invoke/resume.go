@@ -28,13 +28,18 @@ type Held struct {
 	since    time.Time // approval_requested's time
 	deadline time.Time // since plus its timeout_ms
 	begun    time.Time // started's time
+
+	// The policy set that last judged the answer: started's, or the last
+	// policy_reevaluated's (a resume before this one).
+	judgedMode, judgedDigest string
 }
 
 // RunID returns the held run's id.
 func (h *Held) RunID() string { return h.w.RunID() }
 
 // ReopenHeld reopens the journal name of store if its run was held at a gate and can be
-// resumed: its last record is approval_requested and the text it holds is in the journal
+// resumed: its last record is approval_requested (or policy_reevaluated after it, an
+// earlier resume's judgement) and the text it holds is in the journal
 // in clear (a hashes-only journal cannot be released: such a run stays abandoned). For
 // any other journal it returns (nil, nil) and leaves the file, unlocked, as it was.
 func ReopenHeld(store *journal.Store, name string) (*Held, error) {
@@ -57,14 +62,26 @@ func ReopenHeld(store *journal.Store, name string) (*Held, error) {
 // held reads what a resumed wait needs from a journal's records, or says it cannot be
 // resumed.
 func held(recs []journal.Read) (*Held, bool) {
-	last := recs[len(recs)-1]
+	end := len(recs) - 1
+	for end > 0 && recs[end].Type == journal.TypePolicyReevaluated {
+		end--
+	}
+	last := recs[end]
 	if last.Type != journal.TypeApprovalRequested || recs[0].Type != journal.TypeStarted {
 		return nil, false
 	}
 	h := &Held{}
 	var req journal.ApprovalRequested
-	if json.Unmarshal(recs[0].Data, &h.started) != nil || json.Unmarshal(last.Data, &req) != nil {
+	if json.Unmarshal(recs[0].Data, &h.started) != nil || json.Unmarshal(last.Data, &req) != nil || req.RequestID != "" {
 		return nil, false
+	}
+	h.judgedMode, h.judgedDigest = h.started.PolicyMode, h.started.PolicyDigest
+	for _, r := range recs[end+1:] {
+		var pr journal.PolicyReevaluated
+		if json.Unmarshal(r.Data, &pr) != nil {
+			return nil, false
+		}
+		h.judgedMode, h.judgedDigest = pr.PolicyMode, pr.PolicyDigest
 	}
 	var err1, err2 error
 	h.begun, err1 = time.Parse(journal.TimeLayout, recs[0].Time)
@@ -109,7 +126,7 @@ func (r *Runner) Resume(h *Held) *Run {
 	p.journal.Store(h.w)
 	p.opened.Store(&Audit{RunID: h.w.RunID(), Path: h.w.Path(), PublicKey: h.pub})
 	p.gate.init()
-	refused := r.rejudge(h, req)
+	judged, refused := r.rejudge(h, req)
 	if refused == nil {
 		p.gate.pending.Store(&Pending{Gate: h.gate, Since: h.since, Deadline: h.deadline, TextBytes: int64(len(h.text)), delegated: h.started.Mode == ModeDelegated})
 	}
@@ -118,7 +135,7 @@ func (r *Runner) Resume(h *Held) *Run {
 	close(run.opened)
 	go func() {
 		defer h.w.Close()
-		run.res, run.err = guard(r.cfg.Log, p, func() (*Result, error) { return r.resumeWait(ctx, h, p, refused) })
+		run.res, run.err = guard(r.cfg.Log, p, func() (*Result, error) { return r.resumeWait(ctx, h, p, judged, refused) })
 		r.logRun(p, run.res, run.err)
 		cancel(nil)
 		r.mu.Lock()
@@ -132,45 +149,54 @@ func (r *Runner) Resume(h *Held) *Run {
 }
 
 // rejudge decides again, with the policy set this server runs, the answer h holds, when
-// that set is not the one that held it (the started record's policy digest): the gate
-// does not outlive a change of the policies that set it. It returns nil when the run may
-// wait on — the same set, or a new one that holds the answer at the same gate or allows
-// it (a person was asked, and still decides) — and otherwise the policy_denied error that
-// ends it: a set that denies everything (deny_all), one that denies the answer another
-// way, or an agent whose definition is gone or changed, so that the answer cannot be
-// judged again. run is the run's request as the journal's started record tells it.
-func (r *Runner) rejudge(h *Held, run Request) error {
+// that set is not the one that last judged it (the started record's policy digest, or the
+// last policy_reevaluated's): the gate does not outlive a change of the policies that set
+// it. It returns a nil error when the run may wait on — the same set, or a new one that
+// holds the answer at the same gate or allows it (a person was asked, and still decides)
+// — and otherwise the policy_denied error that ends it: a set that denies everything
+// (deny_all), one that denies the answer another way, or an agent whose definition is
+// gone or changed, so that the answer cannot be judged again. When a new set decided on
+// the answer, judged is that decision, to be journaled before the run waits on or ends.
+// run is the run's request as the journal's started record tells it.
+func (r *Runner) rejudge(h *Held, run Request) (judged *journal.PolicyReevaluated, err error) {
 	set, st := r.cfg.Policies, h.started
 	denied := func(format string, a ...any) error {
-		return errcode.Errorf(errcode.PolicyDenied, "the policies changed since the answer was held at gate %s (digest %s, now %s): %s", h.gate, st.PolicyDigest, set.Digest, fmt.Sprintf(format, a...))
+		return errcode.Errorf(errcode.PolicyDenied, "the policies changed since the answer was held at gate %s (digest %s, now %s): %s", h.gate, h.judgedDigest, set.Digest, fmt.Sprintf(format, a...))
 	}
 	switch {
 	case set == nil:
-		return errcode.Errorf(errcode.PolicyDenied, "no policy set to judge the held answer with")
+		return nil, errcode.Errorf(errcode.PolicyDenied, "no policy set to judge the held answer with")
 	case set.Mode == policy.ModeDenyAll:
-		return denied("the set is unusable, and denies everything until fixed: %s", set.Reason)
-	case string(set.Mode) == st.PolicyMode && set.Digest == st.PolicyDigest:
-		return nil
+		return nil, denied("the set is unusable, and denies everything until fixed: %s", set.Reason)
+	case string(set.Mode) == h.judgedMode && set.Digest == h.judgedDigest:
+		return nil, nil
 	case r.cfg.Registry == nil:
-		return denied("the agent's definition cannot be read to judge the answer again")
+		return nil, denied("the agent's definition cannot be read to judge the answer again")
 	}
 	agent, err := r.cfg.Registry.Resolve(project.Stem(path.Base(st.File)))
 	if err != nil || agent.Entry.File != st.File || agent.SourceSHA256 != st.SourceSHA256 {
-		return denied("the agent's definition %s is gone or changed, so the answer cannot be judged again", st.File)
+		return nil, denied("the agent's definition %s is gone or changed, so the answer cannot be judged again", st.File)
 	}
 	req := policy.NewRequest(agent, h.w.RunID(), h.text, run.Surface, run.Caller)
 	req.CallerAuth = run.CallerAuth
-	switch d := set.Decide(req); {
-	case d.Allow, d.Gate == h.gate:
-		return nil
+	d := set.Decide(req)
+	judged = &journal.PolicyReevaluated{PolicyMode: string(set.Mode), PolicyDigest: set.Digest, Decision: "deny", PolicyIDs: d.Policies,
+		Errors: d.Errors, TextSHA256: digest.SHA256Hex([]byte(h.text))}
+	switch {
+	case d.Allow:
+		judged.Decision = "allow"
+		return judged, nil
+	case d.Gate == h.gate:
+		judged.Gate = d.Gate
+		return judged, nil
 	default:
-		return denied("%s", denial(d))
+		return judged, denied("%s", denial(d))
 	}
 }
 
 // resumeWait is the rest of a held run: the wait, then its end; or, when refused (the
 // policies now deny the answer: rejudge), its end at once.
-func (r *Runner) resumeWait(ctx context.Context, h *Held, p *prepared, refused error) (res *Result, err error) {
+func (r *Runner) resumeWait(ctx context.Context, h *Held, p *prepared, judged *journal.PolicyReevaluated, refused error) (res *Result, err error) {
 	w := h.w
 	audit := func() *Audit {
 		rc := w.Durable()
@@ -187,6 +213,17 @@ func (r *Runner) resumeWait(ctx context.Context, h *Held, p *prepared, refused e
 			return nil, &Error{Err: errcode.Errorf(errcode.AuditUnavailable, "%v; and the run could not be recorded as such: %v", err, werr), Audit: audit()}
 		}
 		return nil, &Error{Err: err, Audit: audit()}
+	}
+	if judged != nil {
+		// The new set's decision, durable before the run waits on or ends by it.
+		err := w.Append(*judged)
+		if err == nil {
+			err = w.Sync()
+		}
+		if err != nil {
+			p.reason = reasonAuditFailed
+			return nil, &Error{Err: r.recordAsFound(w, errcode.Wrap(errcode.AuditUnavailable, err)), Audit: audit()}
+		}
 	}
 	if refused != nil {
 		p.reason = reasonPolicyDenied

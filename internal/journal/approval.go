@@ -31,6 +31,23 @@ type ApprovalDecided struct {
 	Via          string `json:"via"` // "approve_run", or "elicitation" (the requester's own client)
 }
 
+// PolicyReevaluated is the held answer judged again, when a server resumes its run after
+// a restart under a policy set other than the one that last judged it (started's policy
+// mode and digest, or the last policy_reevaluated's): that set's mode and digest, its
+// decision on the same text, the deciding policies and evaluation errors, and the gate
+// that still holds the answer when one does. It is durable before the run waits on — a
+// deny at the same gate, or an allow: a person was asked, and still decides — or ends
+// policy_denied.
+type PolicyReevaluated struct {
+	PolicyMode   string   `json:"policy_mode"`
+	PolicyDigest string   `json:"policy_digest"`
+	Decision     string   `json:"decision"` // "allow" or "deny"
+	PolicyIDs    []string `json:"policy_ids"`
+	Errors       []string `json:"errors"`
+	Gate         string   `json:"gate,omitempty"` // the gate holding the answer still
+	TextSHA256   string   `json:"text_sha256"`
+}
+
 // MaxApprovalReasonBytes bounds an approval's reason.
 const MaxApprovalReasonBytes = 4 << 10
 
@@ -38,6 +55,7 @@ const MaxApprovalReasonBytes = 4 << 10
 const (
 	TypeApprovalRequested = "approval_requested"
 	TypeApprovalDecided   = "approval_decided"
+	TypePolicyReevaluated = "policy_reevaluated"
 )
 
 // Type implements Record.
@@ -45,3 +63,6 @@ func (ApprovalRequested) Type() string { return TypeApprovalRequested }
 
 // Type implements Record.
 func (ApprovalDecided) Type() string { return TypeApprovalDecided }
+
+// Type implements Record.
+func (PolicyReevaluated) Type() string { return TypePolicyReevaluated }

@@ -216,6 +216,14 @@ func normalize(r Record) Record {
 		return v
 	case *PolicyEvaluated:
 		return normalize(*v)
+	case PolicyReevaluated:
+		if v.PolicyIDs == nil {
+			v.PolicyIDs = []string{}
+		}
+		if v.Errors == nil {
+			v.Errors = []string{}
+		}
+		return v
 	case SessionStarted:
 		if v.Command == nil {
 			v.Command = []string{}

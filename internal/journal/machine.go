@@ -59,6 +59,10 @@ type Step struct {
 //     or reject. Then terminated may say released (reason completed) after an approve as
 //     after an allow; policy_denied needs a deny not approved; timeout is also the end of
 //     a wait no decision ended;
+//   - policy_reevaluated stands only while the answer waits (after approval_requested of
+//     the answer, before approval_decided), on the same text_sha256, with a decision of
+//     allow or deny; it changes nothing of what the rules above allow (a person still
+//     decides);
 //   - records of other types (a later version's) may stand anywhere after started and
 //     before terminated; the machine does not read them.
 //
@@ -227,6 +231,15 @@ func (m *Machine) step(s Step) error {
 			return fmt.Errorf("approval_decided with decision %q (want approve or reject)", s.Decision)
 		}
 		m.approval = s.Decision
+	case TypePolicyReevaluated:
+		switch {
+		case !m.gated || m.approval != "":
+			return errors.New("policy_reevaluated without a held answer waiting: only an answer waiting at a gate is judged again")
+		case s.Decision != "allow" && s.Decision != "deny":
+			return fmt.Errorf("policy_reevaluated with decision %q (want allow or deny)", s.Decision)
+		case s.TextSHA256 != m.textSHA256:
+			return fmt.Errorf("policy_reevaluated judges text %s, but the text held was %s", s.TextSHA256, m.textSHA256)
+		}
 	case TypeTerminated:
 		switch {
 		case s.Released && m.decision != "allow" && m.approval != "approve":
@@ -324,6 +337,8 @@ func stepOf(r Record) Step {
 		s.Gate, s.TextSHA256, s.RequestID = r.Gate, r.TextSHA256, r.RequestID
 	case ApprovalDecided:
 		s.Decision, s.RequestID = r.Decision, r.RequestID
+	case PolicyReevaluated:
+		s.Decision, s.TextSHA256 = r.Decision, r.TextSHA256
 	case FSRead:
 		s.RequestID = r.RequestID
 	case FSWrite:

@@ -27,6 +27,7 @@ func TestMachine(t *testing.T) {
 		decide    = func(d string) Step { return Step{Type: TypeApprovalDecided, Decision: d} }
 		hold      = func(id string) Step { return Step{Type: TypeApprovalRequested, Gate: "g", RequestID: id} }
 		decideP   = func(id, d string) Step { return Step{Type: TypeApprovalDecided, RequestID: id, Decision: d} }
+		rejudged  = func(d, text string) Step { return Step{Type: TypePolicyReevaluated, Decision: d, TextSHA256: text} }
 		// A delegated run.
 		session    = Step{Type: TypeSessionStarted}
 		message    = Step{Type: TypeAgentMessage}
@@ -80,6 +81,13 @@ func TestMachine(t *testing.T) {
 		{"decided twice", []Step{started, requested, finished, denied, held, decide("approve"), decide("reject")}, "a second approval_decided"},
 		{"an unknown approval decision", []Step{started, requested, finished, denied, held, decide("maybe")}, `decision "maybe"`},
 		{"released after a rejection", []Step{started, requested, finished, denied, held, decide("reject"), released}, "no person approved"},
+		{"judged again while waiting, approved", []Step{started, requested, finished, denied, held, rejudged("deny", "t1"), rejudged("allow", "t1"), decide("approve"), released}, ""},
+		{"judged again while waiting, denied", []Step{started, requested, finished, denied, held, rejudged("deny", "t1"), end("policy_denied")}, ""},
+		{"released on an allow judged again, no person deciding", []Step{started, requested, finished, denied, held, rejudged("allow", "t1"), released}, "no person approved"},
+		{"judged again with nothing held", []Step{started, requested, finished, denied, rejudged("deny", "t1")}, "without a held answer waiting"},
+		{"judged again after the decision", []Step{started, requested, finished, denied, held, decide("approve"), rejudged("allow", "t1")}, "without a held answer waiting"},
+		{"judged again, other text", []Step{started, requested, finished, denied, held, rejudged("deny", "t2")}, "but the text held was"},
+		{"judged again, no decision", []Step{started, requested, finished, denied, held, rejudged("maybe", "t1")}, "want allow or deny"},
 		{"released while waiting", []Step{started, requested, finished, denied, held, released}, "no person approved"},
 		{"denied after an approval", []Step{started, requested, finished, denied, held, decide("approve"), end("policy_denied")}, "a person approved"},
 		{"timeout after a decision", []Step{started, requested, finished, denied, held, decide("reject"), end("timeout")}, "no approval was awaited"},

@@ -57,7 +57,7 @@ func (s *Store) Reopen(name string) (*Writer, []Read, error) {
 		unix.Close(rootFD)
 		return nil, nil, fmt.Errorf("%w: %s: %s", ErrNotResumable, path, fmt.Sprintf(format, a...))
 	}
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	if err := lockForWriting(fd, path); err != nil {
 		return fail("another writer holds it: %v", err)
 	}
 	var st unix.Stat_t
@@ -75,6 +75,11 @@ func (s *Store) Reopen(name string) (*Writer, []Read, error) {
 	data, err := io.ReadAll(io.NewSectionReader(f, 0, st.Size))
 	if err != nil {
 		return fail("read: %v", err)
+	}
+	// The lines read may be in the page cache only (their writer was stopped between a
+	// write and its fsync): they are durable, and counted so, once this fsync returns.
+	if err := f.Sync(); err != nil {
+		return fail("fsync: %v", err)
 	}
 	w := newWriter(f, path, s.key, agentID, runID)
 	w.root = os.NewFile(uintptr(rootFD), s.root.Name())
@@ -125,10 +130,31 @@ func (w *Writer) replay(data []byte, pub []byte) ([]Read, error) {
 		w.track(waitChangeOfStep(e.step))
 		w.finished = w.finished || e.typ == TypeSessionFinished
 	}
-	w.seq, w.durable = r.Records, r.Records
+	w.seq, w.durable, w.durableSize = r.Records, r.Records, int64(len(data))
 	w.prev, w.durableHead = r.Head, r.Head
 	w.durableWait = len(w.waits) > 0
 	w.size = int64(len(data))
 	w.machine = machine
 	return entries, nil
+}
+
+// lockForWriting takes the exclusive lock of the journal open as fd, which its writer
+// holds for the run's lifetime. A shared lock held for an instant (InProgress, asked by
+// another process) does not make it another writer's: when no exclusive lock is held —
+// a shared one can be had on another descriptor — it waits for the probes to let go.
+func lockForWriting(fd int, path string) error {
+	err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+	if !errors.Is(err, unix.EWOULDBLOCK) {
+		return err
+	}
+	probe, perr := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if perr != nil {
+		return err
+	}
+	shared := unix.Flock(probe, unix.LOCK_SH|unix.LOCK_NB)
+	unix.Close(probe)
+	if shared != nil {
+		return err // an exclusive lock: another writer
+	}
+	return unix.Flock(fd, unix.LOCK_EX)
 }

@@ -446,6 +446,7 @@ var stepMembers = map[string][]string{
 	TypeFSWrite:            {"request_id"},
 	TypeApprovalRequested:  {"gate", "request_id", "text_sha256"},
 	TypeApprovalDecided:    {"request_id", "decision"},
+	TypePolicyReevaluated:  {"decision", "text_sha256"},
 }
 
 // decodeStep reads what the state machine needs of a record's data. The members must be

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"syscall"
 	"time"
@@ -37,6 +38,7 @@ type file interface {
 	Write([]byte) (int, error)
 	Sync() error
 	Stat() (fs.FileInfo, error)
+	Truncate(size int64) error
 	Close() error
 }
 
@@ -55,6 +57,7 @@ type Writer struct {
 	seq         int
 	durable     int             // records made durable by the last successful Sync
 	durableHead string          // the hash of the last of them
+	durableSize int64           // the file's length then
 	waits       map[string]bool // the waits at a gate the records written leave open, by request_id ("" for the answer)
 	durableWait bool            // whether the durable records leave a wait open (at the last Sync)
 	machine     Machine         // the run's state after the records written
@@ -279,19 +282,23 @@ const TimeLayout = "2006-01-02T15:04:05.000Z"
 // mismatch, stops the writer (fail-stop); a record refused for its size or order is not
 // written and does not stop it.
 func (w *Writer) Append(r Record) error {
-	p, err := w.Prepare(r)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p, err := w.prepareLocked(r)
 	if err != nil {
 		return err
 	}
-	return w.AppendPrepared(p)
+	return w.appendPreparedLocked(p)
 }
 
 // InProgress reports whether a writer still holds the journal at path (a run in flight
-// in some process). A journal that cannot be opened is not in progress.
+// in some process). A journal that is not there, or is a symbolic link, is not in
+// progress; one that cannot be opened for another reason (no descriptor to spare) is
+// taken to be: a run in flight is never taken for abandoned.
 func InProgress(path string) bool {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return false
+		return !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ELOOP) && !errors.Is(err, unix.ENOTDIR)
 	}
 	defer unix.Close(fd)
 	if err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB); err != nil {
@@ -352,8 +359,21 @@ func (w *Writer) track(c waitChange) {
 func (w *Writer) Prepare(r Record) (*Prepared, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.prepareLocked(r)
+}
+
+// prepareLocked is Prepare with w.mu held.
+func (w *Writer) prepareLocked(r Record) (*Prepared, error) {
 	if w.failed != nil {
 		return nil, w.stoppedErr()
+	}
+	// A record given by pointer is checked, signed and written as its value: the
+	// machine reads the value's fields.
+	if v := reflect.ValueOf(r); v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return nil, errcode.Errorf(errcode.Internal, "%w: a nil %s record", ErrOrder, v.Type())
+		}
+		r = v.Elem().Interface().(Record)
 	}
 	switch {
 	case w.terminated:
@@ -390,6 +410,11 @@ func (w *Writer) Prepare(r Record) (*Prepared, error) {
 func (w *Writer) AppendPrepared(p *Prepared) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.appendPreparedLocked(p)
+}
+
+// appendPreparedLocked is AppendPrepared with w.mu held.
+func (w *Writer) appendPreparedLocked(p *Prepared) error {
 	if w.failed != nil {
 		return w.stoppedErr()
 	}
@@ -403,9 +428,15 @@ func (w *Writer) AppendPrepared(p *Prepared) error {
 	if st.Size() != w.size {
 		return w.fail(fmt.Errorf("file is %d bytes, the writer wrote %d: someone else wrote to it", st.Size(), w.size))
 	}
-	// Whether the file is still reachable is checked at each Sync, the durable points:
-	// nothing is released before one, and a line written to a file that has become
-	// unreachable stops the writer there.
+	// A file that is not exactly one name takes no more lines (its link count is in the
+	// stat just made); whether it is still the file at its path is checked at each Sync,
+	// the durable points: nothing is released before one, and a failed Sync cuts the
+	// file back to the last.
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink != 1 {
+		err := w.fail(fmt.Errorf("the journal file has %d links, want 1", sys.Nlink))
+		w.cutBack()
+		return err
+	}
 	n, err := w.f.Write(p.line)
 	if err == nil && n != len(p.line) {
 		err = fmt.Errorf("short write: %d of %d bytes", n, len(p.line))
@@ -506,7 +537,9 @@ func (w *Writer) Sync() error {
 		return w.stoppedErr()
 	}
 	if err := w.f.Sync(); err != nil {
-		return w.fail(fmt.Errorf("fsync: %w", err))
+		err = w.fail(fmt.Errorf("fsync: %w", err))
+		w.cutBack()
+		return err
 	}
 	// What was made durable must be exactly what the writer wrote, and still reachable.
 	st, err := w.f.Stat()
@@ -517,10 +550,12 @@ func (w *Writer) Sync() error {
 		return w.fail(fmt.Errorf("file is %d bytes, the writer wrote %d: someone else wrote to it", st.Size(), w.size))
 	}
 	if err := w.checkReachable(st); err != nil {
-		return w.fail(err)
+		err = w.fail(err)
+		w.cutBack()
+		return err
 	}
 	if w.durable != w.seq {
-		w.durable, w.durableHead, w.durableWait = w.seq, w.prev, len(w.waits) > 0
+		w.durable, w.durableHead, w.durableWait, w.durableSize = w.seq, w.prev, len(w.waits) > 0, w.size
 		close(w.changed)
 		w.changed = make(chan struct{})
 	}
@@ -566,6 +601,11 @@ func (w *Writer) Discard() error {
 		return fmt.Errorf("journal: discard %s: %w", w.path, err)
 	}
 	defer unix.Close(gov)
+	// The scan lock, shared (as Create holds it): a reconciliation deciding on this file
+	// under the lock finds it in progress or gone, never gone between two of its looks.
+	if err := unix.Flock(gov, unix.LOCK_SH); err != nil {
+		return fmt.Errorf("journal: discard %s: lock the directory: %w", w.path, err)
+	}
 	var at unix.Stat_t
 	if err := unix.Fstatat(gov, w.name, &at, unix.AT_SYMLINK_NOFOLLOW); err != nil || sys == nil || at.Dev != sys.Dev || at.Ino != sys.Ino {
 		return fmt.Errorf("journal: discard %s: the name no longer leads to this run's file; nothing removed", w.path)
@@ -577,6 +617,24 @@ func (w *Writer) Discard() error {
 	// no durable record and is reported as such.
 	unix.Fsync(gov)
 	return nil
+}
+
+// cutBack, once the writer has stopped at a failed Sync or append, cuts its file back to
+// the last durable point when the file holds exactly what this writer wrote: the lines
+// after it were never acknowledged — a caller was told the run failed — and a journal that
+// kept them would tell what did not happen (a terminated line saying the text was
+// released, for a run whose text was withheld); the run's receipt is then the file's.
+// Bytes someone else wrote are evidence and are left. Best effort, with w.mu held.
+func (w *Writer) cutBack() {
+	if w.size == w.durableSize {
+		return
+	}
+	if st, err := w.f.Stat(); err != nil || st.Size() != w.size {
+		return
+	}
+	if w.f.Truncate(w.durableSize) == nil && w.f.Sync() == nil {
+		w.size = w.durableSize
+	}
 }
 
 // fail stops the writer; it is called with w.mu held.

@@ -147,3 +147,31 @@ func TestPrunedNeedsAnEntry(t *testing.T) {
 		t.Errorf("pruning a recorded run: %v", err)
 	}
 }
+
+// TestReconcileSkipsDiscardedJournal: a journal reconciliation listed and whose writer then
+// removed it as debris (Discard: nothing durable, nothing sent) is passed over, not
+// recorded as found — verify --project would call it missing for good. RecordAsFound, a
+// server recording its own failed run a caller has heard of, records it all the same.
+func TestReconcileSkipsDiscardedJournal(t *testing.T) {
+	p := newProjectRuns(t, 0)
+	store := p.store(t)
+	w, err := store.Create("agent", "discarded", journal.Started{Agent: "a"}) // written, not durable
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Base(w.Path())
+	if err := w.Discard(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	// Reconcile listed the file before it went: it decides on it under the scan lock.
+	if rec, err := recoverJournal(p.lw, p.gov, base, "agent", "discarded", p.pub, false); rec != nil || err != nil || p.lw.Knows("discarded") {
+		t.Fatalf("reconciliation recorded a discarded journal: %+v, %v", rec, err)
+	}
+	if r := VerifyProject(p.dir, p.pub, nil); r.ExitCode() != 0 {
+		t.Fatalf("verify --project: exit %d, %q %+v", r.ExitCode(), r.Problems, r.Runs)
+	}
+	if rec, err := RecordAsFound(p.lw, w.Path(), "agent", "discarded"); rec == nil || err != nil || rec.State != journal.StatusInvalid {
+		t.Errorf("RecordAsFound of a run's journal gone: %+v, %v; want it recorded, invalid", rec, err)
+	}
+}

@@ -40,7 +40,7 @@ func Reconcile(w *Writer, gov string, pub ed25519.PublicKey) ([]Recovered, error
 		if runID != "" && w.Knows(runID) {
 			continue
 		}
-		rec, err := recoverJournal(w, gov, base, agentID, runID, pub)
+		rec, err := recoverJournal(w, gov, base, agentID, runID, pub, false)
 		if err != nil {
 			return out, err
 		}
@@ -59,7 +59,7 @@ func Reconcile(w *Writer, gov string, pub ed25519.PublicKey) ([]Recovered, error
 // recorded all the same, so its absence is reported by verification. It returns the entry
 // appended, or nil.
 func RecordAsFound(w *Writer, path, agentID, runID string) (*Recovered, error) {
-	return recoverJournal(w, filepath.Dir(path), filepath.Base(path), agentID, runID, w.PublicKey())
+	return recoverJournal(w, filepath.Dir(path), filepath.Base(path), agentID, runID, w.PublicKey(), true)
 }
 
 // testRecovering, set by tests, runs while recoverJournal holds the scan lock.
@@ -68,8 +68,11 @@ var testRecovering func()
 // recoverJournal appends the recovered entry of the journal base when no writer holds it
 // and the ledger has no entry for its run; nil when it appended none. It decides under the
 // governed directory's scan lock: no journal is then between its creation and its
-// writer's lock, which would look abandoned.
-func recoverJournal(w *Writer, gov, base, agentID, runID string, pub ed25519.PublicKey) (*Recovered, error) {
+// writer's lock, which would look abandoned, nor being removed as debris (Discard). A
+// journal no longer there is recorded only with recordGone (RecordAsFound: the server's
+// own run, of which a caller has heard); reconciliation passes it over — a file listed and
+// then removed by its writer held nothing durable.
+func recoverJournal(w *Writer, gov, base, agentID, runID string, pub ed25519.PublicKey, recordGone bool) (*Recovered, error) {
 	release, err := journal.LockScan(gov)
 	if err != nil {
 		return nil, err
@@ -79,6 +82,9 @@ func recoverJournal(w *Writer, gov, base, agentID, runID string, pub ed25519.Pub
 		testRecovering()
 	}
 	path := filepath.Join(gov, base)
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) && !recordGone {
+		return nil, nil
+	}
 	if journal.InProgress(path) {
 		return nil, nil
 	}

@@ -1,0 +1,74 @@
+package invoke
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"symbi/internal/errcode"
+	"symbi/internal/journal"
+	"symbi/internal/loopback"
+)
+
+// linkAtReleasing runs one allowed run whose journal file gains a second hard link just
+// before the run writes its terminated record (the "releasing" hook): the writer refuses
+// that file (a journal that is not exactly one name), so the text is withheld. It returns
+// the caller's error and the journal's path, the second name removed again.
+func linkAtReleasing(t *testing.T) (*Error, string) {
+	t.Helper()
+	f := newFixture(t, nil, nil, loopback.WithReply(loopback.Reply{Text: "the answer"}))
+	other := filepath.Join(f.dir, "a-second-name.jsonl") // same file system, outside governed
+	f.runner.hook = func(point string) {
+		if point != "releasing" {
+			return
+		}
+		files, _ := filepath.Glob(filepath.Join(f.dir, ".symbiont", "governed", "*.jsonl"))
+		if len(files) != 1 {
+			panic("want one journal")
+		}
+		if err := os.Link(files[0], other); err != nil {
+			panic(err)
+		}
+	}
+	res, err := f.runner.Invoke(context.Background(), Request{Agent: "helper", Prompt: "q"}, nil)
+	var ie *Error
+	if res != nil || !errors.As(err, &ie) || errcode.Of(err) != errcode.AuditUnavailable || ie.Audit == nil {
+		t.Fatalf("a journal hard-linked before its terminated record: res %+v, err %v; want the text withheld (audit_unavailable) with the journal's reference", res, err)
+	}
+	// The second name goes away again: the journal at its path is what an auditor reads.
+	if err := os.Remove(other); err != nil {
+		t.Fatal(err)
+	}
+	return ie, ie.Audit.Path
+}
+
+// TestWithheldRunJournalDoesNotClaimRelease: the caller got no text, so the journal does
+// not end with a terminated record saying reason completed, released true: the writer
+// refuses to write to a file with a second name, and cuts back what it wrote after its
+// last durable point.
+func TestWithheldRunJournalDoesNotClaimRelease(t *testing.T) {
+	ie, path := linkAtReleasing(t)
+	pub, _ := hex.DecodeString(ie.Audit.PublicKey)
+	rep := journal.Verify(path, ed25519.PublicKey(pub), journal.VerifyOptions{RunID: ie.Audit.RunID})
+	if rep.Released || rep.TerminalReason == "completed" {
+		t.Fatalf("the caller was told %q and got no text, but the journal verifies (exit %d) with terminated reason %q, released %v: the record says the text was released",
+			errcode.Of(ie), rep.ExitCode(), rep.TerminalReason, rep.Released)
+	}
+}
+
+// TestFailedRunReceiptMatchesJournal: the audit reference of a failed run carries the
+// receipt of what its journal holds (docs/errors.md): verify --head --records with it does
+// not call the journal invalid — the lines written after the last durable point, never
+// acknowledged, were cut back.
+func TestFailedRunReceiptMatchesJournal(t *testing.T) {
+	ie, path := linkAtReleasing(t)
+	pub, _ := hex.DecodeString(ie.Audit.PublicKey)
+	rep := journal.Verify(path, ed25519.PublicKey(pub), journal.VerifyOptions{RunID: ie.Audit.RunID, Head: ie.Audit.Head, Records: ie.Audit.Records})
+	if rep.ExitCode() == 1 {
+		t.Fatalf("the failed run's own receipt (records %d) makes its journal (%d records) invalid: %+v", ie.Audit.Records, rep.Records, rep.Problems)
+	}
+}

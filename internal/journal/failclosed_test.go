@@ -1,0 +1,208 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestAppendRefusesLinkedFile: the writer fails closed when its file is no longer exactly
+// one name in the file system, checked before every append (the link count, in the stat
+// made for the length) as after every fsync: no line — in a run, terminated saying the
+// text was released — is written to a file with a second name.
+func TestAppendRefusesLinkedFile(t *testing.T) {
+	_, w := createJournal(t, "r-linked")
+	if err := w.Append(Started{Agent: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(w.Path(), filepath.Join(filepath.Dir(w.Path()), "second-name")); err != nil {
+		t.Fatal(err)
+	}
+	before := mustRead(t, w.Path())
+	err := w.Append(InferenceRequested{CallID: "c"})
+	after := mustRead(t, w.Path())
+	if err == nil || len(after) != len(before) {
+		t.Fatalf("append to a journal with 2 links: err %v; file %d -> %d bytes (a line was written to a file the writer must refuse)", err, len(before), len(after))
+	}
+	if !errors.Is(err, ErrStopped) {
+		t.Errorf("append to a journal with 2 links: %v; want ErrStopped", err)
+	}
+}
+
+// TestReopenNotRefusedByProbe: InProgress (run_status of a run another server wrote,
+// audit prune) probes a journal by taking its lock shared for a moment; a probe is no
+// writer. Reopen of a held run while a probe holds the lock waits for the probe to let go,
+// not refused as "another writer holds it" — which would leave the run to be recorded as
+// found, and never resumed. The probe lets go once Reopen waits for it (its lock request
+// pending in /proc/locks).
+func TestReopenNotRefusedByProbe(t *testing.T) {
+	s := storeWithSeed(t, make([]byte, 32))
+	name := heldJournal(t, s, "run-probed")
+	path := filepath.Join(s.Dir(), name)
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	// The probe, as InProgress takes it: a shared lock on a descriptor of its own.
+	probe, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(probe, unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		w   *Writer
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		w, _, err := s.Reopen(name)
+		done <- result{w, err}
+	}()
+	var res result
+	select {
+	case res = <-done: // refused at once
+	case <-blockedOnFlock(t, st.Ino):
+		unix.Close(probe)
+		res = <-done
+	}
+	unix.Close(probe)
+	if res.err != nil {
+		t.Fatalf("Reopen of a held run while a status probe held the journal's lock shared: %v", res.err)
+	}
+	res.w.Close()
+}
+
+// blockedOnFlock returns a channel closed once a flock request on the inode ino waits
+// ("->" in /proc/locks).
+func blockedOnFlock(t *testing.T, ino uint64) <-chan struct{} {
+	t.Helper()
+	ch := make(chan struct{})
+	suffix := fmt.Sprintf(":%d ", ino)
+	go func() {
+		defer close(ch)
+		for {
+			b, err := os.ReadFile("/proc/locks")
+			if err != nil {
+				return
+			}
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.Contains(l, "-> FLOCK") && strings.Contains(l, suffix) {
+					return
+				}
+			}
+			runtime.Gosched()
+		}
+	}()
+	return ch
+}
+
+// TestConcurrentAppends: appends are serialized: Append prepares and writes under one
+// lock, so that concurrent Appends all succeed, none refused as out of order.
+func TestConcurrentAppends(t *testing.T) {
+	_, w := createJournal(t, "r-concurrent")
+	for _, r := range []Record{Started{Agent: "a"}, SessionStarted{Executor: "x"}} {
+		if err := w.Append(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const goroutines, each = 8, 200
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		fails int
+		first error
+	)
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				if err := w.Append(AgentThought{TextSHA256: sum("t"), Bytes: 1, Chunks: 1}); err != nil {
+					mu.Lock()
+					if fails++; first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if fails > 0 {
+		t.Fatalf("%d of %d concurrent appends refused; first: %v", fails, goroutines*each, first)
+	}
+}
+
+// TestPointerRecordChecked: a record given by pointer is checked by the run's state
+// machine as its value is: a release no policy allowed is refused (ErrOrder), not written.
+func TestPointerRecordChecked(t *testing.T) {
+	s, w := createJournal(t, "r-pointer")
+	if err := w.Append(Started{Agent: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	err := w.Append(&Terminated{Reason: "completed", Released: true})
+	if err == nil {
+		w.Sync()
+		rep := Verify(w.Path(), s.PublicKey(), VerifyOptions{})
+		t.Fatalf("the writer wrote terminated released=true right after started (a pointer record); the verifier says exit %d: %+v", rep.ExitCode(), rep.Problems)
+	}
+	if !errors.Is(err, ErrOrder) {
+		t.Errorf("pointer terminated: %v; want ErrOrder", err)
+	}
+}
+
+// TestInProgressFailsClosed: a journal InProgress cannot open for want of a descriptor
+// (EMFILE) while its writer holds it is in progress: its callers (reconciliation, prune,
+// run_status) must never take a run in flight for abandoned. Only a journal that is not
+// there is not in progress.
+func TestInProgressFailsClosed(t *testing.T) {
+	_, w := createJournal(t, "r-live")
+	if err := w.Append(Started{Agent: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if !InProgress(w.Path()) {
+		t.Fatal("a held journal is not in progress")
+	}
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	low := old
+	low.Cur = 256
+	if low.Cur > old.Cur {
+		low.Cur = old.Cur
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	var fds []int
+	for {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			break
+		}
+		fds = append(fds, fd)
+	}
+	got := InProgress(w.Path())
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	if !got {
+		t.Fatal("with no descriptor to spare, InProgress says a journal its writer holds is not in progress")
+	}
+}
