@@ -7,6 +7,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,6 +99,8 @@ func conformanceModel(t *testing.T) *loopback.Server {
 			return loopback.Reply{Fault: loopback.FaultHang}
 		case r.Prompt == "leak":
 			return loopback.Reply{Text: "FORBIDDEN -----BEGIN PRIVATE KEY-----"}
+		case r.Prompt == "fail":
+			return loopback.Reply{Status: http.StatusInternalServerError, Text: "the model broke"}
 		case strings.HasPrefix(r.Prompt, "review:"):
 			return loopback.Reply{Text: "CUSTOMER ACME: " + strings.TrimPrefix(r.Prompt, "review:")}
 		case strings.HasPrefix(r.Prompt, "hold:"):
@@ -935,6 +938,60 @@ func confInspectorSuite(t *testing.T, dir string, inspect confInspect, shared *c
 	readUnknown("resources/read unknown run", "symbi://runs/"+missing)
 
 	// Every journal the invocations left verifies complete.
+	verifyJournals(t, dir)
+}
+
+// TestConformanceInspectorCLIErrors: the error results of runs that fail, through the
+// Inspector CLI, whose SDK validates each against the tool's outputSchema: the model
+// failing (inference_failed) and its deadline passing (timeout), each with the run's
+// audit reference; a server with no provider (no_provider); the run-access policies
+// refusing the caller a start (access_denied). Every journal left verifies.
+func TestConformanceInspectorCLIErrors(t *testing.T) {
+	node := nodeClients(t)
+	dir := newE2EProject(t)
+	model := conformanceModel(t)
+	withModel := func(t *testing.T, args ...string) (int, []byte, string) {
+		return inspector(t, node, dir, model, args...)
+	}
+	noProvider := func(t *testing.T, args ...string) (int, []byte, string) {
+		return confInspector(t, node, dir, nil, nil, args...)
+	}
+	audited := func(code string) func(r inspectorResult) error {
+		return func(r inspectorResult) error {
+			if err := toolError(code)(r); err != nil {
+				return err
+			}
+			if a, _ := r.StructuredContent["audit"].(map[string]any); a == nil || a["run_id"] == nil || a["records"] == nil {
+				return fmt.Errorf("a %s error without the run's audit reference: %+v", code, r.StructuredContent)
+			}
+			return nil
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		inspect confInspect
+		args    []string
+		check   func(r inspectorResult) error
+	}{
+		{"invoke_agent inference_failed", withModel, confToolCall("invoke_agent", "agent=helper", "prompt=fail"), audited("inference_failed")},
+		{"invoke_agent timeout", withModel, confToolCall("invoke_agent", "agent=slow", "prompt=hang"), audited("timeout")},
+		{"invoke_agent no_provider", noProvider, confToolCall("invoke_agent", "agent=helper", "prompt=x"), toolError("no_provider")},
+		{"start_run no_provider", noProvider, confToolCall("start_run", "agent=helper", "prompt=x"), toolError("no_provider")},
+	} {
+		confRunInspector(t, c.inspect, c.name, c.args, c.check)
+	}
+	writeFile(t, filepath.Join(dir, "policies", "access", "start.cedar"), `@id("no-starting") forbid (principal, action == Action::"start_run", resource);`+"\n")
+	for _, tool := range []string{"invoke_agent", "start_run"} {
+		confRunInspector(t, withModel, tool+" access_denied", confToolCall(tool, "agent=helper", "prompt=x"), func(r inspectorResult) error {
+			if err := toolError("access_denied")(r); err != nil {
+				return err
+			}
+			if txt := r.Content[0].Text; !strings.Contains(txt, "no-starting") {
+				return fmt.Errorf("the denial does not name the deciding policy: %s", txt)
+			}
+			return nil
+		})
+	}
 	verifyJournals(t, dir)
 }
 
