@@ -247,6 +247,41 @@ func TestResumeAfterRejudged(t *testing.T) {
 	}
 }
 
+// TestResumeAfterOverruled: a resume whose policy set denied the held answer outright (at no
+// gate) journals policy_reevaluated deny and ends the run policy_denied; a server stopped
+// between the two leaves the journal ending with that record. The next resume ends the
+// run policy_denied at once, whatever set it runs: no person may approve a text a set
+// denied.
+func TestResumeAfterOverruled(t *testing.T) {
+	const text, gate = "Dear ACME Corp, the outage is over.", "customer-names-review"
+	ungated := "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n" +
+		"@id(\"customer-names-review\") forbid (principal, action == Action::\"respond\", resource) when { context.response like \"*ACME*\" };\n"
+	f := newFixture(t, map[string]string{
+		"agents/helper.symbi":    "agent helper { capabilities = [\"answer\"] }\n",
+		"policies/respond.cedar": ungated,
+	}, nil)
+	agent, err := f.runner.cfg.Registry.Resolve(project.Stem("helper.symbi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := f.runner.cfg.Policies
+	started := journal.Started{Agent: "helper", File: agent.Entry.File, SourceSHA256: agent.SourceSHA256, Surface: "mcp-server",
+		PolicyMode: string(policy.ModeCedar), PolicyDigest: "the set that held it"}
+	// What the first resume under this set made durable before the server stopped.
+	h := heldJournal(t, f, started, text, gate, journal.PolicyReevaluated{PolicyMode: string(set.Mode), PolicyDigest: set.Digest,
+		Decision: "deny", PolicyIDs: []string{gate}, TextSHA256: digest.SHA256Hex([]byte(text))})
+	run := f.runner.Resume(h)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := run.Approve(ctx, Approval{Decision: ApprovalApprove, Approver: "alice"}); err == nil {
+		res, werr := run.Wait(ctx)
+		t.Fatalf("a held answer the running set denied (policy_reevaluated deny, no gate) waited again and was approved: %+v, %v; want policy_denied at once", res, werr)
+	}
+	if _, err := run.Wait(ctx); !errors.Is(err, errcode.PolicyDenied) {
+		t.Fatalf("resumed: %v, want policy_denied", err)
+	}
+}
+
 // heldJournal writes the journal of a model run held at gate with text, as its server left
 // it (then the records extra), and reopens it for Resume.
 func heldJournal(t *testing.T, f *fixture, started journal.Started, text, gate string, extra ...journal.Record) *Held {

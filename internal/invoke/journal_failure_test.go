@@ -11,6 +11,7 @@ import (
 
 	"symbi/internal/errcode"
 	"symbi/internal/journal"
+	"symbi/internal/ledger"
 	"symbi/internal/loopback"
 )
 
@@ -70,5 +71,43 @@ func TestFailedRunReceiptMatchesJournal(t *testing.T) {
 	rep := journal.Verify(path, ed25519.PublicKey(pub), journal.VerifyOptions{RunID: ie.Audit.RunID, Head: ie.Audit.Head, Records: ie.Audit.Records})
 	if rep.ExitCode() == 1 {
 		t.Fatalf("the failed run's own receipt (records %d) makes its journal (%d records) invalid: %+v", ie.Audit.Records, rep.Records, rep.Problems)
+	}
+}
+
+// TestCutBackKeepsProjectVerifiable: a run whose journal the writer stops at its
+// terminated record has its run entry in the ledger already, naming that line's receipt
+// and the head before it. The writer cuts back only the terminated line, never the lines
+// the entry names: the journal is one line short of the entry, as a server stopped before
+// its last line leaves it, and verify --project accepts it (exit 2, not invalid).
+func TestCutBackKeepsProjectVerifiable(t *testing.T) {
+	f := newFixture(t, nil, nil, loopback.WithReply(loopback.Reply{Text: "the answer"}))
+	withLedger(t, f)
+	other := filepath.Join(f.dir, "a-second-name.jsonl")
+	f.runner.hook = func(point string) {
+		if point != "releasing" {
+			return
+		}
+		files, _ := filepath.Glob(filepath.Join(f.dir, ".symbiont", "governed", "*.jsonl"))
+		if len(files) != 1 {
+			panic("want one journal")
+		}
+		if err := os.Link(files[0], other); err != nil {
+			panic(err)
+		}
+	}
+	_, err := f.runner.Invoke(context.Background(), Request{Agent: "helper", Prompt: "q"}, nil)
+	var ie *Error
+	if !errors.As(err, &ie) || ie.Audit == nil {
+		t.Fatalf("want a withheld run with its audit reference: %v", err)
+	}
+	if err := os.Remove(other); err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := hex.DecodeString(ie.Audit.PublicKey)
+	rep := ledger.VerifyProject(f.dir, ed25519.PublicKey(pub), nil)
+	for _, r := range rep.Runs {
+		if r.RunID == ie.Audit.RunID && r.Problem != "" {
+			t.Errorf("verify --project (exit %d) calls the withheld run's journal invalid: %s", rep.ExitCode(), r.Problem)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strings"
 	"time"
 
 	"symbi/internal/digest"
@@ -32,6 +33,9 @@ type Held struct {
 	// The policy set that last judged the answer: started's, or the last
 	// policy_reevaluated's (a resume before this one).
 	judgedMode, judgedDigest string
+	// overruled is a policy_reevaluated that denied the answer at no gate or another:
+	// the run was ending policy_denied when its server stopped, and ends so now.
+	overruled *journal.PolicyReevaluated
 }
 
 // RunID returns the held run's id.
@@ -82,6 +86,9 @@ func held(recs []journal.Read) (*Held, bool) {
 			return nil, false
 		}
 		h.judgedMode, h.judgedDigest = pr.PolicyMode, pr.PolicyDigest
+		if pr.Decision == "deny" && pr.Gate != req.Gate {
+			h.overruled = &pr
+		}
 	}
 	var err1, err2 error
 	h.begun, err1 = time.Parse(journal.TimeLayout, recs[0].Time)
@@ -159,6 +166,9 @@ func (r *Runner) Resume(h *Held) *Run {
 // the answer, judged is that decision, to be journaled before the run waits on or ends.
 // run is the run's request as the journal's started record tells it.
 func (r *Runner) rejudge(h *Held, run Request) (judged *journal.PolicyReevaluated, err error) {
+	if o := h.overruled; o != nil {
+		return nil, errcode.Errorf(errcode.PolicyDenied, "the held answer was denied when judged again by the policy set %s (deciding %s), before its server stopped", o.PolicyDigest, strings.Join(o.PolicyIDs, ", "))
+	}
 	set, st := r.cfg.Policies, h.started
 	denied := func(format string, a ...any) error {
 		return errcode.Errorf(errcode.PolicyDenied, "the policies changed since the answer was held at gate %s (digest %s, now %s): %s", h.gate, h.judgedDigest, set.Digest, fmt.Sprintf(format, a...))
@@ -199,7 +209,7 @@ func (r *Runner) rejudge(h *Held, run Request) (judged *journal.PolicyReevaluate
 func (r *Runner) resumeWait(ctx context.Context, h *Held, p *prepared, judged *journal.PolicyReevaluated, refused error) (res *Result, err error) {
 	w := h.w
 	audit := func() *Audit {
-		rc := w.Durable()
+		rc := w.Kept()
 		return &Audit{RunID: w.RunID(), Path: w.Path(), PublicKey: h.pub, Records: rc.Records, Head: rc.Head}
 	}
 	defer func() {

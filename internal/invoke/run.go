@@ -167,10 +167,11 @@ func (run *Run) Agent() (name, agentID, caller, callerAuth string) {
 }
 
 // Durable returns the receipt of the run's journal records made durable so far (zero
-// before the journal exists).
+// before the journal exists); once its journal's writer has stopped, of the records the
+// file keeps (journal.Writer.Kept).
 func (run *Run) Durable() journal.Receipt {
 	if w := run.p.journal.Load(); w != nil {
-		return w.Durable()
+		return w.Kept()
 	}
 	return journal.Receipt{}
 }
@@ -369,7 +370,7 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 	pub := hex.EncodeToString(store.PublicKey())
 	p.opened.Store(&Audit{RunID: runID, Path: w.Path(), PublicKey: pub})
 	audit := func() *Audit {
-		rc := w.Durable()
+		rc := w.Kept()
 		return &Audit{RunID: runID, Path: w.Path(), PublicKey: pub, Records: rc.Records, Head: rc.Head}
 	}
 	// A step that panics (a bug, on input the model chose) ends this run, not the server.

@@ -35,16 +35,17 @@ type ApprovalDecided struct {
 // a restart under a policy set other than the one that last judged it (started's policy
 // mode and digest, or the last policy_reevaluated's): that set's mode and digest, its
 // decision on the same text, the deciding policies and evaluation errors, and the gate
-// that still holds the answer when one does. It is durable before the run waits on — a
-// deny at the same gate, or an allow: a person was asked, and still decides — or ends
-// policy_denied.
+// that still holds the answer when one does (the gate approval_requested named; "" for
+// none). It is durable before the run waits on — a deny at the same gate, or an allow: a
+// person was asked, and still decides — or ends policy_denied: after a deny at no gate or
+// another, nothing but terminated may follow, and no release.
 type PolicyReevaluated struct {
 	PolicyMode   string   `json:"policy_mode"`
 	PolicyDigest string   `json:"policy_digest"`
 	Decision     string   `json:"decision"` // "allow" or "deny"
 	PolicyIDs    []string `json:"policy_ids"`
 	Errors       []string `json:"errors"`
-	Gate         string   `json:"gate,omitempty"` // the gate holding the answer still
+	Gate         string   `json:"gate"` // the gate holding the answer still; "" for none
 	TextSHA256   string   `json:"text_sha256"`
 }
 

@@ -206,3 +206,65 @@ func TestInProgressFailsClosed(t *testing.T) {
 		t.Fatal("with no descriptor to spare, InProgress says a journal its writer holds is not in progress")
 	}
 }
+
+// TestOverruledEndsTheWait: after a policy_reevaluated that denied the held answer at no
+// gate, the writer refuses a person's approval and a release: only terminated
+// policy_denied may follow.
+func TestOverruledEndsTheWait(t *testing.T) {
+	s, w := createJournal(t, "r-rejudged")
+	recs := gatedRecords()
+	pe := recs[3].(PolicyEvaluated)
+	for _, r := range recs[:5] { // up to approval_requested
+		if err := w.Append(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Judged again by another set: denied, and by no gate (an ungated forbid).
+	if err := w.Append(PolicyReevaluated{PolicyMode: "cedar", PolicyDigest: sum("another set"), Decision: "deny",
+		PolicyIDs: []string{"customer-names"}, TextSHA256: pe.TextSHA256}); err != nil {
+		t.Fatal(err)
+	}
+	err1 := w.Append(ApprovalDecided{Decision: "approve", Approver: "bob", ApproverAuth: "token", Via: "approve_run"})
+	err2 := w.Append(Terminated{Reason: "completed", Released: true})
+	if err1 == nil && err2 == nil {
+		if err := w.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		rep := Verify(w.Path(), s.PublicKey(), VerifyOptions{})
+		t.Fatalf("after policy_reevaluated deny with no gate, approval_decided approve and terminated released were written, and the journal verifies exit %d (released %v); want only terminated policy_denied to follow",
+			rep.ExitCode(), rep.Released)
+	}
+}
+
+// TestFailedWriteCutBack: a writer stopped at a failed write (a full disk: part of the line
+// written, ENOSPC) cuts back the torn line and the lines after its last durable point, so
+// the receipt a failed run is handed (Kept) agrees with its journal.
+func TestFailedWriteCutBack(t *testing.T) {
+	_, root := newProject(t)
+	s := openStore(t, root)
+	real, err := s.Create("a", "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff := &faultyFile{File: real.f.(*os.File)}
+	w := newWriter(ff, real.Path(), s.key, "a", "r")
+	defer w.Close()
+	if err := w.Append(Started{Agent: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Append(InferenceRequested{CallID: "c"}); err != nil { // written, not yet durable
+		t.Fatal(err)
+	}
+	ff.failWrite = true
+	if err := w.Append(InferenceFinished{CallID: "c", Outcome: "completed", TextSHA256: sum("x")}); err == nil {
+		t.Fatal("the failing write succeeded")
+	}
+	rc := w.Kept()
+	rep := Verify(w.Path(), s.PublicKey(), VerifyOptions{RunID: "r", Records: rc.Records, Head: rc.Head})
+	if rep.ExitCode() == 1 {
+		t.Errorf("the receipt of a writer stopped at a failed write (%d records) makes its journal invalid (%d records): %+v", rc.Records, rep.Records, rep.Problems)
+	}
+}

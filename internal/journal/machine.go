@@ -61,8 +61,9 @@ type Step struct {
 //     a wait no decision ended;
 //   - policy_reevaluated stands only while the answer waits (after approval_requested of
 //     the answer, before approval_decided), on the same text_sha256, with a decision of
-//     allow or deny; it changes nothing of what the rules above allow (a person still
-//     decides);
+//     allow (naming no gate) or deny; an allow, or a deny naming the gate approval_requested
+//     named, changes nothing (a person still decides); a deny naming no gate or another
+//     ends the wait: only terminated may follow, and not a release;
 //   - records of other types (a later version's) may stand anywhere after started and
 //     before terminated; the machine does not read them.
 //
@@ -73,7 +74,9 @@ type Machine struct {
 	started, requested, finished, decided, ended bool
 	session                                      bool   // session_started seen
 	gated                                        bool   // approval_requested seen
+	gate                                         string // the gate approval_requested named
 	approval                                     string // approval_decided's decision
+	overruled                                    bool   // a policy_reevaluated denied the held answer at no gate or another
 
 	callID     string
 	outcome    string
@@ -217,7 +220,7 @@ func (m *Machine) step(s Step) error {
 		case s.TextSHA256 != m.textSHA256:
 			return fmt.Errorf("approval_requested holds text %s, but the text judged was %s", s.TextSHA256, m.textSHA256)
 		}
-		m.gated = true
+		m.gated, m.gate = true, s.Gate
 	case TypeApprovalDecided:
 		if s.RequestID != "" {
 			return m.decidePermission(s)
@@ -225,6 +228,8 @@ func (m *Machine) step(s Step) error {
 		switch {
 		case !m.gated:
 			return errors.New("approval_decided without approval_requested")
+		case m.overruled:
+			return errors.New("approval_decided after a policy_reevaluated that denied the held answer outright: the run ends policy_denied")
 		case m.approval != "":
 			return errors.New("a second approval_decided")
 		case s.Decision != "approve" && s.Decision != "reject":
@@ -235,11 +240,16 @@ func (m *Machine) step(s Step) error {
 		switch {
 		case !m.gated || m.approval != "":
 			return errors.New("policy_reevaluated without a held answer waiting: only an answer waiting at a gate is judged again")
+		case m.overruled:
+			return errors.New("policy_reevaluated after one that denied the held answer outright: the run ends policy_denied")
 		case s.Decision != "allow" && s.Decision != "deny":
 			return fmt.Errorf("policy_reevaluated with decision %q (want allow or deny)", s.Decision)
 		case s.TextSHA256 != m.textSHA256:
 			return fmt.Errorf("policy_reevaluated judges text %s, but the text held was %s", s.TextSHA256, m.textSHA256)
+		case s.Decision == "allow" && s.Gate != "":
+			return errors.New("policy_reevaluated allows the answer yet names a gate holding it")
 		}
+		m.overruled = s.Decision == "deny" && s.Gate != m.gate
 	case TypeTerminated:
 		switch {
 		case s.Released && m.decision != "allow" && m.approval != "approve":
@@ -338,7 +348,7 @@ func stepOf(r Record) Step {
 	case ApprovalDecided:
 		s.Decision, s.RequestID = r.Decision, r.RequestID
 	case PolicyReevaluated:
-		s.Decision, s.TextSHA256 = r.Decision, r.TextSHA256
+		s.Decision, s.TextSHA256, s.Gate = r.Decision, r.TextSHA256, r.Gate
 	case FSRead:
 		s.RequestID = r.RequestID
 	case FSWrite:

@@ -28,6 +28,9 @@ func TestMachine(t *testing.T) {
 		hold      = func(id string) Step { return Step{Type: TypeApprovalRequested, Gate: "g", RequestID: id} }
 		decideP   = func(id, d string) Step { return Step{Type: TypeApprovalDecided, RequestID: id, Decision: d} }
 		rejudged  = func(d, text string) Step { return Step{Type: TypePolicyReevaluated, Decision: d, TextSHA256: text} }
+		atGate    = func(gate string) Step {
+			return Step{Type: TypePolicyReevaluated, Decision: "deny", TextSHA256: "t1", Gate: gate}
+		}
 		// A delegated run.
 		session    = Step{Type: TypeSessionStarted}
 		message    = Step{Type: TypeAgentMessage}
@@ -81,8 +84,13 @@ func TestMachine(t *testing.T) {
 		{"decided twice", []Step{started, requested, finished, denied, held, decide("approve"), decide("reject")}, "a second approval_decided"},
 		{"an unknown approval decision", []Step{started, requested, finished, denied, held, decide("maybe")}, `decision "maybe"`},
 		{"released after a rejection", []Step{started, requested, finished, denied, held, decide("reject"), released}, "no person approved"},
-		{"judged again while waiting, approved", []Step{started, requested, finished, denied, held, rejudged("deny", "t1"), rejudged("allow", "t1"), decide("approve"), released}, ""},
-		{"judged again while waiting, denied", []Step{started, requested, finished, denied, held, rejudged("deny", "t1"), end("policy_denied")}, ""},
+		{"judged again while waiting, approved", []Step{started, requested, finished, denied, held, atGate("customer-names"), rejudged("allow", "t1"), decide("approve"), released}, ""},
+		{"judged again, denied outright", []Step{started, requested, finished, denied, held, rejudged("deny", "t1"), end("policy_denied")}, ""},
+		{"judged again, denied at another gate", []Step{started, requested, finished, denied, held, atGate("other"), end("policy_denied")}, ""},
+		{"approved after a deny outright", []Step{started, requested, finished, denied, held, rejudged("deny", "t1"), decide("approve")}, "denied the held answer outright"},
+		{"released after a deny outright", []Step{started, requested, finished, denied, held, atGate("other"), released}, "no person approved"},
+		{"judged again after a deny outright", []Step{started, requested, finished, denied, held, rejudged("deny", "t1"), rejudged("allow", "t1")}, "denied the held answer outright"},
+		{"an allow naming a gate", []Step{started, requested, finished, denied, held, Step{Type: TypePolicyReevaluated, Decision: "allow", TextSHA256: "t1", Gate: "g"}}, "yet names a gate"},
 		{"released on an allow judged again, no person deciding", []Step{started, requested, finished, denied, held, rejudged("allow", "t1"), released}, "no person approved"},
 		{"judged again with nothing held", []Step{started, requested, finished, denied, rejudged("deny", "t1")}, "without a held answer waiting"},
 		{"judged again after the decision", []Step{started, requested, finished, denied, held, decide("approve"), rejudged("allow", "t1")}, "without a held answer waiting"},

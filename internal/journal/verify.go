@@ -446,7 +446,7 @@ var stepMembers = map[string][]string{
 	TypeFSWrite:            {"request_id"},
 	TypeApprovalRequested:  {"gate", "request_id", "text_sha256"},
 	TypeApprovalDecided:    {"request_id", "decision"},
-	TypePolicyReevaluated:  {"decision", "text_sha256"},
+	TypePolicyReevaluated:  {"decision", "text_sha256", "gate"},
 }
 
 // decodeStep reads what the state machine needs of a record's data. The members must be

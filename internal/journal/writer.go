@@ -58,6 +58,9 @@ type Writer struct {
 	durable     int             // records made durable by the last successful Sync
 	durableHead string          // the hash of the last of them
 	durableSize int64           // the file's length then
+	keep        int64           // cutBack cuts no lower: the lines before a prepared terminated
+	keepSeq     int             // the lines there
+	keepHead    string          // the hash of the last of them
 	waits       map[string]bool // the waits at a gate the records written leave open, by request_id ("" for the answer)
 	durableWait bool            // whether the durable records leave a wait open (at the last Sync)
 	machine     Machine         // the run's state after the records written
@@ -402,6 +405,11 @@ func (w *Writer) prepareLocked(r Record) (*Prepared, error) {
 	if w.size+int64(len(line)) > limit {
 		return nil, errcode.Errorf(errcode.LimitExceeded, "%w: %s would grow %s past %d bytes (%d kept for the records that close the run)", ErrFileTooLarge, r.Type(), w.path, limit, MaxFileBytes-limit)
 	}
+	if r.Type() == TypeTerminated {
+		// Its receipt, and the head before it, may be recorded elsewhere before the line
+		// is written (the project ledger's run entry): the lines it follows are never cut.
+		w.keep, w.keepSeq, w.keepHead = w.size, w.seq, w.prev
+	}
 	return &Prepared{line: line, typ: r.Type(), machine: machine, seq: w.seq, wait: waitChangeOf(r), Receipt: Receipt{Records: w.seq + 1, Head: lineHash(line)}}, nil
 }
 
@@ -442,7 +450,10 @@ func (w *Writer) appendPreparedLocked(p *Prepared) error {
 		err = fmt.Errorf("short write: %d of %d bytes", n, len(p.line))
 	}
 	if err != nil {
-		return w.fail(fmt.Errorf("write %s record: %w", p.typ, err))
+		err = w.fail(fmt.Errorf("write %s record: %w", p.typ, err))
+		w.size += int64(n) // a torn line, which cutBack removes
+		w.cutBack()
+		return err
 	}
 	w.advance(p)
 	return nil
@@ -619,21 +630,28 @@ func (w *Writer) Discard() error {
 	return nil
 }
 
-// cutBack, once the writer has stopped at a failed Sync or append, cuts its file back to
-// the last durable point when the file holds exactly what this writer wrote: the lines
-// after it were never acknowledged — a caller was told the run failed — and a journal that
-// kept them would tell what did not happen (a terminated line saying the text was
-// released, for a run whose text was withheld); the run's receipt is then the file's.
-// Bytes someone else wrote are evidence and are left. Best effort, with w.mu held.
+// cutBack, once the writer has stopped at a failed write, Sync or check, cuts its file
+// back to the last durable point when the file holds exactly what this writer wrote
+// (a torn line included): the lines after it were never acknowledged — a caller was told
+// the run failed — and a journal that kept them would tell what did not happen (a
+// terminated line saying the text was released, for a run whose text was withheld). It
+// never cuts the lines before a prepared terminated record, which the project ledger's run
+// entry may name already (the journal is then one line short of it, as a crash leaves
+// it). Bytes someone else wrote are evidence and are left. Best effort, with w.mu held.
 func (w *Writer) cutBack() {
-	if w.size == w.durableSize {
+	to, seq, head := w.durableSize, w.durable, w.durableHead
+	if w.keep > to {
+		to, seq, head = w.keep, w.keepSeq, w.keepHead
+	}
+	if w.size <= to {
 		return
 	}
 	if st, err := w.f.Stat(); err != nil || st.Size() != w.size {
 		return
 	}
-	if w.f.Truncate(w.durableSize) == nil && w.f.Sync() == nil {
-		w.size = w.durableSize
+	if w.f.Truncate(to) == nil {
+		w.size, w.seq, w.prev = to, seq, head
+		w.f.Sync()
 	}
 }
 
@@ -662,6 +680,19 @@ func (w *Writer) DurableWait() (Receipt, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return Receipt{Records: w.durable, Head: w.durableHead}, w.durableWait
+}
+
+// Kept returns the receipt of what the file keeps: Durable's while the writer runs;
+// once it has stopped, the lines it cut back to (or, when it could not cut, those it
+// wrote). It is what a failed run's caller is handed: verification with it agrees with
+// the file.
+func (w *Writer) Kept() Receipt {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failed == nil {
+		return Receipt{Records: w.durable, Head: w.durableHead}
+	}
+	return Receipt{Records: w.seq, Head: w.prev}
 }
 
 // Receipt returns the number of lines written and the hash of the last one.

@@ -37,7 +37,8 @@ func appendSigned(t *testing.T, p *project, typ, data string) {
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 // TestEntryData: the data of an entry of a known type is read as every reader of the
-// format reads it, by exact member names and declared types, or the line is refused,
+// format reads it, by exact member names and declared types (never null), or the line is
+// refused,
 // naming the rule: a run entry whose run_id is "ghost" and whose RUN_ID names a journal
 // on disk (encoding/json alone would read RUN_ID for run_id) does not vouch for that
 // journal, and an entry whose records is a string is refused for that, not for its run_id.
@@ -49,6 +50,8 @@ func TestEntryData(t *testing.T) {
 		{"a member of the wrong type", `{"run_id":"r1","agent_id":"agent","agent":"a","file":"agent.r1.jsonl","reason":"completed","released":true,"records":"3","head":"` + head + `","prev_head":"","caller":"stdio"}`,
 			`run entry: member "records" is a JSON string, want an integer`},
 		{"no run_id", `{"file":"agent.r1.jsonl","records":3,"head":"` + head + `"}`, `pruned entry without a run_id`},
+		{"a null member", `{"run_id":"r1","agent_id":"agent","agent":"a","file":"agent.r1.jsonl","reason":"completed","released":null,"records":3,"head":"` + head + `","prev_head":"","caller":"stdio"}`,
+			`run entry: member "released" is null, want true or false`},
 		{"approval, a number for a string", `{"run_id":"r1","gate":7,"decision":"approve","reason":"","approver":"bob"}`,
 			`approval entry: member "gate" is a JSON number, want a string`},
 	} {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"time"
 
 	"symbi/internal/digest"
@@ -77,6 +78,17 @@ func checkData(typ string, data []byte) (string, error) {
 	if err := strictjson.Check(data, strictjson.Options{ExactNames: entryNames[typ]}); err != nil {
 		return "", fmt.Errorf("%s entry: %w", typ, err)
 	}
+	// encoding/json takes null for any member, leaving its zero value: a member is its
+	// declared type or absent, never null.
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(data, &members); err != nil {
+		return "", fmt.Errorf("%s entry: %w", typ, err)
+	}
+	for _, name := range entryNames[typ] {
+		if string(members[name]) == "null" {
+			return "", fmt.Errorf("%s entry: member %q is null, want %s", typ, name, jsonKind(fieldOf(t, name)))
+		}
+	}
 	v := reflect.New(t)
 	if err := json.Unmarshal(data, v.Interface()); err != nil {
 		var te *json.UnmarshalTypeError
@@ -90,6 +102,16 @@ func checkData(typ string, data []byte) (string, error) {
 		return "", fmt.Errorf("%s entry without a run_id", typ)
 	}
 	return id, nil
+}
+
+// fieldOf returns the type of the field of struct t whose json name is name.
+func fieldOf(t reflect.Type, name string) reflect.Type {
+	for i := range t.NumField() {
+		if n, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); n == name {
+			return t.Field(i).Type
+		}
+	}
+	return reflect.TypeFor[string]()
 }
 
 // jsonKind names the JSON value a Go type of an entry's field takes.

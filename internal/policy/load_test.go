@@ -383,3 +383,16 @@ func TestParseProblemPosition(t *testing.T) {
 		}
 	}
 }
+
+// TestParseProblemPositionAfterGoodEscapes: the escape reported is the one Cedar refuses,
+// not an earlier one it accepts (\x41, \u{1_F600}, \* in a like pattern).
+func TestParseProblemPositionAfterGoodEscapes(t *testing.T) {
+	src := permitAll + "\n@id(\"x\")\nforbid (principal, action, resource) when {\n  context.response == \"\\x41 \\u{1_F600}\" || context.response like \"\\**\" ||\n  context.response == \"\\u{D800}\" };\n"
+	s := loadDir(t, makeProject(t, map[string]string{"policies/p.cedar": src}, nil))
+	if s.Mode != ModeDenyAll || len(s.Problems) == 0 {
+		t.Fatalf("mode %s, problems %v: want deny_all", s.Mode, s.Problems)
+	}
+	if p := s.Problems[0]; p.Line != 7 {
+		t.Errorf("problem %q: want it on line 7, the \\u{D800}", p.String())
+	}
+}

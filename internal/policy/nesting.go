@@ -1,9 +1,6 @@
 package policy
 
-import (
-	"fmt"
-	"strconv"
-)
+import "fmt"
 
 // Bounds of how deep the expressions of a policy file nest. cedar-go's parser recurses
 // (about nine calls) once per open bracket and its constant folding once per operator,
@@ -94,6 +91,13 @@ func checkNesting(data []byte) (line, col int, err error) {
 			}
 			advance(1)
 			continue
+		case c >= '0' && c <= '9':
+			// A number, as cedar-go scans it: its digits, and no more ("1has" is 1 has).
+			j := i
+			for j < len(data) && data[j] >= '0' && data[j] <= '9' {
+				j++
+			}
+			advance(j - i)
 		case isIdentByte(c):
 			j := i
 			for j < len(data) && isIdentByte(data[j]) {
@@ -174,9 +178,11 @@ func isIdentByte(c byte) bool {
 }
 
 // firstBadEscape returns the line and column (1-based, in characters) of the first escape
-// sequence of a string literal that Cedar refuses, or 0, 0 when there is none: Cedar takes
-// \n \r \t \\ \0 \' \" \* and \u{…} of one to six hex digits naming a Unicode scalar value
-// (not a surrogate). Comments are skipped as checkNesting skips them.
+// sequence of a string literal that Cedar refuses, or 0, 0 when there is none. It reads
+// escapes as cedar-go does (internal/rust.Unquote): \n \r \t \\ \0 \' \"; \x and two hex
+// digits up to 7F; \u{…} of one to six hex digits (an "_" may follow a digit) naming a
+// Unicode scalar value; \* only in the pattern of a like. Comments are skipped as
+// checkNesting skips them.
 func firstBadEscape(data []byte) (line, col int) {
 	at := func(i int) (int, int) { // the position of data[i], counted from the start
 		l, c := 1, 1
@@ -189,19 +195,34 @@ func firstBadEscape(data []byte) (line, col int) {
 		}
 		return l, c
 	}
+	prevWord := "" // the identifier just before, if the last token was one
 	for i := 0; i < len(data); i++ {
+		c := data[i]
 		switch {
-		case data[i] == '/' && i+1 < len(data) && data[i+1] == '/':
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			continue
+		case c == '/' && i+1 < len(data) && data[i+1] == '/':
 			for i < len(data) && data[i] != '\n' {
 				i++
 			}
-		case data[i] == '/' && i+1 < len(data) && data[i+1] == '*':
+			continue
+		case c == '/' && i+1 < len(data) && data[i+1] == '*':
 			i += 2
 			for i < len(data) && !(data[i] == '*' && i+1 < len(data) && data[i+1] == '/') {
 				i++
 			}
 			i++
-		case data[i] == '"':
+			continue
+		case isIdentByte(c):
+			j := i
+			for j < len(data) && isIdentByte(data[j]) {
+				j++
+			}
+			prevWord = string(data[i:j])
+			i = j - 1
+			continue
+		case c == '"':
+			star := prevWord == "like"
 			for i++; i < len(data) && data[i] != '"'; i++ {
 				if data[i] != '\\' {
 					continue
@@ -210,33 +231,63 @@ func firstBadEscape(data []byte) (line, col int) {
 				if i++; i == len(data) {
 					return at(start)
 				}
+				ok := true
 				switch data[i] {
-				case 'n', 'r', 't', '\\', '0', '\'', '"', '*':
-					continue
+				case 'n', 'r', 't', '\\', '0', '\'', '"':
+				case '*':
+					ok = star
+				case 'x':
+					ok = i+2 < len(data) && isHex(data[i+1]) && isHex(data[i+2]) && data[i+1] <= '7'
+					i += 2
 				case 'u':
+					var end int
+					end, ok = unicodeEscape(data, i+1)
+					i = end
 				default:
+					ok = false
+				}
+				if !ok {
 					return at(start)
 				}
-				j := i + 1
-				if j >= len(data) || data[j] != '{' {
-					return at(start)
-				}
-				k := j + 1
-				for k < len(data) && k-j-1 < 7 && isHex(data[k]) {
-					k++
-				}
-				if n := k - j - 1; n < 1 || n > 6 || k >= len(data) || data[k] != '}' {
-					return at(start)
-				}
-				v, _ := strconv.ParseUint(string(data[j+1:k]), 16, 32)
-				if v > 0x10FFFF || v >= 0xD800 && v <= 0xDFFF {
-					return at(start)
-				}
-				i = k
 			}
 		}
+		prevWord = ""
 	}
 	return 0, 0
 }
 
+// unicodeEscape reads the {…} of a \u escape at data[i], as cedar-go does, and returns
+// the index of its "}" and whether it is good.
+func unicodeEscape(data []byte, i int) (end int, ok bool) {
+	if i >= len(data) || data[i] != '{' {
+		return i, false
+	}
+	digits, v := 0, 0
+	for i++; i < len(data) && data[i] != '}'; i++ {
+		switch c := data[i]; {
+		case c == '_' && digits > 0:
+		case isHex(c):
+			if digits++; digits <= 6 {
+				v = v*16 + hexVal(c)
+			}
+		default:
+			return i, false
+		}
+	}
+	if i >= len(data) || digits == 0 || digits > 6 || v > 0x10FFFF || v >= 0xD800 && v <= 0xDFFF {
+		return i, false
+	}
+	return i, true
+}
+
 func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+func hexVal(c byte) int {
+	switch {
+	case c <= '9':
+		return int(c - '0')
+	case c >= 'a':
+		return int(c-'a') + 10
+	}
+	return int(c-'A') + 10
+}

@@ -38,6 +38,7 @@ func TestCheckNesting(t *testing.T) {
 		{"a // in a block comment hides nothing", respondHead + "/* // */ " + strings.Repeat("!", 9000) + "true };", true},
 		{"has, a path of 32", respondHead + "context has a" + strings.Repeat(".a", 31) + " };", false},
 		{"has, a path of 33", respondHead + "context has a" + strings.Repeat(" . a", 32) + " };", true},
+		{"has after digits, a path of 33", respondHead + "1has a" + strings.Repeat(".a", 32) + " };", true},
 		{"an entity type path of 64", respondHead + "principal == " + strings.Repeat("A::", 63) + `"x" };`, false},
 		{"an entity type path of 65", respondHead + "principal == " + strings.Repeat("A :: ", 64) + `"x" };`, true},
 	} {
