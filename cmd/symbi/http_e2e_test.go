@@ -582,7 +582,7 @@ func TestHTTPStaticTokens(t *testing.T) {
 
 	// bob may do nothing with alice's runs: the built-in default denies, and says so.
 	deny := func(action, runID string) []string {
-		return []string{`caller "bob" may not ` + action + " run " + runID, "denied by the built-in default", "started by alice"}
+		return []string{`caller "bob" may not ` + action + " run " + runID, "denied by the built-in default", "is not one of them"}
 	}
 	httpRefused(t, "bob's run_status", b.call(t, "run_status", map[string]any{"run_id": done.RunID}), "access_denied", deny("read_run", done.RunID)...)
 	httpRefused(t, "bob's run_events", b.call(t, "run_events", map[string]any{"run_id": done.RunID}), "access_denied", deny("read_run", done.RunID)...)
@@ -621,7 +621,7 @@ func TestHTTPStaticTokens(t *testing.T) {
 		t.Errorf("alice's list_runs shows bob's run: %v", got)
 	}
 	httpRefused(t, "alice's run_status of bob's run", a.call(t, "run_status", map[string]any{"run_id": bobs.RunID}), "access_denied",
-		`caller "alice" may not read_run run `+bobs.RunID, "started by bob")
+		`caller "alice" may not read_run run `+bobs.RunID, "is not one of them")
 
 	// alice resolves her run; the ledger names her.
 	var resolved runs.Status
@@ -940,7 +940,7 @@ func TestHTTPSharedLedgerKill(t *testing.T) {
 	if st := a.runStatus(t, held.RunID); st.Status != runs.StatusAbandoned || st.Caller != "alice" || st.CallerAuth != "token" || st.Records != 2 || st.Reason == "" {
 		t.Errorf("the held run after the kill and restart: %+v, want abandoned, alice's, with its 2 records", st)
 	}
-	httpRefused(t, "bob's run_status of alice's abandoned run", b.call(t, "run_status", map[string]any{"run_id": held.RunID}), "access_denied", "started by alice")
+	httpRefused(t, "bob's run_status of alice's abandoned run", b.call(t, "run_status", map[string]any{"run_id": held.RunID}), "access_denied", "is not one of them")
 	for id, evs := range before {
 		c := a
 		if id == beta.RunID {

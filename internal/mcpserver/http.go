@@ -116,8 +116,49 @@ func NewHTTPHandler(s *mcp.Server, o HTTPOptions) http.Handler {
 		})(h)
 	}
 	mux.Handle(MCPPath, h)
-	return mux
+	return stallGuard(mux)
 }
+
+// WriteStall bounds how long one write to a session's event stream may block. A client
+// that stops reading — its TCP or HTTP/2 window full — would otherwise hold, for ever, the
+// goroutine writing to it: for a notification, the one that sends every subscriber's.
+const WriteStall = 10 * time.Second
+
+// stallGuard gives each write and flush of a session's event stream (the GET that carries
+// its notifications) a deadline of WriteStall from its start, cleared after it: the stream
+// may stay open as long as it serves, but no single write waits longer for the client. A
+// write past it fails, and the stream ends. Requests with a body are not wrapped: the
+// server must see their writer as its own, to close the connection after a body refused
+// as too large (http.MaxBytesReader) rather than wait for the rest of it.
+func stallGuard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			w = &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w)}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+type stallWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (s *stallWriter) guarded(f func() error) error {
+	s.rc.SetWriteDeadline(time.Now().Add(WriteStall)) // unsupported (a test recorder): no bound
+	defer s.rc.SetWriteDeadline(time.Time{})
+	return f()
+}
+
+func (s *stallWriter) Write(p []byte) (n int, err error) {
+	err = s.guarded(func() error { n, err = s.ResponseWriter.Write(p); return err })
+	return n, err
+}
+
+func (s *stallWriter) Flush() { s.guarded(s.rc.Flush) }
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (s *stallWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // splitURL splits a base URL "https://host:port/prefix" into its origin
 // ("https://host:port") and its path ("/prefix", or "" for none).

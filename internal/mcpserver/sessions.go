@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,7 +57,8 @@ type sessionCaps struct {
 // reservation is a session being opened by caller, which closes victim ("" for none) once
 // it is open.
 type reservation struct {
-	caller, victim string
+	caller  string
+	victims []string
 }
 
 func newSessionCaps(srv *mcp.Server, max, perCaller int) *sessionCaps {
@@ -157,7 +159,8 @@ func (c *sessionCaps) reserve(caller string) (key, status int, err error) {
 	defer c.mu.Unlock()
 	live := c.live()
 	// A marked session is counted as the reservation that will close it.
-	n, mine, oldest := len(c.pending), 0, ""
+	n, mine := len(c.pending), 0
+	var idle []string // the caller's idle sessions
 	for id, by := range c.owner {
 		switch {
 		case live[id] == nil:
@@ -168,8 +171,8 @@ func (c *sessionCaps) reserve(caller string) (key, status int, err error) {
 		case by == caller:
 			n++
 			mine++
-			if c.idle(id) && (oldest == "" || c.used[id].Before(c.used[oldest])) {
-				oldest = id
+			if c.idle(id) {
+				idle = append(idle, id)
 			}
 		default:
 			n++
@@ -180,9 +183,14 @@ func (c *sessionCaps) reserve(caller string) (key, status int, err error) {
 			mine++
 		}
 	}
-	victim := ""
-	if mine >= c.perCaller && oldest != "" {
-		victim, mine, n = oldest, mine-1, n-1
+	// As many of its least recently used idle sessions as bring the caller below its cap:
+	// one, or more when it holds more than its cap (a victim that got a request as the
+	// last session opened was not closed).
+	var victims []string
+	if need := mine - c.perCaller + 1; need > 0 && len(idle) > 0 {
+		slices.SortFunc(idle, func(a, b string) int { return c.used[a].Compare(c.used[b]) })
+		victims = idle[:min(need, len(idle))]
+		mine, n = mine-len(victims), n-len(victims)
 	}
 	switch {
 	case n >= c.max:
@@ -190,40 +198,48 @@ func (c *sessionCaps) reserve(caller string) (key, status int, err error) {
 	case mine >= c.perCaller:
 		return 0, http.StatusTooManyRequests, errcode.Errorf(errcode.Busy, "caller %q has %d sessions open, each serving a request or being opened, the most one caller may have (--max-sessions-per-caller); retry when one is idle", caller, mine)
 	}
-	if victim != "" {
-		c.marked[victim] = true
+	for _, v := range victims {
+		c.marked[v] = true
 	}
 	c.next++
-	c.pending[c.next] = reservation{caller: caller, victim: victim}
+	c.pending[c.next] = reservation{caller: caller, victims: victims}
 	return c.next, 0, nil
 }
 
 // opened ends the reservation key as its answer is sent: id is the session the SDK opened
 // for it ("" if it refused the request). An opened session closes the reservation's
-// victim — unless it ended by itself meanwhile — or, if that one has a request in flight by
-// now, the caller's least recently used idle session; with none idle the caller keeps one
-// session more than its cap until it next opens one.
+// victims — each unless it ended by itself meanwhile — or, for one that has a request in
+// flight by now, the caller's least recently used idle session; with none idle the caller
+// keeps a session more than its cap, closed when it next opens one.
 func (c *sessionCaps) opened(key int, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.pending[key]
 	delete(c.pending, key)
-	delete(c.marked, p.victim)
+	for _, v := range p.victims {
+		delete(c.marked, v)
+	}
 	if id == "" {
 		return
 	}
 	c.owner[id], c.used[id] = p.caller, time.Now()
-	if p.victim == "" {
-		return
+	live := c.live()
+	for _, v := range p.victims {
+		c.evict(live, p.caller, id, v)
 	}
-	victim, live := p.victim, c.live()
-	if live[victim] == nil {
+}
+
+// evict closes victim, a session of caller, for the new session id — or, if it has a
+// request in flight by now, the caller's least recently used idle session (none, when it
+// ended by itself: room was made). c.mu is held.
+func (c *sessionCaps) evict(live map[string]*mcp.ServerSession, caller, id, victim string) {
+	if live[victim] == nil || c.evicting[victim] {
 		return // it ended by itself: room was made
 	}
 	if !c.idle(victim) {
 		victim = ""
 		for other, by := range c.owner {
-			if by == p.caller && other != id && !c.marked[other] && c.idle(other) && (victim == "" || c.used[other].Before(c.used[victim])) {
+			if by == caller && other != id && !c.marked[other] && !c.evicting[other] && c.idle(other) && (victim == "" || c.used[other].Before(c.used[victim])) {
 				victim = other
 			}
 		}

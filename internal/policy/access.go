@@ -149,8 +149,9 @@ func defaultAccess(r AccessRequest) Decision {
 		return Decision{Allow: true, Reason: "allowed by the built-in default: a caller may approve runs another caller started (no access policy mentions approve_run)"}
 	default:
 		if r.Run.Owner != r.Caller {
-			return Decision{Reason: fmt.Sprintf("denied by the built-in default: %s may %s only its own runs, and %s was started by %s (no access policy mentions %s)",
-				r.Caller, verbOf(r.Action), r.Run.ID, r.Run.Owner, r.Action)}
+			// Who started the run is the run's to tell, to those who may read it.
+			return Decision{Reason: fmt.Sprintf("denied by the built-in default: %s may %s only its own runs, and %s is not one of them (no access policy mentions %s)",
+				r.Caller, verbOf(r.Action), r.Run.ID, r.Action)}
 		}
 		return Decision{Allow: true, Reason: fmt.Sprintf("allowed by the built-in default: a caller may %s its own runs (no access policy mentions %s)", verbOf(r.Action), r.Action)}
 	}

@@ -193,6 +193,10 @@ func (m *Manager) Approve(ctx context.Context, by Caller, runID, requestID, deci
 		if st.Status == StatusAwaitingApproval {
 			return nil, errcode.Errorf(errcode.InvalidTransition, "%w: run %s awaits approval in another server process; approve it there", ErrTransition, runID)
 		}
+		if !m.mayRead(by, st).Allow {
+			// The run's status is for those who may read it.
+			return nil, errcode.Errorf(errcode.InvalidTransition, "%w: run %s is not awaiting approval", ErrTransition, runID)
+		}
 		return nil, errcode.Errorf(errcode.InvalidTransition, "%w: run %s is %s, not awaiting approval", ErrTransition, runID, st.Status)
 	}
 	if err := lr.Approve(ctx, invoke.Approval{RequestID: requestID, Decision: decision, Reason: reason, Approver: by.ID, ApproverAuth: by.Auth}); err != nil {
