@@ -191,7 +191,7 @@ func runPolicyEval(e *env, args []string) int {
 			fmt.Fprintf(e.stderr, "symbi policy eval: %s: %s\n", what, errcode.Text(err))
 			return 1
 		}
-		pre = acp.Predecide(w, len(paths), t.Paths)
+		pre = acp.Predecide(w, t.Kind, len(paths), t.Paths)
 		w.Close()
 	}
 	req.CallerAuth = *callerAuth

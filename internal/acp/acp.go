@@ -26,6 +26,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -246,6 +247,7 @@ type runner struct {
 	sid  sdk.SessionId
 
 	stderr   tailBuffer
+	mark     string        // MarkVariable=<random>: in the environment of the agent and its descendants
 	exited   chan struct{} // closed when the agent process has exited (not reaped)
 	stdinW   *os.File      // the agent's stdin: closed by kill, which ends any write to it
 	stdoutR  *os.File
@@ -614,6 +616,19 @@ func (r *runner) run(ctx context.Context) Result {
 			r.abort(fmt.Errorf("the agent floods updates: the ACP connection overflowed and closed (%w)", pr.err))
 		}
 	case <-r.aborted:
+	case <-r.exited:
+		// The agent exited without answering. Its output ends with it — unless a process
+		// it started holds it open, and then no end would come: what it wrote is read
+		// within the grace period, and the run ends.
+		grace := time.NewTimer(cfg.Grace)
+		select {
+		case pr = <-pch:
+			gotResp = true
+		case <-r.aborted:
+		case <-grace.C:
+			r.abort(errors.New("the agent exited before answering its prompt, and a process it started still holds its output open"))
+		}
+		grace.Stop()
 	case <-ctx.Done():
 		outcome = OutcomeCancelled
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -846,7 +861,15 @@ func (r *runner) start() error {
 		inW.Close()
 		return err
 	}
-	r.cmd = &exec.Cmd{Path: argv[0], Args: slices.Clone(argv), Env: r.cfg.Env, Dir: r.cfg.Workspace.Path(),
+	var mark [16]byte
+	rand.Read(mark[:])
+	r.mark = MarkVariable + "=" + hex.EncodeToString(mark[:])
+	env := r.cfg.Env
+	if env == nil {
+		env = os.Environ() // exec.Cmd's meaning of a nil Env
+	}
+	env = append(slices.Clone(env), r.mark)
+	r.cmd = &exec.Cmd{Path: argv[0], Args: slices.Clone(argv), Env: env, Dir: r.cfg.Workspace.Path(),
 		Stdin: inR, Stdout: outW, Stderr: &r.stderr, SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 		WaitDelay: r.cfg.Grace}
 	err = r.cmd.Start()
@@ -1075,6 +1098,7 @@ func (r *runner) kill() {
 func (r *runner) killGroup() {
 	r.died = isClosed(r.exited)
 	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
+	killMarked(r.mark)
 	r.stdinW.Close()
 	if isClosed(r.cfg.Hurry) {
 		// A process that left the group may hold the agent's stderr open: a hurried
@@ -1174,9 +1198,11 @@ func (r *runner) paths(locs []sdk.ToolCallLocation) (paths, outside []string, er
 // the policies decide it: a request naming more than journal.MaxPaths locations is denied
 // (the record holds that many, and a decision is only ever taken on what is recorded), and
 // so is one with a path (workspace-relative, as Rel returns) reaching the project's
-// governance (workspace.CheckGoverned: the audit store, the policies) — whatever a policy
-// permits, and never held at a gate. symbi policy eval dry-runs the same.
-func Predecide(ws *workspace.Workspace, locations int, paths []string) *policy.Decision {
+// governance (workspace.CheckGoverned: the audit store, the policies), or, for a delete or
+// a move, a directory holding them (workspace.HoldsGoverned: the workspace itself, or one
+// above the policies or the audit store) — whatever a policy permits, and never held at a
+// gate. symbi policy eval dry-runs the same.
+func Predecide(ws *workspace.Workspace, kind string, locations int, paths []string) *policy.Decision {
 	if locations > journal.MaxPaths {
 		return &policy.Decision{Errors: []string{fmt.Sprintf("symbi: the request names %d locations, more than the limit of %d: denied without a policy decision (the record lists the first %d)",
 			locations, journal.MaxPaths, journal.MaxPaths)}}
@@ -1184,6 +1210,10 @@ func Predecide(ws *workspace.Workspace, locations int, paths []string) *policy.D
 	for _, p := range paths {
 		if err := ws.CheckGoverned(p); err != nil {
 			return &policy.Decision{Reason: err.Error(), Errors: []string{"symbi: " + err.Error()}}
+		}
+		if (kind == "delete" || kind == "move") && ws.HoldsGoverned(p) {
+			err := fmt.Sprintf(`refused by rule "the governance is protected": a %s of %s would take the project's policies or audit store with it`, kind, errcode.Quote(p))
+			return &policy.Decision{Reason: err, Errors: []string{"symbi: " + err}}
 		}
 	}
 	return nil
@@ -1288,7 +1318,7 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 	}
 	t := policy.ToolUse{Kind: kindOf(tc.Kind), Title: title, Paths: paths, Outside: outside,
 		Workspace: r.cfg.Workspace.Path(), RawInputSHA256: in}
-	d := Predecide(r.cfg.Workspace, len(tc.Locations), paths)
+	d := Predecide(r.cfg.Workspace, t.Kind, len(tc.Locations), paths)
 	if d == nil {
 		if d = r.decide(ctx, t); d == nil {
 			return cancelled, nil
@@ -1326,7 +1356,10 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 	} else if err != nil {
 		return sdk.RequestPermissionResponse{}, sdk.NewInternalError(map[string]any{"error": "symbi could not record the decision"})
 	}
-	if rec.OptionID == "" {
+	// A run cancelled while its decision was being recorded answers the request
+	// cancelled, as every request pending at session/cancel is: the journal keeps the
+	// decision, and the agent never hears an allow after the cancel.
+	if rec.OptionID == "" || !r.live() {
 		return cancelled, nil
 	}
 	return sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeSelected(sdk.PermissionOptionId(rec.OptionID))}, nil
@@ -1474,12 +1507,20 @@ func (c *client) WriteTextFile(ctx context.Context, req sdk.WriteTextFileRequest
 		return sdk.WriteTextFileResponse{}, ending()
 	}
 	defer done()
-	size, sum, err := r.cfg.Workspace.WriteText(rel, req.Content, r.cfg.MaxFileBytes)
-	if err != nil {
+	// fs_write is durable before the file changes: a write that cannot be recorded is not
+	// made.
+	errRecord := errors.New("symbi could not record the write")
+	_, _, err = r.cfg.Workspace.WriteTextRecorded(rel, req.Content, r.cfg.MaxFileBytes, func(size int64, sum string) error {
+		if err := r.record(journal.FSWrite{RequestID: id, Path: rel, Bytes: size, SHA256: sum}, true); err != nil {
+			return errRecord
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errRecord):
+		return sdk.WriteTextFileResponse{}, sdk.NewInternalError(map[string]any{"error": errRecord.Error()})
+	case err != nil:
 		return sdk.WriteTextFileResponse{}, fsError(err)
-	}
-	if err := r.record(journal.FSWrite{RequestID: id, Path: rel, Bytes: size, SHA256: sum}, true); err != nil {
-		return sdk.WriteTextFileResponse{}, sdk.NewInternalError(map[string]any{"error": "symbi could not record the write"})
 	}
 	return sdk.WriteTextFileResponse{}, nil
 }
@@ -1664,3 +1705,42 @@ func (f readerFunc) Read(b []byte) (int, error) { return f(b) }
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// MarkVariable is the environment variable a delegated agent is started with, its value
+// random for each run: the run's processes carry it, and a process that left the agent's
+// process group (setsid: a daemon, a build server) is found by it when the run ends.
+const MarkVariable = "SYMBI_RUN_MARK"
+
+// killMarked kills, with SIGKILL, every process of this user whose environment holds
+// mark, until none is left (a process may start another as it is killed) — a bounded
+// number of sweeps of /proc. A process that cleared its environment is not found: the
+// supervisor's control group is the remedy for that (docs/executors.md).
+func killMarked(mark string) {
+	if mark == "" {
+		return
+	}
+	want := []byte(mark + "\x00")
+	self := os.Getpid()
+	for range 8 {
+		ents, err := os.ReadDir("/proc")
+		if err != nil {
+			return
+		}
+		found := false
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == self {
+				continue
+			}
+			env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+			if err != nil || !bytes.Contains(append([]byte{0}, env...), append([]byte{0}, want...)) {
+				continue
+			}
+			found = true
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		if !found {
+			return
+		}
+	}
+}

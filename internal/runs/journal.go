@@ -259,10 +259,32 @@ var outputMembers = map[string][]string{
 	journal.TypePlan:              {"entries"},
 }
 
-// carriesOutput reports whether l holds output in clear (a hashes-only journal's lines
-// hold digests only).
+// agentWritten are the record types of a delegated session that hold text its agent
+// chose — a tool call's title, status and paths, a permission's title, its name and
+// version — in clear even in a hashes-only journal: an agent whose answer the gate
+// withholds could hand the same text on through them.
+var agentWritten = map[string]bool{
+	journal.TypeSessionStarted:    true,
+	journal.TypeAgentMessage:      true,
+	journal.TypeAgentThought:      true,
+	journal.TypeToolCall:          true,
+	journal.TypeToolCallUpdate:    true,
+	journal.TypePlan:              true,
+	journal.TypePermissionDecided: true,
+	journal.TypeFSRead:            true,
+	journal.TypeFSWrite:           true,
+}
+
+// carriesOutput reports whether l holds output in clear, or text a delegated agent chose
+// (a hashes-only journal's answer and messages hold digests only, its tool calls not).
 func carriesOutput(l line) bool {
+	if agentWritten[l.typ] {
+		return true
+	}
 	names := outputMembers[l.typ]
+	if l.typ == journal.TypeApprovalRequested {
+		names = []string{"title"} // a held permission request's, the agent's words
+	}
 	if len(names) == 0 {
 		return false
 	}

@@ -174,6 +174,15 @@ func sliceLines(s string, line, limit *int) string {
 // new inode owned by this process. When the directory fsync fails after the rename the
 // file is in place although an error is returned.
 func (w *Workspace) WriteText(path string, content string, maxBytes int64) (size int64, sha256hex string, err error) {
+	return w.WriteTextRecorded(path, content, maxBytes, nil)
+}
+
+// WriteTextRecorded is WriteText that calls record, when not nil, with the content's size
+// and SHA-256 once every check has passed and the new content is durable in its temporary
+// file, and replaces the file only if record returns nil: a write is recorded before the
+// file changes, or the file does not change. (Were the rename then to fail, the file is
+// unchanged though recorded, and the error says so.)
+func (w *Workspace) WriteTextRecorded(path string, content string, maxBytes int64, record func(size int64, sha256hex string) error) (size int64, sha256hex string, err error) {
 	if maxBytes < 0 {
 		return 0, "", errcode.Errorf(errcode.Internal, "write %q: negative limit %d", path, maxBytes)
 	}
@@ -187,6 +196,14 @@ func (w *Workspace) WriteText(path string, content string, maxBytes int64) (size
 	if !utf8.ValidString(content) {
 		return 0, "", refuse(errcode.InvalidRequest, rel, ErrNotUTF8, nil)
 	}
+	digest := sha256.Sum256([]byte(content))
+	size, sha256hex = int64(len(content)), hex.EncodeToString(digest[:])
+	commit := func() error {
+		if record == nil {
+			return nil
+		}
+		return record(size, sha256hex)
+	}
 	err = w.withDir(func(root int) error {
 		dirfd := root
 		if len(parts) > 1 {
@@ -197,18 +214,18 @@ func (w *Workspace) WriteText(path string, content string, maxBytes int64) (size
 			defer unix.Close(fd)
 			dirfd = fd
 		}
-		return replace(dirfd, parts[len(parts)-1], rel, content)
+		return replace(dirfd, parts[len(parts)-1], rel, content, commit)
 	})
 	if err != nil {
 		return 0, "", err
 	}
-	sum := sha256.Sum256([]byte(content))
-	return int64(len(content)), hex.EncodeToString(sum[:]), nil
+	return size, sha256hex, nil
 }
 
 // replace writes content to name in the directory dirfd through a temporary file and
-// renameat, then fsyncs dirfd.
-func replace(dirfd int, name, rel, content string) error {
+// renameat, then fsyncs dirfd; commit runs between the temporary file's fsync and the
+// rename, and an error from it leaves the file as it was.
+func replace(dirfd int, name, rel, content string, commit func() error) error {
 	mode := uint32(newFileMode)
 	var st unix.Stat_t
 	switch err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); {
@@ -249,12 +266,15 @@ func replace(dirfd int, name, rel, content string) error {
 	if err := f.Close(); err != nil {
 		return writeErr(rel, err)
 	}
+	if err := commit(); err != nil {
+		return err
+	}
 	// A name changed since the check above is replaced as it stands: renameat never
 	// follows a link nor writes into the inode it replaces; a directory fails (EISDIR).
 	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
 		unix.Unlinkat(dirfd, tmp, 0)
 		done = true
-		return writeErr(rel, err)
+		return writeErr(rel, fmt.Errorf("the file is unchanged: %w", err))
 	}
 	done = true
 	if err := unix.Fsync(dirfd); err != nil {

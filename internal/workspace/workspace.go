@@ -59,6 +59,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
@@ -345,7 +346,9 @@ const maxLinks = 40
 // a ".." after a component that does not exist (where it leads depends on what is made
 // there later), is refused with ErrOutside; one whose links cannot be read or are too
 // many with ErrUnreadable (both errcode.ProtectedPath): decide such a path as outside.
-// A link changed after the decision is not seen: the decision is taken on what is there.
+// A path that leads through /proc (directly, or by a link such as /dev/fd or /dev/stdin)
+// is outside: its links lead where the process that reads them is. A link changed after
+// the decision is not seen: the decision is taken on what is there.
 func (w *Workspace) Follow(p string) (string, error) {
 	cur, links := w.path, 0
 	if strings.HasPrefix(p, "/") {
@@ -369,6 +372,11 @@ func (w *Workspace) Follow(p string) (string, error) {
 			continue
 		}
 		next := filepath.Join(cur, c)
+		if next == "/proc" || strings.HasPrefix(next, "/proc/") {
+			// /proc's links (self, cwd, fd/N, root) lead where the process reading them
+			// is: symbi's reading here is not the agent's.
+			return "", refuse(errcode.ProtectedPath, p, ErrOutside, errors.New("it leads through /proc, whose links lead elsewhere for each process"))
+		}
 		fi, err := os.Lstat(next)
 		switch {
 		case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ENOTDIR):
@@ -456,6 +464,22 @@ func (w *Workspace) CheckGoverned(rel string) error {
 		}
 	}
 	return w.checkPolicies(rel)
+}
+
+// HoldsGoverned reports whether rel, a path Rel returned, is the workspace itself or a
+// directory above a protected policies directory or the project's audit store beside it:
+// deleting or moving it would take the project's governance with it.
+func (w *Workspace) HoldsGoverned(rel string) bool {
+	if rel == "" || rel == "." {
+		return true
+	}
+	for _, p := range w.policies {
+		store := path.Join(path.Dir(p), ".symbiont")
+		if strings.HasPrefix(p, rel+"/") || strings.HasPrefix(store, rel+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // openDir opens the directory made of parts beneath dirfd without following a symbolic

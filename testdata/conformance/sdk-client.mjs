@@ -184,9 +184,12 @@ const publicKey = (hex) => createPublicKey({
   key: Buffer.concat([Buffer.from("302a300506032b6570032100", "hex"), Buffer.from(hex, "hex")]), format: "der", type: "spki",
 });
 
-// OUTPUT_TYPES are the records that carry a run's output in clear: run_events serves them
+// OUTPUT_TYPES are the records that carry a run's output in clear, or a delegated agent's
+// words: run_events serves them
 // without their line (withheld, with line_sha256) until the run has released its text.
-const OUTPUT_TYPES = ["inference_finished", "session_finished", "agent_message", "agent_thought", "tool_call_update", "plan"];
+const OUTPUT_TYPES = ["inference_finished", "session_finished", "agent_message", "agent_thought", "tool_call_update", "plan",
+  // text a delegated agent chose (titles, paths, its name), withheld as its answer is
+  "session_started", "tool_call", "permission_decided", "fs_read", "fs_write", "approval_requested"];
 
 // lineHash is the SHA-256 of a journal line with its newline: the next line's prev.
 const lineHash = (line) => createHash("sha256").update(line + "\n", "utf8").digest("hex");
