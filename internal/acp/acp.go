@@ -627,6 +627,16 @@ func (r *runner) run(ctx context.Context) Result {
 		case <-r.aborted:
 		case <-grace.C:
 			r.abort(errors.New("the agent exited before answering its prompt, and a process it started still holds its output open"))
+		case <-ctx.Done():
+			// Cancelled meanwhile: nothing to tell an agent that is gone.
+			outcome, whyNot = OutcomeCancelled, ctx.Err()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				outcome = OutcomeTimeout
+			}
+			r.cancelOnce.Do(func() { close(r.cancelled) })
+		case <-cfg.Hurry:
+			outcome, whyNot, termNote = OutcomeCancelled, errors.New("the agent exited before answering its prompt"), hurriedNote
+			r.cancelOnce.Do(func() { close(r.cancelled) })
 		}
 		grace.Stop()
 	case <-ctx.Done():
@@ -863,7 +873,7 @@ func (r *runner) start() error {
 	}
 	var mark [16]byte
 	rand.Read(mark[:])
-	r.mark = MarkVariable + "=" + hex.EncodeToString(mark[:])
+	r.mark = MarkVariable + hex.EncodeToString(mark[:]) + "=1"
 	env := r.cfg.Env
 	if env == nil {
 		env = os.Environ() // exec.Cmd's meaning of a nil Env
@@ -1706,10 +1716,12 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 
-// MarkVariable is the environment variable a delegated agent is started with, its value
-// random for each run: the run's processes carry it, and a process that left the agent's
-// process group (setsid: a daemon, a build server) is found by it when the run ends.
-const MarkVariable = "SYMBI_RUN_MARK"
+// MarkVariable begins the name of the environment variable a delegated agent is started
+// with, the rest of the name random for each run (its value "1"): the run's processes
+// carry it, and a process that left the agent's process group (setsid: a daemon, a build
+// server) is found by it when the run ends. A name of its own for each run lets the marks
+// of nested runs (an agent running symbi) accumulate rather than replace each other.
+const MarkVariable = "SYMBI_RUN_MARK_"
 
 // killMarked kills, with SIGKILL, every process of this user whose environment holds
 // mark, until none is left (a process may start another as it is killed) — a bounded
@@ -1732,12 +1744,18 @@ func killMarked(mark string) {
 			if err != nil || pid == self {
 				continue
 			}
-			env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-			if err != nil || !bytes.Contains(append([]byte{0}, env...), append([]byte{0}, want...)) {
+			// The process is held by a pidfd before its environment is read: the signal
+			// reaches the process read, never another given its pid since.
+			pidfd, err := unix.PidfdOpen(pid, 0)
+			if err != nil {
 				continue
 			}
-			found = true
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+			if err == nil && bytes.Contains(append([]byte{0}, env...), append([]byte{0}, want...)) {
+				found = true
+				_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
+			}
+			unix.Close(pidfd)
 		}
 		if !found {
 			return

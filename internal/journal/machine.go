@@ -252,6 +252,8 @@ func (m *Machine) step(s Step) error {
 		m.overruled = s.Decision == "deny" && s.Gate != m.gate
 	case TypeTerminated:
 		switch {
+		case m.overruled && s.Reason != "policy_denied" && s.Reason != "audit_failed":
+			return fmt.Errorf("terminated with reason %q after a policy_reevaluated that denied the held answer outright: the run ends policy_denied (or audit_failed)", s.Reason)
 		case s.Released && m.decision != "allow" && m.approval != "approve":
 			return errors.New("terminated says released, but no policy_evaluated allowed the text and no person approved it")
 		case s.Released && s.Reason != "completed":

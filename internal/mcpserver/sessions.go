@@ -216,9 +216,13 @@ func (c *sessionCaps) opened(key int, id string) {
 	defer c.mu.Unlock()
 	p := c.pending[key]
 	delete(c.pending, key)
-	for _, v := range p.victims {
-		delete(c.marked, v)
-	}
+	// The marks go once every victim is dealt with: a busy victim's replacement is never
+	// another victim of the same reservation.
+	defer func() {
+		for _, v := range p.victims {
+			delete(c.marked, v)
+		}
+	}()
 	if id == "" {
 		return
 	}

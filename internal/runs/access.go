@@ -201,6 +201,9 @@ func (m *Manager) Approve(ctx context.Context, by Caller, runID, requestID, deci
 	}
 	if err := lr.Approve(ctx, invoke.Approval{RequestID: requestID, Decision: decision, Reason: reason, Approver: by.ID, ApproverAuth: by.Auth}); err != nil {
 		if errors.Is(err, invoke.ErrNotAwaiting) {
+			if !m.mayRead(by, st).Allow {
+				return nil, errcode.Errorf(errcode.InvalidTransition, "%w: run %s is not awaiting approval", ErrTransition, runID)
+			}
 			return nil, errcode.Errorf(errcode.InvalidTransition, "%w: run %s is not awaiting approval (%v)", ErrTransition, runID, err)
 		}
 		if errors.Is(err, invoke.ErrUnnamedWait) {
