@@ -215,21 +215,8 @@ func TestResumeRejudges(t *testing.T) {
 // approval_requested) resumes again at the next, judged against that set, not started's:
 // the same set journals nothing more, and the person's approval releases the text.
 func TestResumeAfterRejudged(t *testing.T) {
-	const text, gate = "Dear ACME Corp, the outage is over.", "customer-names-review"
-	f := newFixture(t, map[string]string{
-		"agents/helper.symbi":    "agent helper { capabilities = [\"answer\"] }\n",
-		"policies/respond.cedar": "@id(\"respond-v2\") permit (principal, action == Action::\"respond\", resource);\n",
-	}, nil)
-	agent, err := f.runner.cfg.Registry.Resolve(project.Stem("helper.symbi"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	set := f.runner.cfg.Policies
-	started := journal.Started{Agent: "helper", File: agent.Entry.File, SourceSHA256: agent.SourceSHA256, Surface: "mcp-server",
-		PolicyMode: string(policy.ModeCedar), PolicyDigest: "the set that held it"}
-	h := heldJournal(t, f, started, text, gate, journal.PolicyReevaluated{PolicyMode: string(set.Mode), PolicyDigest: set.Digest,
-		Decision: "allow", PolicyIDs: []string{"respond-v2"}, TextSHA256: digest.SHA256Hex([]byte(text))})
-	run := f.runner.Resume(h)
+	const text = "Dear ACME Corp, the outage is over."
+	run := resumeJudged(t, "@id(\"respond-v2\") permit (principal, action == Action::\"respond\", resource);\n", "allow", text)
 	if err := run.Approve(t.Context(), Approval{Decision: ApprovalApprove, Approver: "alice"}); err != nil {
 		t.Fatal(err)
 	}
@@ -253,12 +240,28 @@ func TestResumeAfterRejudged(t *testing.T) {
 // run policy_denied at once, whatever set it runs: no person may approve a text a set
 // denied.
 func TestResumeAfterOverruled(t *testing.T) {
-	const text, gate = "Dear ACME Corp, the outage is over.", "customer-names-review"
 	ungated := "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n" +
 		"@id(\"customer-names-review\") forbid (principal, action == Action::\"respond\", resource) when { context.response like \"*ACME*\" };\n"
+	// What the first resume under this set made durable before the server stopped.
+	run := resumeJudged(t, ungated, "deny", "Dear ACME Corp, the outage is over.")
+	ctx := t.Context()
+	if err := run.Approve(ctx, Approval{Decision: ApprovalApprove, Approver: "alice"}); err == nil {
+		res, werr := run.Wait(ctx)
+		t.Fatalf("a held answer the running set denied (policy_reevaluated deny, no gate) waited again and was approved: %+v, %v; want policy_denied at once", res, werr)
+	}
+	if _, err := run.Wait(ctx); !errors.Is(err, errcode.PolicyDenied) {
+		t.Fatalf("resumed: %v, want policy_denied", err)
+	}
+}
+
+// resumeJudged resumes a run of helper held at the gate customer-names-review with text,
+// under the set policies, whose journal ends with that set's policy_reevaluated deciding
+// decision (naming no gate): what a server stopped after judging it again leaves.
+func resumeJudged(t *testing.T, policies, decision, text string) *Run {
+	t.Helper()
 	f := newFixture(t, map[string]string{
 		"agents/helper.symbi":    "agent helper { capabilities = [\"answer\"] }\n",
-		"policies/respond.cedar": ungated,
+		"policies/respond.cedar": policies,
 	}, nil)
 	agent, err := f.runner.cfg.Registry.Resolve(project.Stem("helper.symbi"))
 	if err != nil {
@@ -267,19 +270,9 @@ func TestResumeAfterOverruled(t *testing.T) {
 	set := f.runner.cfg.Policies
 	started := journal.Started{Agent: "helper", File: agent.Entry.File, SourceSHA256: agent.SourceSHA256, Surface: "mcp-server",
 		PolicyMode: string(policy.ModeCedar), PolicyDigest: "the set that held it"}
-	// What the first resume under this set made durable before the server stopped.
-	h := heldJournal(t, f, started, text, gate, journal.PolicyReevaluated{PolicyMode: string(set.Mode), PolicyDigest: set.Digest,
-		Decision: "deny", PolicyIDs: []string{gate}, TextSHA256: digest.SHA256Hex([]byte(text))})
-	run := f.runner.Resume(h)
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	if err := run.Approve(ctx, Approval{Decision: ApprovalApprove, Approver: "alice"}); err == nil {
-		res, werr := run.Wait(ctx)
-		t.Fatalf("a held answer the running set denied (policy_reevaluated deny, no gate) waited again and was approved: %+v, %v; want policy_denied at once", res, werr)
-	}
-	if _, err := run.Wait(ctx); !errors.Is(err, errcode.PolicyDenied) {
-		t.Fatalf("resumed: %v, want policy_denied", err)
-	}
+	h := heldJournal(t, f, started, text, "customer-names-review", journal.PolicyReevaluated{PolicyMode: string(set.Mode), PolicyDigest: set.Digest,
+		Decision: decision, PolicyIDs: []string{"respond-v2"}, TextSHA256: digest.SHA256Hex([]byte(text))})
+	return f.runner.Resume(h)
 }
 
 // heldJournal writes the journal of a model run held at gate with text, as its server left

@@ -240,15 +240,7 @@ func TestOverruledEndsTheWait(t *testing.T) {
 // written, ENOSPC) cuts back the torn line and the lines after its last durable point, so
 // the receipt a failed run is handed (Kept) agrees with its journal.
 func TestFailedWriteCutBack(t *testing.T) {
-	_, root := newProject(t)
-	s := openStore(t, root)
-	real, err := s.Create("a", "r")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ff := &faultyFile{File: real.f.(*os.File)}
-	w := newWriter(ff, real.Path(), s.key, "a", "r")
-	defer w.Close()
+	s, ff, w := faultyWriter(t)
 	if err := w.Append(Started{Agent: "a"}); err != nil {
 		t.Fatal(err)
 	}

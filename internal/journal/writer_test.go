@@ -107,6 +107,22 @@ func (f *faultyFile) Sync() error {
 
 func (f *faultyFile) Stat() (fs.FileInfo, error) { return f.File.Stat() }
 
+// faultyWriter returns a store and a writer of the run "r" in it whose file is a
+// faultyFile; the writer is closed at the test's end.
+func faultyWriter(t *testing.T) (*Store, *faultyFile, *Writer) {
+	t.Helper()
+	_, root := newProject(t)
+	s := openStore(t, root)
+	real, err := s.Create("a", "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff := &faultyFile{File: real.f.(*os.File)}
+	w := newWriter(ff, real.Path(), s.key, "a", "r")
+	t.Cleanup(func() { w.Close() })
+	return s, ff, w
+}
+
 func TestFailStop(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -126,20 +142,12 @@ func TestFailStop(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, root := newProject(t)
-			s := openStore(t, root)
-			real, err := s.Create("a", "r")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ff := &faultyFile{File: real.f.(*os.File)}
-			w := newWriter(ff, real.Path(), s.key, "a", "r")
-			defer w.Close()
+			s, ff, w := faultyWriter(t)
 			if err := w.Append(Started{Agent: "a"}); err != nil {
 				t.Fatal(err)
 			}
 			tt.inject(ff, w.Path())
-			err = tt.op(w)
+			err := tt.op(w)
 			if !errors.Is(err, ErrStopped) || !errors.Is(err, errcode.AuditUnavailable) {
 				t.Fatalf("failing operation: %v", err)
 			}

@@ -114,21 +114,28 @@ func TestLinearPolicyText(t *testing.T) {
 		"long entity type path":  respondHead + "principal == " + strings.Repeat("A::", 40000) + "\"x\" };\n",
 	} {
 		t.Run(name, func(t *testing.T) {
-			dir := makeProject(t, map[string]string{"policies/p.cedar": src}, nil)
-			root, err := os.Open(dir)
-			must(t, err)
-			defer root.Close()
-			var before, after runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&before)
-			s := Load(root)
-			runtime.ReadMemStats(&after)
+			s, alloc := loadMeasured(t, makeProject(t, map[string]string{"policies/p.cedar": src}, nil))
 			if s.Mode != ModeDenyAll || !strings.Contains(s.Reason, "path of more than") {
 				t.Errorf("mode %s, reason %q: want deny_all naming the path's bound", s.Mode, s.Reason)
 			}
-			if alloc, limit := after.TotalAlloc-before.TotalAlloc, max(uint64(1000*len(src)), 32<<20); alloc > limit {
+			if limit := max(uint64(1000*len(src)), 32<<20); alloc > limit {
 				t.Errorf("loading a %d-byte policy file allocated %d MiB, more than %d MiB", len(src), alloc>>20, limit>>20)
 			}
 		})
 	}
+}
+
+// loadMeasured loads the policies of the project dir and returns the set and the bytes
+// allocated meanwhile.
+func loadMeasured(t *testing.T, dir string) (*Set, uint64) {
+	t.Helper()
+	root, err := os.Open(dir)
+	must(t, err)
+	defer root.Close()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := Load(root)
+	runtime.ReadMemStats(&after)
+	return s, after.TotalAlloc - before.TotalAlloc
 }
