@@ -777,14 +777,7 @@ func TestBackgroundChildKilled(t *testing.T) {
 	}})
 	res := e.run(nil)
 	mustOutcome(t, res, OutcomeCompleted)
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pid := readPID(t, pidFile)
 	deadline := time.Now().Add(guard)
 	for alive(pid) {
 		if time.Now().After(deadline) {
@@ -917,4 +910,18 @@ func TestPanicEndsSession(t *testing.T) {
 			}
 		})
 	}
+}
+
+// readPID reads the pid the fake agent wrote to pidFile for a child it started.
+func readPID(t *testing.T, pidFile string) int {
+	t.Helper()
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
 }

@@ -131,14 +131,7 @@ func TestSetsidChildKilled(t *testing.T) {
 	}})
 	res := e.run(nil)
 	mustOutcome(t, res, OutcomeCompleted)
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pid := readPID(t, pidFile)
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // the child this test started
 	agentPgid := int(e.eventsNamed("start")[0]["pgid"].(float64))
 	deadline := time.Now().Add(guard)

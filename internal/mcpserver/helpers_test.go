@@ -121,33 +121,8 @@ func serveStoppable(t *testing.T, dir string, o serveOpts) (cs *mcp.ClientSessio
 		}
 		cleanups = nil
 	}
-	getenv := func(k string) string { return o.env[k] }
-	log := slog.New(slog.DiscardHandler)
-	p, err := project.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cleanups = append(cleanups, func() { p.Close() })
-	reg, err := p.LoadRegistry(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prov, provErr := inference.FromEnv(getenv)
-	if provErr != nil {
-		prov = nil
-	}
-	lw, _, err := ledger.OpenProject(p.Root(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cleanups = append(cleanups, func() { lw.Close() })
-	runner := invoke.New(invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov, ProviderErr: provErr, Ledger: lw, Log: log,
-		ApprovalTimeout: o.approvalTimeout})
-	schemas := o.schemas
-	if schemas == nil {
-		schemas = schemapin.NewVerifier(getenv)
-	}
-	srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: runner, Registry: reg, Ledger: lw, Access: policy.LoadAccess(p.Root())}), Schemas: schemas, Log: log, Authenticated: o.authenticated, Rate: o.rate, Now: o.now})
+	srv, runner, closeServer := newServer(t, dir, o)
+	cleanups = append(cleanups, closeServer)
 	if o.server != nil {
 		*o.server = srv
 	}
@@ -172,6 +147,45 @@ func serveStoppable(t *testing.T, dir string, o serveOpts) (cs *mcp.ClientSessio
 		}
 	})
 	return cs, stop
+}
+
+// newServer builds the MCP server of the project dir as symbi mcp does — its ledger
+// opened and reconciled, a runner, a run manager — with o's options, and returns it, its
+// runner, and the function that closes the ledger and the project (after the runner has
+// been shut down).
+func newServer(t *testing.T, dir string, o serveOpts) (*mcp.Server, *invoke.Runner, func()) {
+	t.Helper()
+	getenv := func(k string) string { return o.env[k] }
+	log := slog.New(slog.DiscardHandler)
+	p, err := project.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := p.LoadRegistry(log)
+	if err != nil {
+		p.Close()
+		t.Fatal(err)
+	}
+	prov, provErr := inference.FromEnv(getenv)
+	if provErr != nil {
+		prov = nil
+	}
+	lw, _, err := ledger.OpenProject(p.Root(), "")
+	if err != nil {
+		p.Close()
+		t.Fatal(err)
+	}
+	runner := invoke.New(invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov, ProviderErr: provErr, Ledger: lw, Log: log,
+		ApprovalTimeout: o.approvalTimeout})
+	schemas := o.schemas
+	if schemas == nil {
+		schemas = schemapin.NewVerifier(getenv)
+	}
+	srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: runner, Registry: reg, Ledger: lw, Access: policy.LoadAccess(p.Root())}), Schemas: schemas, Log: log, Authenticated: o.authenticated, Rate: o.rate, Now: o.now})
+	return srv, runner, func() {
+		lw.Close()
+		p.Close()
+	}
 }
 
 // call calls a tool; args may be a map or raw JSON. A protocol error fails the test.

@@ -24,14 +24,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"symbi/internal/auth"
-	"symbi/internal/inference"
-	"symbi/internal/invoke"
-	"symbi/internal/ledger"
 	"symbi/internal/mcpserver"
-	"symbi/internal/policy"
-	"symbi/internal/project"
 	"symbi/internal/runs"
-	"symbi/internal/schemapin"
 )
 
 // rawPost sends one POST to url on a connection of its own and reads the answer to its
@@ -157,33 +151,13 @@ var reviewTokens = map[string]string{"alice": "tok-alice", "mallory": "tok-mallo
 func serveStackTLS(t *testing.T, dir string, env map[string]string) *tlsStack {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
-	getenv := func(k string) string { return env[k] }
-	p, err := project.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	reg, err := p.LoadRegistry(log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prov, provErr := inference.FromEnv(getenv)
-	if provErr != nil {
-		prov = nil
-	}
-	lw, _, err := ledger.OpenProject(p.Root(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lw.Close() })
-	runner := invoke.New(invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov, ProviderErr: provErr, Ledger: lw, Log: log})
+	srv, runner, closeServer := newServer(t, dir, serveOpts{env: env, authenticated: true})
+	t.Cleanup(closeServer)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 		defer cancel()
 		runner.Shutdown(ctx)
 	})
-	srv := mcpserver.New(mcpserver.Config{Project: p, Registry: reg, Runs: runs.New(runs.Config{Root: p.Root(), Runner: runner, Registry: reg, Ledger: lw, Access: policy.LoadAccess(p.Root())}),
-		Schemas: schemapin.NewVerifier(getenv), Log: log, Authenticated: true})
 	var lines strings.Builder
 	for name, tok := range reviewTokens {
 		fmt.Fprintf(&lines, "%s sha256:%x\n", name, sha256.Sum256([]byte(tok)))
