@@ -145,8 +145,8 @@ type tlsStack struct {
 	pool *x509.CertPool
 }
 
-// reviewTokens are the callers of serveStackTLS and their bearer tokens.
-var reviewTokens = map[string]string{"alice": "tok-alice", "mallory": "tok-mallory"}
+// tlsTokens are the callers of serveStackTLS and their bearer tokens.
+var tlsTokens = map[string]string{"alice": "tok-alice", "mallory": "tok-mallory"}
 
 func serveStackTLS(t *testing.T, dir string, env map[string]string) *tlsStack {
 	t.Helper()
@@ -159,7 +159,7 @@ func serveStackTLS(t *testing.T, dir string, env map[string]string) *tlsStack {
 		runner.Shutdown(ctx)
 	})
 	var lines strings.Builder
-	for name, tok := range reviewTokens {
+	for name, tok := range tlsTokens {
 		fmt.Fprintf(&lines, "%s sha256:%x\n", name, sha256.Sum256([]byte(tok)))
 	}
 	tokens, err := auth.ParseTokens([]byte(lines.String()))
@@ -220,8 +220,8 @@ func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 func (s *tlsStack) connect(t *testing.T, caller string, opts *mcp.ClientOptions, noStandaloneSSE bool) *mcp.ClientSession {
 	t.Helper()
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: s.pool}}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "review-" + caller, Version: "1"}, opts).Connect(context.Background(), &mcp.StreamableClientTransport{
-		Endpoint: s.url, HTTPClient: &http.Client{Transport: bearerRT{token: reviewTokens[caller], base: tr}}, DisableStandaloneSSE: noStandaloneSSE,
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "tls-" + caller, Version: "1"}, opts).Connect(context.Background(), &mcp.StreamableClientTransport{
+		Endpoint: s.url, HTTPClient: &http.Client{Transport: bearerRT{token: tlsTokens[caller], base: tr}}, DisableStandaloneSSE: noStandaloneSSE,
 	}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +273,7 @@ func TestHTTPStalledStream(t *testing.T) {
 	req, _ := http.NewRequestWithContext(gctx, http.MethodGet, s.url, nil)
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Mcp-Session-Id", mallory.ID())
-	req.Header.Set("Authorization", "Bearer "+reviewTokens["mallory"])
+	req.Header.Set("Authorization", "Bearer "+tlsTokens["mallory"])
 	res, err := (&http.Client{Transport: h2}).Do(req)
 	if err != nil {
 		t.Fatal(err)
