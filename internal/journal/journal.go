@@ -207,22 +207,12 @@ func normalize(r Record) Record {
 	case *Started:
 		return normalize(*v)
 	case PolicyEvaluated:
-		if v.PolicyIDs == nil {
-			v.PolicyIDs = []string{}
-		}
-		if v.Errors == nil {
-			v.Errors = []string{}
-		}
+		nonNil(&v.PolicyIDs, &v.Errors)
 		return v
 	case *PolicyEvaluated:
 		return normalize(*v)
 	case PolicyReevaluated:
-		if v.PolicyIDs == nil {
-			v.PolicyIDs = []string{}
-		}
-		if v.Errors == nil {
-			v.Errors = []string{}
-		}
+		nonNil(&v.PolicyIDs, &v.Errors)
 		return v
 	case SessionStarted:
 		if v.Command == nil {
@@ -261,4 +251,13 @@ type Receipt struct {
 func lineHash(line []byte) string {
 	h := sha256.Sum256(line)
 	return hex.EncodeToString(h[:])
+}
+
+// nonNil makes each nil list empty: a record's lists are written [] rather than null.
+func nonNil(lists ...*[]string) {
+	for _, l := range lists {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
 }

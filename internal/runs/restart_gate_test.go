@@ -93,10 +93,13 @@ var gateFiles = map[string]string{
 `,
 }
 
-func gateProject(t *testing.T) string {
+func gateProject(t *testing.T) string { return writeProject(t, gateFiles) }
+
+// writeProject writes files (relative path → content) into a new directory and returns it.
+func writeProject(t *testing.T, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
-	for rel, content := range gateFiles {
+	for rel, content := range files {
 		path := filepath.Join(dir, rel)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
@@ -301,21 +304,12 @@ func TestWaitEndedLiveDelegatedRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	for rel, content := range map[string]string{
+	dir := writeProject(t, map[string]string{
 		"agents/coder.symbi": "metadata { executor = \"fake\" }\nagent coder {}\n",
 		"policies/respond.cedar": `@id("respond") permit (principal, action == Action::"respond", resource);
 @gate("human") @id("commands-review") forbid (principal, action == Action::"use_tool", resource == Tool::"execute");
 `,
-	} {
-		path := filepath.Join(dir, rel)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	p, err := project.Open(dir)
 	if err != nil {
 		t.Fatal(err)
