@@ -417,14 +417,16 @@ func timeoutValue(s *WithSetting) (time.Duration, *refusal) {
 	switch {
 	case v != nil && v.Duration != nil:
 		lit = *v.Duration
-	case v != nil && v.Number != nil && !strings.ContainsAny(*v.Number, "._"):
-		lit = *v.Number
+	case v != nil && v.Number != nil && !strings.Contains(*v.Number, "."):
+		// An integer number; the grammar puts underscores only between digits, as
+		// separators ("1_000" is 1000 seconds).
+		lit = strings.ReplaceAll(*v.Number, "_", "")
 	default:
 		return 0, refuse("rule 5", s.Pos, "timeout %s is not a duration or integer seconds", settingText(s))
 	}
 	d, err := ParseDuration(lit)
 	if err != nil || d < MinTimeout || d > MaxTimeout {
-		return 0, refuse("rule 5", s.Pos, "timeout %s is outside 1s .. 1 day", lit)
+		return 0, refuse("rule 5", s.Pos, "timeout %s is outside 1s .. 1 day", settingText(s))
 	}
 	return d, nil
 }

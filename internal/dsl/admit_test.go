@@ -76,6 +76,7 @@ func TestAdmission(t *testing.T) {
 		{"timeout repeated", "a", "agent a { with timeout = 5s, timeout = 6s {} }", "rule 5", `rule 5 at 1:30: timeout is set more than once (first at 1:16)`},
 		{"timeout too long", "a", "agent a { with timeout = 1w {} }", "rule 5", `rule 5 at 1:16: timeout 1w is outside 1s .. 1 day`},
 		{"timeout zero", "a", "agent a { with timeout = 0 {} }", "rule 5", `rule 5 at 1:16: timeout 0 is outside 1s .. 1 day`},
+		{"timeout grouped too long", "a", "agent a { with timeout = 86_401 {} }", "rule 5", `rule 5 at 1:16: timeout 86_401 is outside 1s .. 1 day`},
 		{"timeout fractional", "a", "agent a { with timeout = 1.5 {} }", "rule 5", `rule 5 at 1:16: timeout 1.5 is not a duration or integer seconds`},
 		{"timeout string", "a", "agent a { with timeout = \"5s\" {} }", "rule 5", `rule 5 at 1:16: timeout "5s" is not a duration or integer seconds`},
 
@@ -161,6 +162,16 @@ func TestAdmissionDetails(t *testing.T) {
 	}
 	if a.Timeout != 24*time.Hour {
 		t.Errorf("timeout %v", a.Timeout)
+	}
+	// Bare integer seconds may group digits with underscores, as any number may.
+	for src, want := range map[string]time.Duration{
+		"agent a { with timeout = 1_000 {} }":  1000 * time.Second,
+		"agent a { with timeout = 86_400 {} }": 24 * time.Hour,
+		"agent a { with timeout = 0_1 {} }":    time.Second,
+	} {
+		if a := dsl.AdmitSource("t.symbi", "a", []byte(src)); !a.Admitted || a.Timeout != want {
+			t.Errorf("%s: admitted %v (%s), timeout %v, want %v", src, a.Admitted, a.Reason, a.Timeout, want)
+		}
 	}
 	if !strings.HasPrefix(string(a.Declaration), "agent a {") || !strings.HasSuffix(string(a.Declaration), "{} }") {
 		t.Errorf("declaration %q", a.Declaration)
