@@ -746,7 +746,9 @@ func TestE2EDelegatedFailures(t *testing.T) {
 		{name: "batch", steps: []any{msg("hi"), raw([]any{map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{}}}), map[string]any{"sleep": "1h"}},
 			status: runs.StatusInferenceFailed, reasons: []string{"malformed ACP: the agent wrote a line that is not a JSON-RPC message"}},
 		{name: "rpc_error", steps: []any{msg("hi"), map[string]any{"error": map[string]any{"code": 1, "message": "boom"}}},
-			status: runs.StatusInferenceFailed, reasons: []string{`"message":"boom"`}},
+			// Its message, the agent's words, goes to the server's log, not into the run's
+			// error (docs/runs.md).
+			status: runs.StatusInferenceFailed, reasons: []string{`JSON-RPC error 1; its message and data (4 bytes) are in the server's log`}},
 		// Well-formed JSON-RPC that symbi passes over: a session/update of a kind the SDK
 		// does not know (a newer protocol's: it carries nothing symbi journals or decides
 		// on), a response to no request. acp-go-sdk logs and drops both, and the run goes
@@ -790,6 +792,9 @@ func TestE2EDelegatedFailures(t *testing.T) {
 				}
 				if term[0]["error"] != st.Reason {
 					t.Fatalf("terminated %v: run_status reason %q", term[0], st.Reason)
+				}
+				if c.name == "rpc_error" {
+					waitLog(t, e.s.stderr, `what="JSON-RPC error 1" words=boom`)
 				}
 				if fe, _ := fins[0]["error"].(string); fe == "" {
 					t.Fatalf("session_finished %v without its error", fins[0])
@@ -930,7 +935,7 @@ func TestE2EDelegatedPinMode(t *testing.T) {
 	})
 	t.Run("pin_left", func(t *testing.T) {
 		st, _ := e.finish(t, e.start(t, "pin_left", "work"))
-		if st.Status != runs.StatusInferenceFailed || !strings.Contains(st.Reason, `the agent left the pinned mode "read-only" for "default"`) {
+		if st.Status != runs.StatusInferenceFailed || !strings.Contains(st.Reason, `the agent left the pinned mode "read-only" for another (its name is in the server's log)`) {
 			t.Fatalf("run_status %+v", st)
 		}
 		delGone(t, e.record("pin_left"))

@@ -499,7 +499,8 @@ func (r *runner) handle(u sdk.SessionUpdate) error {
 		return r.record(journal.Plan{Entries: entries}, false)
 	case u.CurrentModeUpdate != nil:
 		if pin := r.cfg.Executor.PinMode; pin != "" && string(u.CurrentModeUpdate.CurrentModeId) != pin {
-			return fmt.Errorf("the agent left the pinned mode %q for %q", pin, u.CurrentModeUpdate.CurrentModeId)
+			r.logWords("the mode it switched to", string(u.CurrentModeUpdate.CurrentModeId))
+			return fmt.Errorf("the agent left the pinned mode %q for another (its name is %s)", pin, inLog)
 		}
 	}
 	return nil
@@ -613,7 +614,7 @@ func (r *runner) run(ctx context.Context) Result {
 		if pr.err != nil && isClosed(r.conn.Done()) && !r.eof.Load() && r.abortedErr() == nil {
 			// The SDK closed the connection while the agent was still writing: its
 			// notification queue overflowed.
-			r.abort(fmt.Errorf("the agent floods updates: the ACP connection overflowed and closed (%w)", pr.err))
+			r.abort(fmt.Errorf("the agent floods updates: the ACP connection overflowed and closed (%w)", r.quiet(pr.err)))
 		}
 	case <-r.aborted:
 	case <-r.exited:
@@ -739,9 +740,9 @@ func (r *runner) run(ctx context.Context) Result {
 			res.Err = fmt.Errorf("%w; %s", whyNot, termNote)
 		}
 	case pr.err != nil:
-		err := fmt.Errorf("session/prompt failed: %w", pr.err)
+		err := fmt.Errorf("session/prompt failed: %w", r.quiet(pr.err))
 		if r.exitedByItself() {
-			err = fmt.Errorf("session/prompt failed (the agent exited: %s): %w", r.cmd.ProcessState, pr.err)
+			err = fmt.Errorf("session/prompt failed (the agent exited: %s): %w", r.cmd.ProcessState, r.quiet(pr.err))
 		}
 		res.Outcome, res.Err = OutcomeError, r.withStderr(err)
 	default:
@@ -848,16 +849,6 @@ func (r *runner) noSessionOutcome(outcome string, err error) Result {
 	return res
 }
 
-func (r *runner) withStderr(err error) error {
-	if s := strings.TrimSpace(r.stderr.String()); s != "" {
-		if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-			s = s[i+1:]
-		}
-		return fmt.Errorf("%w (agent stderr: %s)", err, cut(s, 512))
-	}
-	return err
-}
-
 // start starts the agent in its own process group with the stdout checker.
 func (r *runner) start() error {
 	argv := r.cfg.Executor.Command
@@ -950,7 +941,8 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 			if t := bytes.TrimSpace(line); len(t) > 0 {
 				why, request := notMessage(t)
 				if why != "" {
-					r.abort(fmt.Errorf("%w: the agent wrote a line that is %s: %q", ErrMalformed, why, cut(string(t), 80)))
+					r.logWords("a line that is "+why, cut(string(t), 4096))
+					r.abort(fmt.Errorf("%w: the agent wrote a line that is %s (%d bytes; the line is %s)", ErrMalformed, why, len(t), inLog))
 					dst.CloseWithError(errors.New("malformed ACP"))
 					return
 				}
@@ -1127,14 +1119,14 @@ func (r *runner) handshake(ctx context.Context) (journal.SessionStarted, error) 
 		ClientInfo:         &sdk.Implementation{Name: "symbi", Version: "1"},
 	})
 	if err != nil {
-		return journal.SessionStarted{}, fmt.Errorf("initialize: %w", err)
+		return journal.SessionStarted{}, fmt.Errorf("initialize: %w", r.quiet(err))
 	}
 	if ini.ProtocolVersion != sdk.ProtocolVersionNumber {
 		return journal.SessionStarted{}, fmt.Errorf("initialize: the agent speaks protocol version %d, not %d", ini.ProtocolVersion, sdk.ProtocolVersionNumber)
 	}
 	sess, err := r.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: cfg.Workspace.Path(), McpServers: []sdk.McpServer{}})
 	if err != nil {
-		return journal.SessionStarted{}, fmt.Errorf("session/new: %w", err)
+		return journal.SessionStarted{}, fmt.Errorf("session/new: %w", r.quiet(err))
 	}
 	r.sid = sess.SessionId
 	if pin := cfg.Executor.PinMode; pin != "" {
@@ -1145,10 +1137,11 @@ func (r *runner) handshake(ctx context.Context) (journal.SessionStarted, error) 
 			}
 		}
 		if !slices.Contains(offered, pin) {
-			return journal.SessionStarted{}, fmt.Errorf("the agent does not offer the pinned mode %q (offered: %s)", pin, strings.Join(offered, ", "))
+			r.logWords("the modes it offers", strings.Join(offered, ", "))
+			return journal.SessionStarted{}, fmt.Errorf("the agent does not offer the pinned mode %q (modes offered: %d; their names are %s)", pin, len(offered), inLog)
 		}
 		if _, err := r.conn.SetSessionMode(ctx, sdk.SetSessionModeRequest{SessionId: r.sid, ModeId: sdk.SessionModeId(pin)}); err != nil {
-			return journal.SessionStarted{}, fmt.Errorf("session/set_mode %q: %w", pin, err)
+			return journal.SessionStarted{}, fmt.Errorf("session/set_mode %q: %w", pin, r.quiet(err))
 		}
 	}
 	st := journal.SessionStarted{Executor: cfg.Executor.Name, Command: slices.Clone(cfg.Executor.Command),

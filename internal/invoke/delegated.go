@@ -64,11 +64,15 @@ func (d *delegatedExecutor) Execute(ctx context.Context, w *journal.Writer, prog
 	runID := d.runID()
 	callCtx, cancel := context.WithTimeout(ctx, d.deadline)
 	defer cancel()
+	log := d.log
+	if log == nil {
+		log = slog.Default()
+	}
 	progress(StageRequestSent)
 	res := acp.Run(callCtx, acp.Config{
 		Executor: d.executor, Workspace: ws, Journal: w, Prompt: d.prompt, HashesOnly: d.hashes,
 		Decide: func(t policy.ToolUse) policy.Decision { return d.decide(runID, t) }, Hold: d.hold,
-		Hurry: d.hurry, Log: d.log,
+		Hurry: d.hurry, Log: log.With("run_id", runID),
 	})
 	progress(StageResponseReceived)
 	switch {
