@@ -54,7 +54,7 @@ func projectLedger(e *env, dir string) (*journal.Store, []ledger.Line, error) {
 	rep := ledger.Verify(data, store.PublicKey())
 	if len(rep.Problems) > 0 {
 		store.Close()
-		return nil, nil, fmt.Errorf("the ledger is invalid at line %d: %s (symbi audit verify --project says more)", rep.Problems[0].Line, rep.Problems[0].Message)
+		return nil, nil, errcode.Errorf(errcode.AuditUnavailable, "the ledger is invalid at line %d: %s (symbi audit verify --project says more)", rep.Problems[0].Line, rep.Problems[0].Message)
 	}
 	return store, rep.Entries, nil
 }

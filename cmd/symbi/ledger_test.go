@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -83,5 +84,31 @@ func TestE2ELedger(t *testing.T) {
 	os.WriteFile(ledgerPath, data[:strings.IndexByte(string(data), '\n')+1], 0o600)
 	if code, out := verify(); code != 1 || !strings.Contains(out, "truncated or rolled back") {
 		t.Fatalf("verify with a rolled-back ledger: exit %d\n%s", code, out)
+	}
+}
+
+// TestAuditCheckpointInvalidLedgerCode: a ledger that does not verify is
+// `audit_unavailable` (docs/errors.md: "a ledger that does not verify — every run query
+// then fails closed, naming the line"), as `symbi runs …` report it; `internal` is "a bug
+// or an unexpected system failure". So say `audit checkpoint` and `audit prove`.
+func TestAuditCheckpointInvalidLedgerCode(t *testing.T) {
+	dir, _, _, _ := ledgerProject(t, 2)
+	p := filepath.Join(dir, ".symbiont", "ledger.jsonl")
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = bytes.Replace(data, []byte(`"reason":"cancelled"`), []byte(`"reason":"completed"`), 1)
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"audit", "checkpoint", "--project", dir},
+		{"audit", "prove", "--project", dir, "--run-id", "run-a"},
+	} {
+		code, _, errOut := runCLI(t, "", args...)
+		if code != 1 || !strings.Contains(errOut, "audit_unavailable") || strings.Contains(errOut, "internal") {
+			t.Errorf("%v on an edited ledger: exit %d, stderr %q; want exit 1, audit_unavailable", args[:2], code, errOut)
+		}
 	}
 }

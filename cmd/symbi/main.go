@@ -48,7 +48,7 @@ func main() {
 // run dispatches args to a subcommand and returns the process exit code.
 func run(e *env, args []string) int {
 	if args0 := firstArg(args); args0 == "--version" || args0 == "-version" {
-		return runCommand(e, commands["version"], nil)
+		return runCommand(e, commands["version"], args[1:])
 	}
 	if len(args) == 0 || isHelp(args[0]) {
 		usage(e.stdout, "")

@@ -33,3 +33,15 @@ func TestVersionAndHelp(t *testing.T) {
 		t.Fatalf("version --help: code %d", code)
 	}
 }
+
+// TestVersionFlagStrayArgument: docs/errors.md: "A command that takes no argument
+// besides its flags refuses a stray one (exit 2)": `symbi --version extra` (and
+// `--version --bogus`) as `symbi version extra` does.
+func TestVersionFlagStrayArgument(t *testing.T) {
+	for _, args := range [][]string{{"--version", "extra"}, {"--version", "--bogus"}} {
+		code, out, errOut := runCLI(t, "", args...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2\n%s%s", args, code, out, errOut)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"symbi/internal/acp"
 	"symbi/internal/auth"
@@ -16,6 +17,7 @@ import (
 	"symbi/internal/invoke"
 	"symbi/internal/policy"
 	"symbi/internal/project"
+	"symbi/internal/runs"
 	symbiws "symbi/internal/workspace"
 )
 
@@ -113,6 +115,12 @@ func runPolicyEval(e *env, args []string) int {
 	case set["run-owner"] && !auth.ValidCallerID(*runOwner):
 		fmt.Fprintf(e.stderr, "symbi policy eval: --run-owner %q is not a caller id\n", *runOwner)
 		return 2
+	case (*caller == auth.Stdio.ID) != (*callerAuth == auth.MethodStdio), (*caller == auth.Anonymous.ID) != (*callerAuth == auth.MethodNone):
+		fmt.Fprintf(e.stderr, "symbi policy eval: --caller %q with --caller-auth %s is no caller the server has: stdio is the caller over stdio, anonymous the one without authentication (none), any other id authenticated by token or jwt\n", *caller, *callerAuth)
+		return 2
+	case !slices.Contains(runs.Statuses, *runStatus):
+		fmt.Fprintf(e.stderr, "symbi policy eval: --run-status %q: want one of %s\n", *runStatus, strings.Join(runs.Statuses, ", "))
+		return 2
 	}
 	if slices.Contains(policy.AccessActions, *action) {
 		return runAccessEval(e, set, fs.Args(), *dir, *asJSON, policy.AccessRequest{Action: *action, Caller: *caller, CallerAuth: *callerAuth},
@@ -153,6 +161,12 @@ func runPolicyEval(e *env, args []string) int {
 			return 1
 		}
 		text = string(b)
+	}
+	if !useTool && !utf8.ValidString(text) {
+		// The server never judges such a text: a model's answer that is not UTF-8 ends
+		// its run inference_failed (docs/providers.md).
+		fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(errcode.Errorf(errcode.InvalidRequest, "the answer is not valid UTF-8: no answer the server judges is")))
+		return 1
 	}
 	p, reg, err := openRegistry(*dir, slog.New(slog.NewTextHandler(e.stderr, nil)))
 	if err != nil {
@@ -213,7 +227,7 @@ func runPolicyEval(e *env, args []string) int {
 	}
 	fmt.Fprintf(e.stdout, "action: %s\n", out.Action)
 	if out.Tool != nil {
-		fmt.Fprintf(e.stdout, "tool: %s, paths %s (top dirs %s), outside %s, workspace %s\n", out.Tool.Kind, policyList(out.Tool.Paths), policyList(out.Tool.TopDirs()), policyList(out.Tool.Outside), out.Tool.Workspace)
+		fmt.Fprintf(e.stdout, "tool: %s, paths %s (top dirs %s), outside %s, workspace %s\n", out.Tool.Kind, policyList(out.Tool.Paths), policyList(out.Tool.TopDirs), policyList(out.Tool.Outside), out.Tool.Workspace)
 	}
 	fmt.Fprintf(e.stdout, "agent: %s (%s)\n", out.Agent, out.File)
 	fmt.Fprintf(e.stdout, "mode: %s\n", out.Mode)
@@ -254,7 +268,7 @@ func policyReadResponse(name string) ([]byte, error) {
 type policyEvalOutput struct {
 	Decision string          `json:"decision"`
 	Action   string          `json:"action"`
-	Tool     *policy.ToolUse `json:"tool,omitempty"`
+	Tool     *policyToolJSON `json:"tool,omitempty"`
 	Mode     policy.Mode     `json:"mode"`
 	Digest   string          `json:"digest"`
 	Policies []string        `json:"policies"`
@@ -273,10 +287,52 @@ type policyEvalOutput struct {
 
 func policyEvalJSON(set *policy.Set, req policy.Request, d policy.Decision) policyEvalOutput {
 	return policyEvalOutput{
-		Decision: d.Verdict(), Action: req.Action, Tool: req.Tool, Mode: set.Mode, Digest: set.Digest,
+		Decision: d.Verdict(), Action: req.Action, Tool: toolJSON(req.Tool), Mode: set.Mode, Digest: set.Digest,
 		Policies: append([]string{}, d.Policies...), Errors: append([]string{}, d.Errors...), Diagnostics: d.Diagnostics, Reason: d.Reason, Gate: d.Gate,
 		Agent: req.Agent, AgentID: req.AgentID, File: req.File, RunID: req.RunID, Bytes: len(req.Response),
 	}
+}
+
+// policyToolJSON is the tool call a use_tool dry run judged, as --json prints it.
+type policyToolJSON struct {
+	Kind           string   `json:"kind"`
+	Title          string   `json:"title"`
+	Paths          []string `json:"paths"`
+	TopDirs        []string `json:"top_dirs"`
+	Outside        []string `json:"outside"`
+	Workspace      string   `json:"workspace"`
+	RawInputSHA256 string   `json:"raw_input_sha256,omitempty"`
+}
+
+func toolJSON(t *policy.ToolUse) *policyToolJSON {
+	if t == nil {
+		return nil
+	}
+	return &policyToolJSON{Kind: t.Kind, Title: t.Title, Paths: nonNilList(t.Paths), TopDirs: nonNilList(t.TopDirs()),
+		Outside: nonNilList(t.Outside), Workspace: t.Workspace, RawInputSHA256: t.RawInputSHA256}
+}
+
+// policyRunJSON is the run an access dry run judged (the resource Run::"<run_id>"), as
+// --json prints it.
+type policyRunJSON struct {
+	RunID  string `json:"run_id"`
+	Owner  string `json:"owner"`
+	Agent  string `json:"agent"`
+	Status string `json:"status"`
+}
+
+func runJSON(r *policy.RunResource) *policyRunJSON {
+	if r == nil {
+		return nil
+	}
+	return &policyRunJSON{RunID: r.ID, Owner: r.Owner, Agent: r.Agent, Status: r.Status}
+}
+
+func nonNilList(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 func policyList(s []string) string {
@@ -446,7 +502,7 @@ func runAccessEval(e *env, set map[string]bool, args []string, dir string, asJSO
 		fmt.Fprintf(e.stderr, "symbi policy eval: access policies unusable, every access is denied: %s\n", set2.Reason)
 	}
 	d := set2.DecideAccess(req)
-	out := accessEvalOutput{Decision: d.Verdict(), Action: req.Action, Caller: req.Caller, CallerAuth: req.CallerAuth, Agent: req.Agent, Run: req.Run,
+	out := accessEvalOutput{Decision: d.Verdict(), Action: req.Action, Caller: req.Caller, CallerAuth: req.CallerAuth, Agent: req.Agent, Run: runJSON(req.Run),
 		Mode: set2.Mode, Digest: set2.Digest, Mentioned: set2.Mode == policy.ModeCedar && set2.Mentions(req.Action),
 		Policies: append([]string{}, d.Policies...), Errors: append([]string{}, d.Errors...), Diagnostics: d.Diagnostics, Reason: d.Reason}
 	if asJSON {
@@ -475,17 +531,17 @@ func runAccessEval(e *env, set map[string]bool, args []string, dir string, asJSO
 }
 
 type accessEvalOutput struct {
-	Decision   string              `json:"decision"`
-	Action     string              `json:"action"`
-	Caller     string              `json:"caller"`
-	CallerAuth string              `json:"caller_auth"`
-	Agent      string              `json:"agent,omitempty"`
-	Run        *policy.RunResource `json:"run,omitempty"`
-	Mode       policy.Mode         `json:"mode"`
-	Digest     string              `json:"digest"`
-	Mentioned  bool                `json:"mentioned" jsonschema:"whether an access policy mentions the action (else the built-in default decided)"`
-	Policies   []string            `json:"policies"`
-	Errors     []string            `json:"errors"`
+	Decision   string         `json:"decision"`
+	Action     string         `json:"action"`
+	Caller     string         `json:"caller"`
+	CallerAuth string         `json:"caller_auth"`
+	Agent      string         `json:"agent,omitempty"`
+	Run        *policyRunJSON `json:"run,omitempty"`
+	Mode       policy.Mode    `json:"mode"`
+	Digest     string         `json:"digest"`
+	Mentioned  bool           `json:"mentioned" jsonschema:"whether an access policy mentions the action (else the built-in default decided)"`
+	Policies   []string       `json:"policies"`
+	Errors     []string       `json:"errors"`
 	// Diagnostics: as policyEvalOutput's.
 	Diagnostics []string `json:"diagnostics,omitempty"`
 	Reason      string   `json:"reason"`

@@ -81,3 +81,47 @@ func TestPolicyEvalGate(t *testing.T) {
 		t.Fatalf("--json: exit %d\n%s", code, out)
 	}
 }
+
+// TestPolicyEvalRunJSONNames: the access dry run's `run` object must use the names
+// of the model it describes (docs/http.md: resource `Run::"<run id>"` with `owner`,
+// `agent` and `status`), snake_case like every other member of the same output
+// (`caller_auth`, `mentioned`).
+func TestPolicyEvalRunJSONNames(t *testing.T) {
+	dir := newE2EProject(t)
+	code, out, errOut := runCLI(t, "", "policy", "eval", "--project", dir, "--action", "read_run", "--caller", "auditor", "--run-owner", "alice", "--json")
+	if code != 0 {
+		t.Fatalf("policy eval read_run --json: exit %d\n%s%s", code, out, errOut)
+	}
+	var got struct {
+		Run map[string]json.RawMessage `json:"run"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"owner", "agent", "status"} {
+		if _, ok := got.Run[k]; !ok {
+			t.Errorf("run has no member %q: %s", k, out)
+		}
+	}
+}
+
+// TestPolicyEvalImpossibleInputs: `policy eval` must refuse (exit 2) a principal or
+// resource the server never produces, as it already does for --caller-auth (policy.go:
+// "Only what the server can produce: another value would answer for a caller that never
+// exists"). docs/http.md: "`stdio` and `anonymous` are reserved" (no token or JWT may
+// claim them; over stdio "the one caller is `stdio`"); a run's `status` is one of
+// docs/runs.md's statuses.
+func TestPolicyEvalImpossibleInputs(t *testing.T) {
+	dir := newE2EProject(t)
+	for name, args := range map[string][]string{
+		"run status not a status":      {"--action", "read_run", "--run-status", "bogus"},
+		"stdio authenticated by token": {"--action", "read_run", "--caller", "stdio", "--caller-auth", "token"},
+		"anonymous by token":           {"--action", "read_run", "--caller", "anonymous", "--caller-auth", "token"},
+		"alice over stdio":             {"--action", "read_run", "--caller", "alice", "--caller-auth", "stdio"},
+	} {
+		code, out, errOut := runCLI(t, "", append([]string{"policy", "eval", "--project", dir}, args...)...)
+		if code != 2 {
+			t.Errorf("%s: exit %d, want 2 (a usage error)\n%s%s", name, code, out, errOut)
+		}
+	}
+}

@@ -295,3 +295,52 @@ func TestPolicyEvalUseTool(t *testing.T) {
 		t.Fatalf("--tool without --action use_tool: exit %d: %s", code, errOut)
 	}
 }
+
+// TestPolicyEvalResponseNotUTF8: `policy eval` must refuse, not decide, an answer
+// text that is not UTF-8. docs/policies.md: it "is a dry run of the decision the server
+// makes for an answer" and "exits 0 when it could decide ... and 1 when it could not";
+// the server never judges such a text (docs/providers.md, `malformed`: a body "not valid
+// UTF-8" is `inference_failed`), and Cedar would see the bytes otherwise than they are: a
+// forbid on "*FORBIDDEN*" would be dodged by one stray byte.
+func TestPolicyEvalResponseNotUTF8(t *testing.T) {
+	dir := newE2EProject(t)
+	file := filepath.Join(t.TempDir(), "answer.txt")
+	if err := os.WriteFile(file, []byte("FORBID\xffDEN"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"policy", "eval", "--project", dir, "--agent", "helper", "--response-file", file},
+		{"policy", "eval", "--project", dir, "--agent", "helper", "--response", "FORBID\xffDEN"},
+	} {
+		code, out, errOut := runCLI(t, "", args...)
+		if code == 0 || strings.Contains(out, "decision:") {
+			t.Errorf("%v: exit %d, want a refusal (exit 1) and no decision\n%s%s", args[5:], code, out, errOut)
+		}
+	}
+}
+
+// TestPolicyEvalToolJSONNames: `policy eval --action use_tool --json` must name the
+// tool's members as documented. docs/policies.md: "The output adds `action` and `tool`
+// (kind, paths, outside paths, workspace)"; every other JSON of the CLI is snake_case and
+// gives [] for an empty list.
+func TestPolicyEvalToolJSONNames(t *testing.T) {
+	dir := newE2EProject(t)
+	code, out, errOut := runCLI(t, "", "policy", "eval", "--project", dir, "--agent", "helper", "--action", "use_tool", "--tool", "read", "--path", "a.txt", "--json")
+	if code != 0 {
+		t.Fatalf("policy eval use_tool --json: exit %d\n%s%s", code, out, errOut)
+	}
+	var got struct {
+		Tool map[string]json.RawMessage `json:"tool"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"kind", "paths", "outside", "workspace"} {
+		if _, ok := got.Tool[k]; !ok {
+			t.Errorf("tool has no member %q: %s", k, out)
+		}
+	}
+	if v, ok := got.Tool["outside"]; ok && string(v) != "[]" {
+		t.Errorf(`tool.outside is %s, want [] when no path is outside`, v)
+	}
+}

@@ -1,10 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"symbi/internal/loopback"
 	"symbi/internal/runs"
@@ -135,4 +141,93 @@ func unmarshalFresh[T any](out string, v *T) error {
 	var zero T
 	*v = zero
 	return json.Unmarshal([]byte(out), v)
+}
+
+// TestRunsResolveWaitsOutACreation: `runs resolve` must never record a resolution for
+// a run that is still in flight. docs/errors.md, invalid_transition: "`resolve_run` of a
+// run still `running` (only finished runs are resolved)"; docs/runs.md: "`runs resolve`
+// ... can run while a server serves the project". A server creates a run's journal and
+// locks it holding the governed directory's scan lock shared (journal.Store.Create;
+// journal-format.md/ledger.md: "The moment between a journal's creation and that lock is
+// covered by the governed directory's own flock"); reconciliation decides on an unlocked
+// journal only under that lock held exclusively (journal.LockScan), and so does resolve:
+// otherwise, in that window, the new, empty, not-yet-locked journal would look
+// "abandoned" and a run about to run would be resolved.
+// The test holds the scan lock shared with an empty unlocked journal, as Create does: the
+// resolve must not complete while it is held; once the "writer" holds its file and lets
+// the scan lock go, the resolve must be refused invalid_transition.
+func TestRunsResolveWaitsOutACreation(t *testing.T) {
+	dir, _, _, _ := ledgerProject(t, 1)
+	gov := filepath.Join(dir, ".symbiont", "governed")
+	ledgerPath := filepath.Join(dir, ".symbiont", "ledger.jsonl")
+	before, err := os.ReadFile(ledgerPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Create, step 1: the scan lock, shared.
+	scan, err := unix.Open(gov, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(scan)
+	if err := unix.Flock(scan, unix.LOCK_SH); err != nil {
+		t.Fatal(err)
+	}
+	// Create, step 2: the journal file, created empty, not yet locked by its writer.
+	journalPath := filepath.Join(gov, "agent.run-new.jsonl")
+	jf, err := os.OpenFile(journalPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jf.Close()
+
+	type result struct {
+		code        int
+		out, errOut string
+	}
+	done := make(chan result, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }}
+		code := run(e, []string{"runs", "resolve", "--project", dir, "--resolution", "accepted", "run-new"})
+		done <- result{code, out.String(), errb.String()}
+	}()
+	select {
+	case r := <-done:
+		after, _ := os.ReadFile(ledgerPath)
+		if r.code == 0 || len(after) != len(before) {
+			t.Fatalf("runs resolve recorded a resolution of a run whose journal was being created (exit %d, ledger %d -> %d bytes):\n%s%s",
+				r.code, len(before), len(after), r.out, r.errOut)
+		}
+		return // refused at once: acceptable too
+	case <-time.After(time.Second):
+	}
+	// Create, step 3: the writer locks its file, then lets the scan lock go.
+	if err := unix.Flock(int(jf.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	unix.Flock(scan, unix.LOCK_UN)
+	r := <-done
+	after, _ := os.ReadFile(ledgerPath)
+	if r.code != 1 || !strings.Contains(r.errOut, "invalid_transition") || len(after) != len(before) {
+		t.Fatalf("runs resolve of a run in flight: exit %d, want 1 invalid_transition and no ledger line (ledger %d -> %d bytes):\n%s%s",
+			r.code, len(before), len(after), r.out, r.errOut)
+	}
+}
+
+// TestRunsResolveNoteNotUTF8: a --note that is not UTF-8 must be refused, not
+// signed into the ledger as other text. docs/security-model.md ("One message means one
+// thing"): "a message must be UTF-8 ... (Go reads either as U+FFFD: the prompt run and
+// journaled would not be the one sent)"; docs/ledger.md: the resolution entry's `note` is
+// the caller's: signed as it stands, each bad byte would read as U+FFFD.
+func TestRunsResolveNoteNotUTF8(t *testing.T) {
+	dir, _, _, _ := ledgerProject(t, 1)
+	ledgerPath := filepath.Join(dir, ".symbiont", "ledger.jsonl")
+	before, _ := os.ReadFile(ledgerPath)
+	code, out, errOut := runCLI(t, "", "runs", "resolve", "--project", dir, "--resolution", "rejected", "--note", "bad \xff byte", "run-a")
+	after, _ := os.ReadFile(ledgerPath)
+	if code != 1 || !strings.Contains(errOut, "invalid_request") || len(after) != len(before) {
+		t.Fatalf("runs resolve --note with a non-UTF-8 byte: exit %d, want 1 invalid_request and no ledger line (ledger %d -> %d bytes)\n%s%s",
+			code, len(before), len(after), out, errOut)
+	}
 }

@@ -3,6 +3,7 @@ package runs
 import (
 	"slices"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -468,6 +469,21 @@ func (m *Manager) Resolve(runID, value, note string, by Caller) (*Status, error)
 	if err != nil {
 		return nil, err
 	}
+	if snap.live == nil {
+		// Another process's run, or one no server writes: whether a writer holds its
+		// journal is decided under the governed directory's scan lock, held exclusively
+		// as reconciliation holds it, until the resolution is durable. A server creating
+		// a journal holds that lock shared until its writer holds the file: without it,
+		// a journal in that moment would look abandoned.
+		release, err := journal.LockScan(m.gov)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		if snap, err = m.lookup(runID); err != nil {
+			return nil, err
+		}
+	}
 	if st := m.build(snap, false); st.Status == StatusRunning || st.Status == StatusAwaitingApproval {
 		return nil, errcode.Errorf(errcode.InvalidTransition, "%w: run %s is %s; only a finished run can be resolved", ErrTransition, runID, st.Status)
 	}
@@ -501,6 +517,10 @@ func CheckResolution(value, note string) error {
 	}
 	if len(note) > ledger.MaxNoteBytes {
 		return errcode.Errorf(errcode.LimitExceeded, "note is %d bytes; the limit is %d (4 KiB)", len(note), ledger.MaxNoteBytes)
+	}
+	if !utf8.ValidString(note) {
+		// Signed as it stands, it would read as other text (U+FFFD for each bad byte).
+		return errcode.Errorf(errcode.InvalidRequest, "note is not valid UTF-8")
 	}
 	return nil
 }
