@@ -941,3 +941,38 @@ func TestE2EDelegatedPinMode(t *testing.T) {
 		delGone(t, e.record("pin_left"))
 	})
 }
+
+// TestParseDSLKnowsExecutors: docs/dsl.md, JSON views: "For each agent,
+// admitted/refusal/refusals is the admission of the file registered under that agent's own
+// name"; docs/executors.md: an executor registered with --executors is admitted. So
+// parse_dsl judges with the server's executors, as list_agents does: a delegated agent
+// is not refused with the false reason `executor "fake" is not registered with this
+// server`.
+func TestParseDSLKnowsExecutors(t *testing.T) {
+	dir := newE2EProject(t)
+	writeFile(t, filepath.Join(dir, "agents", "coder.symbi"), "metadata { executor = \"fake\" }\nagent coder { capabilities = [\"code\"] }\n")
+	execFile := filepath.Join(t.TempDir(), "executors.json")
+	writeFile(t, execFile, `{"executors":{"fake":{"command":["/bin/true"]}}}`)
+	if err := os.Chmod(execFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startSymbiPatient(t, dir, modelEnv(nil), "--executors", execFile)
+	res := s.call(t, "list_agents", map[string]any{})
+	if res.IsError || !strings.Contains(text(res), `"delegated"`) {
+		t.Fatalf("list_agents does not show coder delegated: %s", text(res))
+	}
+	res = s.call(t, "parse_dsl", map[string]any{"file": "agents/coder.symbi"})
+	raw, _ := json.Marshal(res.StructuredContent)
+	var out struct {
+		Agents []struct {
+			Admitted bool   `json:"admitted"`
+			Refusal  string `json:"refusal"`
+		} `json:"agents"`
+	}
+	if res.IsError || json.Unmarshal(raw, &out) != nil || len(out.Agents) != 1 {
+		t.Fatalf("parse_dsl: %s", text(res))
+	}
+	if !out.Agents[0].Admitted {
+		t.Errorf("parse_dsl says coder is refused (%s) on a server that registers its executor", out.Agents[0].Refusal)
+	}
+}

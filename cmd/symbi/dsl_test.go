@@ -70,7 +70,7 @@ func TestDSLLimits(t *testing.T) {
 	}{
 		{deep, deep + ":1:279: brackets nested deeper than 256 levels\n"},
 		{brackets, brackets + ":1:271: brackets nested deeper than 256 levels\n"},
-		{big, big + ":1:1048577: source is 1048577 bytes, over the limit of 1048576 bytes (1 MiB)\n"},
+		{big, big + ":1:1048577: source is more than 1048576 bytes (1 MiB), the limit\n"},
 	}
 	for _, tt := range tests {
 		code, out, _ := runCLI(t, "", "dsl", "check", tt.path)
@@ -85,7 +85,7 @@ func TestDSLLimits(t *testing.T) {
 	}
 	// Standard input gets the same limit.
 	code, _, errOut := runCLI(t, strings.Repeat(" ", dsl.MaxSourceBytes+1), "dsl", "parse", "-")
-	if code != 1 || !strings.Contains(errOut, "over the limit") {
+	if code != 1 || !strings.Contains(errOut, "source is more than 1048576 bytes (1 MiB), the limit") {
 		t.Errorf("stdin: code %d, stderr %q", code, errOut)
 	}
 }

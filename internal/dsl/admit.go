@@ -491,9 +491,17 @@ func (f *File) clip(e *Expr) string {
 	return clipText(f.text(e.Pos, e.EndPos))
 }
 
-func clipText(s string) string {
-	if len(s) > 60 {
-		return s[:57] + "..."
+func clipText(s string) string { return clipBytes(s, 60) }
+
+// clipBytes returns s if it has at most max bytes, else its first max-3 bytes or fewer,
+// cut at a character boundary, and "...".
+func clipBytes(s string, max int) string {
+	if len(s) <= max {
+		return s
 	}
-	return s
+	n := max - 3
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"symbi/internal/dsl"
 )
@@ -89,6 +90,9 @@ func TestAdmission(t *testing.T) {
 		{"condition call", "a", "agent a { policy p { allow: true if context.list.contains(\"x\") } }", "rule 6", `rule 6 at 1:58: unsupported expression context.list.contains("x") in policy condition (only invocation.… and context.… paths)`},
 		{"condition arithmetic", "a", "agent a { policy p { allow: true if context.n + 1 > 2 } }", "rule 6", `rule 6 at 1:47: unsupported operator "+" in policy condition`},
 		{"condition float", "a", "agent a { policy p { allow: true if context.n < 2.5 } }", "rule 6", `rule 6 at 1:49: comparison "<" needs integer operands, not 2.5`},
+		{"condition float equality", "a", "agent a { policy p { allow: true if context.n == 1.5 } }", "rule 6", `rule 6 at 1:50: number 1.5 in policy condition is not an integer`},
+		{"condition float in array", "a", "agent a { policy p { allow: true if context.n in [2, 1.5] } }", "rule 6", `rule 6 at 1:54: number 1.5 in policy condition is not an integer`},
+		{"condition float first", "a", "agent a { policy p { deny: true if 0.0 != context.x } }", "rule 6", `rule 6 at 1:36: number 0.0 in policy condition is not an integer`},
 		{"condition string comparison", "a", "agent a { policy p { deny: true if \"a\" >= context.s } }", "rule 6", `rule 6 at 1:36: comparison ">=" needs integer operands, not "a"`},
 		{"condition unknown name", "a", "agent a { policy p { allow: true if user.admin } }", "rule 6", `rule 6 at 1:37: unsupported expression user.admin in policy condition (only invocation.… and context.… paths)`},
 		{"condition bare name", "a", "agent a { policy p { allow: true if admin } }", "rule 6", `rule 6 at 1:37: unsupported name "admin" in policy condition (only principal, invocation.… and context.… paths)`},
@@ -295,8 +299,10 @@ func TestErrorPositions(t *testing.T) {
 		{"missing } at the end: where it opened", "agent a {\n    capabilities = [\"read\"]\n    policy p {\n        allow: true\n    }\n",
 			`1:9: "{" opened here is never closed (the input ends with 1 bracket(s) open)`},
 		{"unclosed array: the innermost", "metadata {\n  tags = [1, 2\n", `2:10: "[" opened here is never closed (the input ends with 2 bracket(s) open)`},
-		{"unterminated string: where it started", "metadata {\n    description = \"unclosed\n    version = \"1.0\"\n}\nagent a {\n    capabilities = [\"read\"]\n}\n",
-			`6:26: unterminated string (the string opened at 2:19 runs to line 3: if its closing quote is missing, the mistake is there)`},
+		{"unterminated string: the first error, and where the string started", "metadata {\n    description = \"unclosed\n    version = \"1.0\"\n}\nagent a {\n    capabilities = [\"read\"]\n}\n",
+			`3:16: unexpected number 1.0, expected "}" (the string opened at 2:19 runs to line 3: if its closing quote is missing, the mistake is there)`},
+		{"a lexical error after the first syntax error: the first", "agent a { function f() { x = ; } }\n\n\n$\n", `1:30: unexpected ";", expected an expression`},
+		{"a lexical error first", "agent a { $ }\nagent b { x = ; }\n", `1:11: unexpected character '$'`},
 	} {
 		_, err := dsl.Parse("t.symbi", []byte(tt.src))
 		errs := dsl.Errors(err)
@@ -350,6 +356,88 @@ func TestAnalyzeManyAgents(t *testing.T) {
 		}
 		if i < dsl.MaxAdmissionViews && !a.Admitted {
 			t.Errorf("agent %d: refused %q", i, a.Refusal)
+		}
+	}
+}
+
+// TestLoneLineBreaksRefused: to an editor (and to the model, which is sent the
+// declaration's bytes) a lone CR, or U+2028 and its kin, may end a line, and a comment
+// with it: what follows would look like code — a schedule, a function — that a parse
+// reading the comment on to "\n" skips, and admission with it. Spec dsl.md, Lexical:
+// "comments run from `//` or `#` to end of line"; rule 2: any top-level `schedule` ...
+// or `function` → refused; rule 4: "no functions". Such a file is refused.
+func TestLoneLineBreaksRefused(t *testing.T) {
+	for _, src := range []string{
+		"agent a {}\r# note\rschedule s { x = 1 }",
+		"agent a {}\r// note\rfunction f() { }",
+		"agent a { capabilities = [\"read\"] # note\rfunction exfil() { send(secrets); }\n}",
+		"agent a { capabilities = [\"read\"] # note\u2028function exfil() { send(secrets); }\n}",
+		"agent a { capabilities = [\"read\"] // note\u0085function exfil() { send(secrets); }\r\n}",
+		"agent a { capabilities = [\"read\"] # note\ffunction exfil() { send(secrets); }\n}",
+	} {
+		a := dsl.AdmitSource("a.symbi", "a", []byte(src))
+		if a.Admitted {
+			t.Errorf("%q admitted; the line after the lone CR holds a construct admission must refuse (definition sent to the model: %q)", src, a.Definition)
+		}
+	}
+}
+
+// TestReasonsValidUTF8: refusal reasons and syntax errors quote source text
+// (clipText cuts at byte 57, describe at byte 37); they must cut at a rune boundary, or
+// the reason carries invalid UTF-8 (shown as U+FFFD by JSON encoders, a broken byte in
+// logs). docs/dsl.md: messages quote the source; errcode.Clip already cuts at a rune
+// boundary.
+func TestReasonsValidUTF8(t *testing.T) {
+	e := strings.Repeat("é", 40)
+	for _, src := range []string{
+		`agent a { capabilities = [f("a` + e + `")] }`, // rule 4 refusal, clipText
+		`agent a { with x = 1 "a` + e + `" {} }`,       // rule 1 syntax error, describe
+	} {
+		a := dsl.AdmitSource("a.symbi", "a", []byte(src))
+		for _, r := range append([]string{a.Reason}, a.Reasons...) {
+			if !utf8.ValidString(r) {
+				t.Errorf("reason %q is not valid UTF-8", r)
+			}
+		}
+	}
+}
+
+// TestFirstSyntaxErrorReported: docs/dsl.md, Errors: "Parsing stops at the first
+// syntax error ... Errors are placed where the mistake is"; spec: "A syntax error reports
+// line:column". A lexical error on a later line (a stray character, a stray closing
+// bracket, a bad escape) does not hide the first error, on line 1.
+func TestFirstSyntaxErrorReported(t *testing.T) {
+	for _, tail := range []string{"$", ")", `"bad \q"`} {
+		src := "agent a { function f() { x = ; } }\n\n\n" + tail + "\n"
+		_, err := dsl.Parse("a.symbi", []byte(src))
+		errs := dsl.Errors(err)
+		if len(errs) == 0 {
+			t.Fatalf("%q parses", src)
+		}
+		if errs[0].Line != 1 || errs[0].Column != 30 {
+			t.Errorf("tail %q: first error reported at %d:%d (%s), want 1:30 (the \";\" where an expression is missing)", tail, errs[0].Line, errs[0].Column, errs[0].Msg)
+		}
+	}
+}
+
+// TestMissingExpressionSaysExpected: spec dsl.md, Parse result: "A syntax error reports
+// `line:column` (1-based) and what was expected." Where an expression is missing (an empty
+// rule selector, condition, right side, argument), the parser knows an expression was
+// expected, and says so.
+func TestMissingExpressionSaysExpected(t *testing.T) {
+	for _, src := range []string{
+		"agent a { policy p { allow: } }",
+		"agent a { policy p { allow: true if } }",
+		"agent a { function f() { x = ; } }",
+		"agent a { function f() { f(a: ) } }",
+	} {
+		_, err := dsl.Parse("a.symbi", []byte(src))
+		errs := dsl.Errors(err)
+		if len(errs) == 0 {
+			t.Fatalf("%q parses", src)
+		}
+		if !strings.Contains(errs[0].Msg, ", expected ") {
+			t.Errorf("%q: error %q does not say what was expected", src, errs[0].Msg)
 		}
 	}
 }

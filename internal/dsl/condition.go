@@ -129,6 +129,8 @@ func (f *File) condUnary(u *Unary, depth int) *refusal {
 		return refuse("rule 6", at, "unsupported expression %s in policy condition (only invocation.… and context.… paths)", f.clipUnary(u))
 	}
 	switch {
+	case p.Number != nil && strings.Contains(*p.Number, "."):
+		return refuse("rule 6", p.Pos, "number %s in policy condition is not an integer", *p.Number)
 	case p.String != nil, p.Number != nil:
 		return nil
 	case p.Name != nil && p.Lambda == nil && p.Typed == nil:
@@ -148,6 +150,9 @@ func (f *File) condUnary(u *Unary, depth int) *refusal {
 				return refuse("rule 6", el.Pos, "array element %s in policy condition is not a literal", f.clip(el))
 			}
 			ep := el.Left.Primary
+			if ep.Number != nil && strings.Contains(*ep.Number, ".") {
+				return refuse("rule 6", el.Pos, "number %s in policy condition is not an integer", *ep.Number)
+			}
 			literal := ep.String != nil || ep.Number != nil ||
 				(ep.Name != nil && ep.Lambda == nil && ep.Typed == nil && (*ep.Name == "true" || *ep.Name == "false"))
 			if !literal {

@@ -18,6 +18,10 @@ const (
 	tokVault
 	tokPunct
 	tokBinOp // binary operators: || && == != <= >= < > + - * / %
+	// tokError stands where the lexer found an error (scanner.lexErr), just before EOF:
+	// no rule accepts it, so the parser stops there at the latest, and a syntax error it
+	// finds earlier is reported instead, being nearer the first mistake.
+	tokError
 )
 
 // Nesting limits enforced while lexing, so that the recursive parser never recurses
@@ -72,6 +76,9 @@ type scanner struct {
 	// unclosed, set at the end of input while brackets are still open, is reported only
 	// if the parser finds nothing earlier: the parser's error is nearer the mistake.
 	unclosed *Error
+	// lexErr is the lexer's error, in place of which tokError was emitted: reported
+	// only if the parser finds nothing earlier, likewise.
+	lexErr *Error
 	// spans are the strings that run over more than one line, for the hint that a
 	// closing quote may be missing.
 	spans  []stringSpan
@@ -134,11 +141,21 @@ func (s *scanner) hint(e *Error) *Error {
 	return e
 }
 
-// Next returns the next token; the error, if any, is an *Error.
+// Next returns the next token. At a syntax error it returns a tokError token there (the
+// error is kept in s.lexErr), then EOF; a nesting bound exceeded is its error, an *Error.
 func (s *scanner) Next() (lexer.Token, error) {
 	s.emitted = false
+	if s.lexErr != nil {
+		return lexer.Token{Type: lexer.EOF, Pos: s.tok.Pos}, nil
+	}
 	if err := s.run(); err != nil {
-		return lexer.Token{}, err
+		if e := err.(*Error); e.Err == ErrNesting {
+			return lexer.Token{}, e // a bound on the parser's recursion: at once
+		}
+		s.lexErr = err.(*Error)
+		p := lexer.Position{Filename: s.file, Offset: s.lexErr.Offset, Line: s.lexErr.Line, Column: s.lexErr.Column}
+		s.tok = lexer.Token{Type: tokError, Pos: p}
+		return s.tok, nil
 	}
 	return s.tok, nil
 }
@@ -176,10 +193,14 @@ func (s *scanner) run() error {
 			s.off++
 			s.line++
 			s.col = 1
+		case c == '\r' && (s.off+1 == len(src) || src[s.off+1] != '\n'):
+			return s.errorf(s.pos(), ErrSyntax, "a carriage return not followed by a line feed: lines end with \\n or \\r\\n")
 		case c == ' ' || c == '\t' || c == '\r':
 			s.advance(1)
 		case c == '#' || (c == '/' && s.off+1 < len(src) && src[s.off+1] == '/'):
-			s.skipComment()
+			if err := s.skipComment(); err != nil {
+				return err
+			}
 		case isIdentStart(c):
 			p := s.pos()
 			e := s.off + 1
@@ -247,14 +268,28 @@ func (s *scanner) run() error {
 	return nil
 }
 
-func (s *scanner) skipComment() {
+// skipComment moves over a comment, to the \n that ends it. A comment holding what
+// another reader takes for a line break — a carriage return not followed by a line feed,
+// a vertical tab, a form feed, U+0085, U+2028, U+2029 — is refused: an editor or the
+// model, which is sent the declaration's bytes, would see what follows it as code that
+// the parse and admission skip as comment.
+func (s *scanner) skipComment() error {
 	i := bytes.IndexByte(s.src[s.off:], '\n')
 	end := len(s.src)
 	if i >= 0 {
 		end = s.off + i
 	}
-	s.col += utf8.RuneCount(s.src[s.off:end])
+	text := s.src[s.off:end]
+	if j := bytes.IndexAny(text, "\r\v\f\u0085\u2028\u2029"); j >= 0 && !(text[j] == '\r' && s.off+j+1 == end && end < len(s.src)) {
+		r, _ := utf8.DecodeRune(text[j:])
+		p := s.pos()
+		p.Offset += j
+		p.Column += utf8.RuneCount(text[:j])
+		return s.errorf(p, ErrSyntax, "a comment holds %U, which some readers take for a line break: lines end with \\n or \\r\\n", r)
+	}
+	s.col += utf8.RuneCount(text)
 	s.off = end
+	return nil
 }
 
 var durationSuffixes = [...]string{".seconds", ".minutes", ".hours", "months", "s", "m", "h", "d", "w", "y"}

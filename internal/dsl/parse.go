@@ -85,7 +85,8 @@ func Parse(name string, src []byte) (*File, error) {
 	if len(src) > MaxSourceBytes {
 		line, col := position(src, MaxSourceBytes)
 		return nil, errcode.Wrap(errcode.LimitExceeded, ErrorList{{Line: line, Column: col, Offset: MaxSourceBytes,
-			Msg: fmt.Sprintf("source is %d bytes, over the limit of %d bytes (1 MiB)", len(src), MaxSourceBytes), Err: ErrTooLarge}})
+			// "more than": a reader stops at the first byte past the limit.
+			Msg: fmt.Sprintf("source is more than %d bytes (1 MiB), the limit", MaxSourceBytes), Err: ErrTooLarge}})
 	}
 	if !utf8.Valid(src) {
 		off := invalidUTF8(src)
@@ -100,11 +101,18 @@ func Parse(name string, src []byte) (*File, error) {
 	parsed, err := parser.ParseFromLexer(peek)
 	if err != nil {
 		e := syntaxError(src, err)
-		if sc.unclosed != nil && e.Offset >= len(src) {
+		switch {
+		case sc.lexErr != nil && e.Offset >= sc.lexErr.Offset:
+			// The parser ran to where the lexer failed: the lexer's error says why.
+			e = sc.lexErr
+		case sc.unclosed != nil && e.Offset >= len(src):
 			// The parser ran to the end: the unclosed bracket says where to look.
 			e = sc.unclosed
 		}
 		return nil, invalid(sc.hint(e))
+	}
+	if sc.lexErr != nil { // no rule accepts tokError; kept for safety
+		return nil, invalid(sc.hint(sc.lexErr))
 	}
 	if sc.unclosed != nil { // the grammar cannot end inside a bracket; kept for safety
 		return nil, invalid(sc.unclosed)
@@ -212,10 +220,7 @@ func describe(t lexer.Token) string {
 	v := t.Value
 	switch t.Type {
 	case tokString:
-		if len(v) > 40 {
-			v = v[:37] + "..."
-		}
-		return "string " + v
+		return "string " + clipBytes(v, 40)
 	case tokIdent:
 		return fmt.Sprintf("%q", v)
 	case tokNumber:

@@ -718,7 +718,7 @@ func (o *operand) parsePrimary(lex *lexer.PeekingLexer) error {
 			err = want(lex, ")")
 		}
 	default:
-		return unexpected(lex, "")
+		return unexpected(lex, "an expression")
 	}
 	if err != nil {
 		return err

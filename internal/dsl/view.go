@@ -133,8 +133,9 @@ type WebhookView struct {
 }
 
 // Analyze parses src and returns its views; syntax errors are part of the result.
-// name is reported as source (a file path, or "inline").
-func Analyze(name string, src []byte) *Result {
+// name is reported as source (a file path, or "inline"). Each agent's verdict is its
+// admission with opts (at most one), as Admit's.
+func Analyze(name string, src []byte, opts ...Options) *Result {
 	r := &Result{
 		Source: name, Errors: []ErrorView{}, Metadata: map[string]any{}, Agents: []AgentView{},
 		Policies: []PolicyView{}, Types: []TypeView{}, Functions: []FunctionView{}, Schedules: []ScheduleView{},
@@ -157,7 +158,7 @@ func Analyze(name string, src []byte) *Result {
 				}
 			}
 		case it.Agent != nil:
-			r.Agents = append(r.Agents, f.agentView(it.Agent, len(r.Agents) < MaxAdmissionViews))
+			r.Agents = append(r.Agents, f.agentView(it.Agent, len(r.Agents) < MaxAdmissionViews, opts))
 		case it.Policy != nil:
 			r.Policies = append(r.Policies, f.policyView(it.Policy))
 		case it.Type != nil:
@@ -208,7 +209,7 @@ func nested(items []*NestedItem, settings, sub map[string]any) {
 // admits each file once, for the agent its name selects, and is not bounded by it.
 const MaxAdmissionViews = 16
 
-func (f *File) agentView(a *Agent, admit bool) AgentView {
+func (f *File) agentView(a *Agent, admit bool, opts []Options) AgentView {
 	v := AgentView{Name: a.Name, Line: a.Pos.Line, Column: a.Pos.Column, Params: params(a.Params),
 		Capabilities: []any{}, Policies: []PolicyView{}, With: []WithView{}, Functions: []FunctionView{}}
 	if a.Returns != nil {
@@ -243,7 +244,7 @@ func (f *File) agentView(a *Agent, admit bool) AgentView {
 		v.Refusals = []string{v.Refusal}
 		return v
 	}
-	ad := Admit(f, a.Name)
+	ad := Admit(f, a.Name, opts...)
 	v.Admitted, v.Refusal, v.Refusals = ad.Admitted, ad.Reason, ad.Reasons
 	if v.Refusals == nil {
 		v.Refusals = []string{}

@@ -66,8 +66,8 @@ func (h *handlers) listAgents(ctx context.Context, req *mcp.CallToolRequest, _ l
 }
 
 type parseInput struct {
-	File    string `json:"file,omitempty" jsonschema:"a project file, relative path, .symbi or .dsl"`
-	Content string `json:"content,omitempty" jsonschema:"inline definition source (at most 1 MiB)"`
+	File    string `json:"file,omitempty" args:"nonempty" jsonschema:"a project file, relative path, .symbi or .dsl"`
+	Content string `json:"content,omitempty" args:"nonempty" jsonschema:"inline definition source (at most 1 MiB)"`
 }
 
 func (h *handlers) parseDSL(ctx context.Context, req *mcp.CallToolRequest, in parseInput) (*string, *dsl.Result, error) {
@@ -82,14 +82,22 @@ func (h *handlers) parseDSL(ctx context.Context, req *mcp.CallToolRequest, in pa
 		if err != nil {
 			return nil, nil, err
 		}
-		return nil, dsl.Analyze(in.File, src), nil
+		return nil, dsl.Analyze(in.File, src, h.admitOptions()), nil
 	case in.Content != "":
 		if len(in.Content) > dsl.MaxSourceBytes {
 			return nil, nil, errcode.Errorf(errcode.LimitExceeded, "content is %d bytes; the limit is %d (1 MiB)", len(in.Content), dsl.MaxSourceBytes)
 		}
-		return nil, dsl.Analyze("inline", []byte(in.Content)), nil
+		return nil, dsl.Analyze("inline", []byte(in.Content), h.admitOptions()), nil
 	}
 	return nil, nil, errcode.Errorf(errcode.InvalidRequest, "give file or content")
+}
+
+// admitOptions are those the server's agents were admitted with (its executors).
+func (h *handlers) admitOptions() dsl.Options {
+	if h.cfg.Registry == nil {
+		return dsl.Options{}
+	}
+	return h.cfg.Registry.AdmitOptions()
 }
 
 type agentInput struct {

@@ -81,7 +81,12 @@ type Registry struct {
 	ready  chan struct{} // closed once agents is built (or Stop prevented it)
 	agents []*Agent      // sorted by name, then file
 	more   bool          // agents/ had more entries than were inspected
+	opts   dsl.Options   // what the agents were admitted with
 }
+
+// AdmitOptions are the options the registry's agents were admitted with (the server's
+// executors): a definition judged elsewhere on the server is judged alike.
+func (r *Registry) AdmitOptions() dsl.Options { return r.opts }
 
 // LoadRegistry takes the registry snapshot: it inspects at most RegistryMaxEntries
 // entries of agents/, keeps names ending in .symbi or .dsl, reads each through the
@@ -117,7 +122,7 @@ func (p *Project) PrepareRegistry(log *slog.Logger, opts ...dsl.Options) (*Regis
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{ready: make(chan struct{}), more: more}
+	r := &Registry{ready: make(chan struct{}), more: more, opts: o}
 	r.start = func() {
 		defer close(r.ready)
 		r.agents = p.snapshot(names, o, log)
