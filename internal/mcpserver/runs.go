@@ -112,10 +112,10 @@ func (h *handlers) cancelRun(ctx context.Context, req *mcp.CallToolRequest, in r
 }
 
 type listRunsInput struct {
-	Agent      string `json:"agent,omitempty" jsonschema:"only runs of this agent: its registry name, declared name or agent_id"`
-	Status     string `json:"status,omitempty" jsonschema:"only runs with this status"`
-	Resolution string `json:"resolution,omitempty" jsonschema:"only runs with this latest resolution, or unresolved"`
-	After      string `json:"after,omitempty" jsonschema:"the next_cursor of the previous page"`
+	Agent      string `json:"agent,omitempty" args:"nonempty" jsonschema:"only runs of this agent: its registry name, declared name or agent_id"`
+	Status     string `json:"status,omitempty" args:"nonempty" jsonschema:"only runs with this status"`
+	Resolution string `json:"resolution,omitempty" args:"nonempty" jsonschema:"only runs with this latest resolution, or unresolved"`
+	After      string `json:"after,omitempty" args:"nonempty" jsonschema:"the next_cursor of the previous page"`
 	Limit      *int   `json:"limit,omitempty" jsonschema:"at most this many runs, 1..1000 (default 100)"`
 }
 
@@ -335,7 +335,7 @@ func (u *updater) send() {
 	}
 }
 
-// pageLimit reads an optional limit argument: absent (or null) is runs.DefaultLimit.
+// pageLimit reads an optional limit argument: absent is runs.DefaultLimit (null is refused by decodeArgs).
 func pageLimit(limit *int) (int, error) {
 	switch {
 	case limit == nil:

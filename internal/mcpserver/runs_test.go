@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -529,5 +530,35 @@ func TestRunsAfterRestart(t *testing.T) {
 	callOK(t, cs, "list_runs", map[string]any{"status": "policy_denied", "agent": "helper"}, &list)
 	if len(list.Runs) != 1 || list.Runs[0].RunID != denied.RunID {
 		t.Fatalf("list_runs status=policy_denied: %+v", list)
+	}
+}
+
+// TestListRunsEmptyFilterRefused: list_runs' status and resolution are advertised as
+// enums that do not contain "" (tools.golden.json), and docs/errors.md lists "an unknown
+// status or resolution" under invalid_request. An empty string is none of them; taken for
+// "no filter", a client that sends status:"" would get every run instead of a refusal.
+func TestListRunsEmptyFilterRefused(t *testing.T) {
+	cs := serve(t, testProject(t, nil), serveOpts{})
+	for _, args := range []string{`{"status":""}`, `{"resolution":""}`} {
+		t.Run(args, func(t *testing.T) {
+			wantToolError(t, call(t, cs, "list_runs", json.RawMessage(args)), "invalid_request")
+		})
+	}
+}
+
+// TestListRunsCursorExactlyIssued: docs/errors.md: invalid_request for "a list_runs cursor
+// that is not one"; the cursor is opaque and must be passed back unchanged. A cursor with
+// a newline or carriage return inserted is not one the server issued (a base64 decoder
+// skips '\r' and '\n': it would be read as the same position).
+func TestListRunsCursorExactlyIssued(t *testing.T) {
+	cs := serve(t, testProject(t, nil), serveOpts{})
+	good := base64.RawURLEncoding.EncodeToString([]byte("r1:0190a000-0000-7000-8000-000000000000"))
+	if res := call(t, cs, "list_runs", map[string]any{"after": good}); res.IsError {
+		t.Fatalf("a well-formed cursor is refused: %s", textOf(t, res))
+	}
+	for _, bad := range []string{good[:8] + "\n" + good[8:], good + "\r\n", "\n" + good} {
+		t.Run(bad, func(t *testing.T) {
+			wantToolError(t, call(t, cs, "list_runs", map[string]any{"after": bad}), "invalid_request", "cursor")
+		})
 	}
 }

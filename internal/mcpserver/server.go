@@ -270,16 +270,18 @@ func outputSchema[Out any](tool string) *jsonschema.Schema {
 // decodeArgs decodes tool arguments strictly into v, a pointer to a struct: one JSON
 // object whose member names each match a json tag of the struct exactly and appear at
 // most once (encoding/json alone would fold case and let a repeated member win), with
-// values of the declared types.
+// values of the declared types — null is none (encoding/json would read it as the member
+// left out). A string field tagged args:"nonempty" may be left out but, given, not be
+// empty (an optional filter or choice: "" is none of its values).
 func decodeArgs(raw json.RawMessage, v any) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		raw = json.RawMessage("{}")
 	}
-	known := map[string]bool{}
+	known := map[string]reflect.StructField{}
 	t := reflect.TypeOf(v).Elem()
 	for i := range t.NumField() {
 		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
-			known[name] = true
+			known[name] = t.Field(i)
 		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -293,16 +295,25 @@ func decodeArgs(raw json.RawMessage, v any) error {
 			return err
 		}
 		name := tok.(string)
+		field, ok := known[name]
 		switch {
-		case !known[name]:
+		case !ok:
 			return fmt.Errorf("unknown argument %s", errcode.Quote(name))
 		case seen[name]:
 			return fmt.Errorf("argument %s given twice", errcode.Quote(name))
 		}
 		seen[name] = true
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
 			return err
+		}
+		switch {
+		case string(value) == "null" && !strings.Contains(field.Tag.Get("json"), ",omitempty"):
+			return fmt.Errorf("%s is required: %s, not null", name, jsonType(field.Type))
+		case string(value) == "null":
+			return fmt.Errorf("%s must be %s, not null (leave it out for none)", name, jsonType(field.Type))
+		case string(value) == `""` && field.Tag.Get("args") == "nonempty":
+			return fmt.Errorf("%s is empty (leave it out for none)", name)
 		}
 	}
 	dec = json.NewDecoder(bytes.NewReader(raw))

@@ -154,7 +154,8 @@ func TestParseDSL(t *testing.T) {
 		{"content over 1 MiB", map[string]any{"content": strings.Repeat("#", dsl.MaxSourceBytes+1)}, "limit_exceeded", []string{"1048577 bytes", "1 MiB"}},
 		{"both", map[string]any{"file": "agents/helper.symbi", "content": "agent a {}"}, "invalid_request", []string{"not both"}},
 		{"neither", map[string]any{}, "invalid_request", []string{"give file or content"}},
-		{"both empty", map[string]any{"file": "", "content": ""}, "invalid_request", []string{"give file or content"}},
+		{"both empty", map[string]any{"file": "", "content": ""}, "invalid_request", []string{"is empty (leave it out for none)"}},
+		{"file empty beside content", map[string]any{"file": "", "content": "agent a {}"}, "invalid_request", []string{"file is empty (leave it out for none)"}},
 	}
 	for _, tt := range errTests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -363,6 +364,29 @@ func TestStrictArguments(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.tool+" "+tt.args, func(t *testing.T) {
 			wantToolError(t, call(t, cs, tt.tool, json.RawMessage(tt.args)), "invalid_request", tt.msg...)
+		})
+	}
+}
+
+// TestNullArgumentsRefused: a JSON null given for an optional integer argument
+// must be refused with invalid_request. The advertised inputSchema of list_runs and
+// run_events deliberately describes limit, after and wait_ms as plain "integer" (not
+// ["null","integer"], internal/mcpserver/runs.go integer()), and docs/mcp-tools.md says
+// "Arguments are decoded strictly: ... a wrong JSON type ... is invalid_request"
+// (docs/errors.md: invalid_request "a wrong JSON type"). Read as absent (encoding/json
+// leaves the field as it is), a client validating against the schema and the server
+// would disagree on what is valid.
+func TestNullArgumentsRefused(t *testing.T) {
+	cs := serve(t, testProject(t, nil), serveOpts{})
+	missing := "0190a000-0000-7000-8000-000000000000"
+	for _, c := range []struct{ tool, args string }{
+		{"list_runs", `{"limit":null}`},
+		{"run_events", `{"run_id":"` + missing + `","limit":null}`},
+		{"run_events", `{"run_id":"` + missing + `","after":null}`},
+		{"run_events", `{"run_id":"` + missing + `","wait_ms":null}`},
+	} {
+		t.Run(c.tool+" "+c.args, func(t *testing.T) {
+			wantToolError(t, call(t, cs, c.tool, json.RawMessage(c.args)), "invalid_request")
 		})
 	}
 }

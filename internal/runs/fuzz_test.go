@@ -238,9 +238,10 @@ func FuzzListCursor(f *testing.F) {
 		// What list_runs's documented contract makes of the arguments.
 		below, ok := "", limit >= 0 && limit <= runs.MaxLimit
 		if after != "" {
-			raw, derr := base64.RawURLEncoding.DecodeString(after)
+			// Exactly a cursor the server issues: no \r or \n skipped, no stray bits.
+			raw, derr := base64.RawURLEncoding.Strict().DecodeString(after)
 			id, prefixed := strings.CutPrefix(string(raw), "r1:")
-			ok = ok && derr == nil && prefixed && runIDForm.MatchString(id)
+			ok = ok && derr == nil && base64.RawURLEncoding.EncodeToString(raw) == after && prefixed && runIDForm.MatchString(id)
 			below = id
 		}
 		if !ok {

@@ -26,8 +26,9 @@ func (m *Manager) List(f Filter) (*Page, error) {
 	}
 	after := ""
 	if f.After != "" {
-		raw, err := base64.RawURLEncoding.DecodeString(f.After)
-		if err != nil || len(raw) <= len(cursorPrefix) || string(raw[:len(cursorPrefix)]) != cursorPrefix || !validID(string(raw[len(cursorPrefix):])) {
+		// Strict, and the cursor must be the one issued: a decoder skips \r and \n.
+		raw, err := base64.RawURLEncoding.Strict().DecodeString(f.After)
+		if err != nil || base64.RawURLEncoding.EncodeToString(raw) != f.After || len(raw) <= len(cursorPrefix) || string(raw[:len(cursorPrefix)]) != cursorPrefix || !validID(string(raw[len(cursorPrefix):])) {
 			return nil, errcode.Errorf(errcode.InvalidRequest, "after %s is not a list_runs cursor (pass next_cursor back unchanged)", errcode.Quote(f.After))
 		}
 		after = string(raw[len(cursorPrefix):])
