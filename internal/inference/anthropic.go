@@ -33,7 +33,7 @@ func NewAnthropic(baseURL, apiKey, model string) (Provider, error) {
 		h.Set("X-Api-Key", apiKey)
 	}
 	h.Set("Anthropic-Version", AnthropicVersion)
-	return &provider{name: "anthropic", model: model, url: base + "/v1/messages", header: h,
+	return &provider{name: "anthropic", model: model, url: base + "/v1/messages", key: apiKey, header: h,
 		build: buildAnthropic, parse: parseAnthropic, client: newHTTPClient()}, nil
 }
 

@@ -89,3 +89,23 @@ func ExampleFromEnv() {
 	// openai http://127.0.0.1:11434/v1/chat/completions
 	// {"model":"llama3","max_tokens":64,"messages":[{"role":"system","content":"You are agent \"echo\"."},{"role":"user","content":"hi"}]}
 }
+
+// TestBaseURLWithoutHostRefused: a base URL whose host is empty but for a port
+// ("http://:8080/v1") has no host; it must be a no_provider error naming the variable.
+// Contract: docs/providers.md "Every configuration problem is a no_provider error that
+// names the variable: a base URL that ... has no host" (its URL's Host is ":8080";
+// accepted, the client would dial the local machine).
+func TestBaseURLWithoutHostRefused(t *testing.T) {
+	for variable, env := range map[string]map[string]string{
+		"OPENAI_BASE_URL":     {"OPENAI_BASE_URL": "http://:8080/v1"},
+		"ANTHROPIC_BASE_URL":  {"ANTHROPIC_BASE_URL": "https://:443"},
+		"OPENROUTER_BASE_URL": {"SYMBI_PROVIDER": "openrouter", "OPENROUTER_API_KEY": "k", "OPENROUTER_BASE_URL": "https://:443/api/v1"},
+	} {
+		t.Run(variable, func(t *testing.T) {
+			p, err := inference.FromEnv(func(k string) string { return env[k] })
+			if errcode.Of(err) != errcode.NoProvider || !strings.Contains(err.Error(), variable) {
+				t.Fatalf("FromEnv = %v, %v; want no_provider naming %s (no host)", p, err, variable)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package inference
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -38,6 +39,8 @@ type Error struct {
 	RetryAfter string // the Retry-After header of a 429, verbatim (at most 64 bytes)
 	Excerpt    string // start of the response body (at most ExcerptBytes, valid UTF-8)
 	Err        error  // underlying cause, if any
+
+	key string // the API key sent: Error never quotes it
 }
 
 // Code is the error code a client sees for this failure.
@@ -90,7 +93,16 @@ func (e *Error) Error() string {
 	if e.Excerpt != "" {
 		fmt.Fprintf(&b, "; response excerpt: %q", e.Excerpt)
 	}
-	return b.String()
+	return string(redact([]byte(b.String()), e.key))
+}
+
+// redact returns b with every occurrence of the API key key replaced: an endpoint may
+// echo the key it was sent, and errors reach the journal, the log and the caller.
+func redact(b []byte, key string) []byte {
+	if key == "" {
+		return b
+	}
+	return bytes.ReplaceAll(b, []byte(key), []byte("[redacted]"))
 }
 
 // Unwrap returns the underlying cause.

@@ -137,3 +137,78 @@ func TestInformationalAnswerRefused(t *testing.T) {
 		t.Fatalf("Do = %+v, %v; want a status error for the 101 answer, at once", resp, err)
 	}
 }
+
+// TestErrorNeverQuotesAPIKey: an endpoint that echoes the API key it was sent in
+// its error body (OpenAI's "Incorrect API key provided: <key>" for short keys, LiteLLM's
+// "Received API Key = ...", a debugging proxy) must not get that key into the error: the
+// error reaches the (untrusted) MCP client, the journal (shared with auditors) and the
+// server log. Expected: the key does not appear in err.Error(); the excerpt has it
+// redacted. Contract: the brief's "credentials (API keys) never in the journal, errors or
+// logs"; docs/providers.md "Error messages never contain the key"; security-model.md
+// trusts the MCP client with nothing.
+func TestErrorNeverQuotesAPIKey(t *testing.T) {
+	const key = "sk-review-0123456789abcdef"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if got == "" {
+			got = r.Header.Get("X-Api-Key")
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		w.Write([]byte(`{"error":{"message":"Incorrect API key provided: ` + got + `. You can find your API key at https://platform.example/account/api-keys.","type":"invalid_request_error","code":"invalid_api_key"}}`))
+	}))
+	t.Cleanup(srv.Close)
+	for name, env := range map[string]map[string]string{
+		"openai":     {"SYMBI_PROVIDER": "openai", "OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_API_KEY": key},
+		"anthropic":  {"SYMBI_PROVIDER": "anthropic", "ANTHROPIC_BASE_URL": srv.URL, "ANTHROPIC_API_KEY": key},
+		"openrouter": {"SYMBI_PROVIDER": "openrouter", "OPENROUTER_BASE_URL": srv.URL + "/v1", "OPENROUTER_API_KEY": key},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, err := inference.FromEnv(func(k string) string { return env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			call, err := p.Prepare(conv, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+			defer cancel()
+			_, err = call.Do(ctx)
+			if !errors.Is(err, inference.KindStatus) || errcode.Of(err) != errcode.InferenceFailed {
+				t.Fatalf("err = %v, want a status error (inference_failed)", err)
+			}
+			if !strings.Contains(err.Error(), "HTTP 401") {
+				t.Errorf("message %q does not name the status", err)
+			}
+			if strings.Contains(err.Error(), key) {
+				t.Errorf("the error quotes the API key the endpoint echoed: %q", err)
+			}
+		})
+	}
+}
+
+// TestHugeErrorBodyKeepsStatus: a 429 (or any non-2xx) whose body passes 4 MiB is
+// still the provider's status answer: the message must name the HTTP status and, for a
+// 429, say "rate limited" with its Retry-After. Contract: product.md, Inference providers:
+// "Provider errors become inference_failed with the HTTP status and a bounded excerpt; a
+// 429 says so"; docs/providers.md: "a 429 message says `rate limited` and quotes
+// `Retry-After`": the status is judged before the body's size.
+func TestHugeErrorBodyKeepsStatus(t *testing.T) {
+	huge := `{"error":{"message":"slow down","pad":"` + strings.Repeat("a", 5<<20) + `"}}`
+	for _, format := range []string{"openai", "anthropic"} {
+		t.Run(format, func(t *testing.T) {
+			s := startServer(t, loopback.WithReply(loopback.Reply{Status: 429, RetryAfter: "7", Body: []byte(huge)}))
+			_, err := doOnce(t, format, s)
+			if errcode.Of(err) != errcode.InferenceFailed {
+				t.Fatalf("err = %.300v, want inference_failed", err)
+			}
+			msg := err.Error()
+			for _, want := range []string{"429", "rate limited", `"7"`} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("message %.300q lacks %q", msg, want)
+				}
+			}
+		})
+	}
+}

@@ -30,6 +30,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -77,6 +78,7 @@ type Call struct {
 	Body      []byte // exact bytes that will be sent; do not modify
 
 	header http.Header
+	key    string // the API key sent, never quoted in an error
 	parse  func(body []byte) (*Response, error)
 	client *http.Client
 	sent   atomic.Bool
@@ -116,7 +118,9 @@ func (c *Call) Do(ctx context.Context) (*Response, error) {
 	req.Header = c.header.Clone()
 	hr, err := c.client.Do(req)
 	if err != nil {
-		return nil, fail(transportError(ctx, err))
+		e := transportError(ctx, err)
+		e.key = c.key
+		return nil, fail(e)
 	}
 	defer hr.Body.Close()
 	resp := &Response{Status: hr.StatusCode}
@@ -132,18 +136,23 @@ func (c *Call) Do(ctx context.Context) (*Response, error) {
 	resp.Body, err = io.ReadAll(io.LimitReader(hr.Body, MaxResponseBytes+1))
 	if err != nil {
 		e := transportError(ctx, err)
-		e.Status = hr.StatusCode
+		e.Status, e.key = hr.StatusCode, c.key
+		return resp, fail(e)
+	}
+	if hr.StatusCode < 200 || hr.StatusCode > 299 {
+		// The status first, whatever the body's size: a 429 says so. The excerpt never
+		// quotes the API key, which an endpoint may echo ("Incorrect API key: …").
+		e := &Error{Kind: KindStatus, Status: hr.StatusCode, Excerpt: excerpt(redact(resp.Body, c.key)), key: c.key}
+		if len(resp.Body) > MaxResponseBytes {
+			e.Err = fmt.Errorf("its body exceeds %d bytes", MaxResponseBytes)
+		}
+		if hr.StatusCode == http.StatusTooManyRequests {
+			e.RetryAfter = bounded(string(redact([]byte(hr.Header.Get("Retry-After")), c.key)), 64)
+		}
 		return resp, fail(e)
 	}
 	if len(resp.Body) > MaxResponseBytes {
 		return resp, fail(&Error{Kind: KindTooLarge, Status: hr.StatusCode})
-	}
-	if hr.StatusCode < 200 || hr.StatusCode > 299 {
-		e := &Error{Kind: KindStatus, Status: hr.StatusCode, Excerpt: excerpt(resp.Body)}
-		if hr.StatusCode == http.StatusTooManyRequests {
-			e.RetryAfter = bounded(hr.Header.Get("Retry-After"), 64)
-		}
-		return resp, fail(e)
 	}
 	parsed, err := c.parse(resp.Body)
 	if err != nil {
@@ -226,12 +235,15 @@ func checkPrepare(c Conversation, maxTokens int) error {
 }
 
 // newCall checks the body size and assembles a Call.
-func newCall(name, model, url string, maxTokens int, body []byte, header http.Header, parse func([]byte) (*Response, error), client *http.Client) (*Call, error) {
+func newCall(name, model, url, key string, maxTokens int, body []byte, header http.Header, parse func([]byte) (*Response, error), client *http.Client) (*Call, error) {
 	if len(body) > MaxRequestBytes {
 		return nil, fail(&Error{Kind: KindRequestTooLarge, Err: errRequestSize(len(body))})
 	}
 	header.Set("Content-Type", "application/json")
 	header.Set("Accept", "application/json")
+	// No content coding: the body journaled and parsed is the one on the wire (without
+	// this header a server may choose any coding, RFC 9110 §12.5.3).
+	header.Set("Accept-Encoding", "identity")
 	header.Set("User-Agent", "symbi/"+buildinfo.Version)
-	return &Call{Provider: name, Model: model, URL: url, MaxTokens: maxTokens, Body: body, header: header, parse: parse, client: client}, nil
+	return &Call{Provider: name, Model: model, URL: url, MaxTokens: maxTokens, Body: body, header: header, key: key, parse: parse, client: client}, nil
 }

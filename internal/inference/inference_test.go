@@ -382,3 +382,41 @@ func TestRequestAtLimit(t *testing.T) {
 		t.Errorf("one byte over: err = %v", err)
 	}
 }
+
+// TestEmptyContentRefusalReported: an OpenAI answer whose content is "" and whose
+// message carries a refusal is a refusal, and must be reported as such (without its text).
+// Contract: docs/providers.md, kind no_content: "null or empty content (a refusal is
+// reported as such, without its text)": an empty content as a null one.
+func TestEmptyContentRefusalReported(t *testing.T) {
+	const refusal = "REFUSAL TEXT 8812"
+	s := startServer(t, loopback.WithReply(loopback.Reply{Body: []byte(`{"choices":[{"message":{"role":"assistant","content":"","refusal":"` + refusal + `"},"finish_reason":"stop"}]}`)}))
+	_, err := doOnce(t, "openai", s)
+	if !errors.Is(err, inference.KindNoContent) {
+		t.Fatalf("err = %v, want no_content", err)
+	}
+	if !strings.Contains(err.Error(), "refused") {
+		t.Errorf("message %q does not report the refusal", err)
+	}
+	if strings.Contains(err.Error(), refusal) {
+		t.Errorf("message quotes the refusal text: %q", err)
+	}
+}
+
+// TestRequestAsksForIdentityEncoding: docs/providers.md says "the client asks for no
+// compression: the body journaled and parsed is the one on the wire". Sending no
+// Accept-Encoding does not ask for that: RFC 9110 §12.5.3 — "A request without any
+// Accept-Encoding header field implies that the user agent has no preferences regarding
+// content codings ... this allows the server to use any content coding". Expected: the
+// request carries "Accept-Encoding: identity".
+func TestRequestAsksForIdentityEncoding(t *testing.T) {
+	for _, format := range []string{"openai", "anthropic"} {
+		s := startServer(t)
+		if _, err := doOnce(t, format, s); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		if ae := s.Requests()[0].Header.Get("Accept-Encoding"); ae != "identity" {
+			t.Errorf("%s: Accept-Encoding %q, want \"identity\" (ask for no compression)", format, ae)
+		}
+	}
+}

@@ -45,7 +45,7 @@ func newOpenAICompatible(name, baseVar, keyVar, modelVar, baseURL, apiKey, model
 	if apiKey != "" {
 		h.Set("Authorization", "Bearer "+apiKey)
 	}
-	return &provider{name: name, model: model, url: base + "/chat/completions", header: h,
+	return &provider{name: name, model: model, url: base + "/chat/completions", key: apiKey, header: h,
 		build: buildOpenAI, parse: parseOpenAI, client: newHTTPClient()}, nil
 }
 
@@ -124,6 +124,9 @@ func parseOpenAI(body []byte) (*Response, error) {
 		return nil, &Error{Kind: KindMalformed, Err: errors.New("message content is not a string")}
 	}
 	if resp.Text == "" {
+		if ch.Message.Refusal != nil {
+			return nil, &Error{Kind: KindNoContent, Err: errors.New("the model refused (its refusal text is model output and is not released)")}
+		}
 		return nil, &Error{Kind: KindNoContent, Err: fmt.Errorf("message content is empty (finish reason %q)", resp.FinishReason)}
 	}
 	return resp, nil

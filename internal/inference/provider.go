@@ -13,6 +13,7 @@ import (
 // provider is one configured endpoint speaking one wire format.
 type provider struct {
 	name, model, url string
+	key              string      // the API key ("" without one)
 	header           http.Header // fixed headers, including authentication
 	build            func(c Conversation, model string, maxTokens int) ([]byte, error)
 	parse            func(body []byte) (*Response, error)
@@ -30,7 +31,7 @@ func (p *provider) Prepare(c Conversation, maxTokens int) (*Call, error) {
 	if err != nil {
 		return nil, errcode.Wrap(errcode.Internal, fmt.Errorf("encoding %s request: %w", p.name, err))
 	}
-	return newCall(p.name, p.model, p.url, maxTokens, body, p.header.Clone(), p.parse, p.client)
+	return newCall(p.name, p.model, p.url, p.key, maxTokens, body, p.header.Clone(), p.parse, p.client)
 }
 
 // checkBase validates a base URL named by variable and returns it without trailing
@@ -50,7 +51,7 @@ func checkBase(variable, raw string, hasKey bool) (string, error) {
 		return "", errcode.Errorf(errcode.NoProvider, "%s: credentials in the URL are not allowed; use the API key variable", variable)
 	case u.Scheme != "http" && u.Scheme != "https":
 		return "", errcode.Errorf(errcode.NoProvider, "%s: the scheme must be http or https", variable)
-	case u.Host == "" || u.Opaque != "":
+	case u.Hostname() == "" || u.Opaque != "":
 		return "", errcode.Errorf(errcode.NoProvider, "%s: no host", variable)
 	case u.RawQuery != "" || u.ForceQuery || strings.Contains(raw, "#"):
 		return "", errcode.Errorf(errcode.NoProvider, "%s (%s://%s): a query or fragment is not allowed", variable, u.Scheme, u.Host)

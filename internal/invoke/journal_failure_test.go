@@ -5,11 +5,15 @@ import (
 	"crypto/ed25519"
 	"encoding/hex"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"symbi/internal/errcode"
+	"symbi/internal/inference"
 	"symbi/internal/journal"
 	"symbi/internal/ledger"
 	"symbi/internal/loopback"
@@ -98,5 +102,43 @@ func TestCutBackKeepsProjectVerifiable(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("verify --project does not know the withheld run: %+v %q", rep.Runs, rep.Problems)
+	}
+}
+
+// TestEchoedAPIKeyNotJournaled: a provider endpoint that answers 401 and echoes the
+// API key it received (as OpenAI does for a short key: "Incorrect API key provided: <key>")
+// must not get the operator's key into the run's journal — read by auditors, kept for good
+// — nor into the error returned to the MCP client, which security-model.md trusts with
+// nothing. Expected: inference_failed with an audit reference; neither the journal file nor
+// the error text contains the key. Contract: the brief's "credentials (API keys) never in
+// the journal, errors or logs"; docs/providers.md "Error messages never contain the key".
+func TestEchoedAPIKeyNotJournaled(t *testing.T) {
+	const key = "sk-review-0123456789abcdef"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		w.Write([]byte(`{"error":{"message":"Incorrect API key provided: ` + got + `.","type":"invalid_request_error","code":"invalid_api_key"}}`))
+	}))
+	t.Cleanup(srv.Close)
+	prov, err := inference.NewOpenAI(srv.URL+"/v1", key, "test-model")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, nil, func(c *Config) { c.Provider = prov })
+	_, err = f.runner.Invoke(context.Background(), Request{Agent: "helper", Prompt: "hi"}, nil)
+	var ie *Error
+	if !errors.Is(err, errcode.InferenceFailed) || !errors.As(err, &ie) || ie.Audit == nil {
+		t.Fatalf("err %v, want inference_failed with an audit reference", err)
+	}
+	if strings.Contains(errcode.Text(err), key) {
+		t.Errorf("the error returned to the MCP client holds the API key: %q", errcode.Text(err))
+	}
+	raw, rerr := os.ReadFile(ie.Audit.Path)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	if strings.Contains(string(raw), key) {
+		t.Errorf("the run's journal holds the API key (inference_finished.error / terminated.error)")
 	}
 }
