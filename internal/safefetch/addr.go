@@ -51,21 +51,37 @@ func checkAddr(addr netip.Addr, allowPrivate bool, privateHint string) error {
 			}
 		}
 	}
-	var what string
-	switch {
-	case addr.IsUnspecified():
-		what = "unspecified"
-	case addr.IsMulticast():
-		what = "multicast"
-	case addr.Is4() && addr == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
-		what = "broadcast"
+	// Refused even with the opt-in, as the address itself or carried for a gateway
+	// (without the opt-in every address that carries one is refused below, by its prefix).
+	// In the local-use NAT64 prefix the places an IPv4 address may sit overlap: 0.0.0.0
+	// is what a place the translator does not use reads as, not an address it carries.
+	check := []netip.Addr{addr}
+	if allowPrivate {
+		check = append(check, embedded4(addr)...)
 	}
-	if what != "" {
-		return fmt.Errorf("%w: %s is a %s address", ErrRefusedAddress, addr, what)
+	localNAT64 := netip.MustParsePrefix("64:ff9b:1::/48").Contains(addr)
+	for _, a := range check {
+		var what string
+		switch {
+		case a.IsUnspecified() && a != addr && localNAT64:
+		case a.IsUnspecified():
+			what = "unspecified"
+		case a.IsMulticast():
+			what = "multicast"
+		case a.Is4() && a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+			what = "broadcast"
+		}
+		switch {
+		case what != "" && a == addr:
+			return fmt.Errorf("%w: %s is a %s address", ErrRefusedAddress, addr, what)
+		case what != "":
+			return fmt.Errorf("%w: %s embeds %s, a %s address", ErrRefusedAddress, addr, a, what)
+		}
 	}
 	if allowPrivate {
 		return nil
 	}
+	var what string
 	switch {
 	case addr.IsLoopback():
 		what = "loopback"

@@ -1,6 +1,7 @@
 package safefetch
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"strings"
@@ -79,5 +80,53 @@ func TestCheckAddr(t *testing.T) {
 				t.Fatalf("with opt-in: error %v, want refused=%v", err, tt.refusedOptIn)
 			}
 		})
+	}
+}
+
+// TestParseErrorDoesNotNameURL: a URL that fails to parse must be refused without
+// echoing the URL back, since its query may hold a secret.
+// docs/schemapin.md "Fetching a key URL safely": "names no URL in its errors (a query may
+// hold a secret) but a refused redirect's Location"; package comment: "Messages do not
+// name the URL; callers add that context."
+// (A *url.Error's own text is `parse "<whole URL>": ...`.)
+func TestParseErrorDoesNotNameURL(t *testing.T) {
+	for _, u := range []string{
+		"https://example.com/%zz?access_token=s3cr3t-value",  // bad escape
+		"https://example.com/\x7f?access_token=s3cr3t-value", // control character
+		" https://example.com/?access_token=s3cr3t-value",    // leading space
+		"https://exa mple.com/?access_token=s3cr3t-value",    // space in host
+	} {
+		_, err := Get(context.Background(), u, Options{MaxBytes: 100})
+		if err == nil {
+			t.Fatalf("%q accepted", u)
+		}
+		if strings.Contains(err.Error(), "s3cr3t-value") {
+			t.Errorf("error for %q names the URL and its secret: %v", u, err)
+		}
+	}
+}
+
+// TestEmbeddedAlwaysRefusedWithOptIn: an IPv6 address that carries, for a NAT64 /
+// 6to4 / IPv4-compatible gateway, an IPv4 address of the always-refused kinds
+// (unspecified, broadcast, multicast) must stay refused with AllowPrivate, as the
+// embedded cloud-metadata addresses already are.
+// docs/schemapin.md: "always refuses, even with the opt-in: unspecified (0.0.0.0, ::),
+// multicast, broadcast (255.255.255.255) and cloud metadata addresses (...), also when an
+// IPv6 address carries one for a gateway (NAT64 64:ff9b::/96, and the local-use
+// 64:ff9b:1::/48 ...; 6to4; IPv4-compatible)."
+func TestEmbeddedAlwaysRefusedWithOptIn(t *testing.T) {
+	for _, a := range []string{
+		"64:ff9b::",            // NAT64 of 0.0.0.0 (the gateway's own host)
+		"64:ff9b::ffff:ffff",   // NAT64 of 255.255.255.255
+		"64:ff9b::e000:1",      // NAT64 of 224.0.0.1
+		"64:ff9b:1::ffff:ffff", // local-use NAT64 /96 of 255.255.255.255
+		"2002::1",              // 6to4 of 0.0.0.0
+		"2002:e000:1::1",       // 6to4 of 224.0.0.1
+		"::ffff:ffff",          // IPv4-compatible 255.255.255.255
+	} {
+		err := checkAddr(netip.MustParseAddr(a), true, "")
+		if !errors.Is(err, ErrRefusedAddress) {
+			t.Errorf("%s allowed with AllowPrivate (err %v): it embeds an always-refused IPv4 address", a, err)
+		}
 	}
 }

@@ -75,7 +75,7 @@ func Get(ctx context.Context, rawURL string, o Options) ([]byte, error) {
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, errcode.Errorf(errcode.InvalidRequest, "%v", err)
+		return nil, errcode.Errorf(errcode.InvalidRequest, "not a valid URL: %v", urlCause(err))
 	}
 	switch {
 	case u.Scheme == "https":
@@ -85,7 +85,7 @@ func Get(ctx context.Context, rawURL string, o Options) ([]byte, error) {
 	default:
 		return nil, errcode.Errorf(errcode.InvalidRequest, "scheme %q is refused, want https", u.Scheme)
 	}
-	if u.Host == "" {
+	if u.Hostname() == "" {
 		return nil, errcode.Errorf(errcode.InvalidRequest, "no host")
 	}
 	if u.User != nil {
@@ -126,7 +126,7 @@ func Get(ctx context.Context, rawURL string, o Options) ([]byte, error) {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, errcode.Errorf(errcode.InvalidRequest, "%v", err)
+		return nil, errcode.Errorf(errcode.InvalidRequest, "not a valid URL: %v", urlCause(err))
 	}
 	if o.Accept != "" {
 		req.Header.Set("Accept", o.Accept)
@@ -155,6 +155,16 @@ func Get(ctx context.Context, rawURL string, o Options) ([]byte, error) {
 	return body, nil
 }
 
+// urlCause returns the cause of a *url.Error, whose own text quotes the whole URL (a
+// query may hold a secret).
+func urlCause(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
 // hint formats an opt-in hint for the end of a refusal.
 func hint(h string) string {
 	if h == "" {
@@ -166,10 +176,7 @@ func hint(h string) string {
 // fetchError gives a transport error its code, without the URL the client's error names
 // (a query may hold a secret; callers name what they fetched).
 func fetchError(ctx context.Context, err error, timeout time.Duration) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
+	err = urlCause(err)
 	var ne net.Error
 	switch {
 	case errors.Is(err, ErrRefusedAddress):

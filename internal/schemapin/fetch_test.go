@@ -122,3 +122,19 @@ func TestFetchCancelled(t *testing.T) {
 		t.Fatalf("error %v (code %s), want cancelled", err, errcode.Of(err))
 	}
 }
+
+// TestKeyURLParseErrorDoesNotNameURL: a malformed key URL is refused without the
+// error repeating it (its query may hold a secret).
+// docs/schemapin.md "Fetching a key URL safely": the fetch "names no URL in its errors (a
+// query may hold a secret) but a refused redirect's Location; the caller says what it
+// fetched."
+func TestKeyURLParseErrorDoesNotNameURL(t *testing.T) {
+	v := schemapin.NewVerifier(func(string) string { return "" })
+	_, err := v.Verify(context.Background(), schemapin.Request{Schema: `{}`, PublicKeyURL: "https://keys.example.com/%zz/k.pem?token=s3cr3t-value"})
+	if err == nil {
+		t.Fatal("malformed URL accepted")
+	}
+	if strings.Contains(err.Error(), "s3cr3t-value") {
+		t.Fatalf("error names the key URL and its secret: %v", err)
+	}
+}

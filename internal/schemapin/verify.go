@@ -167,15 +167,20 @@ func (v *Verifier) Verify(ctx context.Context, r Request) (*Result, error) {
 		res.Message = "no signature: give the signature argument or a signature member in the schema"
 	default:
 		raw, err := base64.StdEncoding.Strict().DecodeString(sig)
-		if err != nil {
+		hashed := sha256.Sum256(digest[:])
+		switch {
+		case err == nil && strings.ContainsAny(sig, "\r\n"):
+			// The decoder skips line breaks: one signature would have endless spellings.
+			res.Message = "signature is not valid standard base64: it holds a line break"
+		case err != nil:
 			res.Message = "signature is not valid standard base64: " + err.Error()
-		} else if verifySignature(src.key.key, digest[:], raw) {
+		case verifySignature(src.key.key, digest[:], raw):
 			res.Verified = true
 			res.Message = "signature verified"
-		} else if hashed := sha256.Sum256(digest[:]); verifySignature(src.key.key, hashed[:], raw) {
+		case verifySignature(src.key.key, hashed[:], raw):
 			res.Verified = true
 			res.Message = "signature verified (over the SHA-256 digest as the signed message, the SchemaPin reference form)"
-		} else {
+		default:
 			res.Message = "signature does not match this schema and key"
 		}
 	}

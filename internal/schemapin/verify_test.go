@@ -2,7 +2,13 @@ package schemapin_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -146,4 +152,42 @@ func fingerprintOf(t *testing.T) string {
 	}
 	t.Fatal("no valid vector")
 	return ""
+}
+
+// TestSignatureBase64WithLineBreaksRefused: a signature containing CR/LF inside the
+// base64 text is not "standard base64 with padding (RFC 4648 §4)" (RFC 4648 §3.3:
+// characters outside the alphabet MUST be rejected) and must give verified:false with
+// "not valid standard base64", like any other non-alphabet character.
+// docs/schemapin.md "Signatures": "The signature is standard base64 with padding (RFC 4648
+// §4; the URL-safe alphabet and unpadded forms are refused)" and "A signature that is not
+// valid base64 ... gives verified: false".
+// (A strict base64 decoder still drops '\r' and '\n' anywhere in its input: one signature
+// would have endless accepted spellings.)
+func TestSignatureBase64WithLineBreaksRefused(t *testing.T) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	pemText := string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+	digest := sha256.Sum256([]byte(`{"a":1}`))
+	sig, err := ecdsa.SignASN1(rand.Reader, k, digest[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64 := base64.StdEncoding.EncodeToString(sig)
+	v := schemapin.NewVerifier(func(string) string { return "" })
+	// Sanity: the clean form verifies.
+	if res, err := v.Verify(context.Background(), schemapin.Request{Schema: `{"a":1}`, Signature: b64, PublicKeyPEM: pemText}); err != nil || !res.Verified {
+		t.Fatalf("clean signature: %+v, %v", res, err)
+	}
+	for _, bad := range []string{b64[:10] + "\n" + b64[10:], b64[:10] + "\r\n" + b64[10:], b64[:20] + "\r" + b64[20:]} {
+		res, err := v.Verify(context.Background(), schemapin.Request{Schema: `{"a":1}`, Signature: bad, PublicKeyPEM: pemText})
+		if err != nil {
+			t.Fatalf("%q: error %v, want a verified:false result", bad, err)
+		}
+		if res.Verified || !strings.Contains(res.Message, "not valid standard base64") {
+			t.Errorf("%q: %+v; want verified:false, not valid standard base64", bad, res)
+		}
+	}
 }
