@@ -52,9 +52,9 @@ func init() {
 			if !en.Invocable {
 				inv, detail = "no", en.Reason
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", en.Name, inv, en.File, strings.Join(en.Agents, ","), detail)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cellText(en.Name), inv, cellText(en.File), cellText(strings.Join(en.Agents, ",")), cellText(detail))
 			for _, more := range en.Reasons[min(1, len(en.Reasons)):] { // every reason, one a line
-				fmt.Fprintf(tw, "\t\t\t\t%s\n", more)
+				fmt.Fprintf(tw, "\t\t\t\t%s\n", cellText(more))
 			}
 		}
 		tw.Flush()

@@ -223,3 +223,44 @@ func TestAgentsListExecutors(t *testing.T) {
 		t.Fatalf("without --executors: exit %d\n%s", code, out)
 	}
 }
+
+// TestAgentsListDescriptionForgesNoRow: `symbi agents list` prints one row per agent
+// file and then "every reason, one a line". A definition's description is text from a
+// project file; the terminal filter (security-model.md, "Text from outside cannot drive a
+// terminal") keeps newline and tab, so a description holding "\n" would print a second
+// line that reads like another registry row — here a forged "zzz  yes  agents/zzz.symbi"
+// row claiming an invocable agent that does not exist. The AGENTS.md table keeps cells to
+// one line for the same reason (project.md). Each field keeps to its row, its line breaks
+// and tabs shown escaped: one agent with no refusal reasons prints a header and one row.
+func TestAgentsListDescriptionForgesNoRow(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "agents", "a.symbi"), `metadata {
+    description = "line one\nzzz\tyes\tagents/zzz.symbi\tzzz\tforged row",
+    version = "0.1.0"
+}
+
+agent a {
+    capabilities = ["answer"]
+}
+`)
+	entries := listJSON(t, dir)
+	if len(entries) != 1 || !entries[0].Invocable || !strings.Contains(entries[0].Description, "\n") {
+		t.Fatalf("setup: want one invocable agent whose description holds a newline, got %+v", entries)
+	}
+	code, out, errOut := runCLI(t, "", "agents", "list", "--project", dir)
+	if code != 0 {
+		t.Fatalf("agents list: exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != 2 {
+		t.Errorf("agents list printed %d lines for one agent, want header + 1 row:\n%s", len(lines), out)
+	}
+	for _, l := range lines[1:] {
+		if strings.HasPrefix(l, "zzz") {
+			t.Errorf("a description forged a registry row: %q", l)
+		}
+	}
+	if !strings.Contains(out, `line one\nzzz\tyes`) {
+		t.Errorf("the description is not shown escaped on its row:\n%s", out)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -85,3 +86,10 @@ func escapeForTerminal(b []byte) []byte {
 	}
 	return out
 }
+
+// cellText returns s for one cell of a table or one "key: value" row a person reads: its
+// line breaks and tabs written as \n, \r and \t, so that no value — a description, a
+// reason, a note — breaks its row or forges another.
+func cellText(s string) string { return cellEscapes.Replace(s) }
+
+var cellEscapes = strings.NewReplacer("\n", `\n`, "\r", `\r`, "\t", `\t`)

@@ -142,7 +142,7 @@ func runRunsList(e *env, args []string) int {
 		if r.Resolution != nil {
 			res = r.Resolution.Value
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.RunID, r.Status, res, orDash(r.Agent), orDash(r.StartedAt), orDash(r.Caller))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.RunID, r.Status, res, cellText(orDash(r.Agent)), orDash(r.StartedAt), cellText(orDash(r.Caller)))
 	}
 	tw.Flush()
 	if page.NextCursor != "" {
@@ -185,7 +185,7 @@ func printStatus(e *env, st *runs.Status) {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	row := func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
+			fmt.Fprintf(tw, "%s:\t%s\n", k, cellText(v))
 		}
 	}
 	row("run", st.RunID)

@@ -231,3 +231,27 @@ func TestRunsResolveNoteNotUTF8(t *testing.T) {
 			code, len(before), len(after), out, errOut)
 	}
 }
+
+// TestRunsStatusNoteForgesNoRow: `runs status` shows a run as "key: value" rows. A
+// resolution's note is a caller's text; a line break in it would print a row of its own —
+// here a forged "status: completed" under a cancelled run. Each value keeps to its row,
+// its line breaks and tabs shown escaped.
+func TestRunsStatusNoteForgesNoRow(t *testing.T) {
+	dir, _, _, _ := ledgerProject(t, 1)
+	if code, out, errOut := runCLI(t, "", "runs", "resolve", "--project", dir, "--resolution", "rejected", "--note", "see below\nstatus:\tcompleted", "run-a"); code != 0 {
+		t.Fatalf("runs resolve: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut := runCLI(t, "", "runs", "status", "--project", dir, "run-a")
+	if code != 0 {
+		t.Fatalf("runs status: exit %d\n%s", code, errOut)
+	}
+	n := 0
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "status:") {
+			n++
+		}
+	}
+	if n != 1 || !strings.Contains(out, `see below\nstatus:\tcompleted`) {
+		t.Errorf("runs status prints %d status rows, want 1, and the note escaped on its own row:\n%s", n, out)
+	}
+}

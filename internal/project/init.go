@@ -92,6 +92,10 @@ func Init(dir string, log *slog.Logger) ([]string, error) {
 		if err == nil {
 			return nil, errcode.Errorf(errcode.InvalidRequest, "init %s: %s already exists; nothing was changed", dir, rel)
 		}
+		if errors.Is(err, syscall.ENOTDIR) {
+			parent, _, _ := strings.Cut(rel, "/")
+			return nil, errcode.Errorf(errcode.ProtectedPath, "init %s: %s is not a directory; nothing was changed", dir, parent)
+		}
 		if !errors.Is(err, fs.ErrNotExist) {
 			return nil, errcode.Errorf(errcode.Internal, "init %s: %w", dir, err)
 		}
@@ -165,6 +169,9 @@ func Init(dir string, log *slog.Logger) ([]string, error) {
 	return append(created, agentsMDName), nil
 }
 
+// starterAgent is the registry name of the starter agent, agents/assistant.symbi.
+const starterAgent = "assistant"
+
 // starterAgentsMDFor generates the starter AGENTS.md of the project dir, with the agents
 // it has (the starter's and any already in agents/), within AgentsMDLimit.
 func starterAgentsMDFor(dir string, log *slog.Logger) ([]byte, error) {
@@ -176,6 +183,11 @@ func starterAgentsMDFor(dir string, log *slog.Logger) ([]byte, error) {
 	reg, err := p.LoadRegistry(log)
 	if err != nil {
 		return nil, err
+	}
+	// The starter must be invocable afterwards: among many agent files the registry may
+	// not inspect or retain it.
+	if _, err := reg.Resolve(starterAgent); err != nil {
+		return nil, fmt.Errorf("init %s: the starter agent %s would not be invocable: %w", dir, starterAgent, err)
 	}
 	md, err := GenerateAgentsMD([]byte(starterAgentsMD), reg.Entries())
 	if err != nil {

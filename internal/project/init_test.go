@@ -1,6 +1,7 @@
 package project
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -213,5 +214,64 @@ func TestInitOversizeGitignore(t *testing.T) {
 	}
 	if _, err := Init(dir, slog.New(slog.DiscardHandler)); err != nil {
 		t.Errorf("init after the .gitignore was fixed: %v", err)
+	}
+}
+
+// TestInitAgentsNotADirectory: an agents/ or policies/ that is not a directory
+// (a regular file, a FIFO) is a state of the user's project, not a bug in symbi; init
+// must refuse it with a user-facing code naming it, as openParent already intends
+// (protected_path: "... is a symbolic link or not a directory"), and change nothing.
+// docs/errors.md: `internal` is "a bug or an unexpected system failure";
+// product.md: error codes are stable and meaningful.
+func TestInitAgentsNotADirectory(t *testing.T) {
+	for _, d := range []string{"agents", "policies"} {
+		t.Run(d, func(t *testing.T) {
+			dir := t.TempDir()
+			must(t, os.WriteFile(filepath.Join(dir, d), []byte("not a directory\n"), 0o644))
+			created, err := Init(dir, slog.New(slog.DiscardHandler))
+			if err == nil {
+				t.Fatalf("init with %s/ a regular file succeeded: %v", d, created)
+			}
+			if c := errcode.Of(err); c == errcode.Internal || !strings.Contains(err.Error(), d) {
+				t.Errorf("init with %s/ a regular file: %v; want a user-facing code (protected_path or invalid_request) naming %s, not internal", d, err, d)
+			}
+			if _, serr := os.Lstat(filepath.Join(dir, "README.md")); !errors.Is(serr, fs.ErrNotExist) {
+				t.Errorf("init refused but wrote README.md")
+			}
+		})
+	}
+}
+
+// TestInitStarterNotInvocable: docs/project.md, symbi init: "Afterwards `symbi
+// agents list --project DIR` shows `assistant` as invocable." Init already refuses when
+// the starter would not be usable for other reasons (an agents/assistant.dsl making it
+// ambiguous; an AGENTS.md over its limit) and removes what it wrote; so it does when
+// agents/ already holds 16 MiB of agent files named before "assistant", past which the
+// registry's retention limit (project.md step 5) refuses assistant.symbi ("registry
+// retention"): refused, naming the rule, with nothing left behind — or else the starter
+// is invocable afterwards. (The same holds for an agents/ with more than 1,024 entries,
+// where assistant.symbi may not be inspected.)
+func TestInitStarterNotInvocable(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 16 {
+		head := fmt.Sprintf("agent a%02d {}\n//", i)
+		src := append([]byte(head), bytes.Repeat([]byte("x"), AgentFileLimit-len(head)-1)...)
+		src = append(src, '\n')
+		writeFile(t, dir, fmt.Sprintf("agents/a%02d.symbi", i), src) // "a00".."a15" < "assistant"
+	}
+	created, err := Init(dir, slog.New(slog.DiscardHandler))
+	if err != nil {
+		// A refusal is acceptable if it is clear and leaves nothing behind.
+		if errcode.Of(err) == errcode.Internal {
+			t.Errorf("init refused with internal: %v", err)
+		}
+		if _, serr := os.Lstat(filepath.Join(dir, "agents/assistant.symbi")); !errors.Is(serr, fs.ErrNotExist) {
+			t.Errorf("init refused (%v) but left agents/assistant.symbi", err)
+		}
+		return
+	}
+	r, _ := loadRegistry(t, dir)
+	if _, rerr := r.Resolve("assistant"); rerr != nil {
+		t.Fatalf("init succeeded (created %v) but the starter agent is not invocable: %v", created, rerr)
 	}
 }

@@ -314,10 +314,11 @@ func (p *Project) agentFileNames(log *slog.Logger) (names []string, more bool, e
 
 // printableName reports whether a directory entry's name is valid UTF-8 of printable
 // characters only (unicode.IsPrint: no controls, no format characters such as a
-// right-to-left override or a zero-width space, no line or paragraph separators): the
-// only names the registry registers.
+// right-to-left override or a zero-width space, no line or paragraph separators) and
+// without a backslash, which the escaped names of the others are shown with ("bad\xff"):
+// the only names the registry registers.
 func printableName(name string) bool {
-	return utf8.ValidString(name) && !strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) })
+	return utf8.ValidString(name) && !strings.ContainsFunc(name, func(r rune) bool { return r == '\\' || !unicode.IsPrint(r) })
 }
 
 // unprintableAgent is the refused registration of a file whose name is not printable
@@ -325,7 +326,7 @@ func printableName(name string) bool {
 // "bad\xff"), its source is not read.
 func unprintableAgent(name string) *Agent {
 	esc := strings.Trim(strconv.Quote(name), `"`)
-	const reason = `refused by rule "printable file name": the file name is not valid UTF-8 or holds a character that is not printable (shown escaped); rename the file`
+	const reason = `refused by rule "printable file name": the file name is not valid UTF-8 or holds a character that is not printable, or a backslash (shown escaped); rename the file`
 	return unreadAgent(esc, errcode.Errorf(errcode.RefusedDefinition, "%s/%s: %s", agentsDir, esc, reason), reason)
 }
 

@@ -470,3 +470,38 @@ func TestPrepareRegistry(t *testing.T) {
 		}
 	})
 }
+
+// TestRegistryEscapedNameCollision: a non-UTF-8 file name is shown with Go string
+// escapes (docs/project.md, The agent registry, step 3: "its name and file are shown
+// with Go string escapes (bad\xff ...), so no listing ... receives the raw bytes").
+// A printable file whose name is literally that escape (agents/bad\xff.symbi, with a
+// backslash) then gets the same name and the same file as the refused one. Expected:
+// the listing and Resolve agree — the printable agent is either resolvable (the escaped
+// name cannot collide with a real one) or listed as not invocable with the reason
+// Resolve gives; and no two entries have the same file (a name with a backslash is
+// shown escaped too: "bad\\xff"). The spec (product.md, list_agents): each file's
+// entry says "whether it is invocable"; project.md: "a stem present as both ... both
+// entries are listed as not invocable with that reason".
+func TestRegistryEscapedNameCollision(t *testing.T) {
+	root := t.TempDir()
+	src := []byte("agent x { capabilities = [\"answer\"] }\n")
+	writeFile(t, root, `agents/bad\xff.symbi`, src) // printable: a backslash, x, f, f
+	writeFile(t, root, "agents/bad\xff.symbi", src) // not UTF-8
+	r, _ := loadRegistry(t, root)
+	entries := r.Entries()
+	files := map[string]int{}
+	for _, e := range entries {
+		files[e.File]++
+	}
+	for f, n := range files {
+		if n > 1 {
+			t.Errorf("%d entries have file %q; a listing cannot tell them apart: %+v", n, f, entries)
+		}
+	}
+	a, err := r.Resolve(`bad\xff`)
+	for _, e := range entries {
+		if e.Name == `bad\xff` && e.Invocable && (err != nil || a == nil) {
+			t.Errorf("entry %q (%s) is listed invocable but Resolve(%q) = %v", e.Name, e.File, `bad\xff`, err)
+		}
+	}
+}
