@@ -72,21 +72,22 @@ func (s *keySet) init(ctx context.Context) error {
 	return nil
 }
 
-// lookup returns the keys the token's kid names. A kid not in the set starts a fetch,
-// unless one ran less than minRefetch ago, and waits for it; keys older than refresh
-// start one in the background. A token without kid gets the set's only key.
+// lookup returns the keys the token's kid names. A kid not in the set, or a set older
+// than refresh, starts a fetch, unless one ran less than minRefetch ago, and waits for it:
+// a key the issuer has removed verifies no token once the set is due for refreshing,
+// however long the server was idle. When that fetch fails, the last good set stands (the
+// log says why). A token without kid gets the set's only key.
 func (s *keySet) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, error) {
 	s.mu.Lock()
 	now := time.Now()
 	mayFetch := s.inflight == nil && now.Sub(s.tried) >= s.minRefetch
-	if keys := s.match(kid); len(keys) > 0 {
-		if mayFetch && now.Sub(s.fetched) >= s.refresh {
-			s.start()
-		}
+	stale := now.Sub(s.fetched) >= s.refresh
+	keys := s.match(kid)
+	if len(keys) > 0 && !stale {
 		s.mu.Unlock()
 		return keys, nil
 	}
-	if kid == "" {
+	if len(keys) == 0 && kid == "" {
 		n := len(s.keys)
 		s.mu.Unlock()
 		return nil, refuse(ErrUnknownKey, "no kid, and the issuer has %d keys", n)
@@ -96,6 +97,9 @@ func (s *keySet) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, err
 	}
 	done, lastErr := s.inflight, s.lastErr
 	s.mu.Unlock()
+	if done == nil && len(keys) > 0 {
+		return keys, nil // due, but fetched moments ago and failed: the last good set stands
+	}
 	if done == nil {
 		// Fetched too recently to fetch again: the last outcome stands.
 		if lastErr != nil {
@@ -109,7 +113,7 @@ func (s *keySet) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, err
 		return nil, unavailable(ctx.Err())
 	}
 	s.mu.Lock()
-	keys, lastErr := s.match(kid), s.lastErr
+	keys, lastErr = s.match(kid), s.lastErr
 	s.mu.Unlock()
 	switch {
 	case len(keys) > 0:
