@@ -104,15 +104,73 @@ func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *Pro
 		onDisk[filepath.Base(jr.Path)] = jr
 	}
 
-	// What the ledger says of each run, in order.
-	type known struct {
-		entry    string
-		recorded string // the run or recovered entry the run was recorded with
-		facts    entryFacts
+	runs, order := recordedRuns(rep.Entries, problem)
+	for _, id := range order {
+		k := runs[id]
+		jr := onDisk[k.facts.File]
+		delete(onDisk, k.facts.File)
+		r.Runs = append(r.Runs, findRun(id, k, jr))
 	}
+	var unknown []string
+	for name := range onDisk {
+		unknown = append(unknown, name)
+	}
+	sort.Strings(unknown)
+	for _, name := range unknown {
+		jr := onDisk[name]
+		r.Runs = append(r.Runs, RunFinding{RunID: jr.RunID, File: name, Journal: jr.Status, Problem: "a journal the ledger does not know"})
+	}
+	if len(rep.Problems) == 0 && rep.TailBytes == 0 {
+		if testBeforeSecondLook != nil {
+			testBeforeSecondLook()
+		}
+		secondLook(r, filepath.Join(dir, ".symbiont", FileName), gov, pub)
+	}
+
+	tree, err := NewTree(rep.Entries)
+	if err != nil {
+		problem("ledger tree: %v", err)
+	}
+	for i, msg := range checkpoints {
+		c, err := OpenCheckpoint(msg, pub)
+		if err == nil && tree != nil {
+			err = CheckConsistent(tree, c)
+		}
+		if err != nil {
+			r.Checkpoints = append(r.Checkpoints, fmt.Sprintf("checkpoint %d: %v", i+1, err))
+			problem("checkpoint %d: %v", i+1, err)
+			continue
+		}
+		r.Checkpoints = append(r.Checkpoints, fmt.Sprintf("checkpoint %d: consistent (size %d of %d)", i+1, c.Size, tree.Size()))
+	}
+	r.Status = journal.StatusComplete
+	for _, f := range r.Runs {
+		switch {
+		case f.Problem != "":
+			r.Status = journal.StatusInvalid
+		case f.Journal == journal.StatusIncomplete && r.Status == journal.StatusComplete:
+			r.Status = journal.StatusIncomplete
+		}
+	}
+	if len(r.Problems) > 0 {
+		r.Status = journal.StatusInvalid
+	}
+	return r
+}
+
+// known is what the ledger says of one run.
+type known struct {
+	entry    string     // its last entry: run, recovered or pruned
+	recorded string     // the run or recovered entry the run was recorded with
+	facts    entryFacts // that entry's
+}
+
+// recordedRuns returns what the ledger's entries say of each run, and the run ids in
+// order; problem is told of entries that contradict each other.
+func recordedRuns(entries []Line, problem func(string, ...any)) (map[string]*known, []string) {
 	runs := map[string]*known{}
 	var order []string
-	for _, l := range rep.Entries {
+	for _, l := range entries {
 		switch l.Type {
 		case TypeRun, TypeRecovered, TypePruned:
 		default:
@@ -141,77 +199,92 @@ func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *Pro
 		}
 		k.entry = l.Type
 	}
-
-	worst := journal.StatusComplete
-	note := func(status string) {
-		if status == journal.StatusInvalid || (status == journal.StatusIncomplete && worst == journal.StatusComplete) {
-			worst = status
-		}
-	}
-	for _, id := range order {
-		k := runs[id]
-		f := RunFinding{RunID: id, File: k.facts.File, Entry: k.entry, Journal: "absent"}
-		jr := onDisk[k.facts.File]
-		delete(onDisk, k.facts.File)
-		if jr != nil {
-			f.Journal = jr.Status
-		}
-		switch {
-		case k.entry == TypePruned && jr != nil:
-			if problem, _ := judge(id, k.recorded, k.facts, jr); problem != "" {
-				f.Problem = "pruned, but the journal is still on disk, and " + problem
-			} else {
-				f.Problem = "pruned, but the journal is still on disk: a prune stopped before removing it (symbi audit prune removes it)"
-			}
-		case k.entry == TypePruned:
-		case jr == nil:
-			f.Problem = "the journal is missing: deleted, or renamed away"
-		default:
-			f.Problem, f.Note = judge(id, k.entry, k.facts, jr)
-		}
-		if f.Problem != "" {
-			note(journal.StatusInvalid)
-		} else if jr != nil {
-			note(jr.Status)
-			if jr.Status == journal.StatusIncomplete && f.Note == "" {
-				f.Note = "a crash; the ledger recorded it as found"
-			}
-		}
-		r.Runs = append(r.Runs, f)
-	}
-	var unknown []string
-	for name := range onDisk {
-		unknown = append(unknown, name)
-	}
-	sort.Strings(unknown)
-	for _, name := range unknown {
-		jr := onDisk[name]
-		r.Runs = append(r.Runs, RunFinding{RunID: jr.RunID, File: name, Journal: jr.Status, Problem: "a journal the ledger does not know"})
-		note(journal.StatusInvalid)
-	}
-
-	tree, err := NewTree(rep.Entries)
-	if err != nil {
-		problem("ledger tree: %v", err)
-	}
-	for i, msg := range checkpoints {
-		c, err := OpenCheckpoint(msg, pub)
-		if err == nil && tree != nil {
-			err = CheckConsistent(tree, c)
-		}
-		if err != nil {
-			r.Checkpoints = append(r.Checkpoints, fmt.Sprintf("checkpoint %d: %v", i+1, err))
-			problem("checkpoint %d: %v", i+1, err)
-			continue
-		}
-		r.Checkpoints = append(r.Checkpoints, fmt.Sprintf("checkpoint %d: consistent (size %d of %d)", i+1, c.Size, tree.Size()))
-	}
-	if len(r.Problems) > 0 {
-		worst = journal.StatusInvalid
-	}
-	r.Status = worst
-	return r
+	return runs, order
 }
+
+// findRun is the finding of the run id the ledger says k of, its journal on disk as
+// verified (jr; nil when there is none).
+func findRun(id string, k *known, jr *journal.Report) RunFinding {
+	f := RunFinding{RunID: id, File: k.facts.File, Entry: k.entry, Journal: "absent"}
+	if jr != nil {
+		f.Journal = jr.Status
+	}
+	switch {
+	case k.entry == TypePruned && jr != nil:
+		if problem, _ := judge(id, k.recorded, k.facts, jr); problem != "" {
+			f.Problem = "pruned, but the journal is still on disk, and " + problem
+		} else {
+			f.Problem = "pruned, but the journal is still on disk: a prune stopped before removing it (symbi audit prune removes it)"
+		}
+	case k.entry == TypePruned:
+	case jr == nil:
+		f.Problem = "the journal is missing: deleted, or renamed away"
+	default:
+		f.Problem, f.Note = judge(id, k.entry, k.facts, jr)
+	}
+	if f.Problem == "" && f.Journal == journal.StatusIncomplete && f.Note == "" {
+		f.Note = "a crash; the ledger recorded it as found"
+	}
+	return f
+}
+
+// testBeforeSecondLook, when set by a test, runs between the first reading of a project
+// and the second look.
+var testBeforeSecondLook func()
+
+// inProgressNote is the note of a run a server is still writing.
+const inProgressNote = "in progress: a server is writing its journal; the ledger records the run when it ends"
+
+// secondLook looks again, once, at each run r found a problem with, or found stopped
+// before its terminated line: a project a server serves changes while it is verified,
+// and a run that ends between the reading of the ledger and of its journal looks unknown
+// to the ledger, or cut short. Each is judged again against the ledger read anew and its
+// journal read anew. A journal the ledger still does not know, incomplete, whose writer
+// holds it, is a run in progress: incomplete, not a problem. The ledger read anew is
+// used only for those runs: everything else stands as first read.
+func secondLook(r *ProjectReport, ledgerPath, gov string, pub ed25519.PublicKey) {
+	var again []int
+	for i, f := range r.Runs {
+		if f.Problem != "" && f.RunID != "" && f.File != "" || f.Note == stoppedNote {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	data, err := journal.ReadLog(ledgerPath, MaxLedgerBytes)
+	if err != nil {
+		return
+	}
+	rep := Verify(data, pub)
+	if len(rep.Problems) > 0 || rep.TailBytes > 0 {
+		return // the first reading stands
+	}
+	runs, _ := recordedRuns(rep.Entries, func(string, ...any) {})
+	// No journal is between its creation and its writer's lock while this is held.
+	if release, err := journal.LockScan(gov); err == nil {
+		defer release()
+	}
+	for _, i := range again {
+		f := r.Runs[i]
+		path := filepath.Join(gov, f.File)
+		var jr *journal.Report
+		if _, err := os.Lstat(path); err == nil {
+			jr = journal.Verify(path, pub, journal.VerifyOptions{})
+		}
+		k := runs[f.RunID]
+		switch {
+		case k != nil && k.facts.File == f.File:
+			r.Runs[i] = findRun(f.RunID, k, jr)
+		case k == nil && jr != nil && jr.RunID == f.RunID && jr.Status == journal.StatusIncomplete && journal.InProgress(path):
+			r.Runs[i] = RunFinding{RunID: f.RunID, File: f.File, Journal: jr.Status, Note: inProgressNote}
+		}
+	}
+}
+
+// stoppedNote is the note of a run whose journal stops just before the terminated line
+// its ledger entry names.
+const stoppedNote = "stopped before its terminated line; the ledger holds its outcome"
 
 // judge compares the journal on disk of the run id, as verified (jr), with the entry the
 // ledger recorded it with (entry: run or recovered; facts): problem says why verification
@@ -225,7 +298,7 @@ func judge(id, entry string, facts entryFacts, jr *journal.Report) (problem, not
 		// The server stopped after the run's entry was durable and before its journal's
 		// last line: the ledger holds the outcome, which never reached anyone. (Cutting
 		// that last line off looks the same; the ledger entry still tells the outcome.)
-		return "", "stopped before its terminated line; the ledger holds its outcome"
+		return "", stoppedNote
 	case int64(jr.Records) != facts.Records || jr.Head != facts.Head:
 		return fmt.Sprintf("the journal has %d records with head %s; the ledger recorded %d with head %s: truncated or replaced", jr.Records, jr.Head, facts.Records, facts.Head), ""
 	case jr.Status == journal.StatusInvalid:

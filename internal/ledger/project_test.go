@@ -353,3 +353,86 @@ func signedParts(t testing.TB, line []byte, context string) (msg, sig []byte) {
 	}
 	return append([]byte(context), line[len(prefix):i]...), sig
 }
+
+// TestVerifyLiveProject: a project a server serves is verified as it changes. A run in
+// flight — its journal without terminated, held by its writer, not yet in the ledger — is
+// reported in progress (incomplete, exit 2), not as a journal the ledger does not know;
+// once its writer is gone without ending it, it is one (exit 1). A run that ends while
+// the project is verified — recorded in the ledger after the ledger was read — is judged
+// again against the ledger read anew: consistent. And one stopped just before its
+// terminated line, which is then written, is complete.
+func TestVerifyLiveProject(t *testing.T) {
+	p := newProjectRuns(t, 2)
+	root, _ := os.Open(p.dir)
+	defer root.Close()
+	store, err := journal.OpenStore(root, journal.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+
+	t.Run("in flight", func(t *testing.T) {
+		w, err := store.Create("agent", "in-flight")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		if err := w.Append(journal.Started{Agent: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		w.Sync()
+		r := VerifyProject(p.dir, p.pub, nil)
+		f := findingOf(r, "in-flight")
+		if r.ExitCode() != 2 || f == nil || f.Problem != "" || f.Note != inProgressNote || f.Journal != journal.StatusIncomplete {
+			t.Fatalf("a run in flight: exit %d, finding %+v, problems %v", r.ExitCode(), f, r.Problems)
+		}
+		w.Close() // its server is gone: the run was abandoned
+		r = VerifyProject(p.dir, p.pub, nil)
+		if f := findingOf(r, "in-flight"); r.ExitCode() != 1 || f == nil || f.Problem != "a journal the ledger does not know" {
+			t.Fatalf("an abandoned journal the ledger does not know: exit %d, finding %+v", r.ExitCode(), f)
+		}
+		os.Remove(w.Path())
+	})
+
+	t.Run("ends while verified", func(t *testing.T) {
+		p.addRun(t, store, "ending", false) // its journal whole, its ledger entry not yet written
+		journalPath := p.files[len(p.files)-1]
+		data, _ := os.ReadFile(journalPath)
+		rc := journal.Receipt{Records: bytes.Count(data, []byte("\n"))}
+		lines := bytes.SplitAfter(data, []byte("\n"))
+		rc.Head = digestOf(lines[len(lines)-2])
+		prev := digestOf(lines[len(lines)-3])
+		testBeforeSecondLook = func() {
+			if _, err := p.lw.Append(Run{RunID: "ending", AgentID: "agent", Agent: "a", File: filepath.Base(journalPath), Reason: "cancelled",
+				Records: int64(rc.Records), Head: rc.Head, PrevHead: prev, Caller: "stdio"}); err != nil {
+				t.Error(err)
+			}
+		}
+		defer func() { testBeforeSecondLook = nil }()
+		r := VerifyProject(p.dir, p.pub, nil)
+		if f := findingOf(r, "ending"); r.ExitCode() != 0 || f == nil || f.Problem != "" || f.Entry != TypeRun {
+			t.Fatalf("a run that ended while verified: exit %d, finding %+v, problems %v", r.ExitCode(), f, r.Problems)
+		}
+	})
+
+	t.Run("terminated written while verified", func(t *testing.T) {
+		b, _ := os.ReadFile(p.files[1])
+		lastStart := bytes.LastIndexByte(b[:len(b)-1], '\n') + 1
+		os.WriteFile(p.files[1], b[:lastStart], 0o600) // the terminated line not yet written
+		testBeforeSecondLook = func() { os.WriteFile(p.files[1], b, 0o600) }
+		defer func() { testBeforeSecondLook = nil }()
+		r := VerifyProject(p.dir, p.pub, nil)
+		if f := findingOf(r, "run-1"); r.ExitCode() != 0 || f == nil || f.Problem != "" || f.Note != "" {
+			t.Fatalf("a terminated line written while verified: exit %d, finding %+v", r.ExitCode(), f)
+		}
+	})
+}
+
+func findingOf(r *ProjectReport, runID string) *RunFinding {
+	for i := range r.Runs {
+		if r.Runs[i].RunID == runID {
+			return &r.Runs[i]
+		}
+	}
+	return nil
+}
