@@ -34,6 +34,11 @@ func newFlags(e *env, c *command) *flag.FlagSet {
 // with their defaults.
 func printFlags(fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
+		if o, ok := f.Value.(*onceValue); ok {
+			inner := *f
+			inner.Value = o.Value // its type names its argument ("string", "int")
+			f = &inner
+		}
 		name, usage := flag.UnquoteUsage(f)
 		line := "  --" + f.Name
 		if name != "" {
@@ -50,6 +55,14 @@ func printFlags(fs *flag.FlagSet) {
 // parseFlags parses args; it returns (exit code, false) when the command must stop:
 // 0 after --help, 2 after a usage error.
 func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
+	// A flag given twice is a usage error, but for a repeatable one: the flag package
+	// would keep the last value, and a command that signs evidence (runs resolve
+	// --resolution accepted --resolution rejected) would sign one the person may not mean.
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, repeatable := f.Value.(*listFlag); !repeatable {
+			f.Value = &onceValue{Value: f.Value}
+		}
+	})
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, false
@@ -57,6 +70,26 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 		return 2, false
 	}
 	return 0, true
+}
+
+// onceValue is a flag value that may be set once.
+type onceValue struct {
+	flag.Value
+	set bool
+}
+
+func (o *onceValue) Set(s string) error {
+	if o.set {
+		return errors.New("given twice (it is not repeatable)")
+	}
+	o.set = true
+	return o.Value.Set(s)
+}
+
+// IsBoolFlag keeps a boolean flag's form: --json, without a value.
+func (o *onceValue) IsBoolFlag() bool {
+	b, ok := o.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // parseNoArgs is parseFlags for a command that takes no argument besides its flags: a

@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestByteSize(t *testing.T) {
 	for _, tt := range []struct {
@@ -36,5 +39,26 @@ func TestByteSize(t *testing.T) {
 		if err != nil || uint64(b) != tt.want || b.String() != tt.str {
 			t.Errorf("Set(%q) = %d %q, %v; want %d %q", tt.in, b, b.String(), err, tt.want, tt.str)
 		}
+	}
+}
+
+// TestFlagGivenTwiceRefused: a flag given twice is a usage error (exit 2) naming it — the
+// flag package would keep the last value, and `runs resolve` would sign a resolution the
+// person may not mean — but for a repeatable one (--path, --checkpoint).
+func TestFlagGivenTwiceRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"runs", "resolve", "--resolution", "accepted", "--resolution", "rejected", "run-a"},
+		{"agents", "list", "--json", "--json"},
+		{"policy", "eval", "--agent", "a", "--agent", "b", "--response", "x"},
+	} {
+		code, _, errOut := runCLI(t, "", args...)
+		if code != 2 || !strings.Contains(errOut, "given twice (it is not repeatable)") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 naming the flag given twice", args, code, errOut)
+		}
+	}
+	dir := newE2EProject(t)
+	code, out, errOut := runCLI(t, "", "policy", "eval", "--project", dir, "--agent", "helper", "--action", "use_tool", "--tool", "read", "--path", "a.txt", "--path", "b.txt")
+	if code != 0 || !strings.Contains(out, "a.txt, b.txt") {
+		t.Errorf("a repeatable flag given twice: exit %d\n%s%s", code, out, errOut)
 	}
 }
