@@ -1100,7 +1100,9 @@ func (r *runner) kill() {
 func (r *runner) killGroup() {
 	r.died = isClosed(r.exited)
 	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
-	killMarked(r.mark)
+	if !sweepMarked(r.mark, markedSweepWait) {
+		r.log().Warn("acp: the sweep for the run's processes that left its process group did not finish in time; it goes on in the background", "executor", r.cfg.Executor.Name, "waited", markedSweepWait)
+	}
 	r.stdinW.Close()
 	if isClosed(r.cfg.Hurry) {
 		// A process that left the group may hold the agent's stderr open: a hurried
@@ -1716,6 +1718,32 @@ func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 // of nested runs (an agent running symbi) accumulate rather than replace each other.
 const MarkVariable = "SYMBI_RUN_MARK_"
 
+// markedSweepWait bounds how long a session's end waits for killMarked: reading a
+// process's environment can block (its memory map locked, in uninterruptible sleep), and
+// the run's end — its journal's last records — must not wait on another process.
+const markedSweepWait = 10 * time.Second
+
+// sweep is killMarked; a test replaces it.
+var sweep = killMarked
+
+// sweepMarked runs killMarked(mark) and waits for it at most wait; it reports whether it
+// finished. One that did not goes on in the background.
+func sweepMarked(mark string, wait time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sweep(mark)
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
 // killMarked kills, with SIGKILL, every process of this user whose environment holds
 // mark, until none is left (a process may start another as it is killed) — a bounded
 // number of sweeps of /proc. A process that cleared its environment is not found: the
@@ -1725,7 +1753,7 @@ func killMarked(mark string) {
 		return
 	}
 	want := []byte(mark + "\x00")
-	self := os.Getpid()
+	self, uid := os.Getpid(), uint32(os.Getuid())
 	for range 8 {
 		ents, err := os.ReadDir("/proc")
 		if err != nil {
@@ -1735,6 +1763,13 @@ func killMarked(mark string) {
 		for _, e := range ents {
 			pid, err := strconv.Atoi(e.Name())
 			if err != nil || pid == self {
+				continue
+			}
+			// Only this user's processes (any, for root): another's environment is not
+			// readable, nor the process killable.
+			if info, err := e.Info(); err != nil {
+				continue
+			} else if st, ok := info.Sys().(*syscall.Stat_t); !ok || uid != 0 && st.Uid != uid {
 				continue
 			}
 			// The process is held by a pidfd before its environment is read: the signal

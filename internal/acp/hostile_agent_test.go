@@ -251,3 +251,32 @@ func TestPermissionOnGovernanceAncestor(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepMarkedBounded: a session's end waits for the sweep for its marked processes
+// (killMarked) a bounded time: reading another process's environment can block, and the
+// run's last records must not wait on it. A sweep that finishes is reported done; one that
+// does not is left to finish in the background.
+func TestSweepMarkedBounded(t *testing.T) {
+	release := make(chan struct{})
+	finished := make(chan string, 2)
+	sweep = func(mark string) {
+		if mark == "stuck" {
+			<-release
+		}
+		finished <- mark
+	}
+	t.Cleanup(func() { sweep = killMarked })
+	if !sweepMarked("quick", time.Minute) {
+		t.Fatal("a sweep that finished is reported unfinished")
+	}
+	if <-finished != "quick" {
+		t.Fatal("the quick sweep did not run")
+	}
+	if sweepMarked("stuck", time.Millisecond) {
+		t.Fatal("a sweep that cannot finish is reported finished")
+	}
+	close(release)
+	if <-finished != "stuck" {
+		t.Fatal("the stuck sweep did not go on in the background")
+	}
+}
