@@ -83,6 +83,24 @@ func TestWaitEndedByPermissionDecided(t *testing.T) {
 	}
 }
 
+// TestHeldExternalRunEventsStatus: another process's delegated run held at a gate — its
+// journal ends with the approval_requested of a permission request no decision followed,
+// its writer holds it — is awaiting_approval, and run_events says so as run_status does.
+func TestHeldExternalRunEventsStatus(t *testing.T) {
+	p := newTestProject(t, nil)
+	m := p.open(t)
+	id := newRunID(t)
+	p.journalRun(t, "coder", id, delegatedRecords("coder", "alice")[:3], true) // up to the held request: in flight
+	st, err := m.Status(id)
+	if err != nil || st.Status != runs.StatusAwaitingApproval {
+		t.Fatalf("run_status: %+v, %v; want awaiting_approval", st, err)
+	}
+	evs, err := events(t, m, id, 0, 100)
+	if err != nil || evs.Status != runs.StatusAwaitingApproval || evs.Done {
+		t.Fatalf("run_events: %+v, %v; want awaiting_approval, not done, as run_status says", evs, err)
+	}
+}
+
 // ---- a server fixture: project, ledger, runner and Manager, as symbi mcp builds them ----
 
 // gateFiles is a project whose answers naming ACME are held for a person.

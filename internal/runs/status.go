@@ -195,9 +195,11 @@ func (m *Manager) Events(ctx context.Context, runID string, after int64, limit i
 
 // events reads one page of snap's events.
 func (m *Manager) events(snap *run, after int64, limit int) (*Events, error) {
-	// A run in flight is read page after page: its status needs no journal facts (whose
-	// reading would verify the whole journal again at every page). A finished run's facts
-	// are read once and kept.
+	// This process's run in flight is read page after page: its status needs no journal
+	// facts (whose reading would verify the whole journal again at every page). Another
+	// process's run is judged from its journal's facts, as run_status judges it (running,
+	// or awaiting_approval while a held request waits); a finished run's facts are read
+	// once and kept.
 	var st *Status
 	switch lr := snap.live; {
 	case lr != nil && !isDone(lr):
@@ -206,8 +208,6 @@ func (m *Manager) events(snap *run, after int64, limit int) (*Events, error) {
 		if awaiting {
 			st.Status = StatusAwaitingApproval
 		}
-	case lr == nil && snap.external && journal.InProgress(m.journalPath(snap)):
-		st = &Status{Status: StatusRunning}
 	default:
 		st = m.build(snap, false)
 	}
