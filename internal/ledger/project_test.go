@@ -84,6 +84,23 @@ func (p *project) addRun(t testing.TB, store *journal.Store, runID string, recor
 	p.files = append(p.files, w.Path())
 }
 
+// openStore opens the project's journal store as another server would, closed when
+// the test ends.
+func (p *project) openStore(t *testing.T) *journal.Store {
+	t.Helper()
+	root, err := os.Open(p.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	store, err := journal.OpenStore(root, journal.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return store
+}
+
 func (p *project) ledgerPath() string { return filepath.Join(p.dir, ".symbiont", FileName) }
 
 func (p *project) checkpoint(t *testing.T) []byte { return p.checkpointTB(t) }
@@ -263,13 +280,7 @@ func digestOf(b []byte) string { return digest.SHA256Hex(b) }
 // recovered (its run entry comes when it ends); once its writer is gone, it is.
 func TestReconcileLeavesRunsInFlight(t *testing.T) {
 	p := newProjectRuns(t, 1)
-	root, _ := os.Open(p.dir)
-	defer root.Close()
-	store, err := journal.OpenStore(root, journal.StoreOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := p.openStore(t)
 	w, err := store.Create("agent", "in-flight")
 	if err != nil {
 		t.Fatal(err)
@@ -363,13 +374,7 @@ func signedParts(t testing.TB, line []byte, context string) (msg, sig []byte) {
 // terminated line, which is then written, is complete.
 func TestVerifyLiveProject(t *testing.T) {
 	p := newProjectRuns(t, 2)
-	root, _ := os.Open(p.dir)
-	defer root.Close()
-	store, err := journal.OpenStore(root, journal.StoreOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := p.openStore(t)
 
 	t.Run("in flight", func(t *testing.T) {
 		w, err := store.Create("agent", "in-flight")
