@@ -87,19 +87,9 @@ func TestPolicyEvalGate(t *testing.T) {
 // `agent` and `status`), snake_case like every other member of the same output
 // (`caller_auth`, `mentioned`).
 func TestPolicyEvalRunJSONNames(t *testing.T) {
-	dir := newE2EProject(t)
-	code, out, errOut := runCLI(t, "", "policy", "eval", "--project", dir, "--action", "read_run", "--caller", "auditor", "--run-owner", "alice", "--json")
-	if code != 0 {
-		t.Fatalf("policy eval read_run --json: exit %d\n%s%s", code, out, errOut)
-	}
-	var got struct {
-		Run map[string]json.RawMessage `json:"run"`
-	}
-	if err := json.Unmarshal([]byte(out), &got); err != nil {
-		t.Fatal(err)
-	}
+	run, out := policyEvalMember(t, "run", "--action", "read_run", "--caller", "auditor", "--run-owner", "alice")
 	for _, k := range []string{"owner", "agent", "status"} {
-		if _, ok := got.Run[k]; !ok {
+		if _, ok := run[k]; !ok {
 			t.Errorf("run has no member %q: %s", k, out)
 		}
 	}

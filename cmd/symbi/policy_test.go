@@ -324,23 +324,33 @@ func TestPolicyEvalResponseNotUTF8(t *testing.T) {
 // (kind, paths, outside paths, workspace)"; every other JSON of the CLI is snake_case and
 // gives [] for an empty list.
 func TestPolicyEvalToolJSONNames(t *testing.T) {
-	dir := newE2EProject(t)
-	code, out, errOut := runCLI(t, "", "policy", "eval", "--project", dir, "--agent", "helper", "--action", "use_tool", "--tool", "read", "--path", "a.txt", "--json")
-	if code != 0 {
-		t.Fatalf("policy eval use_tool --json: exit %d\n%s%s", code, out, errOut)
-	}
-	var got struct {
-		Tool map[string]json.RawMessage `json:"tool"`
-	}
-	if err := json.Unmarshal([]byte(out), &got); err != nil {
-		t.Fatal(err)
-	}
+	tool, out := policyEvalMember(t, "tool", "--agent", "helper", "--action", "use_tool", "--tool", "read", "--path", "a.txt")
 	for _, k := range []string{"kind", "paths", "outside", "workspace"} {
-		if _, ok := got.Tool[k]; !ok {
+		if _, ok := tool[k]; !ok {
 			t.Errorf("tool has no member %q: %s", k, out)
 		}
 	}
-	if v, ok := got.Tool["outside"]; ok && string(v) != "[]" {
+	if v, ok := tool["outside"]; ok && string(v) != "[]" {
 		t.Errorf(`tool.outside is %s, want [] when no path is outside`, v)
 	}
+}
+
+// policyEvalMember runs policy eval --json on a new project with args and returns the
+// object its output holds as member, and the output.
+func policyEvalMember(t *testing.T, member string, args ...string) (map[string]json.RawMessage, string) {
+	t.Helper()
+	dir := newE2EProject(t)
+	code, out, errOut := runCLI(t, "", append([]string{"policy", "eval", "--project", dir, "--json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("policy eval %v --json: exit %d\n%s%s", args, code, out, errOut)
+	}
+	var got map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(got[member], &obj); err != nil {
+		t.Fatalf("member %s of %s: %v", member, out, err)
+	}
+	return obj, out
 }
