@@ -79,7 +79,7 @@ func runPolicyEval(e *env, args []string) int {
 	dir := fs.String("project", ".", "the project `DIR`")
 	agent := fs.String("agent", "", "the `AGENT`, by its file stem (required, except for the run actions)")
 	caller := fs.String("caller", invoke.CallerStdio, "the `CALLER` the decision is made for (context.caller; the principal of access actions)")
-	callerAuth := fs.String("caller-auth", "", "how the caller was authenticated: stdio, token, jwt or none (`METHOD`; default stdio for the caller stdio, else token)")
+	callerAuth := fs.String("caller-auth", "", "how the caller was authenticated: stdio, token, jwt or none (`METHOD`; default stdio for the caller stdio, none for anonymous, else token)")
 	runOwner := fs.String("run-owner", invoke.CallerStdio, "run actions: the `CALLER` that started the run (resource.owner)")
 	runAgent := fs.String("run-agent", "", "run actions: the run's agent, declared `NAME` (resource.agent)")
 	runStatus := fs.String("run-status", "completed", "run actions: the run's `STATUS` (resource.status)")
@@ -98,9 +98,13 @@ func runPolicyEval(e *env, args []string) int {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *callerAuth == "" {
-		*callerAuth = auth.MethodToken
-		if *caller == invoke.CallerStdio {
+		switch *caller {
+		case auth.Stdio.ID:
 			*callerAuth = auth.MethodStdio
+		case auth.Anonymous.ID:
+			*callerAuth = auth.MethodNone
+		default:
+			*callerAuth = auth.MethodToken
 		}
 	}
 	// Only what the server can produce: another value would answer for a caller that

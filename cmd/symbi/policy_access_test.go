@@ -114,4 +114,8 @@ func TestPolicyEvalImpossibleInputs(t *testing.T) {
 			t.Errorf("%s: exit %d, want 2 (a usage error)\n%s%s", name, code, out, errOut)
 		}
 	}
+	// anonymous is the caller without authentication: its method is none unless given.
+	if code, out, errOut := runCLI(t, "", "policy", "eval", "--project", dir, "--action", "read_run", "--caller", "anonymous"); code != 0 || !strings.Contains(out, "caller: anonymous (none)") {
+		t.Errorf("--caller anonymous: exit %d\n%s%s", code, out, errOut)
+	}
 }

@@ -740,9 +740,10 @@ func (r *runner) run(ctx context.Context) Result {
 			res.Err = fmt.Errorf("%w; %s", whyNot, termNote)
 		}
 	case pr.err != nil:
-		err := fmt.Errorf("session/prompt failed: %w", r.quiet(pr.err))
+		why := r.quiet(pr.err)
+		err := fmt.Errorf("session/prompt failed: %w", why)
 		if r.exitedByItself() {
-			err = fmt.Errorf("session/prompt failed (the agent exited: %s): %w", r.cmd.ProcessState, r.quiet(pr.err))
+			err = fmt.Errorf("session/prompt failed (the agent exited: %s): %w", r.cmd.ProcessState, why)
 		}
 		res.Outcome, res.Err = OutcomeError, r.withStderr(err)
 	default:

@@ -374,6 +374,7 @@ func TestLoneLineBreaksRefused(t *testing.T) {
 		"agent a { capabilities = [\"read\"] # note\u2028function exfil() { send(secrets); }\n}",
 		"agent a { capabilities = [\"read\"] // note\u0085function exfil() { send(secrets); }\r\n}",
 		"agent a { capabilities = [\"read\"] # note\ffunction exfil() { send(secrets); }\n}",
+		"agent a { capabilities = [\"read\rfunction exfil() { send(secrets); }\"] }", // in a string
 	} {
 		a := dsl.AdmitSource("a.symbi", "a", []byte(src))
 		if a.Admitted {

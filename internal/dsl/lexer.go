@@ -268,6 +268,24 @@ func (s *scanner) run() error {
 	return nil
 }
 
+var otherBreaks = [][]byte{[]byte("\u0085"), []byte("\u2028"), []byte("\u2029")}
+
+// otherBreak returns the index in b of the first character some reader takes for a line
+// break but "\n" — CR, VT, FF, U+0085, U+2028, U+2029 — or -1. ASCII first, fast; the
+// others only where a byte that begins one is.
+func otherBreak(b []byte) int {
+	j := bytes.IndexAny(b, "\r\v\f")
+	if bytes.IndexByte(b, 0xc2) < 0 && bytes.IndexByte(b, 0xe2) < 0 {
+		return j
+	}
+	for _, seq := range otherBreaks {
+		if k := bytes.Index(b, seq); k >= 0 && (j < 0 || k < j) {
+			j = k
+		}
+	}
+	return j
+}
+
 // skipComment moves over a comment, to the \n that ends it. A comment holding what
 // another reader takes for a line break — a carriage return not followed by a line feed,
 // a vertical tab, a form feed, U+0085, U+2028, U+2029 — is refused: an editor or the
@@ -280,7 +298,7 @@ func (s *scanner) skipComment() error {
 		end = s.off + i
 	}
 	text := s.src[s.off:end]
-	if j := bytes.IndexAny(text, "\r\v\f\u0085\u2028\u2029"); j >= 0 && !(text[j] == '\r' && s.off+j+1 == end && end < len(s.src)) {
+	if j := otherBreak(text); j >= 0 && !(text[j] == '\r' && s.off+j+1 == end && end < len(s.src)) {
 		r, _ := utf8.DecodeRune(text[j:])
 		p := s.pos()
 		p.Offset += j
@@ -358,6 +376,9 @@ func (s *scanner) str() error {
 			s.off++
 			s.line++
 			s.col = 1
+		case c == '\r' && (s.off+1 == len(src) || src[s.off+1] != '\n'):
+			// As outside a string: a reader would show what follows on a line of its own.
+			return s.errorf(s.pos(), ErrSyntax, "a carriage return not followed by a line feed (in a string: write \\r): lines end with \\n or \\r\\n")
 		case c < utf8.RuneSelf:
 			s.advance(1)
 		default:

@@ -212,3 +212,33 @@ func TestHugeErrorBodyKeepsStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyRedactedFrom2xxErrors: an API key an endpoint echoes is redacted from every
+// error (docs/providers.md: "Error messages never contain the key"). A 2xx answer whose
+// parse fails is an error too: an empty content whose finish reason echoes the key must
+// not carry the key in err.Error().
+func TestKeyRedactedFrom2xxErrors(t *testing.T) {
+	const key = "sk-review-2xx-0123456789abcdef"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"choices":[{"message":{"role":"assistant","content":""},"finish_reason":"` + got + `"}]}`))
+	}))
+	t.Cleanup(srv.Close)
+	env := map[string]string{"SYMBI_PROVIDER": "openai", "OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_API_KEY": key}
+	p, err := inference.FromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	call, err := p.Prepare(conv, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = call.Do(context.Background())
+	if err == nil {
+		t.Fatal("no error for an empty content")
+	}
+	if strings.Contains(err.Error(), key) {
+		t.Errorf("the error quotes the API key the endpoint echoed: %q", err)
+	}
+}

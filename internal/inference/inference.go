@@ -112,22 +112,20 @@ func (c *Call) Do(ctx context.Context) (*Response, error) {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL, bytes.NewReader(c.Body))
 	if err != nil {
-		return nil, fail(&Error{Kind: KindConnection, Err: err})
+		return nil, c.fail(&Error{Kind: KindConnection, Err: err})
 	}
 	req.GetBody = nil // the body can never be replayed
 	req.Header = c.header.Clone()
 	hr, err := c.client.Do(req)
 	if err != nil {
-		e := transportError(ctx, err)
-		e.key = c.key
-		return nil, fail(e)
+		return nil, c.fail(transportError(ctx, err))
 	}
 	defer hr.Body.Close()
 	resp := &Response{Status: hr.StatusCode}
 	if hr.StatusCode < 200 {
 		// An informational status as the answer (101 Switching Protocols, unasked): the
 		// transport hands over the raw connection as the body, no longer bound to ctx.
-		return resp, fail(&Error{Kind: KindStatus, Status: hr.StatusCode})
+		return resp, c.fail(&Error{Kind: KindStatus, Status: hr.StatusCode})
 	}
 	// The body is read within ctx's deadline and cancellation, whatever the transport
 	// does: closing it ends a read in progress.
@@ -136,23 +134,23 @@ func (c *Call) Do(ctx context.Context) (*Response, error) {
 	resp.Body, err = io.ReadAll(io.LimitReader(hr.Body, MaxResponseBytes+1))
 	if err != nil {
 		e := transportError(ctx, err)
-		e.Status, e.key = hr.StatusCode, c.key
-		return resp, fail(e)
+		e.Status = hr.StatusCode
+		return resp, c.fail(e)
 	}
 	if hr.StatusCode < 200 || hr.StatusCode > 299 {
 		// The status first, whatever the body's size: a 429 says so. The excerpt never
 		// quotes the API key, which an endpoint may echo ("Incorrect API key: …").
-		e := &Error{Kind: KindStatus, Status: hr.StatusCode, Excerpt: excerpt(redact(resp.Body, c.key)), key: c.key}
+		e := &Error{Kind: KindStatus, Status: hr.StatusCode, Excerpt: excerpt(redact(resp.Body, c.key))}
 		if len(resp.Body) > MaxResponseBytes {
 			e.Err = fmt.Errorf("its body exceeds %d bytes", MaxResponseBytes)
 		}
 		if hr.StatusCode == http.StatusTooManyRequests {
 			e.RetryAfter = bounded(string(redact([]byte(hr.Header.Get("Retry-After")), c.key)), 64)
 		}
-		return resp, fail(e)
+		return resp, c.fail(e)
 	}
 	if len(resp.Body) > MaxResponseBytes {
-		return resp, fail(&Error{Kind: KindTooLarge, Status: hr.StatusCode})
+		return resp, c.fail(&Error{Kind: KindTooLarge, Status: hr.StatusCode})
 	}
 	parsed, err := c.parse(resp.Body)
 	if err != nil {
@@ -163,10 +161,17 @@ func (c *Call) Do(ctx context.Context) (*Response, error) {
 		// No excerpt: a 2xx body may hold model text that has not passed the policy gate.
 		// The caller has the exact bytes (resp.Body) to journal.
 		e.Status = hr.StatusCode
-		return resp, fail(e)
+		return resp, c.fail(e)
 	}
 	parsed.Status, parsed.Body = resp.Status, resp.Body
 	return parsed, nil
+}
+
+// fail is fail for an error of c's call: its text never quotes c's API key, which an
+// endpoint may echo anywhere — a status answer's body, a 2xx answer's finish reason.
+func (c *Call) fail(e *Error) error {
+	e.key = c.key
+	return fail(e)
 }
 
 // transportError classifies a failure to send or to read: the context decides first.

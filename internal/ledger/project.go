@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
@@ -79,7 +80,8 @@ func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *Pro
 	}
 	// The ledger is verified beside the journals, so that no core waits for it.
 	verified := make(chan *Report, 1)
-	go func() { verified <- Verify(data, pub) }()
+	rd := NewReader(pub) // kept: the second look verifies only what was appended since
+	go func() { verified <- verifyWith(rd, data) }()
 	gov := filepath.Join(dir, ".symbiont", "governed")
 	var reports []*journal.Report
 	var dirErr error = os.ErrNotExist
@@ -124,7 +126,7 @@ func VerifyProject(dir string, pub ed25519.PublicKey, checkpoints [][]byte) *Pro
 		if testBeforeSecondLook != nil {
 			testBeforeSecondLook()
 		}
-		secondLook(r, filepath.Join(dir, ".symbiont", FileName), gov, pub)
+		secondLook(r, filepath.Join(dir, ".symbiont", FileName), gov, pub, rd, data, rep.Entries)
 	}
 
 	tree, err := NewTree(rep.Entries)
@@ -238,11 +240,12 @@ const inProgressNote = "in progress: a server is writing its journal; the ledger
 // secondLook looks again, once, at each run r found a problem with, or found stopped
 // before its terminated line: a project a server serves changes while it is verified,
 // and a run that ends between the reading of the ledger and of its journal looks unknown
-// to the ledger, or cut short. Each is judged again against the ledger read anew and its
-// journal read anew. A journal the ledger still does not know, incomplete, whose writer
-// holds it, is a run in progress: incomplete, not a problem. The ledger read anew is
-// used only for those runs: everything else stands as first read.
-func secondLook(r *ProjectReport, ledgerPath, gov string, pub ed25519.PublicKey) {
+// to the ledger, or cut short. Each is judged again against the ledger as it is now — the
+// lines appended since data was read, verified by rd, which read data and its entries —
+// and its journal read anew. A journal the ledger still does not know, incomplete, whose
+// writer holds it, is a run in progress: incomplete, not a problem. The ledger read anew
+// is used only for those runs: everything else stands as first read.
+func secondLook(r *ProjectReport, ledgerPath, gov string, pub ed25519.PublicKey, rd *Reader, data []byte, entries []Line) {
 	var again []int
 	for i, f := range r.Runs {
 		if f.Problem != "" && f.RunID != "" && f.File != "" || f.Note == stoppedNote {
@@ -252,19 +255,21 @@ func secondLook(r *ProjectReport, ledgerPath, gov string, pub ed25519.PublicKey)
 	if len(again) == 0 {
 		return
 	}
-	data, err := journal.ReadLog(ledgerPath, MaxLedgerBytes)
-	if err != nil {
+	now, err := journal.ReadLog(ledgerPath, MaxLedgerBytes)
+	if err != nil || !bytes.HasPrefix(now, data) {
+		return // the ledger is not as it was, plus lines: the first reading stands
+	}
+	more := verifyWith(rd, now[len(data):])
+	if len(more.Problems) > 0 || more.TailBytes > 0 {
 		return
 	}
-	rep := Verify(data, pub)
-	if len(rep.Problems) > 0 || rep.TailBytes > 0 {
-		return // the first reading stands
-	}
-	runs, _ := recordedRuns(rep.Entries, func(string, ...any) {})
-	// No journal is between its creation and its writer's lock while this is held.
-	if release, err := journal.LockScan(gov); err == nil {
-		defer release()
-	}
+	runs, _ := recordedRuns(append(entries[:len(entries):len(entries)], more.Entries...), func(string, ...any) {})
+	var release func()
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
 	for _, i := range again {
 		f := r.Runs[i]
 		path := filepath.Join(gov, f.File)
@@ -276,8 +281,18 @@ func secondLook(r *ProjectReport, ledgerPath, gov string, pub ed25519.PublicKey)
 		switch {
 		case k != nil && k.facts.File == f.File:
 			r.Runs[i] = findRun(f.RunID, k, jr)
-		case k == nil && jr != nil && jr.RunID == f.RunID && jr.Status == journal.StatusIncomplete && journal.InProgress(path):
-			r.Runs[i] = RunFinding{RunID: f.RunID, File: f.File, Journal: jr.Status, Note: inProgressNote}
+		case k == nil && jr != nil && jr.RunID == f.RunID && jr.Status == journal.StatusIncomplete:
+			// Whether a writer holds it is decided under the governed directory's lock, as
+			// reconciliation decides: no journal is then between its creation and its
+			// writer's lock. Taken once, only here: servers create no journal meanwhile.
+			if release == nil {
+				if release, err = journal.LockScan(gov); err != nil {
+					release = func() {}
+				}
+			}
+			if journal.InProgress(path) {
+				r.Runs[i] = RunFinding{RunID: f.RunID, File: f.File, Journal: jr.Status, Note: inProgressNote}
+			}
 		}
 	}
 }

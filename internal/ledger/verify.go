@@ -132,9 +132,13 @@ func jsonKind(t reflect.Type) string {
 // the chain of prev hashes and the time. Entries holds the lines up to the first problem.
 // The signatures are checked together (journal.OpenAll); the outcome is the Reader's,
 // line by line.
-func Verify(data []byte, pub ed25519.PublicKey) *Report {
+func Verify(data []byte, pub ed25519.PublicKey) *Report { return verifyWith(NewReader(pub), data) }
+
+// verifyWith is Verify with the Reader rd, which then expects the line after the last
+// entry.
+func verifyWith(rd *Reader, data []byte) *Report {
 	r := &Report{Problems: []Problem{}}
-	rest, err := NewReader(pub).NextIn(data, func(l []Line) { r.Entries = append(r.Entries, l...) })
+	rest, err := rd.NextIn(data, func(l []Line) { r.Entries = append(r.Entries, l...) })
 	if err != nil {
 		r.Problems = append(r.Problems, Problem{Line: len(r.Entries) + 1, Message: err.Error()})
 		return r // a broken chain: what follows cannot be placed

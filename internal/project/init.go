@@ -93,8 +93,14 @@ func Init(dir string, log *slog.Logger) ([]string, error) {
 			return nil, errcode.Errorf(errcode.InvalidRequest, "init %s: %s already exists; nothing was changed", dir, rel)
 		}
 		if errors.Is(err, syscall.ENOTDIR) {
-			parent, _, _ := strings.Cut(rel, "/")
-			return nil, errcode.Errorf(errcode.ProtectedPath, "init %s: %s is not a directory; nothing was changed", dir, parent)
+			// The project directory itself, or the agents/ or policies/ in it.
+			what := dir
+			if parent, _, nested := strings.Cut(rel, "/"); nested {
+				if st, serr := os.Stat(dir); serr == nil && st.IsDir() {
+					what = parent
+				}
+			}
+			return nil, errcode.Errorf(errcode.ProtectedPath, "init %s: %s is not a directory; nothing was changed", dir, what)
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
 			return nil, errcode.Errorf(errcode.Internal, "init %s: %w", dir, err)

@@ -275,3 +275,19 @@ func TestInitStarterNotInvocable(t *testing.T) {
 		t.Fatalf("init succeeded (created %v) but the starter agent is not invocable: %v", created, rerr)
 	}
 }
+
+// TestInitDirIsAFile: when DIR itself is a regular file, init's refusal names DIR as
+// what is not a directory, not AGENTS.md (a file init would write).
+func TestInitDirIsAFile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "proj")
+	if err := os.WriteFile(dir, []byte("a file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Init(dir, slog.New(slog.DiscardHandler))
+	if err == nil {
+		t.Fatal("init into a regular file succeeded")
+	}
+	if strings.Contains(err.Error(), "AGENTS.md is not a directory") || !strings.Contains(err.Error(), dir+" is not a directory") || errcode.Of(err) != errcode.ProtectedPath {
+		t.Errorf("init names the wrong path as the non-directory, or not as protected_path: %v", err)
+	}
+}
