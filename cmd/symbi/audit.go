@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
+	"unicode"
 
 	"golang.org/x/sys/unix"
 
@@ -215,21 +217,27 @@ func printReports(e *env, reports []*journal.Report, asJSON bool) int {
 
 // printReport writes a human-readable verification report.
 func printReport(w io.Writer, r *journal.Report) {
+	// A file name with a line break or another control character is quoted: it prints no
+	// report line of its own, and reads as a name.
+	path := r.Path
+	if strings.ContainsFunc(path, unicode.IsControl) {
+		path = strconv.Quote(path)
+	}
 	switch r.Status {
 	case journal.StatusComplete:
 		released := "text released"
 		if !r.Released {
 			released = "text withheld"
 		}
-		fmt.Fprintf(w, "%s: valid and complete: %d records, run %s, terminated %s (%s)\n", r.Path, r.Records, r.RunID, r.TerminalReason, released)
+		fmt.Fprintf(w, "%s: valid and complete: %d records, run %s, terminated %s (%s)\n", path, r.Records, r.RunID, r.TerminalReason, released)
 	case journal.StatusIncomplete:
 		why := "no terminated record"
 		if r.TailBytes > 0 {
 			why = fmt.Sprintf("a torn tail of %d unverified bytes", r.TailBytes)
 		}
-		fmt.Fprintf(w, "%s: valid but INCOMPLETE: %d records, run %s, %s\n", r.Path, r.Records, r.RunID, why)
+		fmt.Fprintf(w, "%s: valid but INCOMPLETE: %d records, run %s, %s\n", path, r.Records, r.RunID, why)
 	default:
-		fmt.Fprintf(w, "%s: INVALID\n", r.Path)
+		fmt.Fprintf(w, "%s: INVALID\n", path)
 		for _, p := range r.Problems {
 			if p.Line == 0 {
 				fmt.Fprintf(w, "  %s\n", p.Message)

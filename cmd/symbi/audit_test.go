@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -155,5 +156,45 @@ func TestAuditKey(t *testing.T) {
 	}
 	if st, err := os.Stat(keyFile); err != nil || st.Size() != 32 {
 		t.Errorf("override key file: %v", err)
+	}
+}
+
+// TestVerifyReportQuotesOddNames: the human report of symbi audit verify DIR names each
+// journal by its path, and a file name may hold any byte but '/' and NUL: newlines,
+// carriage returns, ANSI escapes. Printed raw, whoever can create a file in the directory
+// (no key needed) could print a line "…: valid and complete" for a journal that is not,
+// or erase an INVALID line on a terminal. docs/journal-format.md, "symbi audit": "`verify`
+// prints one line per journal". So: one line per journal, a path with a control character
+// printed quoted, reading as a name.
+func TestVerifyReportQuotesOddNames(t *testing.T) {
+	exp := loadAuditExpected(t)
+	dir := t.TempDir()
+	tampered, err := os.ReadFile(filepath.Join(auditVectors, "tampered-payload.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "allowed.jsonl"), tampered, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	evil := "zz\n" + dir + "/allowed.jsonl: valid and complete: 5 records, run 0b7e8a52-6f1d-4c3a-9e2b-5d4c3b2a1f00, terminated completed (text released)\n\x1b[2K.jsonl"
+	evil = strings.ReplaceAll(evil, "/", "\u2215") // a name holds no '/': DIVISION SLASH looks the same
+	if err := os.WriteFile(filepath.Join(dir, evil), []byte("x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runCLI(t, "", "audit", "verify", "--public-key", exp.PublicKey, dir)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", code, out)
+	}
+	if strings.ContainsAny(out, "\x1b\r") || !strings.Contains(out, strconv.Quote(filepath.Join(dir, evil))+": INVALID") {
+		t.Errorf("the report does not show the name quoted, as a name:\n%s", out)
+	}
+	reports := 0
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if !strings.HasPrefix(l, "  ") {
+			reports++
+		}
+	}
+	if reports != 2 {
+		t.Errorf("%d unindented report lines for 2 journals:\n%s", reports, out)
 	}
 }

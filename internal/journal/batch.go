@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
+	"errors"
 
 	"github.com/oasisprotocol/curve25519-voi/curve"
 	"github.com/oasisprotocol/curve25519-voi/curve/scalar"
@@ -49,7 +50,17 @@ type envelopes struct {
 	payloads [][]byte // per signature to check
 	sigs     [][]byte
 	at       []int // the line of each signature
+	group    []int // the addLines call (a journal file) of each signature
+	groups   int   // addLines calls so far
+	// failLimit, when positive, is how many signatures of one group fail before the
+	// rest of its signatures are left unchecked (errUnchecked): a journal's report then
+	// lists no more problems, and what follows is counted, not read.
+	failLimit int
 }
+
+// errUnchecked is the outcome of a line whose signature was not checked: its journal's
+// report lists no more problems by then, and the line is counted, not read.
+var errUnchecked = errors.New("signature not checked: the report lists no more problems")
 
 // opened is what Open returns for one line: P, or why the line does not open.
 type opened struct {
@@ -68,6 +79,7 @@ func (e *envelopes) add(line []byte) error {
 	e.lines = append(e.lines, opened{p: p, err: err})
 	if err == nil {
 		e.payloads, e.sigs, e.at = append(e.payloads, p), append(e.sigs, sig), append(e.at, len(e.lines)-1)
+		e.group = append(e.group, e.groups)
 	}
 	return err
 }
@@ -77,6 +89,7 @@ func (e *envelopes) add(line []byte) error {
 // not open: each is a problem of the report, which then lists no more and is invalid
 // already — so a file of 64 MiB of empty lines costs what one of a hundred does.
 func (e *envelopes) addLines(data []byte) (first, added int) {
+	defer func() { e.groups++ }()
 	first = len(e.lines)
 	for failed := 0; failed <= maxProblems; {
 		i := bytes.IndexByte(data, '\n')
@@ -91,14 +104,43 @@ func (e *envelopes) addLines(data []byte) (first, added int) {
 	return first, len(e.lines) - first
 }
 
-// check checks every signature added.
+// check checks every signature added — batchMax at a time, in order, once failLimit is
+// set: a group whose failLimit signatures failed has the rest of its signatures left
+// unchecked (a file of bad signatures costs what its first hundred do).
 func (e *envelopes) check() {
-	for i, ok := range e.checker(e.pub, e.context, e.payloads, e.sigs) {
-		if !ok {
-			e.lines[e.at[i]] = opened{err: errSignature}
+	if e.failLimit <= 0 {
+		e.checkRange(0, len(e.sigs))
+	} else {
+		failed := map[int]int{}
+		var payloads, sigs [][]byte
+		var at []int
+		for lo := 0; lo < len(e.sigs); lo += batchMax {
+			payloads, sigs, at = payloads[:0], sigs[:0], at[:0]
+			for i := lo; i < min(lo+batchMax, len(e.sigs)); i++ {
+				if failed[e.group[i]] >= e.failLimit {
+					e.lines[e.at[i]] = opened{err: errUnchecked}
+					continue
+				}
+				payloads, sigs, at = append(payloads, e.payloads[i]), append(sigs, e.sigs[i]), append(at, i)
+			}
+			for j, ok := range e.checker(e.pub, e.context, payloads, sigs) {
+				if !ok {
+					e.lines[e.at[at[j]]] = opened{err: errSignature}
+					failed[e.group[at[j]]]++
+				}
+			}
 		}
 	}
-	e.payloads, e.sigs, e.at = nil, nil, nil
+	e.payloads, e.sigs, e.at, e.group = nil, nil, nil, nil
+}
+
+// checkRange checks the signatures lo to hi together.
+func (e *envelopes) checkRange(lo, hi int) {
+	for i, ok := range e.checker(e.pub, e.context, e.payloads[lo:hi], e.sigs[lo:hi]) {
+		if !ok {
+			e.lines[e.at[lo+i]] = opened{err: errSignature}
+		}
+	}
 }
 
 // open returns line i's P and error, as Open would have.

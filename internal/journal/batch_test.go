@@ -477,3 +477,35 @@ func FuzzObjectMembers(f *testing.F) {
 		}
 	})
 }
+
+// TestBadSignaturesCountedNotRead: once a report lists no more problems, the
+// rest of the journal is counted, not read. docs/journal-format.md, "symbi audit": "A
+// report lists at most 100 problems and then `too many problems; stopped listing`; the
+// rest of the file is then counted (`records`, `head`), not read". Signatures are checked
+// before lines are read; checked all, a journal of well-shaped lines whose signatures do
+// not verify would cost an Ed25519 verification per line (twice: a failed batch, then one
+// at a time) — about a minute for 64 MiB of them — although only the first 101 are
+// reported. After the report is full, no more signatures are checked (at most a batch
+// past the 101st problem).
+func TestBadSignaturesCountedNotRead(t *testing.T) {
+	pub := vectorKey()
+	// A well-shaped line (P = {}, canonical base64 of 64 zero bytes) whose signature
+	// does not verify.
+	line := []byte(linePrefix + "{}" + sigPrefix + strings.Repeat("A", 86) + "==" + lineSuffix)
+	const n = 20000
+	data := bytes.Repeat(line, n)
+	checked := 0
+	counting := func(pub ed25519.PublicKey, context string, payloads, sigs [][]byte) []bool {
+		checked += len(sigs)
+		return checkBatched(pub, context, payloads, sigs)
+	}
+	r := &Report{Problems: []Problem{}}
+	verifyDataWith(r, data, pub, VerifyOptions{}, counting)
+	if r.ExitCode() != 1 || r.Records != n || len(r.Problems) != maxProblems+1 {
+		t.Fatalf("exit %d, %d records, %d problems; want 1, %d, %d", r.ExitCode(), r.Records, len(r.Problems), n, maxProblems+1)
+	}
+	if limit := maxProblems + 1 + batchMax; checked > limit {
+		t.Errorf("%d signatures checked for a report that stopped listing at line %d (want at most %d): the rest of the file was read, not counted",
+			checked, maxProblems+1, limit)
+	}
+}

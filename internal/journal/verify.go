@@ -178,6 +178,7 @@ func verifyData(r *Report, data []byte, pub ed25519.PublicKey, opts VerifyOption
 // line read, in order, as verifyLines describes.
 func verifyDataWith(r *Report, data []byte, pub ed25519.PublicKey, opts VerifyOptions, check sigCheck) {
 	env := newEnvelopes(pub, SignatureContext, check)
+	env.failLimit = maxProblems + 1
 	first, added := env.addLines(data)
 	env.check()
 	verifyLines(r, data, env, first, added, opts)
@@ -387,6 +388,10 @@ func PayloadMembers(p []byte, names []string) (map[string]json.RawMessage, error
 	err := strictjson.Check(p, strictjson.Options{IntegersOnly: true, Single: true, NoLoneSurrogates: true})
 	if len(p) == 0 || p[0] != '{' || !utf8.Valid(p) || errors.Is(err, strictjson.ErrSyntax) {
 		return nil, errors.New("payload is not a UTF-8 JSON object")
+	}
+	if p[len(p)-1] != '}' {
+		// No whitespace after P, as none before it: the line's shape is exact.
+		return nil, errors.New("payload is followed by white space inside the envelope")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("payload: %w", err)
@@ -720,6 +725,7 @@ func verifyDir(dir string, pub ed25519.PublicKey, check sigCheck) ([]*Report, er
 		wg.Go(func() {
 			for {
 				env := newEnvelopes(pub, SignatureContext, check)
+				env.failLimit = maxProblems + 1
 				var files []file
 				share := (len(paths) - int(next.Load())) / workers
 				size := 0

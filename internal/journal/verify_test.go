@@ -401,3 +401,40 @@ func TestFactsDeepKeys(t *testing.T) {
 			len(data), facts>>20, decode>>20, limit>>20)
 	}
 }
+
+// TestPayloadTrailingWhitespace: P is the JSON object between the fixed
+// prefix and the fixed suffix, with no whitespace outside it. docs/journal-format.md,
+// "Line format": "There is no whitespace anywhere outside `P`: the line is the 11 bytes
+// `{"payload":`, then `P`, then the 14 bytes `,"signature":"`" and step 3.1 of the
+// algorithm, "the exact shape above". White space after P's '}' is refused as white
+// space before its '{' is (`{"payload":{…} ,"signature":…`, `{"payload": {…},…`), even
+// signed by the key's holder: both sides of P are held to one rule.
+func TestPayloadTrailingWhitespace(t *testing.T) {
+	pub := vectorKey()
+	lines := splitLines(readVector(t, "allowed.jsonl"))
+	resign := func(edit func(p string) string) []byte {
+		var out []byte
+		prev := ZeroHash
+		for _, l := range lines {
+			p := string(l[len(linePrefix) : len(l)-len(lineSuffix)-sigB64Len-len(sigPrefix)])
+			at := strings.Index(p, `"prev":"`) + len(`"prev":"`)
+			p = p[:at] + prev + p[at+64:]
+			nl := signLine(edit(p))
+			out = append(out, nl...)
+			prev = lineHash(nl)
+		}
+		return out
+	}
+	if r := verifyBytes(resign(func(p string) string { return p }), pub, VerifyOptions{}); r.ExitCode() != 0 {
+		t.Fatalf("the re-signed run itself: %s", reportJSON(r))
+	}
+	if r := verifyBytes(resign(func(p string) string { return " " + p }), pub, VerifyOptions{}); r.ExitCode() != 1 {
+		t.Fatalf("leading space: exit %d, want 1", r.ExitCode())
+	}
+	for _, ws := range []string{" ", "\t", "\r", " \t\r "} {
+		r := verifyBytes(resign(func(p string) string { return p + ws }), pub, VerifyOptions{})
+		if r.ExitCode() != 1 {
+			t.Errorf("P followed by %q inside the envelope: exit %d (%s), want 1 like a leading space", ws, r.ExitCode(), r.Status)
+		}
+	}
+}
