@@ -75,8 +75,9 @@ func (s *logSink) dropped(n int) {
 	}
 }
 
-// Close stops taking lines and waits, at most d, for the queued ones to be written.
-func (s *logSink) Close(d time.Duration) {
+// Close stops taking lines and waits, at most d and until cut is closed (nil: never), for
+// the queued ones to be written.
+func (s *logSink) Close(d time.Duration, cut <-chan struct{}) {
 	s.mu.Lock()
 	if !s.closed {
 		s.closed = true
@@ -88,5 +89,6 @@ func (s *logSink) Close(d time.Duration) {
 	select {
 	case <-s.done:
 	case <-t.C:
+	case <-cut: // told to stop: the rest is not waited for
 	}
 }

@@ -35,7 +35,7 @@ func TestLogSinkNeverBlocks(t *testing.T) {
 		}
 	}
 	close(w.open)
-	s.Close(hangGuard)
+	s.Close(hangGuard, nil)
 	fmt.Fprintf(s, "after close\n")
 	// Every line is accounted for, in order: written, or counted where it was dropped.
 	next := 0

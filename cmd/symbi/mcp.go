@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"symbi/internal/dsl"
+	"symbi/internal/errcode"
 	"symbi/internal/executors"
 	"symbi/internal/inference"
 	"symbi/internal/invoke"
@@ -91,10 +92,18 @@ func init() {
 		// Log lines are written on their own goroutine, dropped (and counted) when stderr is
 		// not read: a log call never waits for the client to read stderr.
 		sink := newLogSink(e.stderr)
-		defer sink.Close(logFlushWait)
 		log := slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: lv}))
-		if err := serveMCP(e, serveOptions{dir: *dir, maxRuns: *maxRuns, minFree: uint64(minFree), executors: *execFile, roots: roots, http: h, approvalTimeout: *approvalTimeout}, log); err != nil {
-			log.Error("symbi mcp stopped", "err", err)
+		// The stop signals are caught from here to the exit, the last log lines' flush
+		// included: a client that closes stdin and then sends SIGTERM, while stderr is not
+		// read, cuts the flush short and sees exit 0, not a kill.
+		watch := watchShutdown(log, nil)
+		defer watch.end()
+		err := serveMCP(e, serveOptions{dir: *dir, maxRuns: *maxRuns, minFree: uint64(minFree), executors: *execFile, roots: roots, http: h, approvalTimeout: *approvalTimeout, watch: watch}, log)
+		if err != nil {
+			fmt.Fprintf(sink, "symbi mcp: %s\n", errcode.Text(err))
+		}
+		sink.Close(logFlushWait, watch.Signalled())
+		if err != nil {
 			return 1
 		}
 		return 0
@@ -116,6 +125,8 @@ type serveOptions struct {
 	http      httpFlags
 	// approvalTimeout bounds a wait at a human gate (--approval-timeout).
 	approvalTimeout time.Duration
+	// watch catches the stop signals; the caller ends it.
+	watch *shutdownWatch
 }
 
 // serveMCP serves the project until stdin closes or SIGTERM, SIGINT or SIGHUP arrives,
@@ -254,14 +265,14 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	}()
 	if o.http.addr != "" {
 		load()
-		return serveHTTP(e, o.http, cfg, runner, log, attrs)
+		return serveHTTP(e, o.http, cfg, runner, log, attrs, o.watch)
 	}
 	cfg.Initialized = load
 	server := mcpserver.New(cfg)
 	log.Info("serving", attrs...)
 
-	watch := watchShutdown(log, runner.Hurry)
-	defer watch.end()
+	watch := o.watch
+	watch.setHurry(runner.Hurry)
 	ctx, clientGone := context.WithCancelCause(watch.Context())
 	defer clientGone(nil)
 	stdout := mcpserver.WatchWrites(e.stdout, func(err error) {
@@ -271,6 +282,7 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	// stdin closing ends the session: the SDK cancels the calls in flight, and Run returns
 	// once they have. The shutdown begins at the close, not then: the runs start_run began
 	// are cancelled at once, and a signal from here on hurries them.
+	stdinEnded := make(chan struct{})
 	stdin := mcpserver.WatchReads(e.stdin, func(err error) {
 		runner.Stop()
 		why := "the client closed stdin"
@@ -278,12 +290,23 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 			why = fmt.Sprintf("reading stdin: %v", err)
 		}
 		watch.begin(why)
+		close(stdinEnded)
 	})
 	runDone := make(chan error, 1)
 	go func() { runDone <- server.Run(ctx, mcpserver.NewStdioTransport(stdin, stdout)) }()
 	var runErr error
 	select {
-	case runErr = <-runDone: // stdin closed: the client is done
+	case runErr = <-runDone:
+	case <-stdinEnded:
+		// The client is done. The runs end, each writing terminated; Run returns once
+		// the calls have — but a call blocked writing to a client that no longer reads
+		// would hold it forever: transportGrace, as below.
+		shutdownRuns(runner, log)
+		select {
+		case runErr = <-runDone:
+		case <-time.After(transportGrace):
+			log.Warn("the MCP session did not end: writes to the client are blocked; exiting with every run finished", "waited", transportGrace)
+		}
 	case <-ctx.Done():
 		// A signal, or a client that stopped reading: cancel the runs in flight at once
 		// and wait, within the grace period, for each to write terminated. The SDK's Run
@@ -303,7 +326,6 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	// closes stdin and sends SIGTERM after a grace period must not kill the runs' ends;
 	// its signal hurries them instead (shutdownWatch).
 	shutdownRuns(runner, log)
-	watch.end()
 	if runErr != nil && !signalled {
 		return fmt.Errorf("MCP session: %w", runErr)
 	}

@@ -277,3 +277,17 @@ func TestUnreadStderrHoldsNoRun(t *testing.T) {
 		t.Fatal("symbi mcp did not exit once its input ended: its shutdown waits on the unread stderr")
 	}
 }
+
+// TestStartupErrorFormat: symbi mcp refused at start (a --project that does not exist)
+// prints "symbi mcp: <code>: <message>" on stderr, as every subcommand does
+// (docs/errors.md, The command line), and exits 1.
+func TestStartupErrorFormat(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing")
+	code, _, stderr := runCLI(t, "", "mcp", "--project", missing)
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	if !strings.HasPrefix(stderr, "symbi mcp: ") {
+		t.Errorf("stderr %q; want it to start with \"symbi mcp: \" (docs/errors.md)", stderr)
+	}
+}

@@ -93,7 +93,7 @@ func (h *httpFlags) authenticated() bool { return h.tokens != "" || h.jwks != ""
 
 // serveHTTP serves cfg over Streamable HTTP until SIGTERM, SIGINT or SIGHUP: it then stops
 // accepting, cancels the runs in flight, waits for their journals to end, and closes.
-func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner, log *slog.Logger, attrs []any) error {
+func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner, log *slog.Logger, attrs []any, watch *shutdownWatch) error {
 	opts := mcpserver.HTTPOptions{Log: log, MaxSessions: h.maxSessions, MaxSessionsPerCaller: h.maxSessionsCaller}
 	method := "none"
 	switch {
@@ -141,8 +141,7 @@ func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner,
 	server := mcpserver.New(cfg)
 	srv := mcpserver.NewHTTPServer(mcpserver.NewHTTPHandler(server, opts), mcpserver.ConnIdle, log)
 	srv.TLSConfig = tlsConfig
-	watch := watchShutdown(log, runner.Hurry)
-	defer watch.end()
+	watch.setHurry(runner.Hurry)
 	serveDone := make(chan error, 1)
 	go func() {
 		if tlsConfig != nil {
@@ -172,7 +171,6 @@ func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner,
 		srv.Close()
 		<-shut
 	}
-	watch.end()
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return fmt.Errorf("HTTP server: %w", serveErr)
 	}

@@ -20,24 +20,25 @@ var stopSignals = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP}
 // another (the TypeScript SDK waits 2 s for each): a signal during a shutdown says
 // little time is left, and a run's terminated record must be written before the kill.
 type shutdownWatch struct {
-	log    *slog.Logger
-	hurry  func()
-	ctx    context.Context
-	cancel context.CancelFunc
-	sigs   chan os.Signal
-	quit   chan struct{}
-	done   chan struct{}
+	log       *slog.Logger
+	ctx       context.Context
+	cancel    context.CancelFunc
+	sigs      chan os.Signal
+	quit      chan struct{}
+	done      chan struct{}
+	signalled chan struct{} // closed at the first signal
 
 	ended sync.Once
 
 	mu    sync.Mutex
 	begun bool
+	hurry func()
 }
 
-// watchShutdown starts catching the stop signals; hurry is called at each signal that comes
-// once the shutdown has begun.
+// watchShutdown starts catching the stop signals; hurry (nil: none yet, setHurry) is
+// called at each signal that comes once the shutdown has begun.
 func watchShutdown(log *slog.Logger, hurry func()) *shutdownWatch {
-	w := &shutdownWatch{log: log, hurry: hurry, sigs: make(chan os.Signal, 4), quit: make(chan struct{}), done: make(chan struct{})}
+	w := &shutdownWatch{log: log, hurry: hurry, sigs: make(chan os.Signal, 4), quit: make(chan struct{}), done: make(chan struct{}), signalled: make(chan struct{})}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	for _, s := range stopSignals {
 		// SIGHUP or SIGINT ignored when the server started (nohup, a background job) stays
@@ -57,12 +58,22 @@ func (w *shutdownWatch) watch() {
 		case s := <-w.sigs:
 			// Act, then log: a log write blocked on a stderr nobody reads must not hold
 			// the shutdown.
+			select {
+			case <-w.signalled:
+			default:
+				close(w.signalled)
+			}
 			if w.start() {
 				w.cancel()
 				w.log.Info("shutting down", "signal", s.String())
 				continue
 			}
-			w.hurry()
+			w.mu.Lock()
+			hurry := w.hurry
+			w.mu.Unlock()
+			if hurry != nil {
+				hurry()
+			}
 			w.log.Warn("told again to stop: ending the runs in flight without the rest of their grace periods", "signal", s.String())
 		case <-w.quit:
 			return
@@ -78,6 +89,16 @@ func (w *shutdownWatch) start() bool {
 	w.begun = true
 	return first
 }
+
+// setHurry sets what a signal calls once the shutdown has begun.
+func (w *shutdownWatch) setHurry(hurry func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.hurry = hurry
+}
+
+// Signalled is closed at the first stop signal.
+func (w *shutdownWatch) Signalled() <-chan struct{} { return w.signalled }
 
 // Context is done when a signal began the shutdown.
 func (w *shutdownWatch) Context() context.Context { return w.ctx }

@@ -191,6 +191,10 @@ func responseKey(line []byte) (string, bool) {
 	return idKey(id), true
 }
 
+// jsonSpace is JSON's white space (RFC 8259): a line is trimmed of it alone — not of
+// Unicode spaces or a vertical tab, which make the line no JSON text.
+const jsonSpace = " \t\r\n"
+
 // screen copies acceptable lines from in to pw and answers the others on out.
 func screen(in io.Reader, pw *io.PipeWriter, out *lockedWriter) {
 	r := bufio.NewReaderSize(in, 64<<10)
@@ -198,7 +202,7 @@ func screen(in io.Reader, pw *io.PipeWriter, out *lockedWriter) {
 		line, tooLong, err := readLine(r, MaxMessageBytes)
 		if tooLong {
 			out.reject(nil, codeInvalidRequest, fmt.Sprintf("message exceeds %d bytes (16 MiB); skipped", MaxMessageBytes))
-		} else if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
+		} else if trimmed := bytes.Trim(line, jsonSpace); len(trimmed) > 0 {
 			v := check(trimmed)
 			if v.code == 0 {
 				if v.key != "" && !out.begin(v.key) {

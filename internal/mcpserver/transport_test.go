@@ -158,6 +158,11 @@ func TestTransportScreening(t *testing.T) {
 	}{
 		{"malformed JSON", `{"jsonrpc":"2.0","id":1,"method":`, "null", -32700, "not valid JSON"},
 		{"not JSON at all", `hello`, "null", -32700, "not valid JSON"},
+		// JSON's white space is space, tab, CR and LF alone (RFC 8259): other spaces around
+		// the text make the line no JSON text, not a padded one.
+		{"a no-break space before", "\u00a0{\"jsonrpc\":\"2.0\",\"id\":30,\"method\":\"ping\"}", "null", -32700, "not valid JSON"},
+		{"a next-line after", "{\"jsonrpc\":\"2.0\",\"id\":31,\"method\":\"ping\"}\u0085", "null", -32700, "not valid JSON"},
+		{"a vertical tab before", "\v{\"jsonrpc\":\"2.0\",\"id\":32,\"method\":\"ping\"}", "null", -32700, "not valid JSON"},
 		{"empty object", `{}`, "null", -32600, "invalid request"},
 		{"batch", `[{"jsonrpc":"2.0","id":2,"method":"tools/list"}]`, "null", -32600, "batches are not supported"},
 		{"empty batch", `[]`, "null", -32600, "batches are not supported"},
