@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"symbi/internal/loopback"
 )
 
@@ -204,9 +206,40 @@ func awaitRunEnd(t *testing.T, s *rawSymbi, runID string) {
 // then dropped, never waited for: every run is answered and frees its slot, and the server
 // exits when its input ends.
 func TestUnreadStderrHoldsNoRun(t *testing.T) {
+	u := startUnreadStderr(t)
+	for i := range 80 {
+		u.send(invokeLine(i+1, "hi", ""))
+		if r := u.next(t, fmt.Sprintf("invocation %d", i+1)); toolText(r) != "answered" {
+			t.Fatalf("invocation %d: %v", i+1, r)
+		}
+	}
+	u.stdin.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- u.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("symbi mcp exited with %v once its input ended", err)
+		}
+	case <-time.After(hangGuard):
+		t.Fatal("symbi mcp did not exit once its input ended: its shutdown waits on the unread stderr")
+	}
+}
+
+// unreadStderr is a symbi mcp (initialized, its model answering "answered", logging at
+// debug level) whose client never reads its stderr, a pipe of one page.
+type unreadStderr struct {
+	cmd       *exec.Cmd
+	stdin     io.WriteCloser
+	errR      *os.File // stderr's read end, never read
+	responses chan map[string]any
+}
+
+func startUnreadStderr(t *testing.T) *unreadStderr {
+	t.Helper()
 	dir := newE2EProject(t)
 	model := startModel(t, loopback.WithReply(loopback.Reply{Text: "answered"}))
-	cmd := exec.Command(symbiBin, "mcp", "--project", dir)
+	cmd := exec.Command(symbiBin, "mcp", "--project", dir, "--log-level", "debug")
 	cmd.Env = modelEnv(model)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -220,62 +253,50 @@ func TestUnreadStderrHoldsNoRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer errR.Close()
+	t.Cleanup(func() { errR.Close() })
 	// The smallest pipe (one page), so that a few lines fill it.
-	if _, _, e := syscall.Syscall(syscall.SYS_FCNTL, errR.Fd(), 1031 /* F_SETPIPE_SZ */, 4096); e != 0 {
-		t.Skipf("F_SETPIPE_SZ: %v", e)
+	if _, err := unix.FcntlInt(errR.Fd(), unix.F_SETPIPE_SZ, 4096); err != nil {
+		t.Skipf("F_SETPIPE_SZ: %v", err)
 	}
 	cmd.Stderr = errW
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	errW.Close()
-	defer cmd.Process.Kill()
-	responses := make(chan map[string]any, 100)
+	t.Cleanup(func() { cmd.Process.Kill() })
+	u := &unreadStderr{cmd: cmd, stdin: stdin, errR: errR, responses: make(chan map[string]any, 1000)}
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			var m map[string]any
 			if json.Unmarshal(sc.Bytes(), &m) == nil && m["id"] != nil {
-				responses <- m
+				u.responses <- m
 			}
 		}
-		close(responses)
+		close(u.responses)
 	}()
-	send := func(s string) { io.WriteString(stdin, s+"\n") }
-	next := func(what string) map[string]any {
-		select {
-		case r, ok := <-responses:
-			if !ok {
-				t.Fatalf("%s: symbi closed stdout", what)
-			}
-			return r
-		case <-time.After(hangGuard):
-			t.Fatalf("%s: no answer: the server is stalled on its unread stderr", what)
-		}
-		return nil
-	}
-	send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"stderr","version":"1"}}}`)
-	next("initialize")
-	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	for i := range 80 {
-		send(invokeLine(i+1, "hi", ""))
-		if r := next(fmt.Sprintf("invocation %d", i+1)); toolText(r) != "answered" {
-			t.Fatalf("invocation %d: %v", i+1, r)
-		}
-	}
-	stdin.Close()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	u.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"stderr","version":"1"}}}`)
+	u.next(t, "initialize")
+	u.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return u
+}
+
+func (u *unreadStderr) send(s string) { io.WriteString(u.stdin, s+"\n") }
+
+// next waits for the next answer to what.
+func (u *unreadStderr) next(t *testing.T, what string) map[string]any {
+	t.Helper()
 	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("symbi mcp exited with %v once its input ended", err)
+	case r, ok := <-u.responses:
+		if !ok {
+			t.Fatalf("%s: symbi closed stdout", what)
 		}
+		return r
 	case <-time.After(hangGuard):
-		t.Fatal("symbi mcp did not exit once its input ended: its shutdown waits on the unread stderr")
+		t.Fatalf("%s: no answer: the server is stalled on its unread stderr", what)
 	}
+	return nil
 }
 
 // TestStartupErrorFormat: symbi mcp refused at start (a --project that does not exist)

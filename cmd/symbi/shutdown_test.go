@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -195,58 +191,10 @@ func TestStdinClosedWhileStdoutBlockedRunEnds(t *testing.T) {
 // (docs/reliability.md: closing stdin ends the server with exit status 0;
 // docs/security-model.md: a stderr not read never holds the shutdown).
 func TestUnreadStderrThenClientStop(t *testing.T) {
-	dir := newE2EProject(t)
-	model := startModel(t, loopback.WithReply(loopback.Reply{Text: "answered"}))
-	cmd := exec.Command(symbiBin, "mcp", "--project", dir, "--log-level", "debug")
-	cmd.Env = modelEnv(model)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer errR.Close()
-	if _, err := unix.FcntlInt(errR.Fd(), unix.F_SETPIPE_SZ, 4096); err != nil {
-		t.Skipf("F_SETPIPE_SZ: %v", err)
-	}
-	cmd.Stderr = errW
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	errW.Close()
-	defer cmd.Process.Kill()
-	responses := make(chan map[string]any, 1000)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) == nil && m["id"] != nil {
-				responses <- m
-			}
-		}
-		close(responses)
-	}()
-	send := func(s string) { io.WriteString(stdin, s+"\n") }
-	next := func() {
-		select {
-		case _, ok := <-responses:
-			if !ok {
-				t.Fatal("symbi closed stdout")
-			}
-		case <-time.After(hangGuard):
-			t.Fatal("no answer")
-		}
-	}
-	send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"stderr","version":"1"}}}`)
-	next()
-	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	u := startUnreadStderr(t)
+	cmd, stdin, errR := u.cmd, u.stdin, u.errR
+	send := u.send
+	next := func() { u.next(t, "an invocation") }
 	// Each run logs lines: invoke until the 4 KiB pipe is nearly
 	// full, then as many again, so that the log writer is blocked on it.
 	size, _ := unix.FcntlInt(errR.Fd(), unix.F_GETPIPE_SZ, 0)

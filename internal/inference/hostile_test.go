@@ -164,17 +164,7 @@ func TestErrorNeverQuotesAPIKey(t *testing.T) {
 		"openrouter": {"SYMBI_PROVIDER": "openrouter", "OPENROUTER_BASE_URL": srv.URL + "/v1", "OPENROUTER_API_KEY": key},
 	} {
 		t.Run(name, func(t *testing.T) {
-			p, err := inference.FromEnv(func(k string) string { return env[k] })
-			if err != nil {
-				t.Fatal(err)
-			}
-			call, err := p.Prepare(conv, 10)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
-			defer cancel()
-			_, err = call.Do(ctx)
+			err := callWithEnv(t, env)
 			if !errors.Is(err, inference.KindStatus) || errcode.Of(err) != errcode.InferenceFailed {
 				t.Fatalf("err = %v, want a status error (inference_failed)", err)
 			}
@@ -225,7 +215,19 @@ func TestKeyRedactedFrom2xxErrors(t *testing.T) {
 		w.Write([]byte(`{"choices":[{"message":{"role":"assistant","content":""},"finish_reason":"` + got + `"}]}`))
 	}))
 	t.Cleanup(srv.Close)
-	env := map[string]string{"SYMBI_PROVIDER": "openai", "OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_API_KEY": key}
+	err := callWithEnv(t, map[string]string{"SYMBI_PROVIDER": "openai", "OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_API_KEY": key})
+	if err == nil {
+		t.Fatal("no error for an empty content")
+	}
+	if strings.Contains(err.Error(), key) {
+		t.Errorf("the error quotes the API key the endpoint echoed: %q", err)
+	}
+}
+
+// callWithEnv configures the provider env names, sends it one call and returns the
+// call's error.
+func callWithEnv(t *testing.T, env map[string]string) error {
+	t.Helper()
 	p, err := inference.FromEnv(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
@@ -234,11 +236,8 @@ func TestKeyRedactedFrom2xxErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = call.Do(context.Background())
-	if err == nil {
-		t.Fatal("no error for an empty content")
-	}
-	if strings.Contains(err.Error(), key) {
-		t.Errorf("the error quotes the API key the endpoint echoed: %q", err)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	_, err = call.Do(ctx)
+	return err
 }
