@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"symbi/internal/errcode"
 	"symbi/internal/journal"
 )
 
@@ -157,12 +158,19 @@ func TestPruneDryRunChangesNothing(t *testing.T) {
 	if _, err := os.Stat(p.files[0]); err != nil {
 		t.Fatalf("the dry run removed the journal: %v", err)
 	}
+	// Without a ledger no run is recorded: a prune, dry or not, is refused (not_found)
+	// and creates none.
 	os.Remove(p.ledgerPath())
-	if _, err := Prune(p.root(t), "", func(string, time.Time) bool { return true }, true); err != nil {
-		t.Fatal(err)
+	for _, dry := range []bool{true, false} {
+		if _, err := Prune(p.root(t), "", func(string, time.Time) bool { return true }, dry); errcode.Of(err) != errcode.NotFound {
+			t.Fatalf("prune (dry run %v) without a ledger: %v, want not_found", dry, err)
+		}
+		if _, err := os.Lstat(p.ledgerPath()); !os.IsNotExist(err) {
+			t.Fatalf("prune (dry run %v) created a ledger: %v", dry, err)
+		}
 	}
-	if _, err := os.Lstat(p.ledgerPath()); !os.IsNotExist(err) {
-		t.Fatalf("the dry run created a ledger: %v", err)
+	if _, err := os.Stat(p.files[0]); err != nil {
+		t.Fatalf("prune without a ledger removed the journal: %v", err)
 	}
 }
 

@@ -162,12 +162,17 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 		return nil, err
 	}
 	defer store.Close()
+	// No ledger, no recorded run: nothing may be pruned, and prune creates no ledger.
+	ledgerPath := filepath.Join(filepath.Dir(store.Dir()), FileName)
+	if _, err := os.Lstat(ledgerPath); errors.Is(err, fs.ErrNotExist) {
+		return nil, errcode.Errorf(errcode.NotFound, "no project ledger at %s: no run is recorded here, so none can be pruned", ledgerPath)
+	}
 	var (
 		w     *Writer
 		lines []Line
 	)
 	if dryRun {
-		data, err := readLedger(filepath.Join(filepath.Dir(store.Dir()), FileName))
+		data, err := readLedger(ledgerPath)
 		if err != nil {
 			return nil, err
 		}
