@@ -35,6 +35,8 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -95,8 +97,8 @@ func (r *Registry) Names() []string {
 // fileForm is the file's JSON form.
 type fileForm struct {
 	Executors map[string]struct {
-		Command []string `json:"command"`
-		PinMode string   `json:"pin_mode"`
+		Command []*string       `json:"command"`  // nil: null, refused
+		PinMode json.RawMessage `json:"pin_mode"` // nil: absent; null refused
 	} `json:"executors"`
 }
 
@@ -129,6 +131,11 @@ func Parse(data []byte, getenv func(string) string) (*Registry, error) {
 	if !json.Valid(data) {
 		return nil, invalid("not valid JSON")
 	}
+	if !utf8.Valid(data) {
+		// encoding/json would read the bad bytes as U+FFFD: the agent would run with
+		// other bytes than the file holds.
+		return nil, invalid("not valid UTF-8")
+	}
 	// Member names spelled exactly: a "Command" beside "command" would run what a reader
 	// of the file does not see.
 	if err := strictjson.Check(data, strictjson.Options{IntegersOnly: true, Single: true, NoLoneSurrogates: true, ExactNames: strictjson.NamesOf(reflect.TypeFor[fileForm]())}); err != nil {
@@ -151,14 +158,27 @@ func Parse(data []byte, getenv func(string) string) (*Registry, error) {
 		if !validName(name) {
 			return nil, invalid("executor name %s: want 1 to %d of a-z, 0-9, '_' and '-', starting with a letter", errcode.Quote(name), MaxNameBytes)
 		}
-		argv, err := checkCommand(name, e.Command, getenv(pathEnvName))
+		command := make([]string, len(e.Command))
+		for i, a := range e.Command {
+			if a == nil {
+				return nil, invalid("executor %s: command[%d] is null, not a string", name, i)
+			}
+			command[i] = *a
+		}
+		argv, err := checkCommand(name, command, getenv(pathEnvName))
 		if err != nil {
 			return nil, err
 		}
-		if len(e.PinMode) > MaxModeBytes || strings.ContainsRune(e.PinMode, 0) {
+		var pin string
+		if e.PinMode != nil {
+			if string(e.PinMode) == "null" || json.Unmarshal(e.PinMode, &pin) != nil || pin == "" {
+				return nil, invalid("executor %s: pin_mode is %s, not a mode id (leave it out for none)", name, errcode.Clip(string(e.PinMode)))
+			}
+		}
+		if len(pin) > MaxModeBytes || strings.ContainsFunc(pin, unicode.IsControl) {
 			return nil, invalid("executor %s: pin_mode is not a mode id", name)
 		}
-		r.byName[name] = &Executor{Name: name, Command: argv, PinMode: e.PinMode}
+		r.byName[name] = &Executor{Name: name, Command: argv, PinMode: pin}
 	}
 	return r, nil
 }

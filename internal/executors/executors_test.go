@@ -213,3 +213,52 @@ func TestParseCaseFoldedMember(t *testing.T) {
 		})
 	}
 }
+
+// TestNullInCommandRefused: command is "the argv" — "1 to MaxArgs strings"
+// (package comment, executors.go:17) — read strictly (docs/executors.md: "strict JSON").
+// A null element is not a string: read as "", the agent would be started with an empty
+// argument the file does not show (another reader sees null). Likewise a null pin_mode
+// would silently mean "no pin". Both are refused with ErrInvalid.
+func TestNullInCommandRefused(t *testing.T) {
+	getenv := func(string) string { return "/bin:/usr/bin" }
+	for name, doc := range map[string]string{
+		"null argument": `{"executors":{"a":{"command":["/bin/sh",null]}}}`,
+		"null pin_mode": `{"executors":{"a":{"command":["/bin/sh"],"pin_mode":null}}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, err := Parse([]byte(doc), getenv)
+			if err == nil {
+				e, _ := r.Get("a")
+				t.Fatalf("accepted a null where a string is required: command %q, pin_mode %q", e.Command, e.PinMode)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v, want ErrInvalid", err)
+			}
+		})
+	}
+}
+
+// TestInvalidUTF8Refused: the executors file is "strict JSON"
+// (docs/executors.md) and Parse already refuses a lone-surrogate escape because
+// "encoding/json reads it as U+FFFD, another reader keeps it, so the two would read
+// different text" (strictjson.go:29-31). A raw invalid UTF-8 byte in an argument or a
+// pin_mode is the same case (RFC 8259 §8.1 / RFC 7493 §2.1: text MUST be UTF-8): Go would
+// run the agent with U+FFFD where the file holds 0xFF. Refused with ErrInvalid.
+func TestInvalidUTF8Refused(t *testing.T) {
+	getenv := func(string) string { return "/bin:/usr/bin" }
+	for name, doc := range map[string]string{
+		"argument": "{\"executors\":{\"a\":{\"command\":[\"/bin/sh\",\"--deny-tool=\xff\"]}}}",
+		"pin_mode": "{\"executors\":{\"a\":{\"command\":[\"/bin/sh\"],\"pin_mode\":\"read\xffonly\"}}}",
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, err := Parse([]byte(doc), getenv)
+			if err == nil {
+				e, _ := r.Get("a")
+				t.Fatalf("accepted invalid UTF-8, rewritten: command %q, pin_mode %q", e.Command, e.PinMode)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v, want ErrInvalid", err)
+			}
+		})
+	}
+}

@@ -28,7 +28,12 @@ var ErrTooLarge = errors.New("file too large")
 // decides, and its fix. Errors do not name path; the caller does.
 func Open(path string, flags int, why string) (*os.File, error) {
 	fd, err := unix.Open(path, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0o600)
-	if err != nil {
+	switch {
+	case errors.Is(err, unix.ELOOP):
+		return nil, fmt.Errorf("is a symbolic link, not followed (%w)", err)
+	case errors.Is(err, unix.ENXIO):
+		return nil, fmt.Errorf("not a regular file (%w)", err) // a socket, or a FIFO without a reader
+	case err != nil:
 		return nil, err
 	}
 	f := os.NewFile(uintptr(fd), path)

@@ -2,6 +2,7 @@ package opfile
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -119,5 +120,48 @@ func TestOpenRefusesFileOwnedByAnotherUser(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "owned by another user (uid 65534)") || !strings.Contains(err.Error(), "WHY") {
 		t.Fatalf("refusal %q does not say the file is another user's, and why it matters", err)
+	}
+}
+
+// TestSocketRefusedAsNotRegular: an operator file "must be a regular file"
+// (docs/executors.md "a regular file"). A unix socket, whose open fails ENXIO, is refused
+// as not a regular file, as a FIFO, directory or device is.
+func TestSocketRefusedAsNotRegular(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "executors.json")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f, err := Open(sock, unix.O_RDONLY, "WHY")
+	if err == nil {
+		f.Close()
+		t.Fatal("opened a socket")
+	}
+	if !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("refusal %q does not say the file is not a regular file", err)
+	}
+}
+
+// TestSymlinkRefusalNamesSymlink: the file must be "reached without following
+// a symbolic link". A single symlink is refused as one — ELOOP's own text, "too many
+// levels of symbolic links", would mislead — as the journal's key loader says it.
+func TestSymlinkRefusalNamesSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "real.json")
+	if err := os.WriteFile(target, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "executors.json")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(link, unix.O_RDONLY, "WHY")
+	if err == nil {
+		f.Close()
+		t.Fatal("opened through a symbolic link")
+	}
+	if !strings.Contains(err.Error(), "is a symbolic link") {
+		t.Fatalf("refusal %q does not say the file is a symbolic link", err)
 	}
 }
