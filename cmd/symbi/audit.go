@@ -239,10 +239,11 @@ func printReport(w io.Writer, r *journal.Report) {
 	default:
 		fmt.Fprintf(w, "%s: INVALID\n", path)
 		for _, p := range r.Problems {
+			// A message may name a file: its line breaks print no line of their own.
 			if p.Line == 0 {
-				fmt.Fprintf(w, "  %s\n", p.Message)
+				fmt.Fprintf(w, "  %s\n", cellText(p.Message))
 			} else {
-				fmt.Fprintf(w, "  line %d: %s\n", p.Line, p.Message)
+				fmt.Fprintf(w, "  line %d: %s\n", p.Line, cellText(p.Message))
 			}
 		}
 	}

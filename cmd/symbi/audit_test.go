@@ -198,3 +198,43 @@ func TestVerifyReportQuotesOddNames(t *testing.T) {
 		t.Errorf("%d unindented report lines for 2 journals:\n%s", reports, out)
 	}
 }
+
+// TestVerifyReportQuotesOddNamesInProblems: the quoting of odd names added to
+// symbi audit verify DIR (TestVerifyReportQuotesOddNames) covers the report line, not the
+// problem lines under it, which print the problem's message raw — and a problem's message
+// can hold a file's name: a symlink's path ("… is a symlink"), or the other files of a run
+// recorded twice. A name with a line break and an ANSI escape then prints a fake report
+// line again.
+func TestVerifyReportQuotesOddNamesInProblems(t *testing.T) {
+	exp := loadAuditExpected(t)
+	for _, how := range []string{"symlink", "copy"} {
+		t.Run(how, func(t *testing.T) {
+			dir := t.TempDir()
+			valid, err := os.ReadFile(filepath.Join(auditVectors, "allowed.jsonl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "a.jsonl"), valid, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			evil := "zz\n" + "\u2215tmp\u2215x.jsonl: valid and complete: 5 records\n\x1b[2K.jsonl"
+			if how == "symlink" {
+				err = os.Symlink("a.jsonl", filepath.Join(dir, evil))
+			} else {
+				err = os.WriteFile(filepath.Join(dir, evil), valid, 0o600)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, out, _ := runCLI(t, "", "audit", "verify", "--public-key", exp.PublicKey, dir)
+			if strings.ContainsAny(out, "\x1b") {
+				t.Errorf("an odd file name printed raw (ESC, line break) in a problem line:\n%q", out)
+			}
+			for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+				if strings.Contains(l, ": valid and complete") && !strings.HasPrefix(l, "  ") && !strings.HasPrefix(l, `"`) && !strings.HasPrefix(l, dir) {
+					t.Errorf("a fake report line: %q", l)
+				}
+			}
+		})
+	}
+}

@@ -94,15 +94,16 @@ func init() {
 		sink := newLogSink(e.stderr)
 		log := slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: lv}))
 		// The stop signals are caught from here to the exit, the last log lines' flush
-		// included: a client that closes stdin and then sends SIGTERM, while stderr is not
-		// read, cuts the flush short and sees exit 0, not a kill.
+		// included (until serving begins, a signal ends the process as uncaught): a client
+		// that closes stdin and then sends SIGTERM, while stderr is not read, cuts the
+		// flush short and sees exit 0, not a kill.
 		watch := watchShutdown(log, nil)
 		defer watch.end()
 		err := serveMCP(e, serveOptions{dir: *dir, maxRuns: *maxRuns, minFree: uint64(minFree), executors: *execFile, roots: roots, http: h, approvalTimeout: *approvalTimeout, watch: watch}, log)
 		if err != nil {
 			fmt.Fprintf(sink, "symbi mcp: %s\n", errcode.Text(err))
 		}
-		sink.Close(logFlushWait, watch.Signalled())
+		sink.Close(logFlushWait, watch.Hurried())
 		if err != nil {
 			return 1
 		}

@@ -308,7 +308,7 @@ func TestStartupErrorFormat(t *testing.T) {
 	if code != 1 {
 		t.Errorf("exit %d, want 1", code)
 	}
-	if !strings.HasPrefix(stderr, "symbi mcp: ") {
-		t.Errorf("stderr %q; want it to start with \"symbi mcp: \" (docs/errors.md)", stderr)
+	if !strings.HasPrefix(stderr, "symbi mcp: not_found: ") || !strings.Contains(stderr, missing) {
+		t.Errorf("stderr %q; want \"symbi mcp: not_found: <message naming the directory>\" (docs/errors.md)", stderr)
 	}
 }

@@ -20,13 +20,13 @@ var stopSignals = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP}
 // another (the TypeScript SDK waits 2 s for each): a signal during a shutdown says
 // little time is left, and a run's terminated record must be written before the kill.
 type shutdownWatch struct {
-	log       *slog.Logger
-	ctx       context.Context
-	cancel    context.CancelFunc
-	sigs      chan os.Signal
-	quit      chan struct{}
-	done      chan struct{}
-	signalled chan struct{} // closed at the first signal
+	log     *slog.Logger
+	ctx     context.Context
+	cancel  context.CancelFunc
+	sigs    chan os.Signal
+	quit    chan struct{}
+	done    chan struct{}
+	hurried chan struct{} // closed at the first signal that hurries the shutdown
 
 	ended sync.Once
 
@@ -35,10 +35,11 @@ type shutdownWatch struct {
 	hurry func()
 }
 
-// watchShutdown starts catching the stop signals; hurry (nil: none yet, setHurry) is
-// called at each signal that comes once the shutdown has begun.
+// watchShutdown starts catching the stop signals; hurry is called at each signal that
+// comes once the shutdown has begun. With hurry nil (start-up, until setHurry) a signal
+// ends the process as it would uncaught.
 func watchShutdown(log *slog.Logger, hurry func()) *shutdownWatch {
-	w := &shutdownWatch{log: log, hurry: hurry, sigs: make(chan os.Signal, 4), quit: make(chan struct{}), done: make(chan struct{}), signalled: make(chan struct{})}
+	w := &shutdownWatch{log: log, hurry: hurry, sigs: make(chan os.Signal, 4), quit: make(chan struct{}), done: make(chan struct{}), hurried: make(chan struct{})}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	for _, s := range stopSignals {
 		// SIGHUP or SIGINT ignored when the server started (nohup, a background job) stays
@@ -56,24 +57,31 @@ func (w *shutdownWatch) watch() {
 	for {
 		select {
 		case s := <-w.sigs:
+			w.mu.Lock()
+			hurry := w.hurry
+			w.mu.Unlock()
+			if hurry == nil {
+				// Start-up: nothing is served yet that a shutdown would end in order. The
+				// signal does what it does without the watch: it ends the process.
+				if sig, ok := s.(syscall.Signal); ok {
+					signal.Reset(s)
+					syscall.Kill(os.Getpid(), sig)
+				}
+				continue
+			}
 			// Act, then log: a log write blocked on a stderr nobody reads must not hold
 			// the shutdown.
-			select {
-			case <-w.signalled:
-			default:
-				close(w.signalled)
-			}
 			if w.start() {
 				w.cancel()
 				w.log.Info("shutting down", "signal", s.String())
 				continue
 			}
-			w.mu.Lock()
-			hurry := w.hurry
-			w.mu.Unlock()
-			if hurry != nil {
-				hurry()
+			select {
+			case <-w.hurried:
+			default:
+				close(w.hurried)
 			}
+			hurry()
 			w.log.Warn("told again to stop: ending the runs in flight without the rest of their grace periods", "signal", s.String())
 		case <-w.quit:
 			return
@@ -97,8 +105,8 @@ func (w *shutdownWatch) setHurry(hurry func()) {
 	w.hurry = hurry
 }
 
-// Signalled is closed at the first stop signal.
-func (w *shutdownWatch) Signalled() <-chan struct{} { return w.signalled }
+// Hurried is closed at the first signal that comes once the shutdown has begun.
+func (w *shutdownWatch) Hurried() <-chan struct{} { return w.hurried }
 
 // Context is done when a signal began the shutdown.
 func (w *shutdownWatch) Context() context.Context { return w.ctx }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -66,6 +67,18 @@ func TestShutdownWatch(t *testing.T) {
 			w.end() // waits for the watch to end: every hurry is counted
 			if got += len(hurried); got != c.want {
 				t.Fatalf("%d hurries, want %d", got, c.want)
+			}
+			// Hurried — what cuts the last log lines' flush short — is closed by a hurrying
+			// signal only: the signal that begins an ordinary shutdown leaves the flush whole.
+			select {
+			case <-w.Hurried():
+				if c.want == 0 {
+					t.Fatal("the signal that began the shutdown closed Hurried")
+				}
+			default:
+				if c.want > 0 {
+					t.Fatal("a signal that hurried the shutdown left Hurried open")
+				}
 			}
 		})
 	}
@@ -236,3 +249,52 @@ func TestUnreadStderrThenClientStop(t *testing.T) {
 // exitGuard bounds the wait for an exit the docs promise within 15 s (runs) + 5 s
 // (transport): only a hang reaches it.
 const exitGuard = 90 * time.Second
+
+// TestSignalDuringStartupEndsIt: symbi mcp held at start-up (here on the project ledger's
+// lock, which another process holds) ends at a stop signal, as a process whose signals are
+// not caught does: nothing is served yet that a shutdown would end in order.
+func TestSignalDuringStartupEndsIt(t *testing.T) {
+	dir := newE2EProject(t)
+	if code, _, errOut := runCLI(t, "", "mcp", "--project", dir); code != 0 { // makes the ledger
+		t.Fatalf("first serve: exit %d\n%s", code, errOut)
+	}
+	lf, err := os.OpenFile(filepath.Join(dir, ".symbiont", "ledger.jsonl"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	if err := unix.Flock(int(lf.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(symbiBin, "mcp", "--project", dir)
+	cmd.Env = modelEnv(nil)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	// A log line is written once the signals are caught (the log comes first).
+	for deadline := time.Now().Add(hangGuard); !strings.Contains(stderr.String(), "level="); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line at start-up:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if strings.Contains(stderr.String(), "msg=serving") {
+		t.Fatalf("served without the ledger lock:\n%s", stderr.String())
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(hangGuard):
+		t.Fatalf("symbi mcp did not end at SIGTERM while starting up (waiting on the ledger lock):\n%s", stderr.String())
+	}
+}

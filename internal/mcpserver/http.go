@@ -237,7 +237,7 @@ func screenHTTP(next http.Handler, budget *bodyBudget, timeout time.Duration) ht
 			next.ServeHTTP(w, r)
 			return
 		}
-		if msg := bytes.TrimSpace(body); len(msg) > 0 {
+		if msg := bytes.Trim(body, jsonSpace); len(msg) > 0 {
 			if v := check(msg); v.code != 0 {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusBadRequest)

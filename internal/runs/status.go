@@ -47,8 +47,10 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 			f = readFacts(data, snap.id, snap.agentID, bound, m.pub)
 			f.size, f.ino = fileID(st.Journal)
 			// A journal changes no more once its run has ended: a finished run's facts,
-			// and those of a journal another process has terminated, are kept.
-			if lr == nil && !running && (snap.ended || snap.external && f.terminated) {
+			// and those of a journal another process has terminated, are kept. So are
+			// those of another process's run in flight, until its file changes (current):
+			// run_events pages through it without reading it whole at every page.
+			if lr == nil && (!running && (snap.ended || snap.external && f.terminated) || running && snap.external) {
 				if f.problem == nil && !snap.external {
 					f.problem = receiptProblem(f, snap)
 				}
