@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/coder/acp-go-sdk"
+	"symbi/internal/syncbuf"
 )
 
 // guard bounds every wait so that a broken fake fails a test instead of hanging it. It
@@ -226,23 +227,6 @@ func (c *testClient) WaitForTerminalExit(context.Context, acp.WaitForTerminalExi
 // ---------------------------------------------------------------------------------------
 // The fake as a subprocess.
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type agentProc struct {
 	t      *testing.T
 	dir    string // the workspace, and the fake's cwd
@@ -253,9 +237,9 @@ type agentProc struct {
 	stdin  *os.File
 	done   chan struct{} // closed when the fake has been waited for
 
-	stderr syncBuffer // the fake's stderr
-	wire   syncBuffer // everything the fake wrote to stdout
-	sdkLog syncBuffer // the client SDK's diagnostics
+	stderr syncbuf.Buffer // the fake's stderr
+	wire   syncbuf.Buffer // everything the fake wrote to stdout
+	sdkLog syncbuf.Buffer // the client SDK's diagnostics
 }
 
 type startOpts struct {

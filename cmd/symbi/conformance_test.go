@@ -26,6 +26,7 @@ import (
 
 	"symbi/internal/journal"
 	"symbi/internal/loopback"
+	"symbi/internal/syncbuf"
 )
 
 // The client conformance suite: the clients people use — the TypeScript MCP SDK (under
@@ -413,7 +414,7 @@ func confTokenAdd(t *testing.T, file, caller string) string {
 type confHTTPServer struct {
 	url    string // its MCP endpoint, http://127.0.0.1:PORT/mcp
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 	done   chan struct{} // closed once the process has exited, with err
 	err    error
 }
@@ -423,7 +424,7 @@ var confServingURL = regexp.MustCompile(`msg=serving .*\bhttp=(http://127\.0\.0\
 
 // confURLWriter keeps what the server logs and sends the URL of its serving line, once.
 type confURLWriter struct {
-	log   *syncBuffer
+	log   *syncbuf.Buffer
 	url   chan string
 	found bool // exec.Cmd writes from one goroutine
 }
@@ -444,7 +445,7 @@ func (w *confURLWriter) Write(p []byte) (int, error) {
 // a server still running.
 func confServeHTTP(t *testing.T, dir string, env map[string]string, args []string) *confHTTPServer {
 	t.Helper()
-	s := &confHTTPServer{stderr: &syncBuffer{}, done: make(chan struct{})}
+	s := &confHTTPServer{stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
 	s.cmd = exec.Command(symbiBin, append([]string{"mcp", "--project", dir, "--http", "127.0.0.1:0"}, args...)...)
 	for k, v := range env {
 		s.cmd.Env = append(s.cmd.Env, k+"="+v)

@@ -17,6 +17,7 @@ import (
 
 	"symbi/internal/journal"
 	"symbi/internal/runs"
+	"symbi/internal/syncbuf"
 )
 
 // TestE2EDelegatedRun runs a delegated agent through the real binary: the fake ACP agent,
@@ -265,7 +266,7 @@ func (h *hangingAgent) checkEnd(t *testing.T, run hungRun, note string) {
 }
 
 // waitLog waits until the server's log holds want.
-func waitLog(t *testing.T, log *syncBuffer, want string) {
+func waitLog(t *testing.T, log *syncbuf.Buffer, want string) {
 	t.Helper()
 	for deadline := time.Now().Add(hangGuard); !strings.Contains(log.String(), want); {
 		if time.Now().After(deadline) {

@@ -19,6 +19,7 @@ import (
 
 	"symbi/internal/journal"
 	"symbi/internal/loopback"
+	"symbi/internal/syncbuf"
 )
 
 // rawSymbi is symbi mcp driven by raw JSON-RPC lines over pipes the test holds: stdout and
@@ -29,7 +30,7 @@ type rawSymbi struct {
 	stdoutR   *os.File
 	stderrR   *os.File
 	responses chan map[string]any
-	stderr    *syncBuffer
+	stderr    *syncbuf.Buffer
 	// stderrDone is closed once stderr is copied whole (the process closed it).
 	stderrDone chan struct{}
 	holding    atomic.Bool // set: the reader stops reading stdout, keeping the pipe open
@@ -57,7 +58,7 @@ func startRaw(t *testing.T, dir string, env []string, args ...string) *rawSymbi 
 	}
 	outW.Close()
 	errW.Close()
-	s := &rawSymbi{cmd: cmd, stdin: stdin, stdoutR: outR, stderrR: errR, responses: make(chan map[string]any, 4096), stderr: &syncBuffer{}, stderrDone: make(chan struct{})}
+	s := &rawSymbi{cmd: cmd, stdin: stdin, stdoutR: outR, stderrR: errR, responses: make(chan map[string]any, 4096), stderr: &syncbuf.Buffer{}, stderrDone: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(outR)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)

@@ -37,6 +37,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"symbi/internal/runs"
+	"symbi/internal/syncbuf"
 )
 
 // The end-to-end tests of symbi mcp --http (docs/http.md) drive the real binary over real
@@ -49,7 +50,7 @@ import (
 // httpSymbi is a running symbi mcp --http.
 type httpSymbi struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 	base   string // http://127.0.0.1:PORT (https with --tls-cert): where it listens
 	url    string // base + "/mcp"
 	// announced is the URL of the serving line: url, or the --public-url one.
@@ -73,7 +74,7 @@ var httpServingRE = regexp.MustCompile(`\bmsg=serving\b.*\blisten=(\S+) http=(ht
 
 // httpStderr keeps symbi's stderr and reports the address and URL of its "serving" line.
 type httpStderr struct {
-	buf   *syncBuffer
+	buf   *syncbuf.Buffer
 	found chan []string // listen, http
 
 	mu   sync.Mutex
@@ -108,7 +109,7 @@ func httpStart(t *testing.T, dir string, env []string, flags ...string) *httpSym
 	args := append([]string{"mcp", "--project", dir, "--log-level", "debug", "--http", "127.0.0.1:0"}, flags...)
 	cmd := exec.Command(symbiBin, args...)
 	cmd.Env = env
-	s := &httpSymbi{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	s := &httpSymbi{cmd: cmd, stderr: &syncbuf.Buffer{}, exited: make(chan struct{})}
 	w := &httpStderr{buf: s.stderr, found: make(chan []string, 1)}
 	cmd.Stderr = w
 	if err := cmd.Start(); err != nil {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"symbi/internal/loopback"
+	"symbi/internal/syncbuf"
 )
 
 // symbi mcp as an operator runs it: flags, signals, stdio, logging.
@@ -112,7 +113,7 @@ func TestNohupSIGHUP(t *testing.T) {
 	dir := newE2EProject(t)
 	cmd := exec.Command("/bin/sh", "-c", `trap "" HUP; exec "$0" "$@"`, symbiBin, "mcp", "--project", dir, "--http", "127.0.0.1:0")
 	cmd.Env = modelEnv(nil)
-	stderr := &syncBuffer{}
+	stderr := &syncbuf.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 
 	"symbi/internal/journal"
 	"symbi/internal/loopback"
+	"symbi/internal/syncbuf"
 )
 
 // The end-to-end tests drive the real symbi binary over real stdio with the go-sdk client,
@@ -122,25 +123,8 @@ func startModel(t *testing.T, opts ...loopback.Option) *loopback.Server {
 
 type server struct {
 	session *mcp.ClientSession
-	stderr  *syncBuffer
+	stderr  *syncbuf.Buffer
 	cmd     *exec.Cmd
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // modelEnv is the environment pointing symbi at model (nil: no provider).
@@ -170,7 +154,7 @@ func connectSymbi(t *testing.T, cmd *exec.Cmd, copts *mcp.ClientOptions, sopts .
 // SDK's default) for the process to exit after stdin closes before signalling it.
 func connectSymbiTerminate(t *testing.T, cmd *exec.Cmd, copts *mcp.ClientOptions, terminate time.Duration, sopts ...*mcp.ClientSessionOptions) *server {
 	t.Helper()
-	stderr := &syncBuffer{}
+	stderr := &syncbuf.Buffer{}
 	cmd.Stderr = stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "symbi-e2e", Version: "1"}, copts)
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
@@ -773,7 +757,7 @@ func TestE2EWire(t *testing.T) {
 	cmd.Env = modelEnv(nil)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
-	stderr := &syncBuffer{}
+	stderr := &syncbuf.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

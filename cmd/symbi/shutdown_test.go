@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"symbi/internal/loopback"
+	"symbi/internal/syncbuf"
 )
 
 // TestShutdownWatch: the first signal begins the shutdown (the watch's context is done) and
@@ -273,7 +274,7 @@ func TestSignalDuringStartupEndsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stdin.Close()
-	stderr := &syncBuffer{}
+	stderr := &syncbuf.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,32 +1,13 @@
 package acp
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"symbi/internal/journal"
+	"symbi/internal/syncbuf"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the session's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestAgentWordsStayOutOfErrors: what a delegated agent says outside its answer — its
 // stderr, a JSON-RPC error's message, a line that is not ACP, the modes it offers — does
@@ -69,7 +50,7 @@ func TestAgentWordsStayOutOfErrors(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, tc.script)
-			var log lockedBuffer
+			var log syncbuf.Buffer
 			e.cfg.Log = slog.New(slog.NewTextHandler(&log, nil))
 			if tc.pin != "" {
 				e.cfg.Executor.PinMode = tc.pin

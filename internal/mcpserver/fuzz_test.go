@@ -7,30 +7,12 @@ import (
 	"errors"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 
 	"symbi/internal/mcpserver"
 	"symbi/internal/strictjson"
+	"symbi/internal/syncbuf"
 )
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // FuzzStdioTransport feeds arbitrary input to the transport and requires that every
 // non-blank line is either passed on as exactly one JSON-RPC message or answered with
@@ -72,7 +54,7 @@ func FuzzStdioTransport(f *testing.F) {
 				want++
 			}
 		}
-		out := &lockedBuffer{}
+		out := &syncbuf.Buffer{}
 		conn, err := mcpserver.NewStdioTransport(strings.NewReader(data+"\n"), out).Connect(context.Background())
 		if err != nil {
 			t.Fatal(err)
