@@ -270,10 +270,12 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	}
 	cfg.Initialized = load
 	server := mcpserver.New(cfg)
-	log.Info("serving", attrs...)
-
+	// From here a stop signal shuts the server down in order (before, it ends the
+	// process): armed before "serving" is logged, which a client may act on.
 	watch := o.watch
 	watch.setHurry(runner.Hurry)
+	log.Info("serving", attrs...)
+
 	ctx, clientGone := context.WithCancelCause(watch.Context())
 	defer clientGone(nil)
 	stdout := mcpserver.WatchWrites(e.stdout, func(err error) {

@@ -298,4 +298,7 @@ func TestSignalDuringStartupEndsIt(t *testing.T) {
 	case <-time.After(hangGuard):
 		t.Fatalf("symbi mcp did not end at SIGTERM while starting up (waiting on the ledger lock):\n%s", stderr.String())
 	}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Fatalf("symbi mcp ended %v; want killed by SIGTERM, as an uncaught signal does", cmd.ProcessState)
+	}
 }

@@ -172,7 +172,7 @@ func Parse(data []byte, getenv func(string) string) (*Registry, error) {
 		var pin string
 		if e.PinMode != nil {
 			if string(e.PinMode) == "null" || json.Unmarshal(e.PinMode, &pin) != nil || pin == "" {
-				return nil, invalid("executor %s: pin_mode is %s, not a mode id (leave it out for none)", name, errcode.Clip(string(e.PinMode)))
+				return nil, invalid("executor %s: pin_mode is %s, not a mode id (leave it out for none)", name, errcode.Quote(string(e.PinMode)))
 			}
 		}
 		if len(pin) > MaxModeBytes || strings.ContainsFunc(pin, unicode.IsControl) {

@@ -262,3 +262,49 @@ func TestInvalidUTF8Refused(t *testing.T) {
 		})
 	}
 }
+
+// TestPinModeRefusalOneLine: a pin_mode that is not a non-empty string (or holds a
+// control character) is refused, and the refusal quotes what was given on one line: raw
+// JSON may hold line breaks between tokens, which would split the one-line refusal symbi
+// mcp prints ("symbi mcp: <code>: <message>").
+func TestPinModeRefusalOneLine(t *testing.T) {
+	getenv := func(string) string { return "/bin:/usr/bin" }
+	doc := "{\"executors\":{\"a\":{\"command\":[\"/bin/sh\"],\"pin_mode\":[\r\n\"read-only\"\n]}}}"
+	_, err := Parse([]byte(doc), getenv)
+	if err == nil {
+		t.Fatal("accepted an array pin_mode")
+	}
+	if strings.ContainsAny(err.Error(), "\r\n\t") {
+		t.Fatalf("refusal holds raw line breaks: %q", err.Error())
+	}
+}
+
+// TestPinModeRefused: pin_mode, when given, is a mode id: a non-empty string without a
+// control character, at most MaxModeBytes; "" or a number is no mode, and left out means
+// none.
+func TestPinModeRefused(t *testing.T) {
+	getenv := func(string) string { return "/bin:/usr/bin" }
+	for name, pin := range map[string]string{
+		"empty":    `""`,
+		"NUL":      `"a\u0000b"`,
+		"NEL":      `"a\u0085b"`,
+		"newline":  `"a\nb"`,
+		"number":   `1`,
+		"object":   `{}`,
+		"too long": `"` + strings.Repeat("m", MaxModeBytes+1) + `"`,
+	} {
+		doc := `{"executors":{"a":{"command":["/bin/sh"],"pin_mode":` + pin + `}}}`
+		if _, err := Parse([]byte(doc), getenv); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "pin_mode") {
+			t.Errorf("%s pin_mode: %v, want ErrInvalid naming pin_mode", name, err)
+		}
+	}
+	for _, pin := range []string{`"read-only"`, `"re\u0061d-only"`} {
+		r, err := Parse([]byte(`{"executors":{"a":{"command":["/bin/sh"],"pin_mode":`+pin+`}}}`), getenv)
+		if err != nil {
+			t.Fatalf("pin_mode %s: %v", pin, err)
+		}
+		if e, _ := r.Get("a"); e.PinMode != "read-only" {
+			t.Errorf("pin_mode %s read as %q", pin, e.PinMode)
+		}
+	}
+}

@@ -317,6 +317,7 @@ func TestHTTPScreensMessages(t *testing.T) {
 		{"repeated method", `{"jsonrpc":"2.0","id":7,"method":"tools/list","method":"ping"}`, `member \"method\" appears twice`, -32600},
 		{"batch", `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]`, "batches are not supported", -32600},
 		{"malformed", `{"jsonrpc":"2.0","id":7,`, "not valid JSON", -32700},
+		{"a no-break space before", "\u00a0{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ping\"}", "not valid JSON", -32700},
 		{"not UTF-8", "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ping\",\"params\":{\"_meta\":{\"x\":\"\xff\"}}}", "not valid UTF-8", -32700},
 		{"a lone surrogate", `{"jsonrpc":"2.0","id":7,"method":"ping","params":{"_meta":{"x":"\udc00"}}}`, "escaped lone surrogate", -32600},
 		{"a fractional id", `{"jsonrpc":"2.0","id":7.5,"method":"ping"}`, "cannot be answered exactly", -32600},

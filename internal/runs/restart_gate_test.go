@@ -3,6 +3,7 @@ package runs_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -409,5 +410,52 @@ func TestResumedRunIsThisServers(t *testing.T) {
 	got, already, err := second.m.Cancel(context.Background(), st.RunID)
 	if err != nil || already || got.Status != runs.StatusCancelled {
 		t.Fatalf("cancel_run of the resumed run right after start-up: %+v, already_finished %v, %v; want cancelled", got, already, err)
+	}
+}
+
+// TestExternalInFlightFactsNotStale: another process's run in flight has its
+// facts kept until its journal changes (size, inode). A record appended while a status is
+// being built — after the journal was read, before its facts were — does not leave the
+// facts of the older bytes marked current: once the writer pauses (a request held at a
+// gate may wait for hours), the status says what the journal says.
+func TestExternalInFlightFactsNotStale(t *testing.T) {
+	p := newTestProject(t, nil)
+	m := p.open(t)
+	id := newRunID(t)
+	w := p.journalRun(t, "coder", id, delegatedRecords("coder", "alice")[:2], true)
+	tool := func(i int) journal.ToolCall {
+		return journal.ToolCall{ToolCallID: fmt.Sprintf("t%d", i), Kind: "read", Title: "read README", Status: "pending", Paths: []string{"README.md"}, RawInputSHA256: sum("")}
+	}
+	n := 2
+	for ; n < 10; n++ {
+		if err := w.Append(tool(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The record that comes while a status is built — after the journal was read, before
+	// its facts were — is the writer's request held at a gate: it then waits (for hours,
+	// perhaps) and writes nothing more.
+	runs.SetTestAfterRead(func() {
+		runs.SetTestAfterRead(nil)
+		if err := w.Append(journal.ApprovalRequested{Gate: "commands-review", RequestID: "perm-1", TimeoutMS: 600000, Kind: "execute", Title: "go test ./..."}); err != nil {
+			t.Error(err)
+		}
+		if err := w.Sync(); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Cleanup(func() { runs.SetTestAfterRead(nil) })
+	if _, err := m.Status(id); err != nil {
+		t.Fatal(err)
+	}
+	n++
+	for i := 0; i < 3; i++ {
+		st, err := m.Status(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Records != int64(n) || st.Status != runs.StatusAwaitingApproval {
+			t.Fatalf("run_status says %s with %d records; the journal, unchanged since, holds %d and ends with a held request (awaiting_approval): the facts of older bytes are kept as current", st.Status, st.Records, n)
+		}
 	}
 }

@@ -10,6 +10,10 @@ import (
 	"symbi/internal/journal"
 )
 
+// testAfterRead, when a test sets it, runs in build between the reading of a journal and
+// the reading of its facts.
+var testAfterRead func()
+
 // abandonedReason explains the abandoned status.
 const abandonedReason = "the journal has no terminated record and no server is writing it: the server stopped before the run ended, or the journal failed before its end could be written"
 
@@ -40,12 +44,19 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 	}
 	var data []byte
 	if f == nil && !snap.pruned {
+		// The facts are of the bytes read: their size is those bytes', the inode the file's
+		// before they were read — a line appended while they are verified makes them not
+		// current, and they are read again.
+		_, ino := fileID(st.Journal)
 		var err error
 		if data, err = m.readJournal(snap); err != nil {
 			f = &facts{problem: err}
 		} else {
+			if testAfterRead != nil {
+				testAfterRead()
+			}
 			f = readFacts(data, snap.id, snap.agentID, bound, m.pub)
-			f.size, f.ino = fileID(st.Journal)
+			f.size, f.ino = int64(len(data)), ino
 			// A journal changes no more once its run has ended: a finished run's facts,
 			// and those of a journal another process has terminated, are kept. So are
 			// those of another process's run in flight, until its file changes (current):
