@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -46,7 +47,7 @@ func TestAppendRefusesLinkedFile(t *testing.T) {
 // found, and never resumed. The probe lets go once Reopen waits for it (its lock request
 // pending in /proc/locks).
 func TestReopenNotRefusedByProbe(t *testing.T) {
-	s := storeWithSeed(t, make([]byte, 32))
+	s := storeWithSeed(t, bytes.Repeat([]byte{7}, 32))
 	name := heldJournal(t, s, "run-probed")
 	path := filepath.Join(s.Dir(), name)
 	var st unix.Stat_t

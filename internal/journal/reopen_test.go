@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -20,7 +21,7 @@ func heldJournal(t *testing.T, s *Store, runID string) string {
 // TestReopen: a held run's journal is reopened after its whole chain verifies, and the
 // run continues it into a journal that verifies complete.
 func TestReopen(t *testing.T) {
-	s := storeWithSeed(t, make([]byte, 32))
+	s := storeWithSeed(t, bytes.Repeat([]byte{7}, 32))
 	name := heldJournal(t, s, "run-held")
 	w, recs, err := s.Reopen(name)
 	if err != nil {
@@ -64,7 +65,7 @@ func TestReopen(t *testing.T) {
 // TestReopenRefusals: a journal that does not verify whole is never continued, and is left
 // as it was.
 func TestReopenRefusals(t *testing.T) {
-	s := storeWithSeed(t, make([]byte, 32))
+	s := storeWithSeed(t, bytes.Repeat([]byte{7}, 32))
 	mangle := map[string]func(path string){
 		"torn tail": func(p string) { appendBytes(t, p, []byte(`{"payload":`)) },
 		"edited byte": func(p string) {

@@ -195,7 +195,22 @@ func loadKey(dirfd int, name, path string, create bool) (ed25519.PrivateKey, err
 	if len(seed) != ed25519.SeedSize {
 		return nil, errcode.Errorf(errcode.AuditUnavailable, "%w: %s must hold exactly %d bytes (the raw Ed25519 seed), not %s", ErrUnsafeKey, path, ed25519.SeedSize, sizeText(len(seed)))
 	}
+	if allZero(seed) {
+		// Not a seed anyone generated: what a file system leaves of a file whose data never
+		// reached the disk, or a placeholder. Its key is public knowledge.
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "%w: %s holds %d zero bytes, not a key (a zero-filled file: restore the key from a backup)", ErrUnsafeKey, path, ed25519.SeedSize)
+	}
 	return keyFromSeed(seed), nil
+}
+
+// allZero reports whether b holds only zero bytes.
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func sizeText(n int) string {

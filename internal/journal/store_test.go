@@ -77,6 +77,11 @@ func TestKeyChecks(t *testing.T) {
 	}{
 		{"31 bytes", func(t *testing.T, gov string) { writeKey(t, gov, 31, 0o600) }, ErrUnsafeKey, "exactly 32 bytes"},
 		{"33 bytes", func(t *testing.T, gov string) { writeKey(t, gov, 33, 0o600) }, ErrUnsafeKey, "exactly 32 bytes"},
+		{"32 zero bytes", func(t *testing.T, gov string) {
+			if err := os.WriteFile(filepath.Join(gov, KeyFileName), make([]byte, 32), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, ErrUnsafeKey, "holds 32 zero bytes, not a key"},
 		{"mode 0644", func(t *testing.T, gov string) { writeKey(t, gov, 32, 0o644) }, ErrUnsafeKey, "mode 0644"},
 		{"mode 0640", func(t *testing.T, gov string) { writeKey(t, gov, 32, 0o640) }, ErrUnsafeKey, "mode 0640"},
 		{"two links", func(t *testing.T, gov string) {
