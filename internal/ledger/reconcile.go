@@ -269,7 +269,9 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 }
 
 // offer calls resume for each journal of the governed directory that the ledger has no
-// entry for and no writer holds. It decides on each under the directory's scan lock,
+// entry for and no writer holds. A run someone resolved is not offered: it was resolved
+// as finished (abandoned, while no server ran), and it stays so — reconciled as found,
+// never brought back to a wait its resolution already concluded about. It decides on each under the directory's scan lock,
 // having taken in the lines other servers appended, and resume takes the journal's lock
 // before it returns: a server reconciling meanwhile finds the journal held, and one that
 // recorded it first is seen — never a run resumed and recovered both.
@@ -301,7 +303,7 @@ func offerOne(w *Writer, store *journal.Store, base, runID string, resume func(s
 	if err := w.Refresh(); err != nil {
 		return err
 	}
-	if w.Knows(runID) || journal.InProgress(filepath.Join(store.Dir(), base)) {
+	if w.Knows(runID) || w.Resolved(runID) || journal.InProgress(filepath.Join(store.Dir(), base)) {
 		return nil
 	}
 	resume(store, base)

@@ -30,7 +30,8 @@ type Line struct {
 	Hash string // lowercase hex SHA-256 of the line including "\n"
 	Leaf []byte // the line without its "\n": the Merkle tree leaf
 
-	runID string // the run a run, recovered or pruned entry is about
+	runID    string // the run a run, recovered or pruned entry is about
+	resolves string // the run a resolution entry is about
 }
 
 // Report is what Verify found: the lines that verified, in order, up to the first
@@ -275,8 +276,11 @@ func checkPayload(raw, p []byte, seq int64, prev string) (*Line, error) {
 		return nil, err
 	}
 	l := &Line{Seq: seq, Type: ptype, Data: m["data"], Time: t, Hash: digest.SHA256Hex(raw), Leaf: raw[:len(raw)-1]}
-	if ptype == TypeRun || ptype == TypeRecovered || ptype == TypePruned {
+	switch ptype {
+	case TypeRun, TypeRecovered, TypePruned:
 		l.runID = id
+	case TypeResolution:
+		l.resolves = id
 	}
 	return l, nil
 }

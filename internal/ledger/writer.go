@@ -38,6 +38,7 @@ type Writer struct {
 
 	known   map[string]bool // run ids with a run, recovered or pruned entry
 	pruned  map[string]bool // run ids with a pruned entry
+	settled map[string]bool // run ids with a resolution entry
 	size    int64           // bytes of the ledger taken in (verified or written)
 	max     int64           // the most bytes the ledger may hold: MaxLedgerBytes
 	seq     int64           // the next line's seq
@@ -114,7 +115,7 @@ func resume(f *os.File, key ed25519.PrivateKey) (*Writer, error) {
 	case st.Mode&0o077 != 0:
 		return nil, fmt.Errorf("ledger: mode %04o; group and other must have no permissions", st.Mode&0o7777)
 	}
-	w := &Writer{f: f, key: key, now: time.Now, sync: f.Sync, prev: ZeroHash, max: MaxLedgerBytes, known: map[string]bool{}, pruned: map[string]bool{}, openedID: [2]uint64{uint64(st.Dev), st.Ino}}
+	w := &Writer{f: f, key: key, now: time.Now, sync: f.Sync, prev: ZeroHash, max: MaxLedgerBytes, known: map[string]bool{}, pruned: map[string]bool{}, settled: map[string]bool{}, openedID: [2]uint64{uint64(st.Dev), st.Ino}}
 	w.cond = sync.NewCond(&w.mu)
 	if err := w.lock(); err != nil {
 		return nil, err
@@ -184,6 +185,9 @@ func (w *Writer) catchUp() error {
 			if id := l.RunID(); id != "" {
 				w.known[id] = true
 				w.pruned[id] = w.pruned[id] || l.Type == TypePruned
+			}
+			if l.resolves != "" {
+				w.settled[l.resolves] = true
 			}
 			w.size += int64(len(l.Leaf)) + 1
 		}
@@ -300,6 +304,8 @@ func (w *Writer) Append(r Record) (Entry, error) {
 	case Pruned:
 		w.known[r.RunID] = true
 		w.pruned[r.RunID] = true
+	case Resolution:
+		w.settled[r.RunID] = true
 	}
 	// Group commit: wait until an fsync that began after this line was written covers it.
 	// A failure other than an fsync's (another append's) does not stop this line's fsync:
@@ -440,6 +446,14 @@ func (w *Writer) Knows(runID string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.known[runID]
+}
+
+// Resolved reports whether the ledger has a resolution entry for runID: someone
+// concluded about the run as finished.
+func (w *Writer) Resolved(runID string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.settled[runID]
 }
 
 // Size returns the number of durable lines.

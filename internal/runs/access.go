@@ -80,14 +80,20 @@ func (m *Manager) mayRead(by Caller, st *Status) policy.Decision {
 }
 
 // StatusFor is run_status for by: the run's status if by may read it, and, while the
-// run's answer is held at a gate and by may approve it, the held text (approval.text),
-// so that the approver sees what it decides.
+// run waits at a gate and by may approve it, what it decides: the held answer
+// (approval.text) or the held permission request's title (approval.title).
 func (m *Manager) StatusFor(by Caller, runID string) (*Status, error) {
 	st, err := m.Authorize(by, policy.ActionReadRun, runID)
-	if err != nil || st.Status != StatusAwaitingApproval || st.Approval == nil || st.Approval.RequestID != "" {
+	if err != nil || st.Status != StatusAwaitingApproval || st.Approval == nil || st.Approval.Decision != "" {
 		return st, err
 	}
 	if !m.decide(by, policy.ActionApproveRun, st).Allow {
+		return st, nil
+	}
+	if st.Approval.RequestID != "" {
+		a := *st.Approval
+		a.Title = st.heldTitle
+		st.Approval = &a
 		return st, nil
 	}
 	snap, err := m.lookup(runID)

@@ -459,3 +459,64 @@ func TestExternalInFlightFactsNotStale(t *testing.T) {
 		}
 	}
 }
+
+// cliResolve resolves runID in the project dir as `symbi runs resolve` does: the files
+// alone, a ledger writer, no server.
+func cliResolve(t *testing.T, dir, runID, value string) (*runs.Status, error) {
+	t.Helper()
+	root, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	store, err := journal.OpenStore(root, journal.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw, err := ledger.Open(root, store.SigningKey())
+	store.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lw.Close()
+	m, err := runs.Open(runs.Config{Root: root, Ledger: lw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Resolve(runID, value, "the run was abandoned; superseded by another", runs.Caller{ID: "cli:reviewer", Auth: "os"})
+}
+
+// TestResolvedHeldRunNotResumed: a server is killed while a run of it waits at a human
+// gate; before the next server starts, `symbi runs resolve` sees the run abandoned (no
+// terminated record, no writer) and records a resolution. The next server does not resume
+// it — a resolution concludes about a finished run — so it stays abandoned, resolved, and
+// nothing can release its text.
+func TestResolvedHeldRunNotResumed(t *testing.T) {
+	model := echoModel(t)
+	first := startRestartServer(t, gateProject(t), model, 0)
+	st, _, err := first.m.Start(context.Background(), invoke.Request{Agent: "helper", Prompt: "tell ACME", Caller: "alice", CallerAuth: "token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitStatus(t, first.m, st.RunID, runs.StatusAwaitingApproval)
+	dir := snapshotProject(t, projectDirOf(t, st)) // as kill -9 leaves it
+	first.stop()
+
+	res, err := cliResolve(t, dir, st.RunID, "superseded")
+	if err != nil || res.Status != runs.StatusAbandoned {
+		t.Fatalf("resolve of the held run between servers: %+v, %v; want it resolved as abandoned", res, err)
+	}
+
+	second := startRestartServer(t, dir, model, 0)
+	got, err := second.m.Status(st.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != runs.StatusAbandoned || got.Resolution == nil || got.Resolution.Value != "superseded" || got.Released {
+		t.Fatalf("the held run resolved while no server ran it, after the next server started: %s, resolution %+v, released %v; want abandoned, superseded, nothing released",
+			got.Status, got.Resolution, got.Released)
+	}
+	if _, err := second.m.Approve(context.Background(), runs.Caller{ID: "bob", Auth: "token"}, st.RunID, "", invoke.ApprovalApprove, "ok"); errcode.Of(err) != errcode.InvalidTransition {
+		t.Fatalf("approve_run of the resolved run: %v; want invalid_transition", err)
+	}
+}

@@ -101,7 +101,7 @@ type Resolution struct {
 type Approval struct {
 	Gate         string `json:"gate" jsonschema:"the gating policies (@gate(\"human\") forbids), comma-separated"`
 	RequestID    string `json:"request_id,omitempty" jsonschema:"a delegated agent's held permission request (absent when the answer is held)"`
-	Title        string `json:"title,omitempty" jsonschema:"the held permission request's title"`
+	Title        string `json:"title,omitempty" jsonschema:"the held permission request's title (text the agent chose): shown to a caller who may approve it while it waits, and once the run released its text"`
 	RequestedAt  string `json:"requested_at" jsonschema:"when the answer or the request was held (RFC 3339 UTC)"`
 	Deadline     string `json:"deadline,omitempty" jsonschema:"when the wait ends with timeout"`
 	Decision     string `json:"decision,omitempty" jsonschema:"approve or reject, once decided"`
@@ -146,6 +146,10 @@ type Status struct {
 	JournalProblem string `json:"journal_problem,omitempty" jsonschema:"why the journal could not be read or does not verify, if so"`
 
 	unended bool // the ledger recorded an end the journal, whole and verified, lacks
+	// heldTitle is the title of a delegated agent's held permission request, kept out of
+	// Approval until the run released its text: StatusFor shows it to an approver while
+	// the request waits.
+	heldTitle string
 }
 
 // Event is one journal record of a run.

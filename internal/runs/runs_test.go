@@ -1619,3 +1619,53 @@ func TestScanAfterFailedFirstRead(t *testing.T) {
 		t.Fatalf("list once the ledger reads: %+v, %v; want the journal on disk, abandoned", page, err)
 	}
 }
+
+// TestOtherProcessEndingIsRunning: another server makes a run's ledger entry durable just
+// before it writes the journal's terminated record (invoke's endRun). In between, with
+// its writer still holding the journal, the run is running and run_events is not done:
+// not audit_failed, which would be "done" and wrong a moment later.
+func TestOtherProcessEndingIsRunning(t *testing.T) {
+	p := newTestProject(t, nil)
+	id := newRunID(t)
+	all := records("helper", runs.StatusCompleted, "the answer", true)
+	w := p.journalRun(t, "helper", id, all[:len(all)-1], true) // started … policy_evaluated allow; the writer holds it
+	prevHead := w.Receipt().Head
+	prep, err := w.Prepare(all[len(all)-1]) // the terminated line, signed, not yet written
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The other server's run entry, durable before its terminated line (endRun).
+	if _, err := p.lw.Append(ledger.Run{RunID: id, AgentID: policy.AgentID("helper"), Agent: "helper",
+		File: journal.FileName(policy.AgentID("helper"), id), Reason: runs.StatusCompleted, Released: true,
+		Records: int64(prep.Receipt.Records), Head: prep.Receipt.Head, PrevHead: prevHead, Caller: "stdio"}); err != nil {
+		t.Fatal(err)
+	}
+	m := p.open(t) // this server (or `symbi runs`) reads the project meanwhile
+	evs, err := m.Events(context.Background(), id, 0, 100, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := *evs
+	// The other server goes on: its terminated line is written.
+	if err := w.AppendPrepared(prep); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	more, err := m.Events(context.Background(), id, first.NextCursor, 100, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := m.Status(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Done || first.Status != runs.StatusRunning {
+		t.Errorf("run_events while the other server's writer still holds the journal: status %s, done %v; want running, not done", first.Status, first.Done)
+	}
+	if len(more.Events) != 1 || more.Events[0].Type != journal.TypeTerminated || !more.Done || st.Status != runs.StatusCompleted || !st.Released {
+		t.Errorf("after the terminated record: %d more events, done %v, status %s, released %v; want the terminated event, done, completed and released",
+			len(more.Events), more.Done, st.Status, st.Released)
+	}
+}

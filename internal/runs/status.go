@@ -76,6 +76,12 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 	if f == nil {
 		f = &facts{}
 	}
+	if lr == nil && snap.ended && !f.terminated && f.problem == nil && !snap.pruned && journal.InProgress(st.Journal) {
+		// Another process's run is ending: its ledger entry is made durable just before
+		// its journal's terminated record, and its writer still holds the journal. It is
+		// running until that record is written or its writer lets go without it.
+		running = true
+	}
 	if st.Agent == "" {
 		st.Agent = f.agent
 	}
@@ -118,6 +124,13 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 		// journal the ledger does not know was placed here, or its entry was lost.
 		st.JournalProblem = "the project ledger has no entry for this finished run (a journal placed in the directory, or a lost ledger entry); its text is not served"
 		st.Released = false
+	}
+	if st.Approval != nil && st.Approval.Title != "" && !st.Released {
+		// A title is text the agent chose: withheld, as run_events withholds its line,
+		// until the run released its text (an approver of the waiting request sees it).
+		a := *st.Approval
+		st.heldTitle, a.Title = a.Title, ""
+		st.Approval = &a
 	}
 	if snap.external {
 		st.Records, st.Head = f.records, f.head

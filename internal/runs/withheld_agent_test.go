@@ -43,3 +43,63 @@ func TestDelegatedAgentTextWithheld(t *testing.T) {
 		}
 	}
 }
+
+// TestHeldPermissionTitleWithheld: the title of a delegated agent's held permission
+// request is text the agent chose. run_events withholds its approval_requested line until
+// the run released its text; run_status and list_runs hold back approval.title alike —
+// here for a run whose answer the gate denied, its wait long over.
+func TestHeldPermissionTitleWithheld(t *testing.T) {
+	const secret = "-----BEGIN PRIVATE KEY----- MIIEvQIBADANBgkqhkiG9w0BAQEFAASC"
+	p := newTestProject(t, nil)
+	m := p.open(t)
+	id := newRunID(t)
+	answer := "the denied answer " + secret
+	recs := []journal.Record{
+		journal.Started{Agent: "coder", File: "agents/coder.symbi", SourceSHA256: sum("source"), DeclarationSHA256: sum("decl"),
+			Mode: "delegated", Surface: "mcp-server", Caller: "stdio", ServerVersion: "test", DeadlineMS: 120000,
+			Provider: "acp", Model: "fake", PolicyMode: "cedar", PromptSHA256: sum("p"), PromptBytes: 1, InstructionsSHA256: sum("")},
+		journal.SessionStarted{Executor: "fake", Command: []string{"/bin/fake"}, Workspace: "/ws", ProtocolVersion: 1,
+			SessionID: "s1", PromptSHA256: sum("p"), PromptBytes: 1},
+		journal.ApprovalRequested{Gate: "commands-review", RequestID: "perm-1", TimeoutMS: 60000, Kind: "execute", Title: secret},
+		journal.ApprovalDecided{RequestID: "perm-1", Decision: "reject", Approver: "bob", ApproverAuth: "token", Reason: "no", Via: "approve_run"},
+		journal.PermissionDecided{RequestID: "perm-1", Kind: "execute", Title: secret, Paths: []string{}, Outside: []string{}, Decision: "deny",
+			PolicyIDs: []string{"commands-review"}, Errors: []string{}},
+		journal.SessionFinished{Outcome: "completed", StopReason: "end_turn", TextSHA256: sum(answer), TextBytes: int64(len(answer)), Text: answer},
+		journal.PolicyEvaluated{Action: "respond", Decision: "deny", PolicyIDs: []string{"no-private-keys"}, Errors: []string{},
+			TextSHA256: sum(answer), TextBytes: int64(len(answer))},
+		journal.Terminated{Reason: runs.StatusPolicyDenied, DurationMS: 42, Error: "denied by policy no-private-keys"},
+	}
+	p.journalRun(t, "coder", id, recs, false)
+	p.recordRun(t, "coder", id, runs.StatusPolicyDenied)
+
+	// run_events withholds every line holding the agent's words.
+	evs, err := events(t, m, id, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs.Events {
+		if strings.Contains(ev.Line, "BEGIN PRIVATE KEY") {
+			t.Fatalf("precondition: run_events serves a %s record in clear", ev.Type)
+		}
+	}
+	// run_status, as the run's own caller (who may read it), must not serve it either.
+	st, err := m.StatusFor(runs.Caller{ID: "stdio", Auth: "stdio"}, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status != runs.StatusPolicyDenied || st.Released {
+		t.Fatalf("status %s released %v; want policy_denied, not released", st.Status, st.Released)
+	}
+	if st.Approval != nil && strings.Contains(st.Approval.Title, "BEGIN PRIVATE KEY") {
+		t.Errorf("run_status of a run that ended withheld (policy_denied) serves its held permission request's title in clear (approval.title %q), the text run_events withholds", st.Approval.Title)
+	}
+	page, err := m.List(runs.Filter{Reader: &runs.Caller{ID: "stdio", Auth: "stdio"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range page.Runs {
+		if r.Approval != nil && strings.Contains(r.Approval.Title, "BEGIN PRIVATE KEY") {
+			t.Errorf("list_runs serves the withheld permission title of run %s in clear", r.RunID)
+		}
+	}
+}
