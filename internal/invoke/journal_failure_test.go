@@ -1,16 +1,22 @@
 package invoke
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"golang.org/x/sys/unix"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"symbi/internal/errcode"
 	"symbi/internal/inference"
@@ -140,5 +146,106 @@ func TestEchoedAPIKeyNotJournaled(t *testing.T) {
 	}
 	if strings.Contains(string(raw), key) {
 		t.Errorf("the run's journal holds the API key (inference_finished.error / terminated.error)")
+	}
+}
+
+// waitFlockWaiter waits until some process is blocked on a flock of the file with inode
+// ino (/proc/locks lists a blocked waiter with "->"), or fails the test after hangGuard.
+func waitFlockWaiter(t *testing.T, ino uint64) {
+	t.Helper()
+	suffix := fmt.Sprintf(":%d ", ino)
+	deadline := time.Now().Add(hangGuard)
+	for time.Now().Before(deadline) {
+		fh, err := os.Open("/proc/locks")
+		if err != nil {
+			t.Skipf("no /proc/locks: %v", err)
+		}
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			if l := sc.Text(); strings.Contains(l, "->") && strings.Contains(l, suffix) {
+				fh.Close()
+				return
+			}
+		}
+		fh.Close()
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Fatal("the run never blocked on the ledger's lock")
+}
+
+// TestRunEntryNamesDurableJournal: a run's ledger entry names the journal's head before
+// terminated (prev_head); those lines are durable before the entry is, so that a stop
+// between the entry and the journal's end — a power loss included — leaves the journal
+// one line short of its entry (incomplete: the ledger holds the outcome), never two
+// (truncated or replaced, which verification reports as tampering). The test holds the
+// ledger's flock from the "releasing" hook, so that the run waits inside the ledger
+// append with its entry not yet written, and reads the journal's durable receipt there.
+func TestRunEntryNamesDurableJournal(t *testing.T) {
+	f := newFixture(t, nil, nil, loopback.WithReply(loopback.Reply{Text: "the answer"}))
+	withLedger(t, f)
+	ledgerPath := filepath.Join(f.dir, ".symbiont", ledger.FileName)
+	var st unix.Stat_t
+	if err := unix.Stat(ledgerPath, &st); err != nil {
+		t.Fatal(err)
+	}
+	locked := make(chan *os.File, 1)
+	f.runner.hook = func(point string) {
+		if point != "releasing" {
+			return
+		}
+		fh, err := os.Open(ledgerPath)
+		if err != nil {
+			panic(err)
+		}
+		if err := unix.Flock(int(fh.Fd()), unix.LOCK_EX); err != nil {
+			panic(err)
+		}
+		locked <- fh
+	}
+	run, err := f.runner.Start(Request{Agent: "helper", Prompt: "q"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fh := <-locked
+	unlock := func() { unix.Flock(int(fh.Fd()), unix.LOCK_UN); fh.Close() }
+	defer func() {
+		if fh != nil {
+			unlock()
+		}
+	}()
+	waitFlockWaiter(t, st.Ino) // the run is in ledger.Append, its entry not yet written
+	durable := run.Durable()
+	unlock()
+	fh = nil
+	if _, err := run.Await(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(ledgerPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entry ledger.Run
+	found := false
+	for _, line := range bytes.SplitAfter(data, []byte("\n")) {
+		var env struct {
+			Payload struct {
+				Type string          `json:"type"`
+				Data json.RawMessage `json:"data"`
+			} `json:"payload"`
+		}
+		if json.Unmarshal(line, &env) == nil && env.Payload.Type == ledger.TypeRun {
+			if err := json.Unmarshal(env.Payload.Data, &entry); err != nil {
+				t.Fatal(err)
+			}
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("no run entry in the ledger")
+	}
+	if int64(durable.Records) != entry.Records-1 || durable.Head != entry.PrevHead {
+		t.Fatalf("when the run entry was appended the journal had %d durable records (head %s); the entry names %d records with prev_head %s: "+
+			"a crash then leaves the journal %d lines short of the entry, which verify --project calls tampering (exit 1), not a crash (exit 2)",
+			durable.Records, durable.Head, entry.Records, entry.PrevHead, entry.Records-int64(durable.Records))
 	}
 }

@@ -472,9 +472,9 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 // so that the record always fits (a record is at most 1 MiB).
 const maxRecordError = 4 << 10
 
-// endRun ends the run's journal with t. With a project ledger, the terminated line is
-// prepared first and the run's ledger entry — naming the receipt the journal will have —
-// made durable before the line is written: a journal never says how a run ended without
+// endRun ends the run's journal with t. With a project ledger, the journal's lines so far
+// are made durable, the terminated line prepared, and the run's ledger entry — naming the
+// receipt the journal will have — made durable before the line is written: a journal never says how a run ended without
 // the ledger knowing of it. If the ledger cannot record the run, the journal ends with
 // audit_failed instead (saying how the run had ended), and the ledger error is returned:
 // nothing is released. It returns the first failure: a run whose end could not be
@@ -482,6 +482,14 @@ const maxRecordError = 4 << 10
 // writer).
 func (r *Runner) endRun(w *journal.Writer, p *prepared, t journal.Terminated) error {
 	p.reason = reasonAuditFailed
+	if r.cfg.Ledger != nil && w.Durable() != w.Receipt() {
+		// The lines before terminated, which the entry names (prev_head), are made durable
+		// before the entry is: a stop between the entry and the journal's end, a power
+		// loss included, leaves the journal one line short of its entry, never more.
+		if err := w.Sync(); err != nil {
+			return r.recordAsFound(w, err)
+		}
+	}
 	prep, err := w.Prepare(clampError(t))
 	if err != nil {
 		return r.recordAsFound(w, err)
