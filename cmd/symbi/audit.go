@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
-	"unicode"
 
 	"golang.org/x/sys/unix"
 
@@ -217,12 +215,7 @@ func printReports(e *env, reports []*journal.Report, asJSON bool) int {
 
 // printReport writes a human-readable verification report.
 func printReport(w io.Writer, r *journal.Report) {
-	// A file name with a line break or another control character is quoted: it prints no
-	// report line of its own, and reads as a name.
-	path := r.Path
-	if strings.ContainsFunc(path, unicode.IsControl) {
-		path = strconv.Quote(path)
-	}
+	path := nameText(r.Path)
 	switch r.Status {
 	case journal.StatusComplete:
 		released := "text released"

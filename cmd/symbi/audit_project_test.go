@@ -155,3 +155,76 @@ func TestAuditProve(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditProveSizeZero: --size takes a tree size from 1 to the ledger's; an explicit
+// --size 0 is a usage error (exit 2), not the whole ledger's proof in disguise.
+func TestAuditProveSizeZero(t *testing.T) {
+	dir, _, _, _ := ledgerProject(t, 2)
+	code, out, errOut := runCLI(t, "", "audit", "prove", "--project", dir, "--run-id", "run-a", "--size", "0")
+	if code != 2 {
+		t.Fatalf("audit prove --size 0: exit %d, want 2 (a size is 1 to the ledger's)\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+}
+
+// TestPruneWithoutSymbiontIsNotFound: a project that never ran anything (no .symbiont at
+// all) has no ledger: a prune, dry or not, is refused not_found — as for a .symbiont
+// without a ledger — before any key is looked for, and creates nothing.
+func TestPruneWithoutSymbiontIsNotFound(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"audit", "prune", "--project", dir, "--older-than", "1h"},
+		{"audit", "prune", "--project", dir, "--older-than", "1h", "--dry-run"},
+	} {
+		code, _, errOut := runCLI(t, "", args...)
+		if code != 1 || !strings.Contains(errOut, "not_found") {
+			t.Errorf("%v on a project without .symbiont: exit %d, stderr %q; want exit 1 and not_found", args, code, errOut)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, ".symbiont")); err == nil {
+		t.Errorf("a refused prune created .symbiont")
+	}
+}
+
+// TestVerifyProjectQuotesFileNames: audit verify --project prints a journal's file name
+// quoted when it holds a line break: a name placed in .symbiont/governed forges no report
+// line (here a checkpoint finding the auditor never asked for).
+func TestVerifyProjectQuotesFileNames(t *testing.T) {
+	dir, key, _, lw := ledgerProject(t, 1)
+	lw.Close()
+	forged := "checkpoint 1: consistent (size 1 of 1)" // a file name holds no "/"
+	name := "x\n" + forged + "\n.jsonl"
+	if err := os.WriteFile(filepath.Join(dir, ".symbiont", "governed", name), []byte("junk\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "", "audit", "verify", "--project", dir, "--public-key", key)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s%s", code, out, errOut)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if line == forged {
+			t.Fatalf("a journal's file name printed a report line of its own (%q):\n%s", forged, out)
+		}
+	}
+}
+
+// TestPruneRunIDNotPruned: audit prune --run-id ID fails unless ID was pruned, also when
+// the same call finished a prune a stop cut short (a pruned entry whose journal was still
+// on disk), which every prune does whatever it selects.
+func TestPruneRunIDNotPruned(t *testing.T) {
+	dir, key, files, lw := ledgerProject(t, 2)
+	// A prune stopped between its two writes: run-a's pruned entry is durable, its
+	// journal still on disk.
+	pub, err := hex.DecodeString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := journal.Verify(files[0], ed25519.PublicKey(pub), journal.VerifyOptions{})
+	if _, err := lw.Append(ledger.Pruned{RunID: "run-a", File: filepath.Base(files[0]), Records: int64(rep.Records), Head: rep.Head}); err != nil {
+		t.Fatal(err)
+	}
+	lw.Close()
+	code, out, errOut := runCLI(t, "", "audit", "prune", "--project", dir, "--run-id", "no-such-run")
+	if code != 1 || !strings.Contains(errOut, "no journal of run no-such-run to prune") {
+		t.Fatalf("prune --run-id no-such-run exited %d though that run was not pruned:\n%s%s", code, out, errOut)
+	}
+}

@@ -4,10 +4,12 @@ import (
 	"crypto/ed25519"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -39,6 +41,9 @@ func projectLedger(e *env, dir string) (*journal.Store, []ledger.Line, error) {
 		return nil, nil, errcode.Wrap(errcode.NotFound, err)
 	}
 	defer root.Close()
+	if err := ledger.Present(root); err != nil {
+		return nil, nil, err
+	}
 	store, err := journal.OpenStore(root, journal.StoreOptions{KeyFile: e.getenv("SYMBI_AUDIT_KEY_FILE")})
 	if err != nil {
 		return nil, nil, err
@@ -97,7 +102,9 @@ func runAuditProve(e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "symbi audit prove: --run-id is required")
 		return 2
 	}
-	if *size < 0 {
+	sizeGiven := false
+	fs.Visit(func(f *flag.Flag) { sizeGiven = sizeGiven || f.Name == "size" })
+	if *size < 1 && sizeGiven {
 		fmt.Fprintf(e.stderr, "symbi audit prove: --size %d: want a tree size of at least 1\n", *size)
 		return 2
 	}
@@ -184,14 +191,16 @@ func runAuditPrune(e *env, args []string) int {
 		verb = "would prune"
 	}
 	for _, p := range pruned {
-		fmt.Fprintf(e.stdout, "%s %s (run %s, %d records)\n", verb, p.File, p.RunID, p.Records)
+		fmt.Fprintf(e.stdout, "%s %s (run %s, %d records)\n", verb, nameText(p.File), nameText(p.RunID), p.Records)
 	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "symbi audit prune: %s\n", errcode.Text(err))
 		return 1
 	}
-	if *runID != "" && len(pruned) == 0 {
-		fmt.Fprintf(e.stderr, "symbi audit prune: no journal of run %s to prune\n", *runID)
+	// Every prune also finishes one a stop cut short, whatever it selects: what it
+	// pruned is not the run asked for unless that run is among it.
+	if *runID != "" && !slices.ContainsFunc(pruned, func(p ledger.Pruned) bool { return p.RunID == *runID }) {
+		fmt.Fprintf(e.stderr, "symbi audit prune: no journal of run %s to prune\n", nameText(*runID))
 		return 1
 	}
 	return 0
@@ -213,20 +222,22 @@ func runAuditVerifyProject(e *env, dir string, pub ed25519.PublicKey, checkpoint
 		printJSON(e, cmdAuditVerify.name, r)
 		return r.ExitCode()
 	}
+	// Names a journal's file name (or a problem quoting one) could forge report lines
+	// with: each is quoted or escaped, and prints no line of its own.
 	for _, f := range r.Runs {
 		if f.Problem != "" {
-			fmt.Fprintf(e.stdout, "run %s (%s): %s\n", f.RunID, f.File, f.Problem)
+			fmt.Fprintf(e.stdout, "run %s (%s): %s\n", nameText(f.RunID), nameText(f.File), cellText(f.Problem))
 		} else if f.Note != "" {
-			fmt.Fprintf(e.stdout, "run %s (%s): %s (%s)\n", f.RunID, f.File, f.Journal, f.Note)
+			fmt.Fprintf(e.stdout, "run %s (%s): %s (%s)\n", nameText(f.RunID), nameText(f.File), f.Journal, cellText(f.Note))
 		}
 	}
 	for _, p := range r.Problems {
-		fmt.Fprintln(e.stdout, p)
+		fmt.Fprintln(e.stdout, cellText(p))
 	}
 	for _, c := range r.Checkpoints {
-		fmt.Fprintln(e.stdout, c)
+		fmt.Fprintln(e.stdout, cellText(c))
 	}
-	fmt.Fprintf(e.stdout, "%s: %s: %d ledger entries, %d journals\n", dir, r.Status, r.LedgerSize, r.Journals)
+	fmt.Fprintf(e.stdout, "%s: %s: %d ledger entries, %d journals\n", nameText(dir), r.Status, r.LedgerSize, r.Journals)
 	return r.ExitCode()
 }
 

@@ -57,6 +57,12 @@ func init() {
 		}
 		h.set = map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { h.set[f.Name] = true })
+		if len(roots) > 0 && *execFile == "" {
+			// Without executors no run is delegated: the flag would say where workspaces
+			// may be for runs that cannot exist.
+			fmt.Fprintln(e.stderr, "symbi mcp: --workspace-root applies only with --executors (no run is delegated without it)")
+			return 2
+		}
 		for i, r := range roots {
 			// Checked now, for the operator: each run would otherwise be refused for it.
 			abs, err := filepath.Abs(r)

@@ -43,15 +43,18 @@ func TestHTTPOnlyFlagsWithoutHTTP(t *testing.T) {
 // TestWorkspaceRootChecked: --workspace-root is checked at start: a missing directory is a
 // usage error (exit 2), not a refusal of every delegated run; a relative one is made
 // absolute, as --project is, and a delegated run in the project itself is not refused for
-// it.
+// it. Without --executors it cannot apply: a usage error too, never ignored.
 func TestWorkspaceRootChecked(t *testing.T) {
 	dir := newE2EProject(t)
-	if code, _, stderr := runCLI(t, "", "mcp", "--project", dir, "--workspace-root", filepath.Join(t.TempDir(), "missing")); code != 2 || !strings.Contains(stderr, "--workspace-root") {
-		t.Fatalf("a missing --workspace-root: exit %d, want 2 naming the flag; stderr:\n%s", code, stderr)
-	}
 	writeFile(t, filepath.Join(dir, "agents", "coder.symbi"), "metadata { executor = \"fake\" }\nagent coder {}\n")
 	execFile := filepath.Join(t.TempDir(), "executors.json")
 	writeFile(t, execFile, `{"executors":{"fake":{"command":["/bin/true"]}}}`)
+	if code, _, stderr := runCLI(t, "", "mcp", "--project", dir, "--executors", execFile, "--workspace-root", filepath.Join(t.TempDir(), "missing")); code != 2 || !strings.Contains(stderr, "--workspace-root") || !strings.Contains(stderr, "no such file") {
+		t.Fatalf("a missing --workspace-root: exit %d, want 2 naming the flag; stderr:\n%s", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, "", "mcp", "--project", dir, "--workspace-root", t.TempDir()); code != 2 || !strings.Contains(stderr, "--workspace-root applies only with --executors") {
+		t.Fatalf("--workspace-root without --executors: exit %d, want 2 naming both flags; stderr:\n%s", code, stderr)
+	}
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -85,6 +87,16 @@ func escapeForTerminal(b []byte) []byte {
 		b = b[n:]
 	}
 	return out
+}
+
+// nameText returns a file name or an id for a report line: quoted when it holds a line
+// break or another control character, so that it prints no report line of its own and
+// reads as a name.
+func nameText(s string) string {
+	if strings.ContainsFunc(s, unicode.IsControl) {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 // cellText returns s for one cell of a table or one "key: value" row a person reads: its

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
+	"symbi/internal/errcode"
 
 	"golang.org/x/sys/unix"
 
@@ -372,12 +374,28 @@ func readLedger(path string) ([]byte, error) {
 	return data, err
 }
 
+// Present returns a not_found error (matching fs.ErrNotExist) when the project root has
+// no ledger — no .symbiont, or no ledger in it: no run is recorded there. It is checked
+// before the signing key is looked for, which such a project may not have either. Any
+// other state is for the ledger's opener to judge.
+func Present(root *os.File) error {
+	var st unix.Stat_t
+	err := unix.Fstatat(int(root.Fd()), filepath.Join(".symbiont", FileName), &st, unix.AT_SYMLINK_NOFOLLOW)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+		return errcode.Errorf(errcode.NotFound, "no project ledger at %s: no run is recorded here: %w", filepath.Join(root.Name(), ".symbiont", FileName), fs.ErrNotExist)
+	}
+	return nil
+}
+
 // ReadDurable reads the ledger of the project root for a checkpoint or a proof: found
 // from the project without following links, with the writers' lock held (no line is half
 // written) and after an fsync of the file, so that every line read is durable — a
 // checkpoint never signs a line a crash could still take back. A missing ledger is an
 // error wrapping fs.ErrNotExist.
 func ReadDurable(root *os.File) ([]byte, error) {
+	if err := Present(root); err != nil {
+		return nil, err
+	}
 	sym, err := unix.Openat(int(root.Fd()), ".symbiont", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: open .symbiont (not a symlink): %w", err)

@@ -157,16 +157,16 @@ func OpenProjectResuming(root *os.File, keyFile string, resume func(store *journ
 // opened for writing. select is given the run id and the journal file's modification
 // time.
 func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Time) bool, dryRun bool) ([]Pruned, error) {
+	// No ledger, no recorded run: nothing may be pruned, and prune creates no ledger.
+	if err := Present(root); err != nil {
+		return nil, fmt.Errorf("%w, so none can be pruned", err)
+	}
 	store, err := journal.OpenStore(root, journal.StoreOptions{KeyFile: keyFile})
 	if err != nil {
 		return nil, err
 	}
 	defer store.Close()
-	// No ledger, no recorded run: nothing may be pruned, and prune creates no ledger.
 	ledgerPath := filepath.Join(filepath.Dir(store.Dir()), FileName)
-	if _, err := os.Lstat(ledgerPath); errors.Is(err, fs.ErrNotExist) {
-		return nil, errcode.Errorf(errcode.NotFound, "no project ledger at %s: no run is recorded here, so none can be pruned", ledgerPath)
-	}
 	var (
 		w     *Writer
 		lines []Line
