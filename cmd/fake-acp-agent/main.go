@@ -88,6 +88,8 @@
 //	                                   waited for; its pid is written (atomically) to
 //	                                   pid_file. Whoever runs the agent must kill it.
 //	{"sleep": "1.5s"}                  pause (a Go duration); session/cancel cuts it short
+//	{"wait_file": "$CWD/ready"}        pause until that file exists (checked every 10 ms);
+//	                                   session/cancel cuts it short
 //	{"hang": true, "ignore_cancel": bool}
 //	                                   never finish the turn: on session/cancel answer the
 //	                                   prompt with stop reason cancelled — or, with
@@ -247,6 +249,7 @@ type step struct {
 	Write           *writeFile      `json:"write"`
 	SpawnBackground json.RawMessage `json:"spawn_background"`
 	Sleep           *string         `json:"sleep"`
+	WaitFile        *string         `json:"wait_file"`
 	Hang            *bool           `json:"hang"`
 	Crash           *int            `json:"crash"`
 	Garbage         *string         `json:"garbage"`
@@ -439,6 +442,7 @@ func (s *step) validate() error {
 		{"write", s.Write != nil},
 		{"spawn_background", s.SpawnBackground != nil},
 		{"sleep", s.Sleep != nil},
+		{"wait_file", s.WaitFile != nil},
 		{"hang", s.Hang != nil},
 		{"crash", s.Crash != nil},
 		{"garbage", s.Garbage != nil},
@@ -969,6 +973,20 @@ func (a *fakeAgent) runSteps(ctx context.Context, s *session) (acp.PromptRespons
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
+			}
+		case "wait_file":
+			for path := expand(s, *st.WaitFile); ; {
+				if _, err := os.Lstat(path); err == nil {
+					break
+				}
+				t := time.NewTimer(10 * time.Millisecond)
+				select {
+				case <-t.C:
+					continue
+				case <-ctx.Done():
+					t.Stop()
+				}
+				break
 			}
 		case "hang":
 			if !*st.Hang {

@@ -197,9 +197,8 @@ func runPolicyEval(e *env, args []string) int {
 		if abs, err := filepath.Abs(ws); err == nil {
 			ws = abs
 		}
-		t := toolUse(*tool, *title, ws, paths)
-		req = policy.NewToolRequest(a, policyDryRunID, policy.Surface, *caller, t)
-		// The workspace as the server opens it: absolute, its links resolved.
+		// The workspace as the server opens it: absolute, its links resolved; the paths
+		// located in it as the server locates an agent's (acp.Locate).
 		w, err := openDryRunWorkspace(ws, p.Path())
 		if err != nil {
 			what := "the workspace (the project directory)"
@@ -209,7 +208,15 @@ func runPolicyEval(e *env, args []string) int {
 			fmt.Fprintf(e.stderr, "symbi policy eval: %s: %s\n", what, errcode.Text(err))
 			return 1
 		}
-		pre = acp.Predecide(w, t.Kind, len(paths), t.Paths)
+		l, err := acp.Locate(w, paths)
+		if err != nil {
+			w.Close()
+			fmt.Fprintf(e.stderr, "symbi policy eval: --path: %s\n", errcode.Text(err))
+			return 1
+		}
+		t := policy.ToolUse{Kind: *tool, Title: *title, Workspace: w.Path(), Paths: l.Paths, Outside: l.Outside}
+		req = policy.NewToolRequest(a, policyDryRunID, policy.Surface, *caller, t)
+		pre = acp.Predecide(w, t.Kind, l)
 		w.Close()
 	}
 	req.CallerAuth = *callerAuth
@@ -440,29 +447,6 @@ func openDryRunWorkspace(dir, project string) (*symbiws.Workspace, error) {
 		return nil, err
 	}
 	return symbiws.Open(real, symbiws.Options{Project: project})
-}
-
-// toolUse builds the use_tool request's subject: each path made relative to the
-// workspace; an absolute path outside it, or a relative one that leaves it, is outside.
-func toolUse(kind, title, workspace string, paths []string) policy.ToolUse {
-	t := policy.ToolUse{Kind: kind, Title: title, Workspace: workspace, Paths: []string{}}
-	for _, p := range paths {
-		if filepath.IsAbs(p) {
-			rel, err := filepath.Rel(workspace, p)
-			if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-				t.Outside = append(t.Outside, p)
-				continue
-			}
-			p = rel
-		}
-		p = filepath.Clean(p)
-		if p == ".." || strings.HasPrefix(p, "../") {
-			t.Outside = append(t.Outside, p)
-			continue
-		}
-		t.Paths = append(t.Paths, p)
-	}
-	return t
 }
 
 // runAccessEval dry-runs a run-access decision against the project's policies/access.

@@ -354,3 +354,26 @@ func policyEvalMember(t *testing.T, member string, args ...string) (map[string]j
 	}
 	return obj, out
 }
+
+// TestPolicyEvalUseToolFollowsLinks: the use_tool dry run locates --path as the server
+// locates an agent's paths: through a symbolic link leading outside the workspace
+// (etc -> /etc, up -> ..) the path is outside, and the decision a deny.
+func TestPolicyEvalUseToolFollowsLinks(t *testing.T) {
+	ws := t.TempDir()
+	if err := os.Symlink("/etc", filepath.Join(ws, "etc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("..", filepath.Join(ws, "up")); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"etc/passwd", "up/elsewhere.txt"} {
+		code, out, errOut := runCLI(t, "", "policy", "eval", "--project", "../..", "--agent", "reviewer",
+			"--action", "use_tool", "--tool", "read", "--workspace", ws, "--path", path)
+		if code != 0 {
+			t.Fatalf("%s: exit %d\n%s%s", path, code, out, errOut)
+		}
+		if !strings.Contains(out, "decision: deny") {
+			t.Errorf("--path %s (a link leading outside the workspace, which the server denies as outside): the dry run says\n%s", path, out)
+		}
+	}
+}

@@ -462,13 +462,13 @@ func (r *runner) handle(u sdk.SessionUpdate) error {
 	case u.ToolCall != nil:
 		tc := u.ToolCall
 		in, inN := rawDigest(tc.RawInput)
-		paths, outside, err := r.paths(tc.Locations)
+		l, err := r.paths(tc.Locations)
 		if err != nil {
 			return err
 		}
 		return r.record(journal.ToolCall{ToolCallID: cut(string(tc.ToolCallId), journal.MaxTitleBytes), Kind: kindOf(&tc.Kind),
 			Title: cut(tc.Title, journal.MaxTitleBytes), Status: cut(string(tc.Status), journal.MaxTitleBytes),
-			Paths: capPaths(append(paths, outside...)), RawInputSHA256: in, RawInputBytes: inN}, false)
+			Paths: capPaths(slices.Concat(l.Paths, l.Outside, l.Bad)), RawInputSHA256: in, RawInputBytes: inN}, false)
 	case u.ToolCallUpdate != nil:
 		tu := u.ToolCallUpdate
 		rec := journal.ToolCallUpdate{ToolCallID: cut(string(tu.ToolCallId), journal.MaxTitleBytes)}
@@ -586,7 +586,10 @@ func (r *runner) run(ctx context.Context) Result {
 	stop := make(chan struct{})
 	jdone := make(chan struct{})
 	go func() { defer close(jdone); r.journaler(stop) }()
-	stopJournaler := sync.OnceFunc(func() { close(stop); <-jdone })
+	// The journaler may be held by what the agent can hold (a tool_call location looked up
+	// on a file system it serves): it is waited for the grace period, no longer. Records
+	// it tries after the session closed are refused (ErrSessionOver).
+	stopJournaler := sync.OnceFunc(func() { close(stop); waitWithin(jdone, cfg.Grace, cfg.Hurry) })
 	defer stopJournaler()
 
 	pctx, pcancel := context.WithCancel(context.Background())
@@ -697,27 +700,46 @@ func (r *runner) run(ctx context.Context) Result {
 	}
 
 	// The turn is over (or abandoned): drain what the SDK has handed over, then close
-	// the session to further records.
+	// the session to further records. No wait here is without bound, since the agent can
+	// hold what is waited for — a path looked up, or a file read, on a file system its own
+	// daemon serves and never answers: the drain waits the grace period (an answer whose
+	// updates could not all be journaled is not released); then the agent's processes
+	// are killed, which ends such an access when its daemon was one of them; then the
+	// close waits the grace period for an access still under way, and abandons it.
 	if gotResp && r.abortedErr() == nil {
 		done := make(chan struct{})
-		select {
-		case r.updates <- update{done: done}:
+		drained := make(chan struct{})
+		go func() {
+			defer close(drained)
 			select {
-			case <-done:
+			case r.updates <- update{done: done}:
+				select {
+				case <-done:
+				case <-r.aborted:
+				case <-r.ended:
+				}
 			case <-r.aborted:
+			case <-r.ended:
 			}
-		case <-r.aborted:
+		}()
+		if !waitWithin(drained, cfg.Grace, cfg.Hurry) {
+			r.abort(fmt.Errorf("the agent's updates could not all be journaled within the grace period (%v): one was held by a file system operation the agent can hold (a tool_call's location looked up)", cfg.Grace))
 		}
 	}
-	text := r.close()
-	stopJournaler()
-
 	r.kill()
+	text, abandoned := r.close(cfg.Grace, cfg.Hurry)
+	if abandoned {
+		note := fmt.Sprintf("a file access of the agent did not end within the grace period (%v) after its processes were killed: it was abandoned, unrecorded and unanswered", cfg.Grace)
+		if termNote != "" {
+			note = termNote + "; " + note
+		}
+		termNote = note
+	}
+	stopJournaler()
 	pcancel()
 	// The handlers still serving the agent's requests end promptly now (the session is
 	// closed, the agent dead); session_finished waits for them, within the grace period
-	// (a hurried session does not): one in the midst of a file access and its record holds
-	// the close itself (fsMu).
+	// (a hurried session does not).
 	grace := time.NewTimer(cfg.Grace)
 	select {
 	case <-r.idle():
@@ -774,10 +796,24 @@ func (r *runner) run(ctx context.Context) Result {
 
 // close closes the session to further records and returns the final answer. It waits
 // for the fs handlers between their last check and their record (fsMu); the others find
-// the session over.
-func (r *runner) close() string {
-	r.fsMu.Lock()
-	defer r.fsMu.Unlock()
+// the session over. It waits at most grace (none once hurry is closed): an access still
+// under way then is abandoned (abandoned true), and its record, should it come, is
+// refused — the session is over.
+func (r *runner) close(grace time.Duration, hurry <-chan struct{}) (text string, abandoned bool) {
+	locked := make(chan struct{})
+	go func() {
+		r.fsMu.Lock()
+		close(locked)
+	}()
+	if waitWithin(locked, grace, hurry) {
+		defer r.fsMu.Unlock()
+	} else {
+		abandoned = true
+		go func() {
+			<-locked
+			r.fsMu.Unlock()
+		}()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !errors.Is(r.abortedErr(), ErrJournal) {
@@ -786,7 +822,31 @@ func (r *runner) close() string {
 	if !r.closed.Swap(true) {
 		close(r.ended)
 	}
-	return r.text.String()
+	return r.text.String(), abandoned
+}
+
+// waitWithin waits until ch is closed, for at most d, or not at all once hurry is
+// closed. It reports whether ch was closed.
+func waitWithin(ch <-chan struct{}, d time.Duration, hurry <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+	case <-hurry:
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // serve counts one of the agent's requests in flight, for its handler to call done when
@@ -1156,15 +1216,27 @@ func (r *runner) handshake(ctx context.Context) (journal.SessionStarted, error) 
 	return st, nil
 }
 
-// paths maps ACP locations to workspace-relative paths; the ones Rel refuses are outside,
-// and so are the ones whose symbolic links lead outside (workspace.Follow). A path whose
-// links lead elsewhere inside the workspace is decided on both: its name, then where it
-// leads. All of them: what is decided on is never cut short (capPaths is for display
-// only). A path of more than workspace.MaxPathBytes bytes, or paths of more than
-// maxLocationBytes together (where they lead included), are malformed ACP (ErrMalformed):
-// the caller ends the run, before anything of the request is journaled.
-func (r *runner) paths(locs []sdk.ToolCallLocation) (paths, outside []string, err error) {
-	paths, outside = []string{}, []string{}
+// Located is what a request's locations name, as a decision sees them.
+type Located struct {
+	N       int      // the locations
+	Paths   []string // workspace-relative: each location inside, and where its links lead when that differs
+	Outside []string // the locations outside the workspace, or whose links lead outside, as sent (cut)
+	Bad     []string // the locations that are no well-formed path (a NUL byte, a name too long), as sent (cut)
+	BadErr  error    // why the first of Bad is refused
+}
+
+// Locate maps ACP locations (paths as an agent sends them) to what a decision is taken
+// on: workspace-relative paths; the ones Rel refuses as outside are outside, and so are
+// the ones whose symbolic links lead outside (workspace.Follow). A path whose links lead
+// elsewhere inside the workspace is decided on both: its name, then where it leads. All
+// of them: what is decided on is never cut short (capPaths is for display only). A path
+// that is not well-formed (workspace.ErrBadPath) is neither inside nor outside: Bad. A
+// path of more than workspace.MaxPathBytes bytes, or paths of more than maxLocationBytes
+// together (where they lead included), are malformed ACP (ErrMalformed): the caller ends
+// the run, before anything of the request is journaled. symbi policy eval locates its
+// --path flags the same way.
+func Locate(ws *workspace.Workspace, locs []string) (Located, error) {
+	l := Located{N: len(locs), Paths: []string{}, Outside: []string{}}
 	total := 0
 	add := func(p string) error {
 		if total += len(p); total > maxLocationBytes {
@@ -1172,48 +1244,74 @@ func (r *runner) paths(locs []sdk.ToolCallLocation) (paths, outside []string, er
 		}
 		return nil
 	}
-	for _, l := range locs {
-		if len(l.Path) > workspace.MaxPathBytes {
-			return nil, nil, fmt.Errorf("%w: a path of %d bytes, more than the limit of %d (PATH_MAX)", ErrMalformed, len(l.Path), workspace.MaxPathBytes)
+	for _, p := range locs {
+		if len(p) > workspace.MaxPathBytes {
+			return Located{}, fmt.Errorf("%w: a path of %d bytes, more than the limit of %d (PATH_MAX)", ErrMalformed, len(p), workspace.MaxPathBytes)
 		}
-		if err := add(l.Path); err != nil {
-			return nil, nil, err
+		if err := add(p); err != nil {
+			return Located{}, err
 		}
-		rel, err := r.cfg.Workspace.Rel(l.Path)
-		if err != nil {
-			outside = append(outside, cut(l.Path, journal.MaxTitleBytes))
-			continue
-		}
-		real, err := r.cfg.Workspace.Follow(l.Path) // as sent: ".." after a link is the kernel's
-		if err != nil || len(real) > workspace.MaxPathBytes {
-			outside = append(outside, cut(l.Path, journal.MaxTitleBytes))
-			continue
-		}
-		paths = append(paths, rel)
-		if real != rel {
-			if err := add(real); err != nil {
-				return nil, nil, err
+		rel, err := ws.Rel(p)
+		if err == nil {
+			var real string
+			if real, err = ws.Follow(p); err == nil && len(real) > workspace.MaxPathBytes {
+				err = workspace.ErrOutside
 			}
-			paths = append(paths, real)
+			if err == nil {
+				l.Paths = append(l.Paths, rel)
+				if real != rel {
+					if err := add(real); err != nil {
+						return Located{}, err
+					}
+					l.Paths = append(l.Paths, real)
+				}
+				continue
+			}
 		}
+		if errors.Is(err, workspace.ErrBadPath) {
+			if l.BadErr == nil {
+				l.BadErr = err
+			}
+			l.Bad = append(l.Bad, cut(p, journal.MaxTitleBytes))
+			continue
+		}
+		l.Outside = append(l.Outside, cut(p, journal.MaxTitleBytes))
 	}
-	return paths, outside, nil
+	return l, nil
+}
+
+// paths locates the paths of ACP locations in the run's workspace (Locate).
+func (r *runner) paths(locs []sdk.ToolCallLocation) (Located, error) {
+	ps := make([]string, len(locs))
+	for i, l := range locs {
+		ps[i] = l.Path
+	}
+	return Locate(r.cfg.Workspace, ps)
 }
 
 // Predecide is the decision on a permission request taken before any policy, or nil when
-// the policies decide it: a request naming more than journal.MaxPaths locations is denied
-// (the record holds that many, and a decision is only ever taken on what is recorded), and
-// so is one with a path (workspace-relative, as Rel returns) reaching the project's
-// governance (workspace.CheckGoverned: the audit store, the policies), or, for a delete or
-// a move, a directory holding them (workspace.HoldsGoverned: the workspace itself, or one
-// above the policies or the audit store) — whatever a policy permits, and never held at a
-// gate. symbi policy eval dry-runs the same.
-func Predecide(ws *workspace.Workspace, kind string, locations int, paths []string) *policy.Decision {
-	if locations > journal.MaxPaths {
+// the policies decide it: a request naming more than journal.MaxPaths locations is denied,
+// and so is one whose locations lead to more than journal.MaxPaths paths (where their
+// symbolic links lead included) — the record holds that many, and a decision is only ever
+// taken on what is recorded —, one with a path that is not well-formed (Bad), and one
+// with a path (workspace-relative, as Rel returns) reaching the project's governance
+// (workspace.CheckGoverned: the audit store, the policies), or, for a delete or a move, a
+// directory holding them (workspace.HoldsGoverned: the workspace itself, or one above the
+// policies or the audit store) — whatever a policy permits, and never held at a gate.
+// symbi policy eval dry-runs the same.
+func Predecide(ws *workspace.Workspace, kind string, l Located) *policy.Decision {
+	if l.N > journal.MaxPaths {
 		return &policy.Decision{Errors: []string{fmt.Sprintf("symbi: the request names %d locations, more than the limit of %d: denied without a policy decision (the record lists the first %d)",
-			locations, journal.MaxPaths, journal.MaxPaths)}}
+			l.N, journal.MaxPaths, journal.MaxPaths)}}
 	}
-	for _, p := range paths {
+	if len(l.Paths) > journal.MaxPaths {
+		return &policy.Decision{Errors: []string{fmt.Sprintf("symbi: the request's locations lead to %d paths (where their symbolic links lead included), more than the limit of %d a record holds: denied without a policy decision (the record lists the first %d)",
+			len(l.Paths), journal.MaxPaths, journal.MaxPaths)}}
+	}
+	if l.BadErr != nil {
+		return &policy.Decision{Reason: l.BadErr.Error(), Errors: []string{"symbi: " + l.BadErr.Error()}}
+	}
+	for _, p := range l.Paths {
 		if err := ws.CheckGoverned(p); err != nil {
 			return &policy.Decision{Reason: err.Error(), Errors: []string{"symbi: " + err.Error()}}
 		}
@@ -1318,13 +1416,13 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 		title = cut(*tc.Title, journal.MaxTitleBytes)
 	}
 	in, _ := rawDigest(tc.RawInput)
-	paths, outside, err := r.paths(tc.Locations)
+	l, err := r.paths(tc.Locations)
 	if err != nil {
 		return sdk.RequestPermissionResponse{}, r.malformed(err)
 	}
-	t := policy.ToolUse{Kind: kindOf(tc.Kind), Title: title, Paths: paths, Outside: outside,
+	t := policy.ToolUse{Kind: kindOf(tc.Kind), Title: title, Paths: l.Paths, Outside: l.Outside,
 		Workspace: r.cfg.Workspace.Path(), RawInputSHA256: in}
-	d := Predecide(r.cfg.Workspace, t.Kind, len(tc.Locations), paths)
+	d := Predecide(r.cfg.Workspace, t.Kind, l)
 	if d == nil {
 		if d = r.decide(ctx, t); d == nil {
 			return cancelled, nil
@@ -1338,7 +1436,7 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 		return cancelled, nil
 	}
 	rec := journal.PermissionDecided{RequestID: requestID,
-		ToolCallID: cut(string(tc.ToolCallId), journal.MaxTitleBytes), Kind: t.Kind, Title: title, Paths: capPaths(paths), Outside: capPaths(outside),
+		ToolCallID: cut(string(tc.ToolCallId), journal.MaxTitleBytes), Kind: t.Kind, Title: title, Paths: capPaths(l.Paths), Outside: capPaths(l.Outside),
 		PolicyIDs: nonNil(d.Policies), Errors: nonNil(d.Errors)}
 	want := sdk.PermissionOptionKindRejectOnce
 	if d.Allow {
@@ -1396,10 +1494,11 @@ func (r *runner) gateFS(ctx context.Context, sid sdk.SessionId, kind, method, pa
 	if sid != r.sid {
 		return "", "", sdk.NewInvalidParams(map[string]any{"error": "unknown session"})
 	}
-	paths, outside, err := r.paths([]sdk.ToolCallLocation{{Path: path}})
+	l, err := r.paths([]sdk.ToolCallLocation{{Path: path}})
 	if err != nil {
 		return "", "", r.malformed(err)
 	}
+	paths, outside := l.Paths, l.Outside
 	title := cut(method+" "+path, journal.MaxTitleBytes)
 	t := policy.ToolUse{Kind: kind, Title: title, Paths: paths, Outside: outside, Workspace: r.cfg.Workspace.Path()}
 	// A protected name (hidden, policies), a symbolic link on the way (paths then holds
@@ -1409,6 +1508,8 @@ func (r *runner) gateFS(ctx context.Context, sid sdk.SessionId, kind, method, pa
 	var d *policy.Decision
 	var refusal error
 	switch {
+	case l.BadErr != nil:
+		refusal = l.BadErr
 	case len(outside) > 0:
 	case len(paths) > 1:
 		if refusal = r.cfg.Workspace.CheckNames(paths[0]); refusal == nil {

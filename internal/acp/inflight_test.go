@@ -99,7 +99,7 @@ func TestNoFileAccessAfterClose(t *testing.T) {
 			case <-time.After(guard):
 				t.Fatal("no permission_decided")
 			}
-			r.close() // the turn ends while the decision is made durable
+			r.close(guard, nil) // the turn ends while the decision is made durable
 			close(j.release)
 			var err error
 			select {

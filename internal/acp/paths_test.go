@@ -437,3 +437,70 @@ func gateAll(e *env) (decided func() []policy.ToolUse, held func() int64) {
 		return slices.Clone(asked)
 	}, n.Load
 }
+
+// TestPermissionPathsBeyondRecord: 40 locations through one symbolic link lead to 80
+// paths (each location's name, and where it leads), more than the 64 a record holds. A
+// decision is only ever taken on what is recorded: the request is denied before any
+// policy, saying why, never allowed on paths its record would not list.
+func TestPermissionPathsBeyondRecord(t *testing.T) {
+	var locs []string
+	for i := range 40 {
+		locs = append(locs, fmt.Sprintf("$CWD/s/f%d.go", i))
+	}
+	e := newEnv(t, map[string]any{"steps": []any{
+		map[string]any{"permission": map[string]any{"tool_call_id": "p1", "kind": "edit", "title": "Edit", "locations": locs}},
+		map[string]any{"message": "done"},
+	}})
+	if err := os.Mkdir(filepath.Join(e.dir, "src"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("src", filepath.Join(e.dir, "s")); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var decided []string
+	allow := allowKinds("edit")
+	e.cfg.Decide = func(tu policy.ToolUse) policy.Decision {
+		mu.Lock()
+		decided = append(decided, tu.Paths...)
+		mu.Unlock()
+		return allow(tu)
+	}
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeCompleted)
+	pd := data[journal.PermissionDecided](t, ofType(e.entries(), journal.TypePermissionDecided)[0])
+	if pd.Decision != "deny" || len(decided) != 0 || len(pd.Errors) != 1 || !strings.Contains(pd.Errors[0], "lead to 80 paths") {
+		t.Fatalf("permission_decided %+v after the policy was asked about %d paths; want a deny before any policy, naming the 80 paths", pd, len(decided))
+	}
+	e.finishAndVerify(res)
+}
+
+// TestMalformedFSPathRefusedByItsRule: an fs request whose path is lexically inside the
+// workspace but not well-formed — a name over NAME_MAX, a NUL byte — is denied by the
+// rule "well-formed path" before any policy, not filed among the paths outside.
+func TestMalformedFSPathRefusedByItsRule(t *testing.T) {
+	for name, p := range map[string]string{
+		"a name over NAME_MAX": strings.Repeat("a", 300),
+		"a NUL byte":           "src/a\x00b.go",
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, map[string]any{"steps": []any{
+				map[string]any{"read": "$CWD/" + p, "expect_error": true},
+				map[string]any{"message": "done"},
+			}})
+			e.cfg.Decide = allowKinds("read")
+			res := e.run(nil)
+			mustOutcome(t, res, OutcomeCompleted)
+			pds := ofType(e.entries(), journal.TypePermissionDecided)
+			if len(pds) != 1 {
+				t.Fatalf("%d permission_decided", len(pds))
+			}
+			pd := data[journal.PermissionDecided](t, pds[0])
+			ev := e.eventsNamed("read")
+			if len(pd.Outside) != 0 || len(pd.Errors) == 0 || !strings.Contains(pd.Errors[0], "well-formed path") {
+				t.Fatalf("permission_decided %+v; agent heard %v — want a deny by rule \"well-formed path\", not a path outside the workspace", pd, ev)
+			}
+			e.finishAndVerify(res)
+		})
+	}
+}

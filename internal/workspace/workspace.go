@@ -215,6 +215,9 @@ func within(p, root string) bool {
 // MaxPathBytes bounds a path an agent sends (PATH_MAX): Rel refuses a longer one.
 const MaxPathBytes = 4096
 
+// MaxNameBytes bounds one name of such a path (NAME_MAX): Rel refuses a longer one.
+const MaxNameBytes = 255
+
 // Workspace is an opened, pinned workspace directory. Its methods may be called
 // concurrently; after Close they fail.
 type Workspace struct {
@@ -309,8 +312,8 @@ func (w *Workspace) withDir(f func(dirfd int) error) error {
 // "/" separators, lexically, without touching the file system. An absolute p must be the
 // workspace path (Path) or lie under it; a relative p is taken from the workspace. ".."
 // components are resolved lexically and refused when they lead outside. The workspace
-// itself maps to ".". An empty p, one with a NUL byte or one of more than MaxPathBytes
-// bytes is refused with ErrBadPath (errcode.InvalidRequest); a path outside with
+// itself maps to ".". An empty p, one with a NUL byte, one of more than MaxPathBytes
+// bytes or with a name of more than MaxNameBytes is refused with ErrBadPath (errcode.InvalidRequest); a path outside with
 // ErrOutside (errcode.ProtectedPath).
 func (w *Workspace) Rel(p string) (string, error) {
 	if len(p) > MaxPathBytes {
@@ -318,6 +321,11 @@ func (w *Workspace) Rel(p string) (string, error) {
 	}
 	if p == "" || strings.IndexByte(p, 0) >= 0 {
 		return "", errcode.Errorf(errcode.InvalidRequest, "%q: %w", p, ErrBadPath)
+	}
+	for name := range strings.SplitSeq(p, "/") {
+		if len(name) > MaxNameBytes {
+			return "", errcode.Errorf(errcode.InvalidRequest, "a name of %d bytes in %s: %w (at most %d bytes a name)", len(name), errcode.Quote(p), ErrBadPath, MaxNameBytes)
+		}
 	}
 	if p[0] == '/' {
 		if rel, ok := w.relTo(filepath.Clean(p)); ok {

@@ -307,6 +307,9 @@ func TestRel(t *testing.T) {
 		{strings.Repeat("a/", MaxPathBytes/2) + "b", "", ErrBadPath, errcode.InvalidRequest},
 		{ws + "/" + strings.Repeat("x", MaxPathBytes), "", ErrBadPath, errcode.InvalidRequest},
 		{strings.Repeat("y", 2<<20), "", ErrBadPath, errcode.InvalidRequest},
+		{"src/" + strings.Repeat("n", MaxNameBytes) + "/a", "src/" + strings.Repeat("n", MaxNameBytes) + "/a", nil, ""},
+		{"src/" + strings.Repeat("n", MaxNameBytes+1) + "/a", "", ErrBadPath, errcode.InvalidRequest}, // NAME_MAX
+		{ws + "/" + strings.Repeat("n", MaxNameBytes+1), "", ErrBadPath, errcode.InvalidRequest},
 	}
 	for _, tt := range tests {
 		got, err := w.Rel(tt.in)

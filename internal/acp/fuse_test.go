@@ -1,0 +1,253 @@
+package acp
+
+// An agent can hold a file system operation without end: a file on a FUSE file system a
+// daemon of its own serves, whose reads or lookups are never answered. These tests run
+// such a daemon — the test binary re-executed with fuseTestEnv set, a minimal FUSE server
+// that serves one file, "f", never answers its reads nor a lookup of "hang", and ignores
+// SIGTERM — and require the run to end anyway, with a complete journal. They need root
+// and /dev/fuse to mount it, and skip without them.
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const fuseTestEnv = "SYMBI_TEST_FUSE_MNT"
+
+func init() {
+	mnt := os.Getenv(fuseTestEnv)
+	if mnt == "" {
+		return
+	}
+	signal.Ignore(syscall.SIGTERM)
+	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		os.Exit(10)
+	}
+	opts := fmt.Sprintf("fd=%d,rootmode=40000,user_id=%d,group_id=%d", fd, os.Getuid(), os.Getgid())
+	if err := unix.Mount("symbitestfuse", mnt, "fuse", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		os.Exit(11)
+	}
+	_ = os.WriteFile(mnt+".ready", nil, 0o644)
+	serveFuse(fd)
+	os.Exit(0)
+}
+
+func serveFuse(fd int) {
+	le := binary.LittleEndian
+	attr := func(ino uint64) []byte {
+		b := make([]byte, 88)
+		le.PutUint64(b[0:], ino)
+		mode, nlink, size := uint32(unix.S_IFDIR|0o755), uint32(2), uint64(0)
+		if ino == 2 {
+			mode, nlink, size = unix.S_IFREG|0o644, 1, 5
+		}
+		le.PutUint64(b[8:], size)
+		le.PutUint32(b[60:], mode)
+		le.PutUint32(b[64:], nlink)
+		le.PutUint32(b[68:], uint32(os.Getuid()))
+		le.PutUint32(b[72:], uint32(os.Getgid()))
+		le.PutUint32(b[80:], 4096)
+		return b
+	}
+	reply := func(unique uint64, errno int32, payload []byte) {
+		out := make([]byte, 16+len(payload))
+		le.PutUint32(out[0:], uint32(len(out)))
+		le.PutUint32(out[4:], uint32(errno))
+		le.PutUint64(out[8:], unique)
+		copy(out[16:], payload)
+		_, _ = unix.Write(fd, out)
+	}
+	buf := make([]byte, 1<<20+4096)
+	for {
+		n, err := unix.Read(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n < 40 {
+			return
+		}
+		in := buf[:n]
+		opcode, unique, node := le.Uint32(in[4:]), le.Uint64(in[8:]), le.Uint64(in[16:])
+		body := in[40:]
+		switch opcode {
+		case 26: // INIT
+			out := make([]byte, 64)
+			le.PutUint32(out[0:], 7)
+			le.PutUint32(out[4:], 31)
+			le.PutUint32(out[8:], le.Uint32(body[8:]))
+			le.PutUint16(out[16:], 16)
+			le.PutUint16(out[18:], 12)
+			le.PutUint32(out[20:], 65536)
+			le.PutUint32(out[24:], 1)
+			reply(unique, 0, out)
+		case 1: // LOOKUP
+			name := string(bytes.TrimRight(body, "\x00"))
+			if name == "hang" {
+				continue // a lookup never answered
+			}
+			if name != "f" {
+				reply(unique, -int32(unix.ENOENT), nil)
+				continue
+			}
+			out := make([]byte, 40)
+			le.PutUint64(out[0:], 2)
+			le.PutUint64(out[16:], 3600)
+			le.PutUint64(out[24:], 3600)
+			reply(unique, 0, append(out, attr(2)...))
+		case 3: // GETATTR
+			out := make([]byte, 16)
+			le.PutUint64(out[0:], 3600)
+			reply(unique, 0, append(out, attr(node)...))
+		case 14: // OPEN
+			out := make([]byte, 16)
+			le.PutUint64(out[0:], 1)
+			le.PutUint32(out[8:], 1) // FOPEN_DIRECT_IO
+			reply(unique, 0, out)
+		case 15: // READ: never answered
+		case 2, 42, 36: // FORGET, BATCH_FORGET, INTERRUPT: no answer
+		case 18, 25, 29: // RELEASE, FLUSH, RELEASEDIR
+			reply(unique, 0, nil)
+		default:
+			reply(unique, -int32(unix.ENOSYS), nil)
+		}
+	}
+}
+
+// TestHeldReadEndsRun: an allowed read of a file whose daemon, started by the agent,
+// never answers holds the handler in the kernel; at the run's deadline the agent's
+// processes are killed before the session closes — its daemon with them, which ends the
+// read — and the run ends timeout with a complete journal.
+func TestHeldReadEndsRun(t *testing.T) {
+	e, res := fuseRun(t, true, []any{
+		map[string]any{"read": "$CWD/mnt/f"},
+		map[string]any{"message": "done"},
+	})
+	mustOutcome(t, res, OutcomeTimeout)
+	e.finishAndVerify(res)
+}
+
+// TestHeldToolCallEndsRun: a tool_call whose location's lookup the agent's daemon never
+// answers holds the journaler; the agent then ends its turn. The drain waits the grace
+// period, no longer: the run ends with an error (its updates could not all be journaled,
+// so its answer is not released) and a complete journal.
+func TestHeldToolCallEndsRun(t *testing.T) {
+	e, res := fuseRun(t, true, []any{
+		map[string]any{"tool_call": map[string]any{"id": "t1", "kind": "read", "title": "Read", "locations": []string{"$CWD/mnt/hang"}}},
+		map[string]any{"message": "done"},
+	})
+	mustOutcome(t, res, OutcomeError)
+	if res.Err == nil || !strings.Contains(res.Err.Error(), "could not all be journaled within the grace period") {
+		t.Fatalf("error %v; want the updates not all journaled", res.Err)
+	}
+	e.finishAndVerify(res)
+}
+
+// TestHeldReadAbandoned: the same read, from a daemon the agent did not start (killing the
+// agent's processes does not end it): the close waits the grace period for the access,
+// then abandons it, and the run ends timeout, saying so, with a complete journal.
+func TestHeldReadAbandoned(t *testing.T) {
+	e, res := fuseRun(t, false, []any{
+		map[string]any{"read": "$CWD/mnt/f"},
+		map[string]any{"message": "done"},
+	})
+	mustOutcome(t, res, OutcomeTimeout)
+	if res.Err == nil || !strings.Contains(res.Err.Error(), "a file access of the agent did not end within the grace period") {
+		t.Fatalf("error %v; want the access abandoned", res.Err)
+	}
+	e.finishAndVerify(res)
+}
+
+// fuseRun runs a session with the FUSE daemon on <workspace>/mnt — started by the agent
+// (byAgent), or by the test — whose agent then takes steps. The run's deadline is 6 s; it
+// must end within guard.
+func fuseRun(t *testing.T, byAgent bool, steps []any) (*env, Result) {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("mounting the FUSE file system needs root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(t.TempDir(), "fuse.pid")
+	var script []any
+	if byAgent {
+		script = append(script,
+			map[string]any{"spawn_background": []string{self, "-test.run=^$"}, "pid_file": pidFile},
+			map[string]any{"wait_file": "$CWD/mnt.ready"})
+	}
+	e := newEnv(t, map[string]any{"steps": append(script, steps...)})
+	mnt := filepath.Join(e.dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// stopDaemon kills the daemon if it still runs (known by its environment, so that a
+	// pid reused since is never signalled), and unmounts.
+	stopDaemon := func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+				if env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid)); err == nil && bytes.Contains(env, []byte(fuseTestEnv+"="+mnt+"\x00")) {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		_ = unix.Unmount(mnt, unix.MNT_DETACH)
+	}
+	t.Cleanup(stopDaemon)
+	if byAgent {
+		e.cfg.Env = append(e.cfg.Env, fuseTestEnv+"="+mnt)
+	} else {
+		cmd := exec.Command(self, "-test.run=^$")
+		cmd.Env = append(os.Environ(), fuseTestEnv+"="+mnt)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go cmd.Wait()
+		if err := os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(guard); ; time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(mnt + ".ready"); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the FUSE daemon did not mount")
+			}
+		}
+	}
+	e.cfg.Decide = allowKinds("read")
+	e.cfg.Grace = 300 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	defer cancel()
+	done := make(chan Result, 1)
+	go func() { done <- Run(ctx, e.cfg) }()
+	select {
+	case res := <-done:
+		if _, err := os.Stat(mnt + ".ready"); err != nil {
+			t.Fatalf("the FUSE daemon did not mount (%v); the run ended %q: %v", err, res.Outcome, res.Err)
+		}
+		return e, res
+	case <-time.After(guard):
+		stopDaemon() // releases the run
+		<-done
+		t.Fatal("the run did not end: it waited on a file system operation the daemon holds")
+	}
+	return nil, Result{}
+}
