@@ -104,7 +104,7 @@ func CheckPlace(ws, project, keyFile string) error {
 				return refused(fmt.Sprintf("is in the project's hidden directory %s", c))
 			}
 		}
-		if rel == "policies" || strings.HasPrefix(rel, "policies/") {
+		if underFold(rel, "policies") {
 			return refused("is in the project's policies directory")
 		}
 	}
@@ -120,7 +120,7 @@ func CheckPlace(ws, project, keyFile string) error {
 		return nil
 	}
 	for _, c := range strings.Split(strings.TrimPrefix(dir[len(ws):], "/"), "/") {
-		if c == ".symbiont" {
+		if strings.EqualFold(c, ".symbiont") {
 			return nil
 		}
 	}
@@ -445,10 +445,11 @@ func (w *Workspace) CheckNames(rel string) error {
 	return w.checkPolicies(rel)
 }
 
-// checkPolicies refuses rel at or under a protected policies directory (ErrPolicies).
+// checkPolicies refuses rel at or under a protected policies directory (ErrPolicies),
+// whatever the case of its names.
 func (w *Workspace) checkPolicies(rel string) error {
 	for _, p := range w.policies {
-		if rel == p || strings.HasPrefix(rel, p+"/") {
+		if underFold(rel, p) {
 			var detail error
 			if p != "policies" {
 				detail = fmt.Errorf("the project's policies directory %s", p)
@@ -467,7 +468,7 @@ func (w *Workspace) checkPolicies(rel string) error {
 // symbi's own file access (CheckNames) refuses them all.
 func (w *Workspace) CheckGoverned(rel string) error {
 	for _, c := range strings.Split(rel, "/") {
-		if c == ".symbiont" {
+		if strings.EqualFold(c, ".symbiont") {
 			return refuse(errcode.ProtectedPath, rel, ErrAuditStore, nil)
 		}
 	}
@@ -483,11 +484,28 @@ func (w *Workspace) HoldsGoverned(rel string) bool {
 	}
 	for _, p := range w.policies {
 		store := path.Join(path.Dir(p), ".symbiont")
-		if strings.HasPrefix(p, rel+"/") || strings.HasPrefix(store, rel+"/") {
+		if rel != p && underFold(p, rel) || rel != store && underFold(store, rel) {
 			return true
 		}
 	}
 	return false
+}
+
+// underFold reports whether the slash-separated path rel is dir or lies under it, its
+// names compared without regard to case: on a case-insensitive file system (casefold
+// ext4, vfat, SMB) "Policies" is the policies directory, and a protected name is
+// protected in every case.
+func underFold(rel, dir string) bool {
+	rs, ds := strings.Split(rel, "/"), strings.Split(dir, "/")
+	if len(rs) < len(ds) {
+		return false
+	}
+	for i, d := range ds {
+		if !strings.EqualFold(rs[i], d) {
+			return false
+		}
+	}
+	return true
 }
 
 // openDir opens the directory made of parts beneath dirfd without following a symbolic

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -661,5 +662,51 @@ func TestFollow(t *testing.T) {
 			continue
 		}
 		checkRefusal(t, fmt.Sprintf("Follow(%q)", tt.rel), err, tt.rule, errcode.ProtectedPath)
+	}
+}
+
+// TestProtectedNamesFoldCase: the protected names are compared without regard to case.
+// On a case-insensitive file system (casefold ext4 or tmpfs, vfat, exfat, SMB) "Policies"
+// is the policies directory and ".SYMBIONT" the audit store; refusing them in every case,
+// whatever the file system, is the rule that cannot fail open.
+func TestProtectedNamesFoldCase(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for _, tt := range []struct {
+		rel  string
+		want error
+	}{
+		{".SYMBIONT/governed/audit-signing.key", ErrAuditStore},
+		{".Symbiont/ledger.jsonl", ErrAuditStore},
+		{"sub/.symbioNT/x", ErrAuditStore},
+		{"POLICIES/respond.cedar", ErrPolicies},
+		{"Policies", ErrPolicies},
+	} {
+		if err := w.CheckGoverned(tt.rel); !errors.Is(err, tt.want) {
+			t.Errorf("CheckGoverned(%q) = %v, want %v", tt.rel, err, tt.want)
+		}
+	}
+	if _, _, err := w.WriteText("Policies/evil.cedar", "permit(principal, action, resource);\n", 1<<20); !errors.Is(err, ErrPolicies) {
+		t.Errorf("WriteText(\"Policies/evil.cedar\") = %v, want ErrPolicies", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "Policies")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the refused write made Policies/: %v", err)
+	}
+	if !w.HoldsGoverned("POLICIES") {
+		t.Error(`HoldsGoverned("POLICIES") = false; a move of it takes the policies on a case-insensitive file system`)
+	}
+	// A workspace at the project's POLICIES is its policies directory there.
+	if err := os.Mkdir(filepath.Join(dir, "POLICIES"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckPlace(filepath.Join(dir, "POLICIES"), dir, ""); !errors.Is(err, ErrWorkspaceGoverned) {
+		t.Errorf("CheckPlace(<project>/POLICIES) = %v, want ErrWorkspaceGoverned", err)
 	}
 }
