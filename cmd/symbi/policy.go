@@ -481,7 +481,7 @@ func runAccessEval(e *env, set map[string]bool, args []string, dir string, asJSO
 			fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
 			return 1
 		}
-		req.Agent = a.Admission.Agent
+		req = policy.NewStartRequest(a, req.Caller, req.CallerAuth)
 	} else {
 		req.Run = run
 	}

@@ -9,6 +9,8 @@ import (
 	cedar "github.com/cedar-policy/cedar-go"
 	"github.com/cedar-policy/cedar-go/types"
 	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
+
+	"symbi/internal/project"
 )
 
 // The run-access actions: who may start, read, cancel, resolve and approve runs. They are
@@ -32,7 +34,21 @@ type AccessRequest struct {
 	Caller     string // the caller's id: the principal Caller::"<id>"
 	CallerAuth string // how it was authenticated: principal.auth ("stdio", "token", "jwt", "none")
 	Agent      string // start_run: the agent's declared name, the resource Agent::"<name>"
-	Run        *RunResource
+	// start_run: the agent's attributes, as the respond principal's (NewStartRequest).
+	AgentID      string
+	File         string
+	Capabilities []string
+	SourceSHA256 string
+	Run          *RunResource
+}
+
+// NewStartRequest builds the start_run request of caller for a, an admitted agent: the
+// resource Agent::"<declared name>" with the attributes it has as the respond principal
+// (policies/symbi.cedarschema declares one Agent).
+func NewStartRequest(a *project.Agent, caller, callerAuth string) AccessRequest {
+	adm := a.Admission
+	return AccessRequest{Action: ActionStartRun, Caller: caller, CallerAuth: callerAuth, Agent: adm.Agent,
+		AgentID: AgentID(adm.Agent), File: a.Entry.File, Capabilities: adm.Capabilities, SourceSHA256: a.SourceSHA256}
 }
 
 // RunResource is the resource Run::"<id>" of the access actions other than start_run.
@@ -49,7 +65,7 @@ type RunResource struct {
 // own files). It never fails: a set it cannot fully use is in deny_all mode, and then
 // every access decision is a deny.
 func LoadAccess(root *os.File) *Set {
-	l := &loader{set: &Set{}, ids: map[string]string{}, decides: AccessActions}
+	l := &loader{set: &Set{}, ids: map[string]string{}, decides: AccessActions, model: accessModel}
 	l.loadAccess(root)
 	s := l.finish()
 	s.mentions = map[string]bool{}
@@ -184,6 +200,7 @@ func accessCedarRequest(r AccessRequest) (cedar.Request, types.EntityMap) {
 	var resource types.EntityUID
 	if r.Action == ActionStartRun {
 		resource = types.NewEntityUID("Agent", types.String(r.Agent))
+		entities[resource] = types.Entity{UID: resource, Attributes: agentAttributes(r.AgentID, r.File, r.Capabilities, r.SourceSHA256)}
 	} else {
 		resource = types.NewEntityUID("Run", types.String(r.Run.ID))
 		entities[resource] = types.Entity{UID: resource, Attributes: types.NewRecord(types.RecordMap{

@@ -240,3 +240,46 @@ func TestShippedAccessPolicies(t *testing.T) {
 		}
 	}
 }
+
+// TestStartRunAgentMatchesSchema: the start_run resource is the Agent entity of the
+// shipped schema (policies/symbi.cedarschema), with its attributes: a policy that
+// validates against the schema decides on them, without an evaluation error.
+func TestStartRunAgentMatchesSchema(t *testing.T) {
+	text, err := os.ReadFile("../../policies/symbi.cedarschema")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sch schema.Schema
+	sch.SetFilename("policies/symbi.cedarschema")
+	if err := sch.UnmarshalCedar(text); err != nil {
+		t.Fatal(err)
+	}
+	resolved, err := sch.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := validate.New(resolved)
+	dir := makeProject(t, map[string]string{"policies/access/start.cedar": `@id("start-reviewers")
+permit (principal is Caller, action == Action::"start_run", resource is Agent)
+when { resource.capabilities.contains("code_review") };
+`}, nil)
+	root, err := os.Open(dir)
+	must(t, err)
+	defer root.Close()
+	s := LoadAccess(root)
+	if s.Mode != ModeCedar {
+		t.Fatalf("mode %s: %s", s.Mode, s.Reason)
+	}
+	if err := v.Policy("start-reviewers", (*xast.Policy)(s.compiled[0].AST())); err != nil {
+		t.Fatalf("setup: the policy does not validate against the shipped schema: %v", err)
+	}
+	req := AccessRequest{Action: ActionStartRun, Caller: "alice", CallerAuth: "token", Agent: "reviewer",
+		AgentID: AgentID("reviewer"), File: "agents/reviewer.symbi", Capabilities: []string{"code_review"}, SourceSHA256: strings.Repeat("a", 64)}
+	if d := s.DecideAccess(req); !d.Allow || len(d.Errors) > 0 {
+		t.Errorf("start_run of an agent declaring code_review: %+v; want allowed by start-reviewers", d)
+	}
+	req.Capabilities = []string{"other"}
+	if d := s.DecideAccess(req); d.Allow || len(d.Errors) > 0 {
+		t.Errorf("start_run of an agent not declaring code_review: %+v; want denied without an error", d)
+	}
+}

@@ -158,15 +158,7 @@ func invalid(r Request) (Decision, bool) {
 func cedarRequest(r Request) (cedar.Request, types.EntityMap) {
 	principal := types.NewEntityUID("Agent", types.String(r.Agent))
 	entities := types.EntityMap{
-		principal: {
-			UID: principal,
-			Attributes: types.NewRecord(types.RecordMap{
-				"agent_id":      types.String(r.AgentID),
-				"file":          types.String(r.File),
-				"capabilities":  stringSet(r.Capabilities),
-				"source_sha256": types.String(r.SourceSHA256),
-			}),
-		},
+		principal: {UID: principal, Attributes: agentAttributes(r.AgentID, r.File, r.Capabilities, r.SourceSHA256)},
 	}
 	if r.Action == ActionUseTool {
 		return cedar.Request{
@@ -347,4 +339,15 @@ func (s *Set) allGated(ids []string) bool {
 		}
 	}
 	return len(ids) > 0
+}
+
+// agentAttributes are the attributes of an Agent entity (policies/symbi.cedarschema): the
+// respond and use_tool principal, and the start_run resource.
+func agentAttributes(agentID, file string, capabilities []string, sourceSHA256 string) types.Record {
+	return types.NewRecord(types.RecordMap{
+		"agent_id":      types.String(agentID),
+		"file":          types.String(file),
+		"capabilities":  stringSet(capabilities),
+		"source_sha256": types.String(sourceSHA256),
+	})
 }

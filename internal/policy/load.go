@@ -28,6 +28,7 @@ type loader struct {
 	// names none of them (only the other set's) is a problem — a forbid moved into the
 	// wrong directory would otherwise deny nothing, unsaid.
 	decides  []string
+	model    model // what the set's requests carry: a scope naming anything else is a problem
 	set      *Set
 	digest   hash.Hash // SHA-256 of the digest input, written file by file; nil before the first
 	total    int
@@ -39,7 +40,7 @@ type loader struct {
 // directory descriptor, and returns the resulting Set. It never fails: anything
 // configured that cannot be used yields a Set in deny_all mode with a Reason.
 func Load(root *os.File) *Set {
-	l := &loader{set: &Set{}, ids: map[string]string{}, decides: []string{ActionRespond, ActionUseTool}}
+	l := &loader{set: &Set{}, ids: map[string]string{}, decides: []string{ActionRespond, ActionUseTool}, model: respondModel}
 	l.load(root)
 	return l.finish()
 }
@@ -191,6 +192,10 @@ func (l *loader) list(dir *os.File, rel string) (names []string, hasSurface, ok 
 	for _, e := range entries {
 		name := e.Name()
 		switch {
+		case strings.HasSuffix(name, ".cedar") && !utf8.ValidString(name):
+			// Its policies' ids carry the name, and a decision's ids are journaled as
+			// JSON text: two such names could be recorded as one.
+			l.fail(rel, "the policy file name %q is not valid UTF-8: a decision records its policies' ids, which carry the file's name; rename it", name)
 		case strings.HasSuffix(name, ".cedar"):
 			names = append(names, name)
 		case rel == Dir && name == surfaceEntry:
@@ -393,6 +398,10 @@ func (l *loader) parse(file string, data []byte) {
 				msg = fmt.Sprintf("policy %s names no Action entity in its action scope (a misspelt type?): it would never apply", id)
 			}
 			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column, Message: msg})
+			continue
+		}
+		if why := l.model.scopeProblem(p); why != "" {
+			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column, Message: fmt.Sprintf("policy %s: %s", id, why)})
 			continue
 		}
 		l.set.policies = append(l.set.policies, Policy{ID: id, File: file, Line: pos.Line, Column: pos.Column, Effect: effect, Gate: string(gate)})

@@ -387,3 +387,40 @@ func TestParseProblemPositionAfterGoodEscapes(t *testing.T) {
 		t.Errorf("problem %q: want it on line 7, the \\u{D800}", p.String())
 	}
 }
+
+// TestNonUTF8FileNameRefused: the ids of a file's policies without @id carry its name,
+// and a decision's ids are journaled as JSON text, where invalid bytes become U+FFFD:
+// two such files' policies would be recorded under one id. A *.cedar name that is not
+// valid UTF-8 puts the set in deny_all, naming the file.
+func TestNonUTF8FileNameRefused(t *testing.T) {
+	dir := makeProject(t, map[string]string{
+		"policies/\xfe.cedar": "permit (principal, action == Action::\"respond\", resource);\n",
+		"policies/\xff.cedar": "forbid (principal, action == Action::\"respond\", resource) when { context.response like \"*secret*\" };\n",
+	}, nil)
+	s := loadDir(t, dir)
+	if s.Mode != ModeDenyAll || !strings.Contains(s.Reason, "is not valid UTF-8") || !strings.Contains(s.Reason, `"\xfe.cedar"`) {
+		t.Fatalf("mode %s (%s); want deny_all naming the file", s.Mode, s.Reason)
+	}
+}
+
+// TestMisspeltEntityTypeInScope: a scope naming an entity type no request of the set
+// carries (Respnse, Agnet, a Caller in the respond set) or a Tool id that is no tool kind
+// would never apply: a forbid so written denies nothing, unsaid. The set is deny_all,
+// naming the policy and what it names.
+func TestMisspeltEntityTypeInScope(t *testing.T) {
+	for _, forbid := range []string{
+		`@id("no-secrets") forbid (principal, action == Action::"respond", resource is Respnse) when { context.response like "*SECRET*" };`,
+		`@id("no-secrets") forbid (principal is Agnet, action == Action::"respond", resource) when { context.response like "*SECRET*" };`,
+		`@id("no-secrets") forbid (principal in Agnet::"a", action == Action::"respond", resource) when { context.response like "*SECRET*" };`,
+		`@id("no-secrets") forbid (principal, action == Action::"use_tool", resource == Tool::"exectue") when { context.response like "*SECRET*" };`,
+		`@id("no-secrets") forbid (principal is Caller, action == Action::"respond", resource) when { context.response like "*SECRET*" };`,
+	} {
+		s := loadDir(t, makeProject(t, map[string]string{"policies/a.cedar": permitAll + "\n" + forbid + "\n"}, nil))
+		if s.Mode != ModeDenyAll || !strings.Contains(s.Reason, "policy no-secrets: its ") || !strings.Contains(s.Reason, "it would never apply") {
+			t.Errorf("%s\n  mode %s (%s); want deny_all naming the policy and the type", strings.TrimSpace(forbid), s.Mode, s.Reason)
+		}
+		if d := s.Decide(request("a", "the SECRET is 42")); d.Allow {
+			t.Errorf("%s\n  released the text the forbid was written to withhold: %+v", strings.TrimSpace(forbid), d)
+		}
+	}
+}

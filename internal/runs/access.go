@@ -42,9 +42,7 @@ func (m *Manager) AuthorizeStart(by Caller, name string) error {
 		// invalid or unknown name, a refused definition).
 		return nil
 	}
-	agent := a.Admission.Agent
-	return denied(by, policy.ActionStartRun, "agent "+agent, m.access().DecideAccess(policy.AccessRequest{
-		Action: policy.ActionStartRun, Caller: by.ID, CallerAuth: by.Auth, Agent: agent}))
+	return denied(by, policy.ActionStartRun, "agent "+a.Admission.Agent, m.access().DecideAccess(policy.NewStartRequest(a, by.ID, by.Auth)))
 }
 
 // Authorize decides whether by may take action (read_run, cancel_run, resolve_run,
