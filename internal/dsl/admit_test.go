@@ -363,7 +363,7 @@ func TestAnalyzeManyAgents(t *testing.T) {
 // TestLoneLineBreaksRefused: to an editor (and to the model, which is sent the
 // declaration's bytes) a lone CR, or U+2028 and its kin, may end a line, and a comment
 // with it: what follows would look like code — a schedule, a function — that a parse
-// reading the comment on to "\n" skips, and admission with it. Spec dsl.md, Lexical:
+// reading the comment on to "\n" skips, and admission with it. docs/dsl.md, Lexical:
 // "comments run from `//` or `#` to end of line"; rule 2: any top-level `schedule` ...
 // or `function` → refused; rule 4: "no functions". Such a file is refused.
 func TestLoneLineBreaksRefused(t *testing.T) {
@@ -421,8 +421,8 @@ func TestFirstSyntaxErrorReported(t *testing.T) {
 	}
 }
 
-// TestMissingExpressionSaysExpected: spec dsl.md, Parse result: "A syntax error reports
-// `line:column` (1-based) and what was expected." Where an expression is missing (an empty
+// TestMissingExpressionSaysExpected: a syntax error reports
+// `line:column` (1-based) and what was expected. Where an expression is missing (an empty
 // rule selector, condition, right side, argument), the parser knows an expression was
 // expected, and says so.
 func TestMissingExpressionSaysExpected(t *testing.T) {

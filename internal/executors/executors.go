@@ -57,6 +57,10 @@ const (
 	pathEnvName  = "PATH"
 )
 
+// Conversational is the metadata executor of a conversational agent (the DSL's "orga"):
+// no coding agent may be registered under it.
+const Conversational = "orga"
+
 // ErrInvalid is wrapped by every refusal of an executors file.
 var ErrInvalid = errors.New("invalid executors file")
 
@@ -157,6 +161,9 @@ func Parse(data []byte, getenv func(string) string) (*Registry, error) {
 	for name, e := range f.Executors {
 		if !validName(name) {
 			return nil, invalid("executor name %s: want 1 to %d of a-z, 0-9, '_' and '-', starting with a letter", errcode.Quote(name), MaxNameBytes)
+		}
+		if name == Conversational {
+			return nil, invalid("executor name %q is reserved: an agent naming it is conversational (a model answers), so this coding agent would never run", name)
 		}
 		command := make([]string, len(e.Command))
 		for i, a := range e.Command {

@@ -63,6 +63,7 @@ func TestParse(t *testing.T) {
 		{"a NUL byte in an argument", bin, `{"executors":{"a":{"command":["agent-acp","x\u0000y"]}}}`, nil, "NUL"},
 		{"a bad name", bin, `{"executors":{"Claude":{"command":["agent-acp"]}}}`, nil, "executor name"},
 		{"a name with a slash", bin, `{"executors":{"a/b":{"command":["agent-acp"]}}}`, nil, "executor name"},
+		{"the conversational executor's name", bin, `{"executors":{"orga":{"command":["agent-acp"]}}}`, nil, `executor name "orga" is reserved`},
 		{"a long bad name, quoted clipped", bin, `{"executors":{"` + strings.Repeat("N", 10000) + `":{"command":["agent-acp"]}}}`, nil, `NNN"…(10000 bytes in all)`},
 		{"an unknown member", bin, `{"executors":{"a":{"command":["agent-acp"],"shell":true}}}`, nil, "unknown field"},
 		{"an unknown top-level member", bin, `{"executors":{},"extra":1}`, nil, "unknown field"},

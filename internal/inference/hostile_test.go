@@ -143,8 +143,8 @@ func TestInformationalAnswerRefused(t *testing.T) {
 // "Received API Key = ...", a debugging proxy) must not get that key into the error: the
 // error reaches the (untrusted) MCP client, the journal (shared with auditors) and the
 // server log. Expected: the key does not appear in err.Error(); the excerpt has it
-// redacted. Contract: the brief's "credentials (API keys) never in the journal, errors or
-// logs"; docs/providers.md "Error messages never contain the key"; security-model.md
+// redacted. Contract: credentials (API keys) are never in the journal, errors or logs;
+// docs/providers.md "Error messages never contain the key"; security-model.md
 // trusts the MCP client with nothing.
 func TestErrorNeverQuotesAPIKey(t *testing.T) {
 	const key = "sk-review-0123456789abcdef"
@@ -180,9 +180,9 @@ func TestErrorNeverQuotesAPIKey(t *testing.T) {
 
 // TestHugeErrorBodyKeepsStatus: a 429 (or any non-2xx) whose body passes 4 MiB is
 // still the provider's status answer: the message must name the HTTP status and, for a
-// 429, say "rate limited" with its Retry-After. Contract: product.md, Inference providers:
-// "Provider errors become inference_failed with the HTTP status and a bounded excerpt; a
-// 429 says so"; docs/providers.md: "a 429 message says `rate limited` and quotes
+// 429, say "rate limited" with its Retry-After. Contract: a provider error becomes
+// inference_failed with the HTTP status and a bounded excerpt, and a 429 says so;
+// docs/providers.md: "a 429 message says `rate limited` and quotes
 // `Retry-After`": the status is judged before the body's size.
 func TestHugeErrorBodyKeepsStatus(t *testing.T) {
 	huge := `{"error":{"message":"slow down","pad":"` + strings.Repeat("a", 5<<20) + `"}}`

@@ -116,8 +116,8 @@ func TestCutBackKeepsProjectVerifiable(t *testing.T) {
 // must not get the operator's key into the run's journal — read by auditors, kept for good
 // — nor into the error returned to the MCP client, which security-model.md trusts with
 // nothing. Expected: inference_failed with an audit reference; neither the journal file nor
-// the error text contains the key. Contract: the brief's "credentials (API keys) never in
-// the journal, errors or logs"; docs/providers.md "Error messages never contain the key".
+// the error text contains the key. Contract: credentials (API keys) are never in the
+// journal, errors or logs; docs/providers.md "Error messages never contain the key".
 func TestEchoedAPIKeyNotJournaled(t *testing.T) {
 	const key = "sk-review-0123456789abcdef"
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -222,7 +222,7 @@ func TestInitOversizeGitignore(t *testing.T) {
 // must refuse it with a user-facing code naming it, as openParent already intends
 // (protected_path: "... is a symbolic link or not a directory"), and change nothing.
 // docs/errors.md: `internal` is "a bug or an unexpected system failure";
-// product.md: error codes are stable and meaningful.
+// error codes are stable and meaningful.
 func TestInitAgentsNotADirectory(t *testing.T) {
 	for _, d := range []string{"agents", "policies"} {
 		t.Run(d, func(t *testing.T) {

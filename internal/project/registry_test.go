@@ -479,7 +479,7 @@ func TestPrepareRegistry(t *testing.T) {
 // the listing and Resolve agree — the printable agent is either resolvable (the escaped
 // name cannot collide with a real one) or listed as not invocable with the reason
 // Resolve gives; and no two entries have the same file (a name with a backslash is
-// shown escaped too: "bad\\xff"). The spec (product.md, list_agents): each file's
+// shown escaped too: "bad\\xff"). docs/mcp-tools.md (list_agents): each file's
 // entry says "whether it is invocable"; project.md: "a stem present as both ... both
 // entries are listed as not invocable with that reason".
 func TestRegistryEscapedNameCollision(t *testing.T) {

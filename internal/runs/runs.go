@@ -108,7 +108,7 @@ type Approval struct {
 	Approver     string `json:"approver,omitempty" jsonschema:"who decided"`
 	ApproverAuth string `json:"approver_auth,omitempty" jsonschema:"how the approver was authenticated"`
 	Reason       string `json:"reason,omitempty" jsonschema:"the approver's reason"`
-	Via          string `json:"via,omitempty" jsonschema:"approve_run, or elicitation (asked of the requester's own client: not four-eyes)"`
+	Via          string `json:"via,omitempty" jsonschema:"how it was decided: approve_run (elicitation, asked of the requester's own client and not four-eyes, is reserved: this version does not make it)"`
 	// Text is the held answer, in run_status for a caller who may approve it while it
 	// waits (never for one who may not: under four eyes, not for the requester).
 	Text      *string `json:"text,omitempty" jsonschema:"the held answer, shown to a caller who may approve it while it waits"`
