@@ -256,7 +256,7 @@ type target struct {
 	note   string // another metric of the benchmark shown beside it, if any
 }
 
-// targets are the figures of the issue "performance close to the floor", in the order
+// targets are the performance targets ("close to the floor"), in the order
 // they are printed.
 var targets = []target{
 	{"journal verification vs raw ed25519.Verify", "BenchmarkVerify", "x-raw-verify", atLeast, 1.0, ratio, ""},
@@ -319,7 +319,7 @@ func (r *results) table() []byte {
 	delete(pkgs, "")
 	fmt.Fprintf(tw, "%s read, from %s\n", plural(len(r.list), "benchmark"), plural(len(pkgs), "package"))
 
-	fmt.Fprint(tw, "\nTargets (issue: performance close to the floor)\n")
+	fmt.Fprint(tw, "\nTargets (performance close to the floor)\n")
 	fmt.Fprint(tw, "MEASURE\tVALUE\tRUNS\tTARGET\tSTATUS\tNOTE\n")
 	count := map[string]int{}
 	for _, t := range targets {
@@ -388,7 +388,7 @@ func formatNumber(v float64) string {
 	}
 }
 
-// formatGoal prints a target as written in the issue: a ratio with at least one decimal.
+// formatGoal prints a target as it is stated: a ratio with at least one decimal.
 func formatGoal(goal float64, unit string) string {
 	g := strconv.FormatFloat(goal, 'f', -1, 64)
 	if unit == ratio && !strings.Contains(g, ".") {

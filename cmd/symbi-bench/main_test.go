@@ -285,7 +285,7 @@ PASS
 	// Output:
 	// 2 benchmarks read, from 1 package
 	//
-	// Targets (issue: performance close to the floor)
+	// Targets (performance close to the floor)
 	// MEASURE                                                      VALUE              RUNS  TARGET   STATUS   NOTE
 	// journal verification vs raw ed25519.Verify                   -                        ≥ 1.0×   not run  no BenchmarkVerify in the input
 	// directory verification vs raw (all cores)                    -                        ≥ 1.0×   not run  no BenchmarkVerifyDir in the input

@@ -73,11 +73,13 @@ func (s *benchServers) connect(r *invoke.Runner) *mcp.ClientSession {
 	return cs
 }
 
-// fsyncFloor does the durable writes a run cannot avoid, with raw system calls: create the
-// run's file, fsync it and its directory, then three appends each followed by fsync; and
-// one line appended to the project's ledger, ledger (shared by every run, opened
-// O_APPEND), and fsynced — concurrent runs' fsyncs of it are the file system's to share,
-// as the ledger's group commit shares them.
+// fsyncFloor does the durable writes a run cannot avoid, in the order of writes, with raw
+// system calls: create the run's file, fsync it and its directory, then three appends each
+// followed by fsync (the opening records; inference_finished; policy_evaluated, durable
+// before the ledger entry names it); one line appended to the project's ledger, ledger
+// (shared by every run, opened O_APPEND), and fsynced — concurrent runs' fsyncs of it are
+// the file system's to share, as the ledger's group commit shares them; and a last append
+// and fsync (terminated).
 func fsyncFloor(dir string, ledger *os.File, i int) error {
 	// The files are kept, as journals are, so both directories grow alike.
 	d, err := os.Open(dir)
@@ -107,7 +109,13 @@ func fsyncFloor(dir string, ledger *os.File, i int) error {
 	if _, err := ledger.Write(line[:400]); err != nil {
 		return err
 	}
-	return ledger.Sync()
+	if err := ledger.Sync(); err != nil {
+		return err
+	}
+	if _, err := f.Write(line); err != nil {
+		return err
+	}
+	return f.Sync()
 }
 
 // batch runs c concurrent calls of fn and returns each call's latency.

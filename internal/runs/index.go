@@ -202,6 +202,11 @@ func (m *Manager) apply(l *ledger.Line) (added string, err error) {
 			return "", nil // a run entry says more
 		}
 		r.agentID, r.file, r.recovered, r.records, r.head = e.AgentID, e.File, e.State, e.Records, e.Head
+		if e.Caller != "" {
+			// Its owner, once its journal is pruned or unreadable: the entry names the
+			// caller its verified started record did.
+			r.caller, r.callerAuth = e.Caller, e.CallerAuth
+		}
 		r.ended, r.external, r.facts = true, false, nil
 		if isNew {
 			return e.RunID, nil

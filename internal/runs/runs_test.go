@@ -1669,3 +1669,27 @@ func TestOtherProcessEndingIsRunning(t *testing.T) {
 			len(more.Events), more.Done, st.Status, st.Released)
 	}
 }
+
+// TestRecoveredEntryKeepsOwner: a recovered entry names the run's caller (from its
+// verified started record); once the journal is pruned, the run's owner is still that
+// caller — not the stdio default — so that its access decisions stay its owner's.
+func TestRecoveredEntryKeepsOwner(t *testing.T) {
+	p := newTestProject(t, nil)
+	id := newRunID(t)
+	agentID := policy.AgentID("helper")
+	file := journal.FileName(agentID, id)
+	if _, err := p.lw.Append(ledger.Recovered{RunID: id, AgentID: agentID, File: file, State: "incomplete", Records: 2,
+		Head: strings.Repeat("a", 64), Caller: "alice", CallerAuth: "token"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.lw.Append(ledger.Pruned{RunID: id, File: file, Records: 2, Head: strings.Repeat("a", 64)}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.open(t).Status(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.JournalPruned || st.Caller != "alice" || st.CallerAuth != "token" {
+		t.Fatalf("pruned recovered run: pruned %v, caller %q (%q); want pruned, alice (token)", st.JournalPruned, st.Caller, st.CallerAuth)
+	}
+}
