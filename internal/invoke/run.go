@@ -295,6 +295,12 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 	if r.cfg.LedgerErr != nil {
 		return nil, &Error{Err: errcode.Errorf(errcode.AuditUnavailable, "the project ledger is unavailable, so no run is recorded or released: %v", r.cfg.LedgerErr)}
 	}
+	if r.cfg.Ledger != nil {
+		// A full ledger could record no end of the run: it is refused before it starts.
+		if err := r.cfg.Ledger.Room(ledger.RunRoom); err != nil {
+			return nil, &Error{Err: err}
+		}
+	}
 	// With a project ledger, the server created the store and its key when it opened the
 	// ledger: a key missing now is refused, not made afresh, and the key read must be the
 	// one the ledger signs with — a run signed with another key could not be verified with

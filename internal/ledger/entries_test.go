@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"symbi/internal/errcode"
 	"symbi/internal/journal"
 )
 
@@ -140,6 +141,12 @@ func TestOpenBoundsLedgerSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.max = w.size + 100 // the bound, MaxLedgerBytes, 100 bytes away
+	if err := w.Room(100); err != nil {
+		t.Errorf("Room(100) with 100 bytes left: %v", err)
+	}
+	if err := w.Room(RunRoom); !errors.Is(err, ErrFull) || errcode.Of(err) != errcode.AuditUnavailable {
+		t.Errorf("Room(RunRoom) with 100 bytes left: %v; want audit_unavailable, ErrFull", err)
+	}
 	if _, err := w.Append(runEntry(1)); !errors.Is(err, ErrFull) {
 		t.Errorf("an append past the bound: %v", err)
 	}

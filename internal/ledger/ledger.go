@@ -54,6 +54,10 @@ const (
 	MaxNoteBytes = 4 << 10
 	// MaxLedgerBytes bounds the ledger file a verifier reads (about 2 million runs).
 	MaxLedgerBytes = 1 << 30
+	// RunRoom is the room a run needs left in the ledger to start (Writer.Room): its
+	// entry, or a recovered entry for it, with room to spare for every run in flight
+	// beside it (an entry is well under 2 KiB).
+	RunRoom = 1 << 20
 )
 
 // ZeroHash is prev of the first line.

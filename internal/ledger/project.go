@@ -10,10 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"symbi/internal/errcode"
 
 	"golang.org/x/sys/unix"
 
+	"symbi/internal/errcode"
 	"symbi/internal/journal"
 )
 

@@ -448,6 +448,19 @@ func (w *Writer) Knows(runID string) bool {
 	return w.known[runID]
 }
 
+// Room refuses (audit_unavailable, ErrFull) when the ledger has less than need bytes left
+// before MaxLedgerBytes: a run is refused before it starts, rather than ending unrecorded
+// once its journal is written.
+func (w *Writer) Room(need int64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.size+need > w.max {
+		return errcode.Errorf(errcode.AuditUnavailable, "ledger: %d bytes, within %d of the %d a ledger may hold (a verifier reads no more), so no run can be recorded: %w (start a new project ledger)",
+			w.size, need, w.max, ErrFull)
+	}
+	return nil
+}
+
 // Resolved reports whether the ledger has a resolution entry for runID: someone
 // concluded about the run as finished.
 func (w *Writer) Resolved(runID string) bool {
