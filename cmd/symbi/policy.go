@@ -58,16 +58,16 @@ func runPolicyCheck(e *env, args []string) int {
 	code = 0
 	if set.Mode == policy.ModeDenyAll {
 		for _, p := range set.Problems {
-			fmt.Fprintln(e.stderr, p.String())
+			fmt.Fprintln(e.stderr, cellText(p.String()))
 		}
-		fmt.Fprintf(e.stderr, "symbi policy check: deny_all: every response would be denied: %s\n", set.Reason)
+		fmt.Fprintf(e.stderr, "symbi policy check: deny_all: every response would be denied: %s\n", cellText(set.Reason))
 		code = 1
 	}
 	if access.Mode == policy.ModeDenyAll {
 		for _, p := range access.Problems {
-			fmt.Fprintln(e.stderr, p.String())
+			fmt.Fprintln(e.stderr, cellText(p.String()))
 		}
-		fmt.Fprintf(e.stderr, "symbi policy check: access deny_all: every run access would be denied: %s\n", access.Reason)
+		fmt.Fprintf(e.stderr, "symbi policy check: access deny_all: every run access would be denied: %s\n", cellText(access.Reason))
 		code = 1
 	}
 	return code
@@ -376,14 +376,15 @@ func policyPrintCheck(e *env, set *policy.Set, noFiles string) {
 	for _, p := range set.Policies() {
 		byFile[p.File] = append(byFile[p.File], p)
 	}
+	// A file name or an @id with a line break prints no line of its own.
 	for _, f := range set.Files {
-		fmt.Fprintln(e.stdout, f)
+		fmt.Fprintln(e.stdout, nameText(f))
 		for _, p := range byFile[f] {
 			effect := p.Effect
 			if p.Gate != "" {
 				effect += " @gate(" + p.Gate + ")"
 			}
-			fmt.Fprintf(e.stdout, "  %s %s (%d:%d)\n", effect, p.ID, p.Line, p.Column)
+			fmt.Fprintf(e.stdout, "  %s %s (%d:%d)\n", effect, nameText(p.ID), p.Line, p.Column)
 		}
 	}
 }

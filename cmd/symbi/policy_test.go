@@ -377,3 +377,23 @@ func TestPolicyEvalUseToolFollowsLinks(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyCheckQuotesIDs: an @id with a line break (Cedar's "\n" escape) prints no line
+// of its own in `symbi policy check`: it is quoted, as a file name with one is.
+func TestPolicyCheckQuotesIDs(t *testing.T) {
+	dir := t.TempDir()
+	forged := "respond: mode default"
+	writeFile(t, filepath.Join(dir, "policies", "a.cedar"), `@id("x\n`+forged+`") permit (principal, action == Action::"respond", resource);`+"\n")
+	code, out, errOut := runCLI(t, "", "policy", "check", "--project", dir)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s%s", code, out, errOut)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if line == forged {
+			t.Fatalf("an @id printed a line of its own:\n%s", out)
+		}
+	}
+	if !strings.Contains(out, `"x\n`+forged+`"`) {
+		t.Fatalf("the @id is not shown quoted:\n%s", out)
+	}
+}
