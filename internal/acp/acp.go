@@ -1423,6 +1423,12 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 	t := policy.ToolUse{Kind: kindOf(tc.Kind), Title: title, Paths: l.Paths, Outside: l.Outside,
 		Workspace: r.cfg.Workspace.Path(), RawInputSHA256: in}
 	d := Predecide(r.cfg.Workspace, t.Kind, l)
+	if pin := r.cfg.Executor.PinMode; d == nil && pin != "" && tc.Kind != nil && *tc.Kind == sdk.ToolKindSwitchMode {
+		// Leaving the pinned mode is never the policy's to allow (a switch_mode request is
+		// kind "other" to the policies, which may permit that broadly).
+		why := fmt.Sprintf(`refused by rule "the pinned mode is kept": a switch_mode request, and the executor pins mode %s`, errcode.Quote(pin))
+		d = &policy.Decision{Reason: why, Errors: []string{"symbi: " + why}}
+	}
 	if d == nil {
 		if d = r.decide(ctx, t); d == nil {
 			return cancelled, nil

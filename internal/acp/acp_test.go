@@ -925,3 +925,27 @@ func readPID(t *testing.T, pidFile string) int {
 	}
 	return pid
 }
+
+// TestPinnedModeSwitchDenied: under a pinned mode, a permission request of kind
+// switch_mode — the agent asking to leave the pin — is denied before any policy, even one
+// that permits every kind (switch_mode is "other" to the policies).
+func TestPinnedModeSwitchDenied(t *testing.T) {
+	e := newEnv(t, map[string]any{"modes": []string{"default", "read-only"}, "require_mode": "read-only",
+		"steps": []any{
+			map[string]any{"permission": map[string]any{"tool_call_id": "p1", "kind": "switch_mode", "title": "Exit plan mode"}},
+			map[string]any{"message": "ok"},
+		}})
+	e.cfg.Executor.PinMode = "read-only"
+	asked := false
+	e.cfg.Decide = func(policy.ToolUse) policy.Decision {
+		asked = true
+		return policy.Decision{Allow: true, Policies: []string{"allow-everything"}}
+	}
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeCompleted)
+	pd := data[journal.PermissionDecided](t, ofType(e.entries(), journal.TypePermissionDecided)[0])
+	if asked || pd.Decision != "deny" || len(pd.Errors) != 1 || !strings.Contains(pd.Errors[0], "the pinned mode is kept") {
+		t.Fatalf("permission_decided %+v (policy asked: %v); want a deny by rule \"the pinned mode is kept\", no policy asked", pd, asked)
+	}
+	e.finishAndVerify(res)
+}
