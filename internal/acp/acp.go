@@ -1516,6 +1516,10 @@ func (r *runner) gateFS(ctx context.Context, sid sdk.SessionId, kind, method, pa
 	switch {
 	case l.BadErr != nil:
 		refusal = l.BadErr
+	case len(outside) == 0 && strings.HasSuffix(path, "/"):
+		// A path ending in "/" names a directory: what Rel cleaned it to may be a file,
+		// which a write would replace.
+		refusal = errcode.Errorf(errcode.ProtectedPath, "%s ends in \"/\", naming a directory: %w", errcode.Quote(path), workspace.ErrNotRegular)
 	case len(outside) > 0:
 	case len(paths) > 1:
 		if refusal = r.cfg.Workspace.CheckNames(paths[0]); refusal == nil {
