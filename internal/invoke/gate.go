@@ -55,6 +55,10 @@ type Pending struct {
 	RequestID string    // a delegated agent's held permission request ("" for the answer)
 	Title     string    // its title
 
+	// text is the held answer (HeldText): read back from the journal when it keeps clear
+	// text, it is only here in hashes-only mode.
+	text string
+
 	// delegated is set for a delegated run's wait: the run waits once per held permission
 	// request and then, perhaps, for its answer, so a decision must name the wait it is
 	// for (named).
@@ -132,7 +136,7 @@ func (r *Runner) hold(ctx context.Context, w *journal.Writer, p *prepared, gate 
 	// record (run_events wakes on it) also sees the run waiting; a decision sent meanwhile
 	// is taken once the record is durable.
 	now := time.Now()
-	defer p.gate.wait(Pending{Gate: gate, Since: now, Deadline: now.Add(wait), TextBytes: out.TextBytes, delegated: p.delegated()})()
+	defer p.gate.wait(Pending{Gate: gate, Since: now, Deadline: now.Add(wait), TextBytes: out.TextBytes, delegated: p.delegated(), text: out.Text})()
 	r.at("holding")
 	record := durably(w)
 	if err := record(journal.ApprovalRequested{Gate: gate, TextSHA256: out.TextSHA256, TextBytes: out.TextBytes, TimeoutMS: ms(wait)}); err != nil {
@@ -208,6 +212,15 @@ func (r *Runner) await(ctx context.Context, p *prepared, gate, requestID string,
 
 // Pending returns what the run waits for at a gate, or nil when it is not waiting.
 func (run *Run) Pending() *Pending { return run.p.gate.pending.Load() }
+
+// HeldText returns the answer the run holds at a gate while it waits for it (ok false when
+// it does not): what its approver decides on, also when the journal keeps only digests.
+func (run *Run) HeldText() (text string, ok bool) {
+	if pend := run.Pending(); pend != nil && pend.RequestID == "" && pend.TextBytes == int64(len(pend.text)) {
+		return pend.text, true
+	}
+	return "", false
+}
 
 // Approve decides the run's gate and returns once the decision is durable in the journal
 // and the ledger (the run then releases its text or ends withheld). A run not waiting at

@@ -135,7 +135,7 @@ func (r *Runner) Resume(h *Held) *Run {
 	p.gate.init()
 	judged, refused := r.rejudge(h, req)
 	if refused == nil {
-		p.gate.pending.Store(&Pending{Gate: h.gate, Since: h.since, Deadline: h.deadline, TextBytes: int64(len(h.text)), delegated: h.started.Mode == ModeDelegated})
+		p.gate.pending.Store(&Pending{Gate: h.gate, Since: h.since, Deadline: h.deadline, TextBytes: int64(len(h.text)), delegated: h.started.Mode == ModeDelegated, text: h.text})
 	}
 	ctx, cancel := context.WithCancelCause(r.base)
 	run := &Run{r: r, p: p, cancel: cancel, opened: make(chan struct{}), done: make(chan struct{})}

@@ -153,6 +153,13 @@ type restartServer struct {
 // reconciled, held runs reopened and resumed, a Manager over the runner.
 func startRestartServer(t *testing.T, dir string, model *loopback.Server, maxPerCaller int) *restartServer {
 	t.Helper()
+	return startServerHashes(t, dir, model, maxPerCaller, false)
+}
+
+// startServerHashes is startRestartServer with the journal keeping only digests of text
+// when hashesOnly (SYMBI_JOURNAL_TEXT=hashes).
+func startServerHashes(t *testing.T, dir string, model *loopback.Server, maxPerCaller int, hashesOnly bool) *restartServer {
+	t.Helper()
 	p, err := project.Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +181,7 @@ func startRestartServer(t *testing.T, dir string, model *loopback.Server, maxPer
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner := invoke.New(invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov, Ledger: lw})
+	runner := invoke.New(invoke.Config{Project: p, Registry: reg, Policies: policy.Load(p.Root()), Provider: prov, Ledger: lw, HashesOnly: hashesOnly})
 	m := runs.New(runs.Config{Root: p.Root(), Runner: runner, Registry: reg, Ledger: lw, MaxRunsPerCaller: maxPerCaller})
 	s := &restartServer{runner: runner, m: m}
 	for _, h := range held {
@@ -518,5 +525,31 @@ func TestResolvedHeldRunNotResumed(t *testing.T) {
 	}
 	if _, err := second.m.Approve(context.Background(), runs.Caller{ID: "bob", Auth: "token"}, st.RunID, "", invoke.ApprovalApprove, "ok"); errcode.Of(err) != errcode.InvalidTransition {
 		t.Fatalf("approve_run of the resolved run: %v; want invalid_transition", err)
+	}
+}
+
+// TestHashesOnlyApproverSeesHeldText: in hashes-only mode the journal keeps only the held
+// answer's digest, yet its approver sees what it decides: run_status shows the text the
+// run holds, to a caller who may approve it, and still not to the requester (four eyes).
+func TestHashesOnlyApproverSeesHeldText(t *testing.T) {
+	s := startServerHashes(t, gateProject(t), echoModel(t), 0, true)
+	st, _, err := s.m.Start(context.Background(), invoke.Request{Agent: "helper", Prompt: "tell ACME", Caller: "alice", CallerAuth: "token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitStatus(t, s.m, st.RunID, runs.StatusAwaitingApproval)
+	got, err := s.m.StatusFor(runs.Caller{ID: "bob", Auth: "token"}, st.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Approval == nil || got.Approval.Text == nil || *got.Approval.Text != "echo: tell ACME" {
+		t.Fatalf("the approver's run_status in hashes-only mode: %+v; want approval.text, the held answer", got.Approval)
+	}
+	own, err := s.m.StatusFor(runs.Caller{ID: "alice", Auth: "token"}, st.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own.Approval == nil || own.Approval.Text != nil {
+		t.Fatalf("the requester's run_status: %+v; want approval without its text (four eyes)", own.Approval)
 	}
 }
