@@ -387,6 +387,11 @@ func (l *loader) parse(file string, data []byte) {
 			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column,
 				Message: fmt.Sprintf("policy %s: @gate goes on a forbid (it turns that denial into a wait for a person); on a permit it would mean nothing", id)})
 			continue
+		case strings.Contains(id, ","):
+			// A wait names its gating policies comma-separated: "a,b" would read as two.
+			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column,
+				Message: fmt.Sprintf("policy %q: the @id of a @gate policy holds no comma (a wait names its gating policies comma-separated)", id)})
+			continue
 		}
 		if names, all := scopeActions(p); !all && !slices.ContainsFunc(names, func(a string) bool { return slices.Contains(l.decides, a) }) {
 			where := "policies/access/ (run access)"

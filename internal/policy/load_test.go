@@ -84,6 +84,8 @@ func TestLoadModes(t *testing.T) {
 		{name: "an id over its limit", files: map[string]string{"policies/a.cedar": "@id(\"" + strings.Repeat("i", MaxIDBytes+1) + "\") permit (principal, action, resource);"}, mode: ModeDenyAll, problem: "an @id of 257 bytes, more than 256"},
 		{name: "no id, a long file name", files: map[string]string{"policies/" + strings.Repeat("a", 249) + ".cedar": "permit (principal, action, resource);"}, mode: ModeCedar},
 		{name: "gate in another case", files: map[string]string{"policies/a.cedar": permitAll + "\n@Gate(\"human\") @id(\"review\") forbid (principal, action, resource);"}, mode: ModeDenyAll, problem: "annotation @Gate: symbi reads @gate"},
+		{name: "a gate's id with a comma", files: map[string]string{"policies/a.cedar": permitAll + "\n@gate(\"human\") @id(\"a,b\") forbid (principal, action, resource);"}, mode: ModeDenyAll, problem: `policy "a,b": the @id of a @gate policy holds no comma`},
+		{name: "a comma in an ungated id", files: map[string]string{"policies/a.cedar": "@id(\"a,b\") permit (principal, action, resource);"}, mode: ModeCedar},
 		{name: "id in another case", files: map[string]string{"policies/a.cedar": "@ID(\"x\") permit (principal, action, resource);"}, mode: ModeDenyAll, problem: "annotation @ID: symbi reads @id"},
 		{name: "symlink to a valid file", files: map[string]string{"elsewhere.txt": permitAll}, setup: func(t testing.TB, d string) {
 			must(t, os.Mkdir(filepath.Join(d, "policies"), 0o755))
