@@ -194,6 +194,17 @@ func readFacts(data []byte, runID, agentID string, max int64, pub ed25519.Public
 				f.approval = &c
 			}
 			f.waiting = false
+		case journal.TypePolicyReevaluated:
+			// A deny naming no gate, or another than the wait's, ends the wait (the run's
+			// terminated follows): the run is no longer awaiting approval.
+			var p struct {
+				Decision string `json:"decision"`
+				Gate     string `json:"gate"`
+			}
+			json.Unmarshal(d, &p)
+			if p.Decision == "deny" && (f.approval == nil || p.Gate == "" || p.Gate != f.approval.Gate) {
+				f.waiting = false
+			}
 		case journal.TypePermissionDecided:
 			// A held permission request no one decided in time is answered (denied) with
 			// no approval_decided: its wait is over all the same, as the journal's writer

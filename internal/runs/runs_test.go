@@ -1693,3 +1693,35 @@ func TestRecoveredEntryKeepsOwner(t *testing.T) {
 		t.Fatalf("pruned recovered run: pruned %v, caller %q (%q); want pruned, alice (token)", st.JournalPruned, st.Caller, st.CallerAuth)
 	}
 }
+
+// TestReevaluatedDenyEndsWait: another server resumed a held answer, and the new policy
+// set denies it otherwise than at the gate (policy_reevaluated, deny, no gate): the wait
+// is over — until its terminated record is written the run is running, as run_events
+// says, not awaiting_approval.
+func TestReevaluatedDenyEndsWait(t *testing.T) {
+	p := newTestProject(t, nil)
+	id := newRunID(t)
+	text := "the held answer"
+	recs := records("helper", runs.StatusPolicyDenied, text, true)
+	recs = recs[:len(recs)-1] // started … policy_evaluated deny
+	ev := recs[len(recs)-1].(journal.PolicyEvaluated)
+	ev.Gate, ev.PolicyIDs = "review", []string{"review"}
+	recs[len(recs)-1] = ev
+	recs = append(recs,
+		journal.ApprovalRequested{Gate: "review", TextSHA256: sum(text), TextBytes: int64(len(text)), TimeoutMS: 600000},
+		journal.PolicyReevaluated{PolicyMode: "cedar", PolicyDigest: strings.Repeat("b", 64), Decision: "deny", PolicyIDs: []string{"other"},
+			Errors: []string{}, TextSHA256: sum(text)})
+	p.journalRun(t, "helper", id, recs, true) // the other server's writer holds it
+	m := p.open(t)
+	st, err := m.Status(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := m.Events(context.Background(), id, 0, 100, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status != runs.StatusRunning || evs.Status != runs.StatusRunning || evs.Done {
+		t.Fatalf("run_status %s, run_events %s (done %v); want both running", st.Status, evs.Status, evs.Done)
+	}
+}
