@@ -722,7 +722,15 @@ func (r *runner) run(ctx context.Context) Result {
 			case <-r.ended:
 			}
 		}()
-		if !waitWithin(drained, cfg.Grace, cfg.Hurry) {
+		ok := waitWithin(drained, cfg.Grace, cfg.Hurry)
+		if !ok && isClosed(cfg.Hurry) {
+			// A hurried session does not wait on the agent: its processes are killed
+			// first (ending a hold by its own daemon), and the drain — of our own
+			// journaler, a matter of microseconds unless held — has the grace period.
+			r.kill()
+			ok = waitWithin(drained, cfg.Grace, nil)
+		}
+		if !ok {
 			r.abort(fmt.Errorf("the agent's updates could not all be journaled within the grace period (%v): one was held by a file system operation the agent can hold (a tool_call's location looked up)", cfg.Grace))
 		}
 	}
@@ -801,10 +809,14 @@ func (r *runner) run(ctx context.Context) Result {
 // refused — the session is over.
 func (r *runner) close(grace time.Duration, hurry <-chan struct{}) (text string, abandoned bool) {
 	locked := make(chan struct{})
-	go func() {
-		r.fsMu.Lock()
-		close(locked)
-	}()
+	if r.fsMu.TryLock() {
+		close(locked) // no access under way: nothing to wait for, hurried or not
+	} else {
+		go func() {
+			r.fsMu.Lock()
+			close(locked)
+		}()
+	}
 	if waitWithin(locked, grace, hurry) {
 		defer r.fsMu.Unlock()
 	} else {
@@ -823,6 +835,13 @@ func (r *runner) close(grace time.Duration, hurry <-chan struct{}) (text string,
 		close(r.ended)
 	}
 	return r.text.String(), abandoned
+}
+
+// namesDir reports whether p, a path as an agent sent it, names a directory by its form:
+// it ends in "/", or its last name is "." or "..".
+func namesDir(p string) bool {
+	last := p[strings.LastIndexByte(p, '/')+1:]
+	return last == "" || last == "." || last == ".."
 }
 
 // waitWithin waits until ch is closed, for at most d, or not at all once hurry is
@@ -1516,10 +1535,10 @@ func (r *runner) gateFS(ctx context.Context, sid sdk.SessionId, kind, method, pa
 	switch {
 	case l.BadErr != nil:
 		refusal = l.BadErr
-	case len(outside) == 0 && strings.HasSuffix(path, "/"):
-		// A path ending in "/" names a directory: what Rel cleaned it to may be a file,
-		// which a write would replace.
-		refusal = errcode.Errorf(errcode.ProtectedPath, "%s ends in \"/\", naming a directory: %w", errcode.Quote(path), workspace.ErrNotRegular)
+	case len(outside) == 0 && namesDir(path):
+		// A path ending in "/" or "/." names a directory: what Rel cleaned it to may be a
+		// file, which a write would replace.
+		refusal = errcode.Errorf(errcode.ProtectedPath, "%s ends in \"/\" or a \".\" or \"..\" name, naming a directory: %w", errcode.Quote(path), workspace.ErrNotRegular)
 	case len(outside) > 0:
 	case len(paths) > 1:
 		if refusal = r.cfg.Workspace.CheckNames(paths[0]); refusal == nil {

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"symbi/internal/journal"
 )
 
 const fuseTestEnv = "SYMBI_TEST_FUSE_MNT"
@@ -250,4 +252,47 @@ func fuseRun(t *testing.T, byAgent bool, steps []any) (*env, Result) {
 		t.Fatal("the run did not end: it waited on a file system operation the daemon holds")
 	}
 	return nil, Result{}
+}
+
+// TestHurriedDrainNotAnFSHold: a session whose agent answered drains the updates handed
+// over also when hurried (the server told again to stop): the drain is of symbi's own
+// journaler, and only an agent's file system can hold it. The answer is not withheld for
+// a hold that never was.
+func TestHurriedDrainNotAnFSHold(t *testing.T) {
+	e := newEnv(t, map[string]any{"steps": []any{
+		map[string]any{"message": "Hello "},
+		map[string]any{"message": "world"},
+	}})
+	hurry := make(chan struct{})
+	close(hurry) // the server was told again to stop; this session's agent answers anyway
+	e.cfg.Hurry = hurry
+	res := e.run(nil)
+	if res.Err != nil && strings.Contains(res.Err.Error(), "held by a file system operation") {
+		t.Fatalf("outcome %s, err %v: a hurried session whose agent answered is reported as held by a file system operation (nothing held it)", res.Outcome, res.Err)
+	}
+	mustOutcome(t, res, OutcomeCompleted)
+}
+
+// TestHurriedCloseNotAbandoned: a hurried session that made no file access closes without
+// saying one was abandoned — not in its error, not in its signed session_finished.
+func TestHurriedCloseNotAbandoned(t *testing.T) {
+	e := newEnv(t, map[string]any{"ignore_sigterm": true, "steps": []any{map[string]any{"hang": true, "ignore_cancel": true}}})
+	e.cfg.Grace = time.Hour
+	hurry := make(chan struct{})
+	e.cfg.Hurry = hurry
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := startRun(ctx, e.cfg)
+	e.waitEvent("prompt")
+	close(hurry)
+	cancel()
+	res := wait(t)
+	mustOutcome(t, res, OutcomeCancelled)
+	if res.Err != nil && strings.Contains(res.Err.Error(), "was abandoned") {
+		t.Fatalf("err %v: the session made no file access, yet its error says one was abandoned", res.Err)
+	}
+	fin := data[journal.SessionFinished](t, ofType(e.entries(), journal.TypeSessionFinished)[0])
+	if strings.Contains(fin.Error, "was abandoned") {
+		t.Fatalf("session_finished.error %q: records an abandoned file access that never was", fin.Error)
+	}
 }

@@ -505,29 +505,37 @@ func TestMalformedFSPathRefusedByItsRule(t *testing.T) {
 	}
 }
 
-// TestFSPathEndingInSlashRefused: a read or write of "f/" names a directory. Rel cleans it
-// to "f", a regular file that the write would replace: it is refused by rule "regular
-// files only" before any policy, and the file is untouched.
+// TestFSPathEndingInSlashRefused: a read or write of "f/" or "f/." names a directory.
+// Rel cleans it to "f", a regular file that the write would replace: it is refused by rule
+// "regular files only" before any policy, and the file is untouched.
 func TestFSPathEndingInSlashRefused(t *testing.T) {
-	e := newEnv(t, map[string]any{"steps": []any{
-		map[string]any{"write": map[string]any{"path": "$CWD/f/", "content": "replaced"}, "expect_error": true},
-		map[string]any{"read": "$CWD/f/", "expect_error": true},
-		map[string]any{"message": "done"},
-	}})
-	if err := os.WriteFile(filepath.Join(e.dir, "f"), []byte("kept"), 0o600); err != nil {
-		t.Fatal(err)
+	for _, p := range []string{"f/", "f/."} {
+		t.Run(p, func(t *testing.T) {
+			e := newEnv(t, map[string]any{"steps": []any{
+				map[string]any{"write": map[string]any{"path": "$CWD/" + p, "content": "replaced"}, "expect_error": true},
+				map[string]any{"read": "$CWD/" + p, "expect_error": true},
+				map[string]any{"message": "done"},
+			}})
+			if err := os.WriteFile(filepath.Join(e.dir, "f"), []byte("kept"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			e.cfg.Decide = allowKinds("read", "edit")
+			res := e.run(nil)
+			mustOutcome(t, res, OutcomeCompleted)
+			pds := ofType(e.entries(), journal.TypePermissionDecided)
+			for _, ent := range pds {
+				pd := data[journal.PermissionDecided](t, ent)
+				if pd.Decision != "deny" || len(pd.Errors) != 1 || !strings.Contains(pd.Errors[0], "regular files only") {
+					t.Fatalf("permission_decided %+v; want a deny by rule \"regular files only\"", pd)
+				}
+			}
+			if len(pds) != 2 {
+				t.Fatalf("%d permission_decided, want 2", len(pds))
+			}
+			if b, err := os.ReadFile(filepath.Join(e.dir, "f")); err != nil || string(b) != "kept" {
+				t.Fatalf("f is %q (%v); want it untouched", b, err)
+			}
+			e.finishAndVerify(res)
+		})
 	}
-	e.cfg.Decide = allowKinds("read", "edit")
-	res := e.run(nil)
-	mustOutcome(t, res, OutcomeCompleted)
-	for _, ent := range ofType(e.entries(), journal.TypePermissionDecided) {
-		pd := data[journal.PermissionDecided](t, ent)
-		if pd.Decision != "deny" || len(pd.Errors) != 1 || !strings.Contains(pd.Errors[0], "regular files only") {
-			t.Fatalf("permission_decided %+v; want a deny by rule \"regular files only\"", pd)
-		}
-	}
-	if b, err := os.ReadFile(filepath.Join(e.dir, "f")); err != nil || string(b) != "kept" {
-		t.Fatalf("f is %q (%v); want it untouched", b, err)
-	}
-	e.finishAndVerify(res)
 }

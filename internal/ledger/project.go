@@ -379,10 +379,20 @@ func readLedger(path string) ([]byte, error) {
 // before the signing key is looked for, which such a project may not have either. Any
 // other state is for the ledger's opener to judge.
 func Present(root *os.File) error {
+	missing := errcode.Errorf(errcode.NotFound, "no project ledger at %s: no run is recorded here: %w", filepath.Join(root.Name(), ".symbiont", FileName), fs.ErrNotExist)
+	// .symbiont is opened without following a link: one that is a link (ELOOP) or not a
+	// directory is left to the store, which refuses it by its rule.
+	sym, err := unix.Openat(int(root.Fd()), ".symbiont", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return missing
+	}
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(sym)
 	var st unix.Stat_t
-	err := unix.Fstatat(int(root.Fd()), filepath.Join(".symbiont", FileName), &st, unix.AT_SYMLINK_NOFOLLOW)
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-		return errcode.Errorf(errcode.NotFound, "no project ledger at %s: no run is recorded here: %w", filepath.Join(root.Name(), ".symbiont", FileName), fs.ErrNotExist)
+	if err := unix.Fstatat(sym, FileName, &st, unix.AT_SYMLINK_NOFOLLOW); errors.Is(err, unix.ENOENT) {
+		return missing
 	}
 	return nil
 }
