@@ -7,8 +7,6 @@ import (
 	"testing"
 
 	xast "github.com/cedar-policy/cedar-go/x/exp/ast"
-	"github.com/cedar-policy/cedar-go/x/exp/schema"
-	"github.com/cedar-policy/cedar-go/x/exp/schema/validate"
 )
 
 func loadAccessDir(t testing.TB, dir string) *Set {
@@ -212,19 +210,7 @@ func TestShippedAccessPolicies(t *testing.T) {
 		}
 	}
 
-	text, err := os.ReadFile("../../policies/symbi.cedarschema")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sch schema.Schema
-	if err := sch.UnmarshalCedar(text); err != nil {
-		t.Fatal(err)
-	}
-	resolved, err := sch.Resolve()
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := validate.New(resolved)
+	v := shippedSchema(t)
 	for i, p := range s.compiled {
 		if err := v.Policy(s.policies[i].ID, (*xast.Policy)(p.AST())); err != nil {
 			t.Errorf("shipped access policy %s does not validate: %v", s.policies[i].ID, err)
@@ -245,20 +231,7 @@ func TestShippedAccessPolicies(t *testing.T) {
 // shipped schema (policies/symbi.cedarschema), with its attributes: a policy that
 // validates against the schema decides on them, without an evaluation error.
 func TestStartRunAgentMatchesSchema(t *testing.T) {
-	text, err := os.ReadFile("../../policies/symbi.cedarschema")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sch schema.Schema
-	sch.SetFilename("policies/symbi.cedarschema")
-	if err := sch.UnmarshalCedar(text); err != nil {
-		t.Fatal(err)
-	}
-	resolved, err := sch.Resolve()
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := validate.New(resolved)
+	v := shippedSchema(t)
 	dir := makeProject(t, map[string]string{"policies/access/start.cedar": `@id("start-reviewers")
 permit (principal is Caller, action == Action::"start_run", resource is Agent)
 when { resource.capabilities.contains("code_review") };

@@ -273,20 +273,7 @@ func TestShippedPolicies(t *testing.T) {
 // TestSchemaMatchesModel validates the shipped schema against the entities and
 // requests Decide builds, and the shipped policies against the schema.
 func TestSchemaMatchesModel(t *testing.T) {
-	text, err := os.ReadFile("../../policies/symbi.cedarschema")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sch schema.Schema
-	sch.SetFilename("policies/symbi.cedarschema")
-	if err := sch.UnmarshalCedar(text); err != nil {
-		t.Fatalf("schema: %v", err)
-	}
-	resolved, err := sch.Resolve()
-	if err != nil {
-		t.Fatalf("resolve: %v", err)
-	}
-	v := validate.New(resolved)
+	v := shippedSchema(t)
 	for _, r := range []Request{request("assistant", "text"), request("assistant", "text", "read", "write"), toolRequest("edit", "src/a.go", "README.md")} {
 		req, entities := cedarRequest(r)
 		if err := v.Request(req); err != nil {
@@ -484,4 +471,24 @@ func TestDecisionListsBounded(t *testing.T) {
 	if d.Allow || d.Gate != "" || len(d.Policies) != MaxDeciding || !strings.Contains(d.Reason, "257 policies decided this request") {
 		t.Fatalf("gated: %d ids, gate %.40q, reason %q", len(d.Policies), d.Gate, d.Reason)
 	}
+}
+
+// shippedSchema is the validator of policies/symbi.cedarschema, the model's schema as it
+// ships.
+func shippedSchema(t *testing.T) *validate.Validator {
+	t.Helper()
+	text, err := os.ReadFile("../../policies/symbi.cedarschema")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sch schema.Schema
+	sch.SetFilename("policies/symbi.cedarschema")
+	if err := sch.UnmarshalCedar(text); err != nil {
+		t.Fatalf("schema: %v", err)
+	}
+	resolved, err := sch.Resolve()
+	if err != nil {
+		t.Fatalf("schema: %v", err)
+	}
+	return validate.New(resolved)
 }

@@ -33,14 +33,8 @@ func TestDelegatedAgentTextWithheld(t *testing.T) {
 	}
 	p.journalRun(t, "coder", id, recs, false)
 	p.recordRun(t, "coder", id, runs.StatusPolicyDenied)
-	evs, err := events(t, m, id, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ev := range evs.Events {
-		if strings.Contains(ev.Line, "BEGIN PRIVATE KEY") {
-			t.Errorf("run_events serves, for a run whose answer the respond gate denied, a %s record holding the withheld text in clear", ev.Type)
-		}
+	for _, typ := range inClear(t, m, id, "BEGIN PRIVATE KEY") {
+		t.Errorf("run_events serves, for a run whose answer the respond gate denied, a %s record holding the withheld text in clear", typ)
 	}
 }
 
@@ -73,14 +67,8 @@ func TestHeldPermissionTitleWithheld(t *testing.T) {
 	p.recordRun(t, "coder", id, runs.StatusPolicyDenied)
 
 	// run_events withholds every line holding the agent's words.
-	evs, err := events(t, m, id, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ev := range evs.Events {
-		if strings.Contains(ev.Line, "BEGIN PRIVATE KEY") {
-			t.Fatalf("precondition: run_events serves a %s record in clear", ev.Type)
-		}
+	if typs := inClear(t, m, id, "BEGIN PRIVATE KEY"); len(typs) > 0 {
+		t.Fatalf("precondition: run_events serves %v records in clear", typs)
 	}
 	// run_status, as the run's own caller (who may read it), must not serve it either.
 	st, err := m.StatusFor(runs.Caller{ID: "stdio", Auth: "stdio"}, id)
@@ -102,4 +90,20 @@ func TestHeldPermissionTitleWithheld(t *testing.T) {
 			t.Errorf("list_runs serves the withheld permission title of run %s in clear", r.RunID)
 		}
 	}
+}
+
+// inClear returns the types of the run's events whose served line holds marker.
+func inClear(t *testing.T, m *runs.Manager, id, marker string) []string {
+	t.Helper()
+	evs, err := events(t, m, id, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var typs []string
+	for _, ev := range evs.Events {
+		if strings.Contains(ev.Line, marker) {
+			typs = append(typs, ev.Type)
+		}
+	}
+	return typs
 }
