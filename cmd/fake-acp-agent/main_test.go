@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/coder/acp-go-sdk"
+	"symbi/internal/proctest"
 	"symbi/internal/syncbuf"
 )
 
@@ -886,36 +886,10 @@ func TestFileSystemExpectationsFail(t *testing.T) {
 	}
 }
 
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesised command name; a zombie is dead.
-	i := bytes.LastIndexByte(stat, ')')
-	return i < 0 || i+2 >= len(stat) || (stat[i+2] != 'Z' && stat[i+2] != 'X')
-}
-
-func readPid(t *testing.T, path string) int {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
-		t.Fatalf("pid file %s: %q", path, b)
-	}
-	return pid
-}
-
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(guard)
-	for alive(pid) {
+	for proctest.Alive(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("process %d is still alive", pid)
 		}
@@ -936,7 +910,7 @@ func TestSpawnBackground(t *testing.T) {
 	if r, err := p.prompt(sid, "x"); err != nil || r.StopReason != acp.StopReasonEndTurn {
 		t.Fatalf("prompt = %+v, %v\n%s", r, err, p.stderr.String())
 	}
-	first := readPid(t, pidFile)
+	first := proctest.PID(t, pidFile)
 	spawns := p.eventsNamed("spawn")
 	if len(spawns) != 2 || int(spawns[0]["pid"].(float64)) != first {
 		t.Fatalf("spawn events = %v (pid file: %d)", spawns, first)
@@ -944,7 +918,7 @@ func TestSpawnBackground(t *testing.T) {
 	second := int(spawns[1]["pid"].(float64))
 	group := p.cmd.Process.Pid
 	for _, pid := range []int{first, second} {
-		if !alive(pid) {
+		if !proctest.Alive(pid) {
 			t.Fatalf("child %d is not running", pid)
 		}
 		if g, err := syscall.Getpgid(pid); err != nil || g != group {
@@ -954,7 +928,7 @@ func TestSpawnBackground(t *testing.T) {
 
 	p.finish() // the fake exits 0 on EOF and leaves its children behind
 	for _, pid := range []int{first, second} {
-		if !alive(pid) {
+		if !proctest.Alive(pid) {
 			t.Errorf("child %d died with the fake; it should have been left behind", pid)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"symbi/internal/ledger"
+	"symbi/internal/proctest"
 )
 
 // The acp harness: delegated runs (docs/executors.md) with the scripted agent of
@@ -258,32 +259,6 @@ type procInfo struct {
 
 func (p procInfo) String() string { return fmt.Sprintf("%d(%s, group %d)", p.pid, p.comm, p.pgrp) }
 
-// statOf reads a process's state, group and command name from /proc/PID/stat.
-func statOf(pid int) (state byte, pgrp int, comm string, ok bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, "", false
-	}
-	s := string(b)
-	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if open < 0 || closing < open {
-		return 0, 0, "", false
-	}
-	f := strings.Fields(s[closing+1:]) // state ppid pgrp …
-	if len(f) < 3 || len(f[0]) != 1 {
-		return 0, 0, "", false
-	}
-	pgrp, _ = strconv.Atoi(f[2])
-	return f[0][0], pgrp, s[open+1 : closing], true
-}
-
-// alive reports whether pid is a process that has not exited: it exists and is neither a
-// zombie nor dead.
-func alive(pid int) bool {
-	st, _, _, ok := statOf(pid)
-	return ok && st != 'Z' && st != 'X'
-}
-
 // procsUnder lists the live processes whose working directory is root or below it: the
 // agents run in their workspaces and their children inherit the directory, so this finds
 // every one of them, whatever the records say (zombies have no directory to read).
@@ -299,7 +274,7 @@ func procsUnder(root string) []procInfo {
 		if err != nil || (cwd != root && !strings.HasPrefix(cwd, root+"/")) {
 			continue
 		}
-		if st, pgrp, comm, ok := statOf(pid); ok && st != 'Z' && st != 'X' {
+		if st, pgrp, comm, ok := proctest.Stat(pid); ok && st != 'Z' && st != 'X' {
 			out = append(out, procInfo{pid: pid, pgrp: pgrp, comm: comm})
 		}
 	}
@@ -367,16 +342,6 @@ func agentPID(record string) int {
 		}
 	}
 	return 0
-}
-
-// readPID reads a pid file, 0 if absent.
-func readPID(path string) int {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return n
 }
 
 // runACP runs the two cases of the acp harness.
@@ -705,7 +670,7 @@ func (h *harnessRun) acpConcurrentCase(ctx context.Context, r *result) (peak int
 		if err == nil && (run.types["permission_decided"] != 4 || run.types["fs_read"] != 1 || run.types["fs_write"] != 1 || run.last != "terminated") {
 			err = fmt.Errorf("events %v, last %q: want 4 permission_decided, 1 fs_read, 1 fs_write, terminated last", run.types, run.last)
 		}
-		pid, agent := readPID(run.pidFile), agentPID(run.record)
+		pid, agent := pidOf(run.pidFile), agentPID(run.record)
 		if err == nil && (pid == 0 || agent == 0) {
 			err = fmt.Errorf("no pid of the background child (%d) or of the agent (%d)", pid, agent)
 		}
@@ -727,14 +692,14 @@ func (h *harnessRun) acpConcurrentCase(ctx context.Context, r *result) (peak int
 	var orphans []string
 	if !waitFor(goneWithin, func() bool {
 		for _, pid := range pids {
-			if alive(pid) {
+			if proctest.Alive(pid) {
 				return false
 			}
 		}
 		return len(procsUnder(s.wsRoot)) == 0
 	}) {
 		for _, pid := range pids {
-			if alive(pid) {
+			if proctest.Alive(pid) {
 				orphans = append(orphans, strconv.Itoa(pid))
 			}
 		}
@@ -786,4 +751,10 @@ func (h *harnessRun) acpConcurrentCase(ctx context.Context, r *result) (peak int
 	r.figure("conc_p99", percentile(lat, 99).Round(time.Millisecond))
 	r.figure("conc_wall", wall.Round(time.Millisecond))
 	return peak
+}
+
+// pidOf reads a pid file, 0 if absent or not a pid.
+func pidOf(path string) int {
+	pid, _ := proctest.ReadPID(path)
+	return pid
 }

@@ -26,6 +26,7 @@ import (
 
 	"symbi/internal/journal"
 	"symbi/internal/loopback"
+	"symbi/internal/proctest"
 	"symbi/internal/syncbuf"
 )
 
@@ -600,17 +601,10 @@ func writeOutOfReach(dir string) error {
 	return os.WriteFile(outOfReachScript, []byte(script), 0o755)
 }
 
-// exited reports whether the process pid has exited: it is gone, or a zombie nobody
-// has reaped.
-func exited(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	return err != nil || strings.Contains(string(b), ") Z ")
-}
-
 // waitExited waits until the process pid has exited.
 func waitExited(t *testing.T, pid int) {
 	t.Helper()
-	for deadline := time.Now().Add(hangGuard); !exited(pid); {
+	for deadline := time.Now().Add(hangGuard); proctest.Alive(pid); {
 		if time.Now().After(deadline) {
 			t.Fatalf("the server %d did not exit", pid)
 		}

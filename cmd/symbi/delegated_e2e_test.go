@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"symbi/internal/journal"
+	"symbi/internal/proctest"
 	"symbi/internal/runs"
 	"symbi/internal/syncbuf"
 )
@@ -260,7 +261,7 @@ func (h *hangingAgent) checkEnd(t *testing.T, run hungRun, note string) {
 	if err != nil {
 		t.Fatalf("the child's pid file holds %q", b)
 	}
-	if !exited(pid) {
+	if proctest.Alive(pid) {
 		t.Fatalf("the agent's background child %d survived", pid)
 	}
 }
@@ -502,20 +503,6 @@ func delGone(t *testing.T, recordFile string, pids ...int) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-}
-
-// delPid reads a pid file written by the fake agent's spawn_background.
-func delPid(t *testing.T, file string) int {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pid
 }
 
 // waitEvent waits (run_events' long poll) until the run has an event of type typ.
@@ -803,7 +790,7 @@ func TestE2EDelegatedFailures(t *testing.T) {
 			}
 			var pids []int
 			if c.child {
-				pids = append(pids, delPid(t, filepath.Join(e.aux, c.name+".pid")))
+				pids = append(pids, proctest.PID(t, filepath.Join(e.aux, c.name+".pid")))
 			}
 			delGone(t, e.record(c.name), pids...)
 			h, _ := e.finish(t, e.start(t, "healthy", "are you there"))
@@ -863,7 +850,7 @@ func TestE2EDelegatedCancelAndTimeout(t *testing.T) {
 			} else if ends := delNamed(evs, "prompt_end"); len(ends) != 1 || ends[0]["stop_reason"] != "cancelled" || fins[0]["stop_reason"] != "cancelled" {
 				t.Fatalf("the turn's end: agent %v, journal %v", ends, fins[0])
 			}
-			delGone(t, e.record(name), delPid(t, filepath.Join(e.aux, name+".pid")))
+			delGone(t, e.record(name), proctest.PID(t, filepath.Join(e.aux, name+".pid")))
 		})
 	}
 	t.Run("timeout", func(t *testing.T) {
@@ -875,7 +862,7 @@ func TestE2EDelegatedCancelAndTimeout(t *testing.T) {
 		if len(fins) != 1 || fins[0]["outcome"] != "timeout" || term[0]["reason"] != "timeout" {
 			t.Fatalf("session_finished %v, terminated %v", fins, term)
 		}
-		delGone(t, e.record("slow"), delPid(t, filepath.Join(e.aux, "slow.pid")))
+		delGone(t, e.record("slow"), proctest.PID(t, filepath.Join(e.aux, "slow.pid")))
 	})
 }
 

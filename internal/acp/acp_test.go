@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"symbi/internal/executors"
 	"symbi/internal/journal"
 	"symbi/internal/policy"
+	"symbi/internal/proctest"
 	"symbi/internal/workspace"
 )
 
@@ -647,7 +647,7 @@ func TestCancelIgnored(t *testing.T) {
 		t.Fatalf("err %v", res.Err)
 	}
 	pid := int(e.eventsNamed("start")[0]["pid"].(float64))
-	if alive(pid) {
+	if proctest.Alive(pid) {
 		t.Fatalf("the agent %d is alive", pid)
 	}
 	e.finishAndVerify(res)
@@ -680,7 +680,7 @@ func TestCancelHurried(t *testing.T) {
 			if !errors.Is(res.Err, context.Canceled) || !strings.Contains(res.Err.Error(), hurriedNote) {
 				t.Fatalf("err %v, want the hurried note", res.Err)
 			}
-			if pid := int(e.eventsNamed("start")[0]["pid"].(float64)); alive(pid) {
+			if pid := int(e.eventsNamed("start")[0]["pid"].(float64)); proctest.Alive(pid) {
 				t.Fatalf("the agent %d is alive", pid)
 			}
 			fin := data[journal.SessionFinished](t, ofType(e.entries(), journal.TypeSessionFinished)[0])
@@ -757,18 +757,6 @@ func TestCancelledBeforeStart(t *testing.T) {
 	e.finishAndVerify(res)
 }
 
-// alive reports whether pid is a live process (a zombie, dead but not yet reaped by its
-// new parent, is not).
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
-}
-
 func TestBackgroundChildKilled(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "child.pid")
 	e := newEnv(t, map[string]any{"steps": []any{
@@ -777,9 +765,9 @@ func TestBackgroundChildKilled(t *testing.T) {
 	}})
 	res := e.run(nil)
 	mustOutcome(t, res, OutcomeCompleted)
-	pid := readPID(t, pidFile)
+	pid := proctest.PID(t, pidFile)
 	deadline := time.Now().Add(guard)
-	for alive(pid) {
+	for proctest.Alive(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the background child %d survived", pid)
 		}
@@ -810,7 +798,7 @@ func TestBrokenAgents(t *testing.T) {
 				t.Fatalf("session_finished %+v", fin)
 			}
 			pid := int(e.eventsNamed("start")[0]["pid"].(float64))
-			if alive(pid) {
+			if proctest.Alive(pid) {
 				t.Fatalf("the agent %d is alive", pid)
 			}
 			e.finishAndVerify(res)
@@ -860,7 +848,7 @@ func TestJournalFailure(t *testing.T) {
 		t.Fatalf("the agent was allowed: %v", p)
 	}
 	pid := int(e.eventsNamed("start")[0]["pid"].(float64))
-	if alive(pid) {
+	if proctest.Alive(pid) {
 		t.Fatalf("the agent %d is alive", pid)
 	}
 }
@@ -910,20 +898,6 @@ func TestPanicEndsSession(t *testing.T) {
 			}
 		})
 	}
-}
-
-// readPID reads the pid the fake agent wrote to pidFile for a child it started.
-func readPID(t *testing.T, pidFile string) int {
-	t.Helper()
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pid
 }
 
 // TestPinnedModeSwitchDenied: under a pinned mode, a permission request of kind

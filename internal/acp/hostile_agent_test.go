@@ -15,6 +15,7 @@ import (
 
 	"symbi/internal/journal"
 	"symbi/internal/policy"
+	"symbi/internal/proctest"
 )
 
 // TestPermissionThroughProcSelf: a permission request is decided on where its paths
@@ -101,7 +102,7 @@ func TestAgentExitHoldingStdout(t *testing.T) {
 	e.waitEvent("crash")
 	// Wait for the agent's exit (an event), then bound the wait for Run (not an expectation
 	// of speed: a run that noticed the exit ends within milliseconds).
-	for agentPID.Load() == 0 || alive(int(agentPID.Load())) {
+	for agentPID.Load() == 0 || proctest.Alive(int(agentPID.Load())) {
 		select {
 		case res := <-done:
 			mustOutcome(t, res, OutcomeError)
@@ -131,11 +132,11 @@ func TestSetsidChildKilled(t *testing.T) {
 	}})
 	res := e.run(nil)
 	mustOutcome(t, res, OutcomeCompleted)
-	pid := readPID(t, pidFile)
+	pid := proctest.PID(t, pidFile)
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // the child this test started
 	agentPgid := int(e.eventsNamed("start")[0]["pgid"].(float64))
 	deadline := time.Now().Add(guard)
-	for alive(pid) {
+	for proctest.Alive(pid) {
 		if pgid, err := syscall.Getpgid(pid); err == nil && pgid != agentPgid {
 			t.Fatalf("the agent's child %d (process group %d, not the agent's %d) outlives the run: Run returned, and no kill will reach it", pid, pgid, agentPgid)
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"symbi/internal/journal"
+	"symbi/internal/proctest"
 )
 
 // durableJournal closes durable once a record of type typ has been synced.
@@ -105,7 +106,7 @@ func TestStalledAgent(t *testing.T) {
 			if tt.started && !tt.flood && !strings.Contains(res.Err.Error(), "nor exit on SIGTERM") {
 				t.Fatalf("err %v, want the grace period's note", res.Err)
 			}
-			if alive(pid) {
+			if proctest.Alive(pid) {
 				t.Fatalf("the agent %d is alive", pid)
 			}
 			if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {

@@ -1,0 +1,64 @@
+// Package proctest reads from /proc what the tests and the reliability harnesses need to
+// know of the processes they start: whether one is still alive, its state, group and
+// command name, and the pid a pid file names. It is for tests and harnesses only.
+package proctest
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// Stat reads a process's state, process group and command name from /proc/PID/stat
+// (ok false when there is no such process, or its stat cannot be read).
+func Stat(pid int) (state byte, pgrp int, comm string, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, "", false
+	}
+	s := string(b)
+	// The command name is parenthesised and may hold anything, parentheses and spaces
+	// included: the fields follow its last ")".
+	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || closing < open {
+		return 0, 0, "", false
+	}
+	f := strings.Fields(s[closing+1:]) // state ppid pgrp …
+	if len(f) < 3 || len(f[0]) != 1 {
+		return 0, 0, "", false
+	}
+	pgrp, _ = strconv.Atoi(f[2])
+	return f[0][0], pgrp, s[open+1 : closing], true
+}
+
+// Alive reports whether pid is a process that has not exited: it exists and is neither
+// a zombie nor dead.
+func Alive(pid int) bool {
+	st, _, _, ok := Stat(pid)
+	return ok && st != 'Z' && st != 'X'
+}
+
+// ReadPID reads a pid file: a positive decimal pid, with white space around it.
+func ReadPID(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("pid file %s holds %q, not a pid", path, b)
+	}
+	return pid, nil
+}
+
+// PID is ReadPID for a test: a pid file that holds no pid fails it.
+func PID(tb testing.TB, path string) int {
+	tb.Helper()
+	pid, err := ReadPID(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pid
+}
