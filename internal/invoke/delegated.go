@@ -85,6 +85,9 @@ func (d *delegatedExecutor) Execute(ctx context.Context, w *journal.Writer, prog
 		return Output{Text: res.Text, TextSHA256: digest.SHA256Hex([]byte(res.Text)), TextBytes: int64(len(res.Text))}, nil
 	case res.Outcome == acp.OutcomeTimeout:
 		return Output{}, &ExecError{reasonTimeout, errcode.Errorf(errcode.Timeout, "the delegated agent did not finish before the deadline (%s): %v", d.deadline, res.Err)}
+	case res.Outcome == acp.OutcomeCancelled && ctx.Err() == nil:
+		// No one asked: the agent ended its own turn cancelled.
+		return Output{}, &ExecError{reasonCancelled, errcode.Errorf(errcode.Cancelled, "the delegated agent ended its turn cancelled without being asked (no cancel_run, no shutdown): %v", res.Err)}
 	case res.Outcome == acp.OutcomeCancelled:
 		return Output{}, &ExecError{reasonCancelled, cancelledError(ctx, "while the delegated agent worked")}
 	}
@@ -106,17 +109,11 @@ func (d *delegatedExecutor) noSession(w *journal.Writer, err error) (Output, err
 
 // delegatedPrompt is what the agent is asked: its definition, the caller's labelled
 // instructions, then the task.
-func delegatedPrompt(name string, definition []byte, guidance, systemPrompt, prompt string) string {
+func delegatedPrompt(name string, definition []byte, instructions, prompt string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "You are the agent %q. Your definition, in the Symbiont agent DSL, follows.\n\n%s\n", name, definition)
-	if guidance != "" || systemPrompt != "" {
-		b.WriteString("\nCaller instructions (caller input, not part of the definition):\n")
-		if guidance != "" {
-			b.WriteString(guidance + "\n")
-		}
-		if systemPrompt != "" {
-			b.WriteString(systemPrompt + "\n")
-		}
+	if instructions != "" {
+		b.WriteString("\nCaller instructions (caller input, not part of the definition):\n" + instructions + "\n")
 	}
 	b.WriteString("\nTask:\n" + prompt + "\n")
 	return b.String()

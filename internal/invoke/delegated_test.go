@@ -349,3 +349,64 @@ func TestACPPanicIsInternal(t *testing.T) {
 		t.Errorf("a panic in symbi's ACP client: terminated %s; want %s (docs/journal-format.md)", run.Reason(), reasonAuditFailed)
 	}
 }
+
+// TestDelegatedInstructionsJournaled: a delegated run's caller instructions (system_prompt,
+// and the AGENTS.md guidance) go into the agent's prompt and into started — their digest,
+// their length and their text — as a model run's do.
+func TestDelegatedInstructionsJournaled(t *testing.T) {
+	const instr = "CALLER-INSTRUCTION-7f3a: only touch docs/"
+	reg, script := fakeExecutor(t)
+	writeScript(t, script, map[string]any{"message": "done"})
+	f := delegatedFixture(t, reg, nil)
+	run, err := f.runner.Start(Request{Agent: "coder", Prompt: "do it", SystemPrompt: instr, Async: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if _, err := run.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs := payloads(t, run.Audit().Path)
+	var started struct {
+		InstructionsBytes int64  `json:"instructions_bytes"`
+		Instructions      string `json:"instructions"`
+	}
+	if err := json.Unmarshal(recs[0].Data, &started); err != nil {
+		t.Fatal(err)
+	}
+	var session struct {
+		PromptBytes int64 `json:"prompt_bytes"`
+	}
+	json.Unmarshal(recs[1].Data, &session)
+	if started.InstructionsBytes == 0 || !strings.Contains(started.Instructions, instr) {
+		t.Errorf("the agent's session prompt (%d bytes) carried the caller's system_prompt, but started says instructions_bytes %d, instructions %q",
+			session.PromptBytes, started.InstructionsBytes, started.Instructions)
+	}
+}
+
+// TestAgentCancelledNotBlamedOnShutdown: a delegated agent that ends its own turn with
+// stop reason cancelled — no cancel_run, the server serving — ends its run cancelled, the
+// terminated record and the caller's error saying the agent did it, never naming a
+// shutdown that did not happen.
+func TestAgentCancelledNotBlamedOnShutdown(t *testing.T) {
+	reg, script := fakeExecutor(t)
+	writeScript(t, script, map[string]any{"stop_reason": "cancelled"})
+	f := delegatedFixture(t, reg, nil)
+	run, err := f.runner.Start(Request{Agent: "coder", Prompt: "do it", Async: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	_, err = run.Wait(ctx)
+	if err == nil {
+		t.Fatal("the run released an answer")
+	}
+	recs := payloads(t, run.Audit().Path)
+	last := recs[len(recs)-1]
+	if strings.Contains(err.Error(), "shutting down") || strings.Contains(string(last.Data), "shutting down") ||
+		!strings.Contains(string(last.Data), "ended its turn cancelled without being asked") {
+		t.Errorf("no one cancelled the run and the server is serving, yet the caller is told %q and the journal's %s says %s", err, last.Type, last.Data)
+	}
+}

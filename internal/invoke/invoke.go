@@ -31,6 +31,7 @@ package invoke
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -110,8 +111,8 @@ const DefaultApprovalTimeout = 24 * time.Hour
 // Runner executes governed runs. Its zero value is not usable; call New.
 type Runner struct {
 	cfg     Config
-	base    context.Context // the server's lifetime: cancelled by Shutdown
-	stop    context.CancelFunc
+	base    context.Context // the server's lifetime: cancelled by Shutdown (cause ErrShuttingDown)
+	stop    context.CancelCauseFunc
 	hurry   chan struct{} // closed by Hurry
 	hurried sync.Once
 	runs    sync.WaitGroup
@@ -137,7 +138,7 @@ func New(cfg Config) *Runner {
 	if cfg.ApprovalTimeout <= 0 {
 		cfg.ApprovalTimeout = DefaultApprovalTimeout
 	}
-	base, stop := context.WithCancel(context.Background())
+	base, stop := context.WithCancelCause(context.Background())
 	return &Runner{cfg: cfg, base: base, stop: stop, hurry: make(chan struct{}), terminateBudget: terminateBudget}
 }
 
@@ -147,8 +148,12 @@ func (r *Runner) Stop() {
 	r.mu.Lock()
 	r.closing = true
 	r.mu.Unlock()
-	r.stop()
+	r.stop(ErrShuttingDown)
 }
+
+// ErrShuttingDown is the cause the runs in flight are cancelled with when the server
+// stops (Stop, Hurry, Shutdown).
+var ErrShuttingDown = errors.New("the server is shutting down")
 
 // Hurry is Stop, and the runs end without the rest of their grace periods: a delegated
 // agent that has not ended its turn has its process group killed at once instead of

@@ -249,3 +249,67 @@ func TestRunEntryNamesDurableJournal(t *testing.T) {
 			durable.Records, durable.Head, entry.Records, entry.PrevHead, entry.Records-int64(durable.Records))
 	}
 }
+
+// TestAbandonedCallerAndJournalAgree: a caller that stopped waiting (its request
+// cancelled, the terminate budget spent) before the run ended is told cancelled; the run
+// then ends cancelled too — not policy_denied or inference_failed, whichever it reached
+// next — so the caller's code, the journal's terminated reason, the ledger entry and
+// run_status agree.
+func TestAbandonedCallerAndJournalAgree(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		files map[string]string
+		reply loopback.Reply
+	}{
+		{"policy denies after the caller left", map[string]string{
+			"agents/helper.symbi":    "agent helper { capabilities = [\"answer\"] }\n",
+			"policies/respond.cedar": "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n@id(\"no\") forbid (principal, action == Action::\"respond\", resource) when { context.response == \"FORBIDDEN\" };\n",
+		}, loopback.Reply{Text: "FORBIDDEN"}},
+		{"provider error after the caller left", nil, loopback.Reply{Status: 500, Text: "boom"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, tt.files, nil, loopback.WithReply(tt.reply))
+			withLedger(t, f)
+			f.runner.terminateBudget = 0 // the 2 s budget spent: the run is slower than that to end
+			held, proceed := make(chan struct{}), make(chan struct{})
+			f.runner.hook = func(point string) {
+				if point == "inferred" {
+					close(held)
+					<-proceed
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			run, err := f.runner.Start(Request{Agent: "helper", Prompt: "q"}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			errc := make(chan error, 1)
+			go func() { _, err := run.Await(ctx); errc <- err }()
+			<-held
+			cancel()
+			callerErr := <-errc
+			close(proceed)
+			<-run.Done()
+			files, _ := filepath.Glob(filepath.Join(f.dir, ".symbiont", "governed", "*.jsonl"))
+			if len(files) != 1 {
+				t.Fatalf("%d journals", len(files))
+			}
+			recs := payloads(t, files[0])
+			last := recs[len(recs)-1]
+			var term struct {
+				Reason string `json:"reason"`
+			}
+			if err := json.Unmarshal(last.Data, &term); err != nil || last.Type != "terminated" {
+				t.Fatalf("last record %s %s", last.Type, last.Data)
+			}
+			var ie *Error
+			if !errors.As(callerErr, &ie) {
+				t.Fatalf("caller error %v", callerErr)
+			}
+			if term.Reason != reasonCancelled || string(errcode.Of(callerErr)) != term.Reason || run.Reason() != term.Reason {
+				t.Errorf("the caller was told %s (%q), the journal's terminated says %s, Run.Reason (run_status) says %s: they must agree",
+					errcode.Of(callerErr), callerErr, term.Reason, run.Reason())
+			}
+		})
+	}
+}

@@ -117,10 +117,14 @@ func (r *Runner) preflightDelegated(req Request, agent *project.Agent) (*prepare
 		return nil, err
 	}
 	p := &prepared{req: req, agent: agent, name: adm.Agent, agentID: policy.AgentID(adm.Agent)}
-	p.conv = inference.Conversation{} // nothing goes to a model
+	// Nothing goes to a model; the caller's instructions go into the agent's prompt, and
+	// into started (their digest, and their text unless the journal keeps only digests),
+	// as a model run's do.
+	instructions := callerInstructions(guidance, req.SystemPrompt)
+	p.conv = inference.Conversation{Instructions: instructions, Prompt: req.Prompt}
 	p.exec = &delegatedExecutor{
 		executor: ex, workspace: ws, project: r.cfg.Project.Path(), deadline: deadline, hashes: r.cfg.HashesOnly, hurry: r.hurry, log: r.cfg.Log,
-		prompt: delegatedPrompt(adm.Agent, adm.Definition, guidance, req.SystemPrompt, req.Prompt),
+		prompt: delegatedPrompt(adm.Agent, adm.Definition, instructions, req.Prompt),
 		decide: func(runID string, t policy.ToolUse) policy.Decision {
 			tr := policy.NewToolRequest(agent, runID, req.Surface, req.Caller, t)
 			tr.CallerAuth = req.CallerAuth
@@ -150,6 +154,13 @@ func conversation(name string, definition []byte, guidance, systemPrompt, prompt
 		System: fmt.Sprintf("You are the agent %q. Your definition, in the Symbiont agent DSL, follows. Answer as this agent, with text only.\n\n%s", name, definition),
 		Prompt: prompt,
 	}
+	c.Instructions = callerInstructions(guidance, systemPrompt)
+	return c
+}
+
+// callerInstructions lays out the caller's instructions: the AGENTS.md guidance, then
+// system_prompt, each under its own heading ("" when there are none).
+func callerInstructions(guidance, systemPrompt string) string {
 	var parts []string
 	if guidance != "" {
 		parts = append(parts, "Project guidance (from AGENTS.md):\n"+guidance)
@@ -157,8 +168,7 @@ func conversation(name string, definition []byte, guidance, systemPrompt, prompt
 	if systemPrompt != "" {
 		parts = append(parts, "Caller system_prompt:\n"+systemPrompt)
 	}
-	c.Instructions = strings.Join(parts, "\n\n")
-	return c
+	return strings.Join(parts, "\n\n")
 }
 
 // guidance returns the project's guidance for its agents (AGENTS.md's generated section;

@@ -242,13 +242,13 @@ func (run *Run) Wait(ctx context.Context) (*Result, error) {
 		return run.res, run.err
 	case <-t.C:
 	}
-	// Stop waiting only if the run has not committed to releasing: then it can no longer
-	// release, and its journal will say cancelled, as the caller is told.
+	// Stop waiting only if the run has not committed to its end: then it can no longer
+	// release, and its journal will say cancelled, as the caller is told (endRun).
 	if run.p.outcome.CompareAndSwap(outcomeOpen, outcomeAbandoned) {
 		// The journal exists but has not ended yet: the reference has no receipt.
 		return nil, &Error{Audit: run.p.opened.Load(), Err: errcode.Errorf(errcode.Cancelled, "the caller cancelled the request; the run records it as cancelled")}
 	}
-	// It is writing its release: report what its journal will record.
+	// It is writing its end: report what its journal will record.
 	<-run.done
 	return run.res, run.err
 }
@@ -259,6 +259,7 @@ func (run *Run) Wait(ctx context.Context) (*Result, error) {
 const (
 	outcomeOpen      int32 = iota
 	outcomeReleasing       // the run is writing its release
+	outcomeEnding          // the run is writing another end (endRun)
 	outcomeAbandoned       // the call stopped waiting and told its caller cancelled
 )
 
@@ -487,6 +488,14 @@ const maxRecordError = 4 << 10
 // recorded must say so, whichever step failed (a refused append does not always stop the
 // writer).
 func (r *Runner) endRun(w *journal.Writer, p *prepared, t journal.Terminated) error {
+	// The end claims the outcome, as a release does; a run whose call stopped waiting
+	// first — its caller was told cancelled — ends cancelled, saying how it would have
+	// ended (a failed journal is still said as such: audit_failed).
+	if !p.outcome.CompareAndSwap(outcomeOpen, outcomeEnding) && p.outcome.Load() == outcomeAbandoned &&
+		t.Reason != reasonCancelled && t.Reason != reasonAuditFailed {
+		t = journal.Terminated{Reason: reasonCancelled, DurationMS: t.DurationMS, Gate: t.Gate,
+			Error: fmt.Sprintf("the caller stopped waiting and was told cancelled; the run would have ended %s: %s", t.Reason, t.Error)}
+	}
 	p.reason = reasonAuditFailed
 	if r.cfg.Ledger != nil && w.Durable() != w.Receipt() {
 		// The lines before terminated, which the entry names (prev_head), are made durable
@@ -620,8 +629,10 @@ func cancelledError(ctx context.Context, when string) error {
 		return errcode.Errorf(errcode.Cancelled, "the caller cancelled the request %s", when)
 	case errors.Is(cause, ErrCancelRequested):
 		return errcode.Errorf(errcode.Cancelled, "the run was cancelled by cancel_run %s", when)
+	case errors.Is(cause, ErrShuttingDown):
+		return errcode.Errorf(errcode.Cancelled, "the run was cancelled (server shutting down) %s", when)
 	}
-	return errcode.Errorf(errcode.Cancelled, "the run was cancelled (server shutting down) %s", when)
+	return errcode.Errorf(errcode.Cancelled, "the run was cancelled %s", when)
 }
 
 // at calls the test hook at a named point of a run.
