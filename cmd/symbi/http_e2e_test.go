@@ -1466,6 +1466,29 @@ func TestHTTPStartRefused(t *testing.T) {
 	for _, u := range []string{"symbi.example.com", "ftp://symbi.example.com", "https://", "https://symbi.example.com/?x=1"} {
 		httpStartRefused(t, dir, 2, "--public-url", "--auth-tokens", bad, "--public-url", u)
 	}
+	// It names the protected resource, which only an authenticated server has.
+	httpStartRefused(t, dir, 2, "--public-url goes with --auth-tokens or --auth-jwks", "--public-url", "https://symbi.example.com")
 	httpStartRefused(t, dir, 2, "--max-sessions 0: want 1 or more", "--max-sessions", "0")
 	httpStartRefused(t, dir, 2, "--max-sessions-per-caller -1: want 1 or more", "--max-sessions-per-caller", "-1")
+}
+
+// TestHTTPWildcardNeedsPublicURL: with authentication on every address (0.0.0.0, ::, an
+// empty host) and no --public-url, the 401 challenge and the protected resource metadata
+// would name an address no client can reach: a usage error (exit 2) naming --public-url.
+func TestHTTPWildcardNeedsPublicURL(t *testing.T) {
+	dir := newE2EProject(t)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	httpTokenAdd(t, tokens, "alice")
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
+		t.Run(addr, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, symbiBin, "mcp", "--project", dir, "--http", addr, "--auth-tokens", tokens)
+			cmd.Env = modelEnv(nil)
+			out, err := cmd.CombinedOutput()
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "give --public-url") {
+				t.Fatalf("symbi mcp --http %s --auth-tokens without --public-url: %v, want exit 2 naming --public-url\n%s", addr, err, out)
+			}
+		})
+	}
 }

@@ -77,6 +77,12 @@ func (h *httpFlags) check() error {
 		return fmt.Errorf("--max-sessions-per-caller %d: want 1 or more", h.maxSessionsCaller)
 	case h.rate < 0 || h.rate != h.rate:
 		return fmt.Errorf("--rate %v: want 0 or more", h.rate)
+	case h.publicURL != "" && h.tokens == "" && h.jwks == "":
+		// It names the protected resource in the 401 challenge and the metadata, which
+		// only an authenticated server serves.
+		return errors.New("--public-url goes with --auth-tokens or --auth-jwks")
+	case h.publicURL == "" && (h.tokens != "" || h.jwks != "") && wildcardHost(h.addr):
+		return fmt.Errorf("--http %s listens on every address: give --public-url, the URL clients reach the server at — the 401 challenge and the protected resource metadata name it, and no client can reach %s", h.addr, h.addr)
 	case h.publicURL != "":
 		if u, err := url.Parse(h.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
 			u.User != nil || u.RawQuery != "" || u.Fragment != "" {
@@ -175,4 +181,15 @@ func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner,
 		return fmt.Errorf("HTTP server: %w", serveErr)
 	}
 	return nil
+}
+
+// wildcardHost reports whether addr (HOST:PORT) listens on every address: an empty host,
+// 0.0.0.0 or ::.
+func wildcardHost(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false // --http's own check refuses it
+	}
+	ip := net.ParseIP(host)
+	return host == "" || ip != nil && ip.IsUnspecified()
 }

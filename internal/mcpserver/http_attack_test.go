@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"symbi/internal/auth"
@@ -353,3 +354,102 @@ func TestHTTPDenialsKeepTheRun(t *testing.T) {
 // WriteStallGuard is how long TestHTTPStalledStream waits for a notification that one
 // stalled write delays by up to mcpserver.WriteStall: generously more, on a busy machine.
 const WriteStallGuard = 12 * mcpserver.WriteStall
+
+// prefixVerifier authenticates "tok-<id>" as the token caller <id>.
+func prefixVerifier(_ context.Context, tok string, _ *http.Request) (*sdkauth.TokenInfo, error) {
+	id, ok := strings.CutPrefix(tok, "tok-")
+	if !ok || !auth.ValidCallerID(id) || auth.Reserved(id) {
+		return nil, sdkauth.ErrInvalidToken
+	}
+	return &sdkauth.TokenInfo{UserID: id, Expiration: time.Now().Add(time.Hour), Extra: map[string]any{auth.ExtraMethod: auth.MethodToken}}, nil
+}
+
+// TestHTTPForeignRequestTouchesNoSession: a request another caller makes on a session
+// (refused by the SDK, 403) moves neither the session's use nor its business in the
+// session caps: here mallory's request on alice's stale session s1 does not save s1 from
+// eviction when alice opens one more session than her cap — her least recently used
+// session, s1, goes, not s2, the one she used last.
+func TestHTTPForeignRequestTouchesNoSession(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "caps", Version: "1"}, nil)
+	hs := httptest.NewServer(mcpserver.NewHTTPHandler(srv, mcpserver.HTTPOptions{
+		Verifier: prefixVerifier, PublicURL: "http://symbi.test", MaxSessions: 10, MaxSessionsPerCaller: 2,
+		Log: slog.New(slog.DiscardHandler),
+	}))
+	var open []*mcp.ClientSession
+	t.Cleanup(func() {
+		for _, cs := range open {
+			cs.Close()
+		}
+		hs.Close()
+	})
+	url := hs.URL + mcpserver.MCPPath
+	connect := func(caller string) (*mcp.ClientSession, error) {
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: caller, Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{
+			Endpoint: url, DisableStandaloneSSE: true,
+			HTTPClient: &http.Client{Transport: bearerRT{token: "tok-" + caller, base: &http.Transport{}}},
+		}, nil)
+		if err == nil {
+			open = append(open, cs)
+		}
+		return cs, err
+	}
+	live := func(id string) bool {
+		for ss := range srv.Sessions() {
+			if ss.ID() == id {
+				return true
+			}
+		}
+		return false
+	}
+	ctx := context.Background()
+
+	s1, err := connect("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	s2, err := connect("alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := s2.Ping(ctx, nil); err != nil { // s2 is alice's most recently used session
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+
+	// mallory names alice's stale session: refused, as it must be.
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":9,"method":"ping"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer tok-mallory")
+	req.Header.Set("Mcp-Session-Id", s1.ID())
+	res, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusForbidden {
+		t.Fatalf("mallory's request on alice's session: %d, want 403", res.StatusCode)
+	}
+
+	// alice, at her cap, opens a third session: her least recently used one must go.
+	for {
+		if _, err := connect("alice"); err == nil {
+			break
+		} else if !strings.Contains(err.Error(), "Too Many Requests") {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(hangGuard)
+	for live(s1.ID()) && live(s2.ID()) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if !live(s2.ID()) {
+		t.Fatalf("alice's session s2, the one she used last, was evicted; s1 (unused by alice since it opened, only named by mallory's refused request) was kept (live: %v)", live(s1.ID()))
+	}
+	if live(s1.ID()) {
+		t.Fatal("no session of alice's was evicted")
+	}
+}

@@ -57,7 +57,19 @@ func (l *rateLimiter) allow(caller string) (bool, time.Duration) {
 		b.tokens--
 		return true, 0
 	}
-	return false, time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
+	return false, retryAfter((1 - b.tokens) / l.rate)
+}
+
+// maxRetry bounds the wait a refusal names: a rate slow enough would otherwise overflow
+// time.Duration into a negative wait.
+const maxRetry = 1000 * time.Hour
+
+// retryAfter is a wait of secs seconds, at most maxRetry.
+func retryAfter(secs float64) time.Duration {
+	if secs >= maxRetry.Seconds() || secs != secs {
+		return maxRetry
+	}
+	return time.Duration(secs * float64(time.Second))
 }
 
 // prune drops the buckets that have refilled, and if none has, the oldest.

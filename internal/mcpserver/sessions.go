@@ -84,7 +84,10 @@ func (c *sessionCaps) wrap(next http.Handler) http.Handler {
 				http.Error(w, "session not found", http.StatusNotFound) // as the SDK answers an ended session
 				return
 			}
-			_, owned := c.owner[id]
+			// Only its owner's requests use a session: another caller's naming it is
+			// refused by the SDK (403), and moves neither its use nor its business.
+			by, known := c.owner[id]
+			owned := known && by == callerOf(r, c.anonymous)
 			counted := owned && r.Method == http.MethodPost
 			if owned {
 				c.used[id] = time.Now()

@@ -151,3 +151,20 @@ func TestSessionVictimsReplaced(t *testing.T) {
 			len(kept), s3Kept)
 	}
 }
+
+// TestRateLimitRetryBounded: a --rate so slow that the wait would overflow a
+// time.Duration names the bound (maxRetry) as the wait, never a negative one.
+func TestRateLimitRetryBounded(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	l := newRateLimiter(1e-10, func() time.Time { return now })
+	if ok, _ := l.allow("alice"); !ok {
+		t.Fatal("the first request was refused")
+	}
+	ok, wait := l.allow("alice")
+	if ok {
+		t.Fatal("the second request was allowed")
+	}
+	if wait != maxRetry {
+		t.Fatalf("the refusal says retry in %s; want the bound, %s (not an overflowed, negative wait)", wait.Round(time.Millisecond), maxRetry)
+	}
+}
