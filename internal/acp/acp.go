@@ -738,6 +738,7 @@ func (r *runner) run(ctx context.Context) Result {
 	text, abandoned := r.close(cfg.Grace, cfg.Hurry)
 	if abandoned {
 		note := fmt.Sprintf("a file access of the agent did not end within the grace period (%v) after its processes were killed: it was abandoned, unrecorded and unanswered", cfg.Grace)
+		r.log().Warn("acp: "+note, "executor", cfg.Executor.Name)
 		if termNote != "" {
 			note = termNote + "; " + note
 		}
