@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -419,14 +420,18 @@ func TestConformanceInspectorPermissionGate(t *testing.T) {
 			return nil
 		})
 		t.Run("alice run_status completed with the title", func(t *testing.T) {
+			cursor := 0.0 // long-polled from the last event seen, so that wait_ms waits
 			for deadline := time.Now().Add(hangGuard); ; {
-				code, out, stderr := as(alice)(t, confToolCall("run_events", "run_id="+id, "limit=1000", "wait_ms=30000")...)
+				code, out, stderr := as(alice)(t, confToolCall("run_events", "run_id="+id, "after="+strconv.FormatFloat(cursor, 'f', -1, 64), "limit=1000", "wait_ms=30000")...)
 				var r inspectorResult
 				if code != 0 || json.Unmarshal(out, &r) != nil || r.IsError {
 					t.Fatalf("inspector exit %d\nstdout:\n%s\nstderr:\n%s", code, out, stderr)
 				}
 				if r.StructuredContent["done"] == true {
 					break
+				}
+				if next, ok := r.StructuredContent["next_cursor"].(float64); ok {
+					cursor = next
 				}
 				if time.Now().After(deadline) {
 					t.Fatalf("run %s never ended: %v", id, r.StructuredContent)

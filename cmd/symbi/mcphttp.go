@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -184,12 +185,15 @@ func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner,
 }
 
 // wildcardHost reports whether addr (HOST:PORT) listens on every address: an empty host,
-// 0.0.0.0 or ::.
+// 0.0.0.0 or :: (in any spelling, with a zone or IPv4-mapped).
 func wildcardHost(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false // --http's own check refuses it
 	}
-	ip := net.ParseIP(host)
-	return host == "" || ip != nil && ip.IsUnspecified()
+	if host == "" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.WithZone("").Unmap().IsUnspecified()
 }

@@ -736,8 +736,13 @@ func (r *runner) run(ctx context.Context) Result {
 	}
 	r.kill()
 	text, abandoned := r.close(cfg.Grace, cfg.Hurry)
+	abandonedNote := ""
 	if abandoned {
 		note := fmt.Sprintf("a file access of the agent did not end within the grace period (%v) after its processes were killed: it was abandoned, unrecorded and unanswered", cfg.Grace)
+		if isClosed(cfg.Hurry) {
+			note = "a file access of the agent had not ended when its processes were killed, and the server was told again to stop: it was abandoned, unrecorded and unanswered"
+		}
+		abandonedNote = note
 		r.log().Warn("acp: "+note, "executor", cfg.Executor.Name)
 		if termNote != "" {
 			note = termNote + "; " + note
@@ -793,6 +798,9 @@ func (r *runner) run(ctx context.Context) Result {
 	fin := journal.SessionFinished{Outcome: res.Outcome, StopReason: res.StopReason, TextSHA256: sha(text), TextBytes: int64(len(text))}
 	if res.Err != nil {
 		fin.Error = cut(res.Err.Error(), journal.MaxTitleBytes)
+	} else if abandonedNote != "" {
+		// A turn that ended regardless: the record still says what its journal lacks.
+		fin.Error = cut(abandonedNote, journal.MaxTitleBytes)
 	}
 	if !cfg.HashesOnly {
 		fin.Text = text

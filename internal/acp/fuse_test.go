@@ -44,11 +44,13 @@ func init() {
 		os.Exit(11)
 	}
 	_ = os.WriteFile(mnt+".ready", nil, 0o644)
-	serveFuse(fd)
+	serveFuse(fd, mnt)
 	os.Exit(0)
 }
 
-func serveFuse(fd int) {
+// serveFuse serves the file system mounted at mnt from fd; a READ it receives (and never
+// answers) is marked by the file mnt+".read", which a test's agent can wait for.
+func serveFuse(fd int, mnt string) {
 	le := binary.LittleEndian
 	attr := func(ino uint64) []byte {
 		b := make([]byte, 88)
@@ -120,6 +122,7 @@ func serveFuse(fd int) {
 			le.PutUint32(out[8:], 1) // FOPEN_DIRECT_IO
 			reply(unique, 0, out)
 		case 15: // READ: never answered
+			_ = os.WriteFile(mnt+".read", nil, 0o644)
 		case 2, 42, 36: // FORGET, BATCH_FORGET, INTERRUPT: no answer
 		case 18, 25, 29: // RELEASE, FLUSH, RELEASEDIR
 			reply(unique, 0, nil)
@@ -294,5 +297,36 @@ func TestHurriedCloseNotAbandoned(t *testing.T) {
 	fin := data[journal.SessionFinished](t, ofType(e.entries(), journal.TypeSessionFinished)[0])
 	if strings.Contains(fin.Error, "was abandoned") {
 		t.Fatalf("session_finished.error %q: records an abandoned file access that never was", fin.Error)
+	}
+}
+
+// TestAbandonedAccessOfCompletedTurnJournaled: an agent that does not wait for its read —
+// held by a FUSE daemon it did not start — and ends its turn completes, and its
+// session_finished says the access was abandoned: the journal, not only the log, tells an
+// access allowed and never made from one made and not recorded.
+func TestAbandonedAccessOfCompletedTurnJournaled(t *testing.T) {
+	// A raw request: the agent does not wait for the answer, it sleeps and ends its turn.
+	read := map[string]any{"raw": map[string]any{"jsonrpc": "2.0", "id": 4242, "method": "fs/read_text_file",
+		"params": map[string]any{"sessionId": "fake-session-1", "path": "mnt/f"}}}
+	e, res := fuseRun(t, false, []any{
+		read,
+		map[string]any{"wait_file": "$CWD/mnt.read"}, // the read is held in the kernel
+		map[string]any{"message": "done"},
+	})
+	es := e.entries()
+	var allowed, recorded bool
+	for _, ent := range ofType(es, journal.TypePermissionDecided) {
+		if pd := data[journal.PermissionDecided](t, ent); pd.Decision == "allow" && pd.Kind == "read" {
+			allowed = true
+		}
+	}
+	recorded = len(ofType(es, journal.TypeFSRead)) > 0
+	if !allowed || recorded {
+		t.Fatalf("read allowed %v, fs_read recorded %v (outcome %s, err %v); want allowed, held, unrecorded", allowed, recorded, res.Outcome, res.Err)
+	}
+	fin := data[journal.SessionFinished](t, ofType(es, journal.TypeSessionFinished)[0])
+	if res.Outcome != OutcomeCompleted || !strings.Contains(fin.Error, "it was abandoned, unrecorded and unanswered") {
+		t.Fatalf("a read was allowed and abandoned (no fs_read), yet the run ended %s with error %v and session_finished %+v: the journal does not say the access was abandoned",
+			res.Outcome, res.Err, fin)
 	}
 }

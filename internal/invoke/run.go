@@ -118,7 +118,9 @@ func (r *Runner) Invoke(ctx context.Context, req Request, progress func(Stage)) 
 
 // Await waits for the run's outcome on behalf of a caller whose request is ctx: when ctx
 // ends first, the run is cancelled (its caller is gone) and Await returns promptly with a
-// cancelled error while the run finishes its journal in the background. A run held at a
+// cancelled error while the run finishes its journal in the background — unless the run
+// is already writing its end, which Await then waits for, so that the caller is told what
+// the journal says. A run held at a
 // human gate is no longer the caller's: Await returns approval_required at once, with the
 // run's audit reference, and the run waits for approve_run, owned by the server.
 func (run *Run) Await(ctx context.Context) (*Result, error) {

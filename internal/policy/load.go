@@ -389,8 +389,11 @@ func (l *loader) parse(file string, data []byte) {
 			continue
 		case strings.Contains(id, ","):
 			// A wait names its gating policies comma-separated: "a,b" would read as two.
-			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column,
-				Message: fmt.Sprintf("policy %q: the @id of a @gate policy holds no comma (a wait names its gating policies comma-separated)", id)})
+			msg := fmt.Sprintf("policy %q: the @id of a @gate policy holds no comma (a wait names its gating policies comma-separated)", id)
+			if !explicit {
+				msg = fmt.Sprintf("the @gate policy at %s has no @id, and the id made from its file name holds the file name's comma (a wait names its gating policies comma-separated): give it an @id without a comma, or rename the file", id)
+			}
+			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column, Message: msg})
 			continue
 		}
 		if names, all := scopeActions(p); !all && !slices.ContainsFunc(names, func(a string) bool { return slices.Contains(l.decides, a) }) {

@@ -85,6 +85,7 @@ func TestLoadModes(t *testing.T) {
 		{name: "no id, a long file name", files: map[string]string{"policies/" + strings.Repeat("a", 249) + ".cedar": "permit (principal, action, resource);"}, mode: ModeCedar},
 		{name: "gate in another case", files: map[string]string{"policies/a.cedar": permitAll + "\n@Gate(\"human\") @id(\"review\") forbid (principal, action, resource);"}, mode: ModeDenyAll, problem: "annotation @Gate: symbi reads @gate"},
 		{name: "a gate's id with a comma", files: map[string]string{"policies/a.cedar": permitAll + "\n@gate(\"human\") @id(\"a,b\") forbid (principal, action, resource);"}, mode: ModeDenyAll, problem: `policy "a,b": the @id of a @gate policy holds no comma`},
+		{name: "a gate without an id in a file whose name has a comma", files: map[string]string{"policies/a.cedar": permitAll, "policies/review,strict.cedar": "@gate(\"human\") forbid (principal, action, resource);"}, mode: ModeDenyAll, problem: "has no @id, and the id made from its file name holds the file name's comma"},
 		{name: "a comma in an ungated id", files: map[string]string{"policies/a.cedar": "@id(\"a,b\") permit (principal, action, resource);"}, mode: ModeCedar},
 		{name: "id in another case", files: map[string]string{"policies/a.cedar": "@ID(\"x\") permit (principal, action, resource);"}, mode: ModeDenyAll, problem: "annotation @ID: symbi reads @id"},
 		{name: "symlink to a valid file", files: map[string]string{"elsewhere.txt": permitAll}, setup: func(t testing.TB, d string) {

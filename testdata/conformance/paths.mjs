@@ -228,6 +228,9 @@ async function hashes() {
     await untilAwaiting(client, sc.run_id);
     const held = await readRun(client, sc.run_id);
     assert(held.status === "awaiting_approval" && held.approval?.gate === "conformance-review", `run_status ${JSON.stringify(held)}`);
+    // Its approver (the stdio caller) sees what it decides, though the journal keeps only
+    // the digest.
+    assert(typeof held.approval?.text === "string" && held.approval.text.length > 0, `approval.text in hashes mode: ${JSON.stringify(held.approval)}`);
     const st = await callOK(client, "approve_run", { run_id: sc.run_id, decision: "approve" });
     assert(st.status === "completed" && st.released === true, `approve_run ${JSON.stringify(st)}`);
     return JSON.stringify(st.approval);
