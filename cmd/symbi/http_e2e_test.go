@@ -1479,7 +1479,7 @@ func TestHTTPWildcardNeedsPublicURL(t *testing.T) {
 	dir := newE2EProject(t)
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	httpTokenAdd(t, tokens, "alice")
-	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "[::%lo]:0", "[::ffff:0.0.0.0]:0"} {
 		t.Run(addr, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 			defer cancel()
