@@ -60,7 +60,9 @@ var clearText = map[string]bool{"prompt": true, "instructions": true, "text": tr
 // Facts formats the entry's data as "key=value" pairs sorted by key, nested objects
 // flattened with dots down to factsDepth levels (deeper ones shown as {…}), each key cut
 // at factsKeyBytes. Clear text is shown as its byte count; long strings are cut. The data
-// may be anything (symbi audit show does not verify): its cost stays in proportion to it.
+// may be anything (symbi audit show does not verify): its cost stays in proportion to it —
+// the pairs shown are at most factsGrowth times the data's size (a name repeated down a
+// deep path could otherwise multiply it), then "…" says more were left out.
 func (e Entry) Facts() string {
 	var m map[string]any
 	d := json.NewDecoder(bytes.NewReader(e.Data))
@@ -68,20 +70,53 @@ func (e Entry) Facts() string {
 	if err := d.Decode(&m); err != nil {
 		return ""
 	}
-	var parts []string
-	flatten("", m, &parts, 1)
-	sort.Strings(parts)
-	return strings.Join(parts, " ")
+	f := &facts{left: factsGrowth*len(e.Data) + factsSlack}
+	f.flatten("", m, 1)
+	sort.Strings(f.parts)
+	if f.cut {
+		f.parts = append(f.parts, "…")
+	}
+	return strings.Join(f.parts, " ")
 }
 
-// Bounds of Facts: no record of this version nests more than a few levels.
+// facts collects the pairs of Facts within its budget.
+type facts struct {
+	parts []string
+	left  int  // bytes the pairs may still take
+	cut   bool // a pair was left out
+}
+
+func (f *facts) add(part string) {
+	if f.cut || len(part)+1 > f.left {
+		f.cut = true
+		return
+	}
+	f.left -= len(part) + 1
+	f.parts = append(f.parts, part)
+}
+
+// Bounds of Facts: no record of this version nests more than a few levels, and a real
+// record's pairs are well within twice its size.
 const (
 	factsDepth    = 8
 	factsKeyBytes = 64
+	factsGrowth   = 3
+	factsSlack    = 64
 )
 
-func flatten(prefix string, m map[string]any, parts *[]string, depth int) {
-	for k, v := range m {
+// flatten adds m's members, in the order of their names (what is left out past the budget
+// is the same at every run).
+func (f *facts) flatten(prefix string, m map[string]any, depth int) {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if f.cut {
+			return
+		}
+		k, v := name, m[name]
 		if len(k) > factsKeyBytes {
 			k = strings.ToValidUTF8(k[:factsKeyBytes], "") + "…"
 		}
@@ -89,24 +124,24 @@ func flatten(prefix string, m map[string]any, parts *[]string, depth int) {
 		switch v := v.(type) {
 		case map[string]any:
 			if depth >= factsDepth {
-				*parts = append(*parts, key+"={…}")
+				f.add(key + "={…}")
 				continue
 			}
-			flatten(key+".", v, parts, depth+1)
+			f.flatten(key+".", v, depth+1)
 		case string:
 			if clearText[key] {
-				*parts = append(*parts, fmt.Sprintf("%s=<%d bytes>", key, len(v)))
+				f.add(fmt.Sprintf("%s=<%d bytes>", key, len(v)))
 			} else {
-				*parts = append(*parts, key+"="+short(v))
+				f.add(key + "=" + short(v))
 			}
 		case []any:
 			items := make([]string, len(v))
 			for i, x := range v {
 				items[i] = fmt.Sprint(x)
 			}
-			*parts = append(*parts, key+"="+short("["+strings.Join(items, ",")+"]"))
+			f.add(key + "=" + short("["+strings.Join(items, ",")+"]"))
 		default:
-			*parts = append(*parts, fmt.Sprintf("%s=%v", key, v))
+			f.add(fmt.Sprintf("%s=%v", key, v))
 		}
 	}
 }

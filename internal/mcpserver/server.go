@@ -331,6 +331,9 @@ func decodeArgs(raw json.RawMessage, v any) error {
 }
 
 func jsonType(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem() // an optional argument: its value's type
+	}
 	switch t.Kind() {
 	case reflect.String:
 		return "a string"
