@@ -141,13 +141,14 @@ func runAuditShow(e *env, args []string) int {
 		}{pos[0], false, entries, tail})
 		return 0
 	}
-	fmt.Fprintf(e.stdout, "%s (not verified; use symbi audit verify)\n", pos[0])
+	fmt.Fprintf(e.stdout, "%s (not verified; use symbi audit verify)\n", nameText(pos[0]))
 	for _, en := range entries {
 		if en.Problem != "" {
-			fmt.Fprintf(e.stdout, "line %d: %s\n", en.Line, en.Problem)
+			fmt.Fprintf(e.stdout, "line %d: %s\n", en.Line, cellText(en.Problem))
 			continue
 		}
-		fmt.Fprintf(e.stdout, "%-4s %-24s %-20s %s\n", en.Seq, en.Time, en.Type, en.Facts())
+		// Nothing here is verified: no field of a forged line prints a line of its own.
+		fmt.Fprintf(e.stdout, "%-4s %-24s %-20s %s\n", cellText(en.Seq), cellText(en.Time), cellText(en.Type), cellText(en.Facts()))
 	}
 	if tail > 0 {
 		fmt.Fprintf(e.stdout, "(torn tail of %d bytes, not shown)\n", tail)

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -57,5 +59,29 @@ func TestAuditShowEscapesProviderText(t *testing.T) {
 		if strings.ContainsAny(out, "\x1b\a") || !strings.Contains(out, `\u001b[2J`) {
 			t.Errorf("%v prints the escape sequence raw or not at all:\n%q", args, out)
 		}
+	}
+}
+
+// TestAuditShowForgedLineBreaks: audit show does not verify, so a forged line's type,
+// time or field names may hold line breaks; none prints a line of its own.
+func TestAuditShowForgedLineBreaks(t *testing.T) {
+	const forged = "9    2026-01-01T00:00:00.000Z terminated reason=completed released=true"
+	line := `{"payload":{"v":1,"run_id":"r","seq":0,"prev":"` + strings.Repeat("0", 64) + `","time":"t\n` + forged +
+		`","agent_id":"a","type":"started\n` + forged + `","data":{"x\n` + forged + `":1}},"signature":"` + strings.Repeat("A", 86) + "==\"}\n"
+	path := filepath.Join(t.TempDir(), "forged.jsonl")
+	if err := os.WriteFile(path, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "", "audit", "show", path)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "9 ") {
+			t.Fatalf("a forged field printed a line of its own:\n%s", out)
+		}
+	}
+	if !strings.Contains(out, `\n9`) {
+		t.Fatalf("the forged fields are not shown escaped:\n%s", out)
 	}
 }
