@@ -30,9 +30,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"unicode"
@@ -158,7 +160,10 @@ func Parse(data []byte, getenv func(string) string) (*Registry, error) {
 		return nil, invalid("%d executors, more than %d", len(f.Executors), MaxExecutors)
 	}
 	r := &Registry{byName: map[string]*Executor{}}
-	for name, e := range f.Executors {
+	// In the order of their names: of several bad executors, the refusal names the same
+	// one every time.
+	for _, name := range slices.Sorted(maps.Keys(f.Executors)) {
+		e := f.Executors[name]
 		if !validName(name) {
 			return nil, invalid("executor name %s: want 1 to %d of a-z, 0-9, '_' and '-', starting with a letter", errcode.Quote(name), MaxNameBytes)
 		}

@@ -248,3 +248,14 @@ func TestPinModeRefusalOneLine(t *testing.T) {
 		t.Fatalf("refusal holds raw line breaks: %q", err.Error())
 	}
 }
+
+// TestParseNamesFirstBadExecutor: of several bad executors, the refusal names the first
+// by name, every time (a map's order would make it vary).
+func TestParseNamesFirstBadExecutor(t *testing.T) {
+	for range 20 {
+		_, err := Parse([]byte(`{"executors":{"zeta":{"command":["nope-z"]},"alpha":{"command":["nope-a"]},"mid":{"command":["nope-m"]}}}`), func(string) string { return t.TempDir() })
+		if err == nil || !strings.Contains(err.Error(), "alpha") || strings.Contains(err.Error(), "zeta") || strings.Contains(err.Error(), "mid") {
+			t.Fatalf("refusal %v; want the one of alpha, the first by name", err)
+		}
+	}
+}
