@@ -431,7 +431,9 @@ func (w *Writer) appendPreparedLocked(p *Prepared) error {
 	}
 	st, err := w.f.Stat()
 	if err != nil {
-		return w.fail(fmt.Errorf("stat: %w", err))
+		err = w.fail(fmt.Errorf("stat: %w", err))
+		w.cutBack()
+		return err
 	}
 	if st.Size() != w.size {
 		return w.fail(fmt.Errorf("file is %d bytes, the writer wrote %d: someone else wrote to it", st.Size(), w.size))
@@ -555,7 +557,9 @@ func (w *Writer) Sync() error {
 	// What was made durable must be exactly what the writer wrote, and still reachable.
 	st, err := w.f.Stat()
 	if err != nil {
-		return w.fail(fmt.Errorf("stat: %w", err))
+		err = w.fail(fmt.Errorf("stat: %w", err))
+		w.cutBack() // it re-stats, and cuts only a file that holds what this writer wrote
+		return err
 	}
 	if st.Size() != w.size {
 		return w.fail(fmt.Errorf("file is %d bytes, the writer wrote %d: someone else wrote to it", st.Size(), w.size))
@@ -588,7 +592,8 @@ var ErrDurable = errors.New("the journal holds a durable record and is kept")
 // Discard removes the journal file of a run that could not make its first record durable
 // (a full disk, a file size limit): such a file is debris, not evidence, and removing it
 // loses nothing. It stops the writer. Once any record has been made durable it removes
-// nothing and returns ErrDurable. The file is removed only if the project's
+// nothing and returns ErrDurable. The file is removed only if it holds exactly what this
+// writer wrote (bytes someone else wrote are evidence) and the project's
 // .symbiont/governed/<name>, found without following links, is still this writer's file.
 func (w *Writer) Discard() error {
 	w.mu.Lock()
@@ -605,6 +610,10 @@ func (w *Writer) Discard() error {
 	st, err := w.f.Stat()
 	if err != nil {
 		return fmt.Errorf("journal: discard %s: %w", w.path, err)
+	}
+	if st.Size() != w.size {
+		// Bytes someone else wrote are evidence, not debris: the file is kept.
+		return fmt.Errorf("journal: discard %s: the file is %d bytes, the writer wrote %d: someone else wrote to it; nothing removed", w.path, st.Size(), w.size)
 	}
 	sys, _ := st.Sys().(*syscall.Stat_t)
 	gov, err := governedDir(w.root)
@@ -715,6 +724,13 @@ func (w *Writer) AgentID() string { return w.agentID }
 // return the first one's result.
 func (w *Writer) Close() error {
 	w.closeOnce.Do(func() {
+		// Under w.mu, and stopping the writer: a Sync or Discard racing it never uses a
+		// descriptor it closed (or one reused since for another file).
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.failed == nil {
+			w.failed = ErrClosed
+		}
 		if w.root != nil {
 			w.root.Close()
 		}
@@ -722,3 +738,6 @@ func (w *Writer) Close() error {
 	})
 	return w.closeErr
 }
+
+// ErrClosed stops a writer that was closed: later appends and syncs fail with it.
+var ErrClosed = errors.New("the journal writer is closed")
