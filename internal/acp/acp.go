@@ -744,10 +744,6 @@ func (r *runner) run(ctx context.Context) Result {
 		}
 		abandonedNote = note
 		r.log().Warn("acp: "+note, "executor", cfg.Executor.Name)
-		if termNote != "" {
-			note = termNote + "; " + note
-		}
-		termNote = note
 	}
 	stopJournaler()
 	pcancel()
@@ -788,6 +784,10 @@ func (r *runner) run(ctx context.Context) Result {
 		if pr.resp.StopReason == sdk.StopReasonCancelled {
 			res.Outcome, res.Err = OutcomeCancelled, errors.New("the agent ended its turn cancelled")
 		}
+	}
+	if abandonedNote != "" && res.Err != nil {
+		// However the turn ended, its error says what its journal lacks.
+		res.Err = fmt.Errorf("%w; %s", res.Err, abandonedNote)
 	}
 	res.Stderr = r.stderr.String()
 	if errors.Is(res.Err, ErrJournal) && !errors.Is(res.Err, journal.ErrFileTooLarge) {

@@ -330,3 +330,37 @@ func TestAbandonedAccessOfCompletedTurnJournaled(t *testing.T) {
 			res.Outcome, res.Err, fin)
 	}
 }
+
+// TestAbandonedAccessOfFailedTurnSaid: however the agent's turn ends — an error answering
+// its prompt, a turn it cancelled itself — an abandoned file access is said in the run's
+// error and in session_finished, not only in the server's log.
+func TestAbandonedAccessOfFailedTurnSaid(t *testing.T) {
+	for name, end := range map[string]any{
+		"rpc error":       map[string]any{"error": map[string]any{"code": 1, "message": "boom"}},
+		"agent cancelled": map[string]any{"stop_reason": "cancelled"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			read := map[string]any{"raw": map[string]any{"jsonrpc": "2.0", "id": 4242, "method": "fs/read_text_file",
+				"params": map[string]any{"sessionId": "fake-session-1", "path": "mnt/f"}}}
+			e, res := fuseRun(t, false, []any{
+				read,
+				map[string]any{"wait_file": "$CWD/mnt.read"}, // the read is held in the kernel
+				end,
+			})
+			es := e.entries()
+			if len(ofType(es, journal.TypeFSRead)) > 0 {
+				t.Fatalf("fs_read recorded: the read was not held")
+			}
+			fins := ofType(es, journal.TypeSessionFinished)
+			if len(fins) != 1 {
+				t.Fatalf("%d session_finished records", len(fins))
+			}
+			fin := data[journal.SessionFinished](t, fins[0])
+			said := strings.Contains(fin.Error, "abandoned") || (res.Err != nil && strings.Contains(res.Err.Error(), "abandoned"))
+			if !said {
+				t.Fatalf("a read was allowed and abandoned (no fs_read); the run ended %s with error %v and session_finished.error %q: neither says the access was abandoned",
+					res.Outcome, res.Err, fin.Error)
+			}
+		})
+	}
+}
