@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -124,33 +121,7 @@ func confRunScenario(t *testing.T, node string, cfg map[string]any, required ...
 	t.Helper()
 	cfg["symbi"] = symbiBin
 	raw, _ := json.Marshal(cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "paths.mjs", string(raw))
-	cmd.Dir = conformanceDir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("paths.mjs: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
-	}
-	ran := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var c checkResult
-		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
-			t.Fatalf("paths.mjs printed %q: %v", sc.Text(), err)
-		}
-		ran[c.Check] = true
-		t.Run(c.Check, func(t *testing.T) {
-			if !c.OK {
-				t.Error(c.Detail)
-			} else if c.Detail != "" {
-				t.Log(c.Detail)
-			}
-		})
-	}
+	ran := confRunChecks(t, node, "paths.mjs", raw, 8*time.Minute)
 	for _, want := range required {
 		if !ran[want] {
 			t.Errorf("check %q did not run", want)
@@ -174,69 +145,14 @@ func TestConformanceSDKOnError(t *testing.T) {
 	version := conformanceVersions[len(conformanceVersions)-1]
 	t.Run("stdio", func(t *testing.T) {
 		t.Parallel()
-		confRunSDKOnError(t, node, fake, schemapinDir, version, confStdio)
+		confRunSDKScript(t, "onerror.mjs", node, fake, schemapinDir, version, confStdio, "sdk/onerror")
 	})
 	t.Run("http", func(t *testing.T) {
 		t.Parallel()
-		confRunSDKOnError(t, node, fake, schemapinDir, version, confHTTPTokens)
+		confRunSDKScript(t, "onerror.mjs", node, fake, schemapinDir, version, confHTTPTokens, "sdk/onerror")
 	})
 }
 
-// confRunSDKOnError is confRunSDK running onerror.mjs (sdk-client.mjs under an
-// onerror recorder) and requiring "sdk/onerror" to have run and passed with every
-// other check.
-func confRunSDKOnError(t *testing.T, node, fake, schemapinDir, version string, transport confTransport) {
-	dir := newE2EProject(t)
-	model := conformanceModel(t)
-	d := confDelegate(t, fake, dir)
-	writeFile(t, filepath.Join(dir, "policies", "gate.cedar"), confGatePolicy)
-	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
-		"OPENAI_BASE_URL": model.URL(), "CHAT_MODEL": "loopback-test", "FAKE_ACP_SCRIPT": d.Script}
-	cfg := map[string]any{"project": dir, "protocolVersion": version, "schemapin": schemapinDir, "delegated": d}
-	var srv *confHTTPServer
-	switch transport {
-	case confStdio:
-		cfg["symbi"], cfg["args"], cfg["env"] = symbiBin, d.Args, env
-	case confHTTPTokens:
-		tokens := filepath.Join(t.TempDir(), "tokens")
-		alice, bob := confTokenAdd(t, tokens, "alice"), confTokenAdd(t, tokens, "bob")
-		srv = confServeHTTP(t, dir, env, append([]string{"--auth-tokens", tokens}, d.Args...))
-		cfg["transport"], cfg["url"], cfg["token"], cfg["caller"], cfg["callerAuth"] = "http", srv.url, alice, "alice", "token"
-		cfg["other"] = map[string]string{"caller": "bob", "token": bob}
-	}
-	raw, _ := json.Marshal(cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "onerror.mjs", string(raw))
-	cmd.Dir = conformanceDir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("onerror.mjs: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
-	}
-	ran := false
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var c checkResult
-		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
-			t.Fatalf("onerror.mjs printed %q: %v", sc.Text(), err)
-		}
-		ran = ran || c.Check == "sdk/onerror"
-		if !c.OK {
-			t.Errorf("%s: %s", c.Check, c.Detail)
-		} else if c.Check == "sdk/onerror" {
-			t.Log(c.Detail)
-		}
-	}
-	if !ran {
-		t.Error(`check "sdk/onerror" did not run`)
-	}
-	if srv != nil {
-		srv.stop(t)
-	}
-}
 
 // TestConformanceGoSDKSubscribe: the go-sdk client — one of the conformance suite's three
 // clients (README, "Tested clients": at its default 2026-07-28 over stdio) — subscribes to

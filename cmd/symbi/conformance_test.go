@@ -321,6 +321,12 @@ var (
 // the delegated agent (the fake ACP agent bin), and requires every check to pass and the
 // required ones to have run.
 func confRunSDK(t *testing.T, node, fake, schemapinDir, version string, transport confTransport) {
+	confRunSDKScript(t, "sdk-client.mjs", node, fake, schemapinDir, version, transport)
+}
+
+// confRunSDKScript is confRunSDK with script, sdk-client.mjs or a script that runs it
+// (onerror.mjs), whose further checks are required too.
+func confRunSDKScript(t *testing.T, script, node, fake, schemapinDir, version string, transport confTransport, further ...string) {
 	dir := newE2EProject(t)
 	model := conformanceModel(t)
 	d := confDelegate(t, fake, dir)
@@ -329,7 +335,7 @@ func confRunSDK(t *testing.T, node, fake, schemapinDir, version string, transpor
 		"OPENAI_BASE_URL": model.URL(), "CHAT_MODEL": "loopback-test", "FAKE_ACP_SCRIPT": d.Script}
 	cfg := map[string]any{"project": dir, "protocolVersion": version, "schemapin": schemapinDir, "delegated": d}
 	var srv *confHTTPServer
-	required := confChecks
+	required := slices.Concat(confChecks, further)
 	switch transport {
 	case confStdio:
 		cfg["symbi"], cfg["args"], cfg["env"] = symbiBin, d.Args, env
@@ -347,32 +353,7 @@ func confRunSDK(t *testing.T, node, fake, schemapinDir, version string, transpor
 		required = slices.Concat(required, confHTTPChecks)
 	}
 	raw, _ := json.Marshal(cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "sdk-client.mjs", string(raw))
-	cmd.Dir = conformanceDir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("sdk-client.mjs: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
-	}
-	ran := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		var c checkResult
-		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
-			t.Fatalf("sdk-client.mjs printed %q: %v", sc.Text(), err)
-		}
-		ran[c.Check] = true
-		t.Run(c.Check, func(t *testing.T) {
-			if !c.OK {
-				t.Error(c.Detail)
-			} else if c.Detail != "" {
-				t.Log(c.Detail)
-			}
-		})
-	}
+	ran := confRunChecks(t, node, script, raw, 10*time.Minute)
 	for _, want := range required {
 		if !ran[want] {
 			t.Errorf("check %q did not run", want)
@@ -1626,4 +1607,39 @@ func TestConformanceGoSDK(t *testing.T) {
 	for _, ws := range []string{d.Outside, d.Relative, d.Symlink} {
 		check("start_run", map[string]any{"agent": d.Agent, "prompt": "x", "workspace": ws}, true)
 	}
+}
+
+// confRunChecks runs the node script with the configuration raw in the suite's directory,
+// each check line it prints ({"check", "ok", "detail"}) a subtest, and returns the checks
+// that ran.
+func confRunChecks(t *testing.T, node, script string, raw []byte, timeout time.Duration) map[string]bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, script, string(raw))
+	cmd.Dir = conformanceDir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", script, err, out, stderr.String())
+	}
+	ran := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var c checkResult
+		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+			t.Fatalf("%s printed %q: %v", script, sc.Text(), err)
+		}
+		ran[c.Check] = true
+		t.Run(c.Check, func(t *testing.T) {
+			if !c.OK {
+				t.Error(c.Detail)
+			} else if c.Detail != "" {
+				t.Log(c.Detail)
+			}
+		})
+	}
+	return ran
 }
