@@ -56,27 +56,7 @@ func TestConformanceTypeScriptSDKPaths(t *testing.T) {
 		t.Parallel()
 		dir := newE2EProject(t)
 		writeFile(t, filepath.Join(dir, "policies", "gate.cedar"), confGatePolicy)
-		writeFile(t, filepath.Join(dir, "policies", "tools.cedar"), gatePermissionPolicy)
-		root := t.TempDir()
-		ws := filepath.Join(root, "ws")
-		if err := os.MkdirAll(ws, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		script, _ := json.Marshal(map[string]any{"forbid_terminal": true, "steps": []any{
-			map[string]any{"message": "Running the tests. "},
-			map[string]any{"permission": map[string]any{"tool_call_id": "t1", "kind": "execute", "title": "go test ./...", "locations": []string{"$CWD"}}, "expect": "allow"},
-			map[string]any{"message": "Done."},
-		}})
-		aux := t.TempDir()
-		scriptFile := filepath.Join(aux, "gated.json")
-		writeFile(t, scriptFile, string(script))
-		ex, _ := json.Marshal(map[string]any{"executors": map[string]any{"gated": map[string]any{"command": []string{fake, "--script", scriptFile}}}})
-		execFile := filepath.Join(aux, "executors.json")
-		writeFile(t, execFile, string(ex))
-		if err := os.Chmod(execFile, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		writeFile(t, filepath.Join(dir, "agents", "gated.symbi"), "metadata { executor = \"gated\" }\nagent gated {}\n")
+		root, ws, execFile := confGatedAgent(t, fake, dir)
 		confRunScenario(t, node, map[string]any{"scenario": "paths", "project": dir, "env": modelEnv,
 			"args": []string{"--executors", execFile, "--workspace-root", root}, "workspace": ws, "dslDir": dslDir, "schemapin": schemapin},
 			"parse_dsl/valid files", "parse_dsl/invalid files", "invoke_agent/inference_failed", "invoke_agent/timeout", "start_run/fails",
@@ -152,7 +132,6 @@ func TestConformanceSDKOnError(t *testing.T) {
 		confRunSDKScript(t, "onerror.mjs", node, fake, schemapinDir, version, confHTTPTokens, "sdk/onerror")
 	})
 }
-
 
 // TestConformanceGoSDKSubscribe: the go-sdk client — one of the conformance suite's three
 // clients (README, "Tested clients": at its default 2026-07-28 over stdio) — subscribes to
@@ -241,27 +220,7 @@ func TestConformanceInspectorPermissionGate(t *testing.T) {
 
 	t.Run("http", func(t *testing.T) {
 		dir := newE2EProject(t)
-		writeFile(t, filepath.Join(dir, "policies", "tools.cedar"), gatePermissionPolicy)
-		root := t.TempDir()
-		ws := filepath.Join(root, "ws")
-		if err := os.MkdirAll(ws, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		script, _ := json.Marshal(map[string]any{"forbid_terminal": true, "steps": []any{
-			map[string]any{"message": "Running the tests. "},
-			map[string]any{"permission": map[string]any{"tool_call_id": "t1", "kind": "execute", "title": "go test ./...", "locations": []string{"$CWD"}}, "expect": "allow"},
-			map[string]any{"message": "Done."},
-		}})
-		aux := t.TempDir()
-		scriptFile := filepath.Join(aux, "gated.json")
-		writeFile(t, scriptFile, string(script))
-		ex, _ := json.Marshal(map[string]any{"executors": map[string]any{"gated": map[string]any{"command": []string{fake, "--script", scriptFile}}}})
-		execFile := filepath.Join(aux, "executors.json")
-		writeFile(t, execFile, string(ex))
-		if err := os.Chmod(execFile, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		writeFile(t, filepath.Join(dir, "agents", "gated.symbi"), "metadata { executor = \"gated\" }\nagent gated {}\n")
+		root, ws, execFile := confGatedAgent(t, fake, dir)
 		tokens := filepath.Join(t.TempDir(), "tokens")
 		alice, bob := confTokenAdd(t, tokens, "alice"), confTokenAdd(t, tokens, "bob")
 		srv := confServeHTTP(t, dir, map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
@@ -390,4 +349,34 @@ func TestConformanceInspectorPermissionGate(t *testing.T) {
 			return nil
 		})
 	})
+}
+
+// confGatedAgent gives the project dir the delegated agent "gated" (the fake ACP agent,
+// fake, asking to execute "go test ./..." in its workspace) and the permission policies
+// that hold that request at a gate; it returns the workspace root granted, the workspace
+// in it, and the executors file.
+func confGatedAgent(t *testing.T, fake, dir string) (root, ws, execFile string) {
+	t.Helper()
+	writeFile(t, filepath.Join(dir, "policies", "tools.cedar"), gatePermissionPolicy)
+	root = t.TempDir()
+	ws = filepath.Join(root, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script, _ := json.Marshal(map[string]any{"forbid_terminal": true, "steps": []any{
+		map[string]any{"message": "Running the tests. "},
+		map[string]any{"permission": map[string]any{"tool_call_id": "t1", "kind": "execute", "title": "go test ./...", "locations": []string{"$CWD"}}, "expect": "allow"},
+		map[string]any{"message": "Done."},
+	}})
+	aux := t.TempDir()
+	scriptFile := filepath.Join(aux, "gated.json")
+	writeFile(t, scriptFile, string(script))
+	ex, _ := json.Marshal(map[string]any{"executors": map[string]any{"gated": map[string]any{"command": []string{fake, "--script", scriptFile}}}})
+	execFile = filepath.Join(aux, "executors.json")
+	writeFile(t, execFile, string(ex))
+	if err := os.Chmod(execFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "agents", "gated.symbi"), "metadata { executor = \"gated\" }\nagent gated {}\n")
+	return root, ws, execFile
 }
