@@ -175,6 +175,10 @@ var ErrJournal = errors.New("journal failed")
 // the caller's inference_failed), nothing of the offending message journaled.
 var ErrMalformed = errors.New("malformed ACP")
 
+// ErrAgentCancelled is the error of a session whose agent ended its turn cancelled
+// without symbi asking it to (no session/cancel was sent).
+var ErrAgentCancelled = errors.New("the agent ended its turn cancelled without being asked")
+
 // ErrPanicked ends a session in which symbi's own code panicked (a bug, on input the agent
 // chose): the session ends with an error, and the server and its other runs go on.
 var ErrPanicked = errors.New("symbi's ACP client failed on an internal error")
@@ -782,7 +786,8 @@ func (r *runner) run(ctx context.Context) Result {
 		res.StopReason = string(pr.resp.StopReason)
 		res.Outcome = OutcomeCompleted
 		if pr.resp.StopReason == sdk.StopReasonCancelled {
-			res.Outcome, res.Err = OutcomeCancelled, errors.New("the agent ended its turn cancelled")
+			// symbi sent no session/cancel (that is the branch above): the agent's own.
+			res.Outcome, res.Err = OutcomeCancelled, ErrAgentCancelled
 		}
 	}
 	if abandonedNote != "" && res.Err != nil {

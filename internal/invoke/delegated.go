@@ -85,10 +85,9 @@ func (d *delegatedExecutor) Execute(ctx context.Context, w *journal.Writer, prog
 		return Output{Text: res.Text, TextSHA256: digest.SHA256Hex([]byte(res.Text)), TextBytes: int64(len(res.Text))}, nil
 	case res.Outcome == acp.OutcomeTimeout:
 		return Output{}, &ExecError{reasonTimeout, errcode.Errorf(errcode.Timeout, "the delegated agent did not finish before the deadline (%s): %v", d.deadline, res.Err)}
-	case res.Outcome == acp.OutcomeCancelled && ctx.Err() == nil && !hurried(d.hurry):
-		// No one asked: the agent ended its own turn cancelled. (Hurry is closed just
-		// before the shutdown cancels the runs: a hurried run was asked.)
-		return Output{}, &ExecError{reasonCancelled, errcode.Errorf(errcode.Cancelled, "the delegated agent ended its turn cancelled without being asked (no cancel_run, no shutdown): %v", res.Err)}
+	case errors.Is(res.Err, acp.ErrAgentCancelled):
+		// No one asked (acp sent no session/cancel): not a cancel_run, not a shutdown.
+		return Output{}, &ExecError{reasonCancelled, errcode.Errorf(errcode.Cancelled, "the delegated agent ended its turn cancelled without being asked (no cancel_run, no shutdown)")}
 	case res.Outcome == acp.OutcomeCancelled:
 		return Output{}, &ExecError{reasonCancelled, cancelledError(ctx, "while the delegated agent worked")}
 	}
@@ -118,14 +117,4 @@ func delegatedPrompt(name string, definition []byte, instructions, prompt string
 	}
 	b.WriteString("\nTask:\n" + prompt + "\n")
 	return b.String()
-}
-
-// hurried reports whether the Runner's Hurry has been called (hurry closed).
-func hurried(hurry <-chan struct{}) bool {
-	select {
-	case <-hurry:
-		return true
-	default:
-		return false
-	}
 }
