@@ -453,3 +453,60 @@ func TestHTTPForeignRequestTouchesNoSession(t *testing.T) {
 		t.Fatal("no session of alice's was evicted")
 	}
 }
+
+// TestHTTPSubscriptionFollowsReadAccess: a subscription is notified only while its caller
+// may read the run. mallory, who may approve alice's run, may read it — and subscribe to
+// it — while it waits at the gate; once she has decided, she may read it no more, and the
+// run's later changes (its release, its end, alice's resolution) are not told to her
+// session, not even as a bare URI.
+func TestHTTPSubscriptionFollowsReadAccess(t *testing.T) {
+	model := newGatedModel(t)
+	s := serveStackTLS(t, testProject(t, gatePolicies), model.env())
+	ctx := context.Background()
+	notified := func(ch chan string) *mcp.ClientOptions {
+		return &mcp.ClientOptions{ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+			ch <- req.Params.URI
+		}}
+	}
+	aliceGot, malloryGot := make(chan string, 64), make(chan string, 64)
+	alice := s.connect(t, "alice", notified(aliceGot), false)
+	mallory := s.connect(t, "mallory", notified(malloryGot), false)
+	aliceCall := func(name string, args map[string]any, out any) { t.Helper(); callOK(t, alice, name, args, out) }
+
+	var st startContent
+	aliceCall("start_run", map[string]any{"agent": "helper", "prompt": "write to ACME"}, &st)
+	held := mcpserver.RunURIPrefix + st.RunID
+	awaitStatus(t, aliceCall, st.RunID, runs.StatusAwaitingApproval)
+	if err := mallory.Subscribe(ctx, &mcp.SubscribeParams{URI: held}); err != nil {
+		t.Fatalf("the approver may not subscribe to the run waiting for her: %v", err)
+	}
+	if err := alice.Subscribe(ctx, &mcp.SubscribeParams{URI: held}); err != nil {
+		t.Fatal(err)
+	}
+	callOK(t, mallory, "approve_run", map[string]any{"run_id": st.RunID, "decision": "approve"}, &runs.Status{})
+	awaitStatus(t, aliceCall, st.RunID, runs.StatusCompleted)
+	wantToolError(t, call(t, mallory, "run_status", map[string]any{"run_id": st.RunID}), "access_denied")
+	aliceCall("resolve_run", map[string]any{"run_id": st.RunID, "resolution": "accepted"}, &runs.Status{})
+	// alice, the owner, is told of her run's changes.
+	if got := <-aliceGot; got != held {
+		t.Fatalf("alice notified of %s, want %s", got, held)
+	}
+
+	// mallory's own run, subscribed and resolved: its notification is sent after those of
+	// alice's run, on the same stream, so by the time it arrives any notification of
+	// alice's run sent to mallory has arrived too.
+	own := finishedRun(t, mallory)
+	ownURI := mcpserver.RunURIPrefix + own
+	if err := mallory.Subscribe(ctx, &mcp.SubscribeParams{URI: ownURI}); err != nil {
+		t.Fatal(err)
+	}
+	callOK(t, mallory, "resolve_run", map[string]any{"run_id": own, "resolution": "accepted"}, &runs.Status{})
+	for got := range malloryGot {
+		if got == held {
+			t.Fatalf("mallory, who may no longer read %s, was notified of its change", st.RunID)
+		}
+		if got == ownURI {
+			break
+		}
+	}
+}

@@ -193,18 +193,19 @@ func (h *handlers) subscribe(ctx context.Context, req *mcp.SubscribeRequest) err
 	if !ok {
 		return mcp.ResourceNotFoundError(req.Params.URI)
 	}
-	if _, err := h.cfg.Runs.Authorize(h.cfg.caller(req.Extra), policy.ActionReadRun, id); err != nil {
+	by := h.cfg.caller(req.Extra)
+	if _, err := h.cfg.Runs.Authorize(by, policy.ActionReadRun, id); err != nil {
 		return resourceError(req.Params.URI, err)
 	}
 	h.subsMu.Lock()
 	defer h.subsMu.Unlock()
 	if h.subs == nil {
-		h.subs = map[string]map[*mcp.ServerSession]bool{}
+		h.subs = map[string]map[*mcp.ServerSession]runs.Caller{}
 	}
 	if h.subs[req.Params.URI] == nil {
-		h.subs[req.Params.URI] = map[*mcp.ServerSession]bool{}
+		h.subs[req.Params.URI] = map[*mcp.ServerSession]runs.Caller{}
 	}
-	h.subs[req.Params.URI][req.Session] = true
+	h.subs[req.Params.URI][req.Session] = by
 	if ss := req.Session; !h.watched[ss] {
 		// Over HTTP one server outlives many sessions: a session's subscriptions end
 		// with it (closed by its client or for idleness), not only by unsubscribing.
@@ -258,6 +259,47 @@ func (h *handlers) subscriptions() (sessions, watched int) {
 	}
 	return len(seen), len(h.watched)
 }
+
+// subscriber returns the caller whose subscription to uri ss holds.
+func (h *handlers) subscriber(uri string, ss *mcp.ServerSession) (runs.Caller, bool) {
+	h.subsMu.Lock()
+	defer h.subsMu.Unlock()
+	by, ok := h.subs[uri][ss]
+	return by, ok
+}
+
+// notifyReaders is the server's sending middleware that decides, for each session, a run's
+// notifications/resources/updated again when it is sent: read access can end after a
+// subscription was accepted (an approver's, once the gate is decided), and a caller that
+// may no longer read a run is not told when it changes. A notification for a subscription
+// this server did not accept, or whose decision fails, is not sent.
+func (h *handlers) notifyReaders(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method != notificationResourceUpdated {
+			return next(ctx, method, req)
+		}
+		ss, _ := req.GetSession().(*mcp.ServerSession)
+		p, _ := req.GetParams().(*mcp.ResourceUpdatedNotificationParams)
+		if ss == nil || p == nil {
+			return nil, nil
+		}
+		by, ok := h.subscriber(p.URI, ss)
+		id, isRun := strings.CutPrefix(p.URI, RunURIPrefix)
+		if !ok || !isRun {
+			return nil, nil
+		}
+		if _, err := h.cfg.Runs.Authorize(by, policy.ActionReadRun, id); err != nil {
+			if c := errcode.Of(err); c != errcode.AccessDenied && c != errcode.RunNotFound {
+				h.cfg.Log.Warn("run notification not sent: read access could not be decided", "uri", p.URI, "caller", by.ID, "err", err)
+			}
+			return nil, nil
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// notificationResourceUpdated is the method of the notification a subscription gets.
+const notificationResourceUpdated = "notifications/resources/updated"
 
 // subscribed reports whether some session subscribed to uri.
 func (h *handlers) subscribed(uri string) bool {

@@ -146,6 +146,7 @@ func New(cfg Config) (s *mcp.Server) {
 	// far): a panic in any request's handling is that request's failure, not the server's
 	// end.
 	s.AddReceivingMiddleware(recoverPanics(cfg.Log))
+	s.AddSendingMiddleware(h.notifyReaders)
 	u := &updater{s: s, h: h}
 	cfg.Runs.OnChange(u.changed)
 	if _, err := cfg.Project.AgentsMD(); err == nil {

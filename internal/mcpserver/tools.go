@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"path"
+	"symbi/internal/runs"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -16,11 +17,12 @@ import (
 
 type handlers struct {
 	cfg Config
-	// subs counts the subscriptions to each run resource, so that runs nobody follows
-	// send no notifications; a session's subscriptions go when it ends (watched tells
-	// which sessions are watched for that).
+	// subs holds the subscriptions to each run resource, with the caller that made each,
+	// so that runs nobody follows send no notifications and a notification goes only to a
+	// caller that may read the run when it is sent (notifyReaders); a session's
+	// subscriptions go when it ends (watched tells which sessions are watched for that).
 	subsMu  sync.Mutex
-	subs    map[string]map[*mcp.ServerSession]bool
+	subs    map[string]map[*mcp.ServerSession]runs.Caller
 	watched map[*mcp.ServerSession]bool
 }
 
