@@ -52,7 +52,7 @@ func runDSLCheck(e *env, args []string) int {
 			for _, pe := range dsl.Errors(err) {
 				diags = append(diags, diagnostic{name, pe.Line, pe.Column, pe.Msg})
 				if !*asJSON {
-					fmt.Fprintf(e.stdout, "%s:%d:%d: %s\n", name, pe.Line, pe.Column, pe.Msg)
+					fmt.Fprintf(e.stdout, "%s:%d:%d: %s\n", name, pe.Line, pe.Column, cellText(pe.Msg))
 				}
 			}
 			failed = true
@@ -93,7 +93,7 @@ func runDSLParse(e *env, args []string) int {
 	}
 	if !r.Valid {
 		for _, pe := range r.Errors {
-			fmt.Fprintf(e.stderr, "%s:%d:%d: %s\n", source, pe.Line, pe.Column, pe.Message)
+			fmt.Fprintf(e.stderr, "%s:%d:%d: %s\n", source, pe.Line, pe.Column, cellText(pe.Message))
 		}
 		return 1
 	}

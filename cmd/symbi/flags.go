@@ -59,7 +59,9 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 	// would keep the last value, and a command that signs evidence (runs resolve
 	// --resolution accepted --resolution rejected) would sign one the person may not mean.
 	fs.VisitAll(func(f *flag.Flag) {
-		if _, repeatable := f.Value.(*listFlag); !repeatable {
+		_, repeatable := f.Value.(*listFlag)
+		_, wrapped := f.Value.(*onceValue) // parsed before (parseInterspersed)
+		if !repeatable && !wrapped {
 			f.Value = &onceValue{Value: f.Value}
 		}
 	})
@@ -83,7 +85,26 @@ func (o *onceValue) Set(s string) error {
 		return errors.New("given twice (it is not repeatable)")
 	}
 	o.set = true
+	if g, ok := o.Value.(flag.Getter); ok {
+		switch g.Get().(type) {
+		case int, int64, uint, uint64:
+			// The flag package reads integers as Go literals (0x1f, 0o17, 1_000, and 017
+			// as octal): a receipt's count or a cursor copied with a leading zero would
+			// silently mean another number. A number here is written in decimal.
+			if !isDecimal(s) {
+				return fmt.Errorf("%q: want a decimal number", s)
+			}
+		}
+	}
 	return o.Value.Set(s)
+}
+
+// isDecimal reports whether s is a whole number in decimal digits, with an optional sign.
+func isDecimal(s string) bool {
+	if len(s) > 0 && (s[0] == '+' || s[0] == '-') {
+		s = s[1:]
+	}
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
 // IsBoolFlag keeps a boolean flag's form: --json, without a value.

@@ -100,8 +100,28 @@ func nameText(s string) string {
 }
 
 // cellText returns s for one cell of a table or one "key: value" row a person reads: its
-// line breaks and tabs written as \n, \r and \t, so that no value — a description, a
-// reason, a note — breaks its row or forges another.
-func cellText(s string) string { return cellEscapes.Replace(s) }
-
-var cellEscapes = strings.NewReplacer("\n", `\n`, "\r", `\r`, "\t", `\t`)
+// line breaks and tabs written as \n, \r and \t, and every other control character as
+// \u00XX (as the terminal filter shows it), so that no value — a description, a reason,
+// a note — breaks its row or forges another (text/tabwriter also breaks a line at \f and
+// a cell at \v).
+func cellText(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case unicode.IsControl(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}

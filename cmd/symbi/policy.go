@@ -234,7 +234,7 @@ func runPolicyEval(e *env, args []string) int {
 	}
 	fmt.Fprintf(e.stdout, "decision: %s\n", out.Decision)
 	if out.Gate != "" {
-		fmt.Fprintf(e.stdout, "gate: %s (held for a person: approve_run decides)\n", out.Gate)
+		fmt.Fprintf(e.stdout, "gate: %s (held for a person: approve_run decides)\n", nameText(out.Gate))
 	}
 	fmt.Fprintf(e.stdout, "action: %s\n", out.Action)
 	if out.Tool != nil {
@@ -246,9 +246,9 @@ func runPolicyEval(e *env, args []string) int {
 	fmt.Fprintf(e.stdout, "policies: %s\n", policyList(out.Policies))
 	fmt.Fprintf(e.stdout, "errors: %s\n", policyList(out.Errors))
 	if len(out.Diagnostics) > 0 { // the text judged is the operator's own here
-		fmt.Fprintf(e.stdout, "cedar says: %s\n", strings.Join(out.Diagnostics, "; "))
+		fmt.Fprintf(e.stdout, "cedar says: %s\n", cellText(strings.Join(out.Diagnostics, "; ")))
 	}
-	fmt.Fprintf(e.stdout, "reason: %s\n", out.Reason)
+	fmt.Fprintf(e.stdout, "reason: %s\n", cellText(out.Reason))
 	return 0
 }
 
@@ -350,7 +350,11 @@ func policyList(s []string) string {
 	if len(s) == 0 {
 		return "(none)"
 	}
-	return strings.Join(s, ", ")
+	names := make([]string, len(s))
+	for i, id := range s {
+		names[i] = nameText(id) // an @id with a line break prints no line of its own
+	}
+	return strings.Join(names, ", ")
 }
 
 // policyLoad pins the project directory and loads its policies and its access policies;
@@ -506,16 +510,16 @@ func runAccessEval(e *env, set map[string]bool, args []string, dir string, asJSO
 	if isStart {
 		fmt.Fprintf(e.stdout, "agent: %s\n", out.Agent)
 	} else {
-		fmt.Fprintf(e.stdout, "run: owner %s, agent %q, status %s\n", run.Owner, run.Agent, run.Status)
+		fmt.Fprintf(e.stdout, "run: owner %s, agent %q, status %s\n", nameText(run.Owner), run.Agent, run.Status)
 	}
 	fmt.Fprintf(e.stdout, "mode: %s\n", out.Mode)
 	fmt.Fprintf(e.stdout, "digest: %s\n", out.Digest)
 	fmt.Fprintf(e.stdout, "policies: %s\n", policyList(out.Policies))
 	fmt.Fprintf(e.stdout, "errors: %s\n", policyList(out.Errors))
 	if len(out.Diagnostics) > 0 { // the text judged is the operator's own here
-		fmt.Fprintf(e.stdout, "cedar says: %s\n", strings.Join(out.Diagnostics, "; "))
+		fmt.Fprintf(e.stdout, "cedar says: %s\n", cellText(strings.Join(out.Diagnostics, "; ")))
 	}
-	fmt.Fprintf(e.stdout, "reason: %s\n", out.Reason)
+	fmt.Fprintf(e.stdout, "reason: %s\n", cellText(out.Reason))
 	return 0
 }
 

@@ -145,7 +145,7 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 	default:
 		st.Reason = f.errText
 	}
-	if st.Released {
+	if st.Released && released { // said of a journal read, not of a pruned one
 		retained := f.textRetained
 		st.TextRetained = &retained
 		if withText && retained {
