@@ -241,3 +241,66 @@ func callWithEnv(t *testing.T, env map[string]string) error {
 	_, err = call.Do(ctx)
 	return err
 }
+
+// TestCutStatusBodyNamesStatus: a non-2xx answer whose body is cut short (the endpoint
+// closes the connection before the Content-Length it announced) is still a status error:
+// its message names the HTTP status, and a 429 says rate limited and quotes Retry-After
+// (docs/providers.md), with the cut as its cause.
+func TestCutStatusBodyNamesStatus(t *testing.T) {
+	for _, tc := range []struct {
+		status string
+		want   []string
+	}{
+		{"429 Too Many Requests", []string{"429", "rate limited", `"7"`}},
+		{"503 Service Unavailable", []string{"HTTP 503"}},
+	} {
+		t.Run(tc.status, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				conn, buf, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					return
+				}
+				buf.WriteString("HTTP/1.1 " + tc.status + "\r\nRetry-After: 7\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"error\":{\"message\":\"slow")
+				buf.Flush()
+				conn.Close() // the announced 1000 bytes never come
+			}))
+			t.Cleanup(srv.Close)
+			err := callWithEnv(t, map[string]string{"SYMBI_PROVIDER": "openai", "OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_API_KEY": "sk-review"})
+			if errcode.Of(err) != errcode.InferenceFailed {
+				t.Fatalf("err = %v, want inference_failed", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("message %q does not name the provider's status (lacks %q)", err.Error(), w)
+				}
+			}
+		})
+	}
+}
+
+// TestTypeErrorWordsJSON: a 2xx body whose member has the wrong JSON type is described by
+// what the format expects there (an array, an object), never by the Go spelling of the
+// package's decoding structs, tags and all.
+func TestTypeErrorWordsJSON(t *testing.T) {
+	wantJSON := map[string]string{
+		`{"choices":{}}`:                 "member choices is a JSON object, not an array",
+		`{"choices":[],"usage":"many"}`:  "member usage is a JSON string, not an object",
+		`{"choices":[{"message":"hi"}]}`: "is a JSON string, not an object",
+	}
+	for body := range wantJSON {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(body))
+		}))
+		err := callWithEnv(t, map[string]string{"SYMBI_PROVIDER": "openai", "OPENAI_BASE_URL": srv.URL + "/v1"})
+		srv.Close()
+		if !errors.Is(err, inference.KindMalformed) {
+			t.Fatalf("%s: err = %v, want malformed", body, err)
+		}
+		if msg := err.Error(); strings.Contains(msg, "struct {") || strings.Contains(msg, `json:\"`) || strings.Contains(msg, "json.RawMessage") {
+			t.Errorf("%s: the message describes a Go type, not the JSON expected: %q", body, msg)
+		} else if want := wantJSON[body]; !strings.Contains(msg, want) {
+			t.Errorf("%s: message %q, want it to say %q", body, msg, want)
+		}
+	}
+}

@@ -132,16 +132,21 @@ func (c *Call) Do(ctx context.Context) (*Response, error) {
 	stop := context.AfterFunc(ctx, func() { hr.Body.Close() })
 	defer stop()
 	resp.Body, err = io.ReadAll(io.LimitReader(hr.Body, MaxResponseBytes+1))
-	if err != nil {
+	failed := hr.StatusCode > 299
+	if err != nil && (!failed || ctx.Err() != nil) {
 		e := transportError(ctx, err)
 		e.Status = hr.StatusCode
 		return resp, c.fail(e)
 	}
-	if hr.StatusCode < 200 || hr.StatusCode > 299 {
-		// The status first, whatever the body's size: a 429 says so. The excerpt never
-		// quotes the API key, which an endpoint may echo ("Incorrect API key: …").
+	if failed {
+		// The status first, whatever the body's size or whether it came whole: a 429 says
+		// so. The excerpt never quotes the API key, which an endpoint may echo ("Incorrect
+		// API key: …").
 		e := &Error{Kind: KindStatus, Status: hr.StatusCode, Excerpt: excerpt(redact(resp.Body, c.key))}
-		if len(resp.Body) > MaxResponseBytes {
+		switch {
+		case err != nil:
+			e.Err = fmt.Errorf("its body was cut short: %w", err)
+		case len(resp.Body) > MaxResponseBytes:
 			e.Err = fmt.Errorf("its body exceeds %d bytes", MaxResponseBytes)
 		}
 		if hr.StatusCode == http.StatusTooManyRequests {

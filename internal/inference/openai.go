@@ -172,7 +172,7 @@ func bodyFault(err error) error {
 		return fmt.Errorf("a member is %q spelled otherwise", cas.Want) // Want is the format's name
 	case errors.As(err, &typ):
 		kind, _, _ := strings.Cut(typ.Value, " ") // "number 1e999…": the kind, not the literal
-		return fmt.Errorf("member %s is a JSON %s, not %s", bounded(typ.Field, 128), kind, typ.Type)
+		return fmt.Errorf("member %s is a JSON %s, not %s", bounded(typ.Field, 128), kind, wantJSON(typ.Type))
 	case errors.As(err, &syn):
 		return fmt.Errorf("not valid JSON (at byte %d)", syn.Offset)
 	case errors.Is(err, strictjson.ErrFloat):
@@ -185,6 +185,26 @@ func bodyFault(err error) error {
 		return errors.New("arrays and objects nested too deep")
 	}
 	return errors.New("not valid JSON")
+}
+
+// wantJSON names what the format expects where a decoder wanted a value of type t: an
+// array or an object for the decoding structs (never their Go spelling, tags and all), a
+// basic type by its name (int: a number too large for one is refused as not an int).
+func wantJSON(t reflect.Type) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t == nil:
+		return "a value"
+	case t.Kind() == reflect.Slice || t.Kind() == reflect.Array:
+		return "an array"
+	case t.Kind() == reflect.Struct || t.Kind() == reflect.Map:
+		return "an object"
+	case t.Kind() == reflect.String:
+		return "a string"
+	}
+	return t.Kind().String()
 }
 
 func checkUsage(u Usage) error {

@@ -115,6 +115,8 @@ func Get(ctx context.Context, rawURL string, o Options) ([]byte, error) {
 		TLSHandshakeTimeout: timeout,
 		DisableKeepAlives:   true,
 		ForceAttemptHTTP2:   true,
+		// The body is bounded by MaxBytes; the headers by this (Go's default is 10 MiB).
+		MaxResponseHeaderBytes: MaxHeaderBytes,
 	}
 	defer transport.CloseIdleConnections()
 	client := &http.Client{
@@ -137,7 +139,7 @@ func Get(ctx context.Context, rawURL string, o Options) ([]byte, error) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
-		return nil, errcode.Errorf(errcode.InvalidRequest, "redirect (HTTP %d to %q) refused", resp.StatusCode, resp.Header.Get("Location"))
+		return nil, errcode.Errorf(errcode.InvalidRequest, "redirect (HTTP %d to %s) refused", resp.StatusCode, errcode.Quote(resp.Header.Get("Location")))
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, errcode.Errorf(errcode.InvalidRequest, "HTTP %d", resp.StatusCode)
@@ -175,6 +177,10 @@ func hint(h string) string {
 
 // fetchError gives a transport error its code, without the URL the client's error names
 // (a query may hold a secret; callers name what they fetched).
+// MaxHeaderBytes bounds the headers of an answer: more is refused as the transport
+// refuses it ("server response headers exceeded …").
+const MaxHeaderBytes = 64 << 10
+
 func fetchError(ctx context.Context, err error, timeout time.Duration) error {
 	err = urlCause(err)
 	var ne net.Error

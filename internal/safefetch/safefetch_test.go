@@ -3,6 +3,7 @@ package safefetch_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -120,5 +121,35 @@ func TestErrorDoesNotNameURL(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "s3cr3t-value") || strings.Contains(err.Error(), srv.URL) {
 		t.Fatalf("error names the URL: %v", err)
+	}
+}
+
+// TestRedirectLocationBounded: a refused redirect quotes at most errcode.MaxQuoted bytes of
+// its Location, with its length; headers beyond MaxHeaderBytes are refused outright. A key
+// server is untrusted (security-model.md): its answer's size is bounded, not only its
+// body's, and the error verify_schema returns and the log writes stays small.
+func TestRedirectLocationBounded(t *testing.T) {
+	fetch := func(loc string) error {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Location", loc)
+			w.WriteHeader(http.StatusFound)
+		}))
+		defer srv.Close()
+		_, err := safefetch.Get(context.Background(), srv.URL+"/key", safefetch.Options{
+			AllowInsecure: true, AllowPrivate: true, MaxBytes: 64 << 10, Timeout: time.Minute,
+		})
+		return err
+	}
+	loc := "https://elsewhere.example/" + strings.Repeat("a", 32<<10)
+	err := fetch(loc)
+	if errcode.Of(err) != errcode.InvalidRequest || !strings.Contains(err.Error(), "redirect") {
+		t.Fatalf("err = %.300v, want a refused redirect", err)
+	}
+	if n := len(err.Error()); n > 1<<10 || !strings.Contains(err.Error(), fmt.Sprintf("(%d bytes in all)", len(loc))) {
+		t.Errorf("the refused redirect's error is %d bytes, its Location not quoted bounded: %.400s", n, err.Error())
+	}
+	err = fetch("https://elsewhere.example/" + strings.Repeat("a", 1<<20))
+	if errcode.Of(err) != errcode.InvalidRequest || !strings.Contains(err.Error(), "headers exceeded") || len(err.Error()) > 1<<10 {
+		t.Fatalf("a 1 MiB header: err = %.300v, want the headers refused", err)
 	}
 }
