@@ -85,7 +85,14 @@ var errBodyTimeout = errors.New("body timeout")
 func (b *bodyBudget) readBody(w http.ResponseWriter, r *http.Request, caller string, limit int64, timeout time.Duration) (body []byte, taken int64, status int, err error) {
 	rc := http.NewResponseController(w)
 	if rc.SetReadDeadline(time.Now().Add(timeout)) == nil {
-		defer rc.SetReadDeadline(time.Time{})
+		defer func() {
+			// Cleared once the body is read whole (a long answer's stream then has no
+			// deadline). A body refused or left unread keeps it: net/http discards the
+			// rest after the answer, and must not wait for it for ever (bodyDeadline).
+			if err == nil && status == 0 {
+				rc.SetReadDeadline(time.Time{})
+			}
+		}()
 	}
 	in := io.LimitReader(r.Body, limit+1)
 	if n := r.ContentLength; n >= 0 {

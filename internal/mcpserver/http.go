@@ -116,7 +116,22 @@ func NewHTTPHandler(s *mcp.Server, o HTTPOptions) http.Handler {
 		})(h)
 	}
 	mux.Handle(MCPPath, h)
-	return stallGuard(mux)
+	return bodyDeadline(stallGuard(mux), timeout)
+}
+
+// bodyDeadline gives the body of every request that has one timeout to arrive, from the
+// first handler on, authenticated or not. An answer given without reading the body — the
+// bearer check's 401, a 404, a session cap's refusal — makes net/http read and discard
+// what is left of it, before and after the answer, with no deadline of its own: a client
+// that declared a body and sent none would hold its connection, a descriptor runs need,
+// for ever. The deadline is cleared only where a body is read whole (screenHTTP).
+func bodyDeadline(next http.Handler, timeout time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 { // a declared length, or -1: chunked, or unknown
+			http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout))
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // WriteStall bounds how long one write to a session's event stream may block. A client

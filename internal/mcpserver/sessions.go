@@ -210,7 +210,7 @@ func (c *sessionCaps) reserve(caller string) (key, status int, err error) {
 }
 
 // opened ends the reservation key as its answer is sent: id is the session the SDK opened
-// for it ("" if it refused the request). An opened session closes the reservation's
+// for it ("" if it refused the request). An opened, initialized session closes the reservation's
 // victims — each unless it ended by itself meanwhile — or, for one that has a request in
 // flight by now, the caller's least recently used idle session; with none idle the caller
 // keeps a session more than its cap, closed when it next opens one.
@@ -231,6 +231,12 @@ func (c *sessionCaps) opened(key int, id string) {
 	}
 	c.owner[id], c.used[id] = p.caller, time.Now()
 	live := c.live()
+	if ss := live[id]; ss != nil && ss.InitializeParams() == nil {
+		// An answer naming a session that did not initialize (an initialize that failed:
+		// the SDK closes that session once it has answered): no session was opened, and
+		// nothing is closed.
+		return
+	}
 	for _, v := range p.victims {
 		c.evict(live, p.caller, id, v)
 	}
