@@ -284,9 +284,9 @@ func TestConformanceInspectorPermissionGate(t *testing.T) {
 			}
 			return nil
 		})
-		confRunInspector(t, as(alice), "alice approve_run own run", confToolCall("approve_run", "run_id="+id, "decision=approve", "request_id="+request), toolError("access_denied"))
-		confRunInspector(t, as(bob), "bob approve_run without request_id", confToolCall("approve_run", "run_id="+id, "decision=approve"), toolError("invalid_request"))
-		confRunInspector(t, as(bob), "bob approve_run answer", confToolCall("approve_run", "run_id="+id, "decision=approve", "request_id=answer"), toolError("invalid_transition"))
+		confRunInspector(t, as(alice), "alice approve_run own run", confToolCall("approve_run", "run_id="+id, "decision=approve", "reason=checked", "request_id="+request), toolError("access_denied"))
+		confRunInspector(t, as(bob), "bob approve_run without request_id", confToolCall("approve_run", "run_id="+id, "decision=approve", "reason=checked"), toolError("invalid_request"))
+		confRunInspector(t, as(bob), "bob approve_run answer", confToolCall("approve_run", "run_id="+id, "decision=approve", "reason=checked", "request_id=answer"), toolError("invalid_transition"))
 		confRunInspector(t, as(bob), "bob approve_run", confToolCall("approve_run", "run_id="+id, "decision=approve", "request_id="+request, "reason=tests only"), func(r inspectorResult) error {
 			a, _ := r.StructuredContent["approval"].(map[string]any)
 			if r.IsError || a["decision"] != "approve" || a["approver"] != "bob" || a["request_id"] != request {

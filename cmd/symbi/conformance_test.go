@@ -854,10 +854,10 @@ func confInspectorSuite(t *testing.T, dir string, inspect confInspect, shared *c
 	if shared != nil {
 		notAwaiting = toolError("access_denied")
 	}
-	run("approve_run not awaiting approval", call("approve_run", "run_id="+answered, "decision=approve"), notAwaiting)
-	run("approve_run bad decision", call("approve_run", "run_id="+answered, "decision=maybe"), toolError("invalid_request"))
+	run("approve_run not awaiting approval", call("approve_run", "run_id="+answered, "decision=approve", "reason=checked"), notAwaiting)
+	run("approve_run bad decision", call("approve_run", "run_id="+answered, "decision=maybe", "reason=checked"), toolError("invalid_request"))
 	run("approve_run reason over 4 KiB", call("approve_run", "run_id="+answered, "decision=reject", "reason="+strings.Repeat("r", 4097)), toolError("limit_exceeded"))
-	run("approve_run unknown", call("approve_run", "run_id="+missing, "decision=approve"), toolError("run_not_found"))
+	run("approve_run unknown", call("approve_run", "run_id="+missing, "decision=approve", "reason=checked"), toolError("run_not_found"))
 	run("list_runs", call("list_runs", "limit=1"), func(r inspectorResult) error {
 		runs, _ := r.StructuredContent["runs"].([]any)
 		if r.IsError || len(runs) != 1 || runs[0].(map[string]any)["run_id"] != started ||
@@ -1124,7 +1124,7 @@ func TestConformanceInspectorCLIHTTP(t *testing.T) {
 		}
 		return nil
 	})
-	confRunInspector(t, as(bob), "gate approve/approve_run again", confToolCall("approve_run", "run_id="+approved, "decision=reject"), toolError("invalid_transition"))
+	confRunInspector(t, as(bob), "gate approve/approve_run again", confToolCall("approve_run", "run_id="+approved, "decision=reject", "reason=checked"), toolError("invalid_transition"))
 	confRunInspector(t, inspect, "gate approve/run_status", confToolCall("run_status", "run_id="+approved), func(r inspectorResult) error {
 		if st := r.StructuredContent; r.IsError || st["status"] != "completed" || st["text"] != "CUSTOMER ACME: inspector" {
 			return fmt.Errorf("result %+v", r)
@@ -1571,14 +1571,14 @@ func TestConformanceGoSDK(t *testing.T) {
 		}
 		cursor, _ = page["next_cursor"].(float64)
 	}
-	check("approve_run", map[string]any{"run_id": held, "decision": "maybe"}, true)
+	check("approve_run", map[string]any{"run_id": held, "decision": "maybe", "reason": "checked"}, true)
 	check("approve_run", map[string]any{"run_id": held, "decision": "approve", "reason": strings.Repeat("r", 4097)}, true)
-	check("approve_run", map[string]any{"run_id": held, "decision": "approve", "request_id": "x"}, true)
+	check("approve_run", map[string]any{"run_id": held, "decision": "approve", "reason": "checked", "request_id": "x"}, true)
 	if v := check("approve_run", map[string]any{"run_id": held, "decision": "approve", "reason": "ok"}, false); v["status"] != "completed" || v["text"] != "CUSTOMER ACME: go-sdk" {
 		t.Errorf("approve_run: %v", v)
 	}
-	check("approve_run", map[string]any{"run_id": held, "decision": "reject"}, true)
-	check("approve_run", map[string]any{"run_id": unknown, "decision": "approve"}, true)
+	check("approve_run", map[string]any{"run_id": held, "decision": "reject", "reason": "checked"}, true)
+	check("approve_run", map[string]any{"run_id": unknown, "decision": "approve", "reason": "checked"}, true)
 
 	// A delegated agent, on a server started with --executors and --workspace-root: the
 	// checks above go to it from here on.

@@ -110,7 +110,7 @@ forbid (principal, action == Action::"respond", resource) when { context.respons
 	}
 
 	// The requester may not approve its own run; bob may.
-	res = alice.call(t, "approve_run", map[string]any{"run_id": id, "decision": "approve"})
+	res = alice.call(t, "approve_run", map[string]any{"run_id": id, "decision": "approve", "reason": "checked"})
 	if !res.IsError || !strings.HasPrefix(text(res), "access_denied: ") || !strings.Contains(text(res), "may not approve a run it started") {
 		t.Fatalf("alice approving her own run: %s", text(res))
 	}
@@ -183,7 +183,7 @@ forbid (principal, action == Action::"respond", resource) when { context.respons
 				if status.Status != runs.StatusAbandoned {
 					t.Fatalf("hashes-only held run after a restart: %+v", status)
 				}
-				res := s.call(t, "approve_run", map[string]any{"run_id": st.RunID, "decision": "approve"})
+				res := s.call(t, "approve_run", map[string]any{"run_id": st.RunID, "decision": "approve", "reason": "checked"})
 				if !res.IsError || !strings.HasPrefix(text(res), "invalid_transition: ") {
 					t.Fatalf("approving an abandoned run: %s", text(res))
 				}
@@ -358,7 +358,7 @@ func TestGatePermission(t *testing.T) {
 			}
 
 			// A decision of a permission request names it: without request_id it is refused.
-			if res := e.s.call(t, "approve_run", map[string]any{"run_id": run.RunID, "decision": c.decision}); !res.IsError ||
+			if res := e.s.call(t, "approve_run", map[string]any{"run_id": run.RunID, "decision": c.decision, "reason": "checked"}); !res.IsError ||
 				!strings.HasPrefix(text(res), "invalid_request: ") || !strings.Contains(text(res), `request_id "perm-1"`) {
 				t.Fatalf("approve_run without request_id: %s", text(res))
 			}
@@ -425,7 +425,7 @@ func TestGatePermission(t *testing.T) {
 				t.Fatalf("ledger approvals of the run: %v", la)
 			}
 			// Decided and ended: nothing to decide any more.
-			res := e.s.call(t, "approve_run", map[string]any{"run_id": run.RunID, "decision": "approve"})
+			res := e.s.call(t, "approve_run", map[string]any{"run_id": run.RunID, "decision": "approve", "reason": "checked"})
 			if !res.IsError || !strings.HasPrefix(text(res), "invalid_transition: ") {
 				t.Fatalf("approving a run that has ended: %s", text(res))
 			}
@@ -531,7 +531,7 @@ func TestGatePermission(t *testing.T) {
 		if len(gateLedgerApprovals(t, e.dir, run.RunID)) != 0 {
 			t.Fatal("the ledger has an approval for a run no one decided")
 		}
-		res := e.s.call(t, "approve_run", map[string]any{"run_id": run.RunID, "decision": "approve"})
+		res := e.s.call(t, "approve_run", map[string]any{"run_id": run.RunID, "decision": "approve", "reason": "checked"})
 		if !res.IsError || !strings.HasPrefix(text(res), "invalid_transition: ") {
 			t.Fatalf("approving a cancelled run: %s", text(res))
 		}

@@ -109,11 +109,12 @@ func (s *server) runStatus(t *testing.T, runID string) runs.Status {
 func checkEventLine(t *testing.T, pub ed25519.PublicKey, runID string, ev runs.Event) {
 	t.Helper()
 	if ev.Withheld != "" {
-		// A record carrying the run's output in clear, or a delegated agent's words, read
-		// before the run released its text: its hash only.
+		// A record carrying the run's output in clear or its digest, or a delegated agent's
+		// words, read before the run released its text: its hash only.
 		switch ev.Type {
 		case journal.TypeInferenceFinished, journal.TypeSessionFinished, journal.TypeAgentMessage, journal.TypeAgentThought, journal.TypeToolCallUpdate, journal.TypePlan,
-			journal.TypeSessionStarted, journal.TypeToolCall, journal.TypePermissionDecided, journal.TypeFSRead, journal.TypeFSWrite, journal.TypeApprovalRequested:
+			journal.TypeSessionStarted, journal.TypeToolCall, journal.TypePermissionDecided, journal.TypeFSRead, journal.TypeFSWrite, journal.TypeApprovalRequested,
+			journal.TypePolicyEvaluated, journal.TypePolicyReevaluated:
 		default:
 			t.Fatalf("run %s event %d: a %s record withheld", runID, ev.Seq, ev.Type)
 		}

@@ -118,7 +118,7 @@ func TestGateReadForbidden(t *testing.T) {
 	}
 	id := failed.Audit.RunID
 	wantToolError(t, call(t, cs, "run_status", map[string]any{"run_id": id}), "access_denied", "no-reading")
-	res = call(t, cs, "approve_run", map[string]any{"run_id": id, "decision": "approve"})
+	res = call(t, cs, "approve_run", map[string]any{"run_id": id, "decision": "approve", "reason": "checked"})
 	if res.IsError {
 		t.Fatalf("approve_run: %s", textOf(t, res))
 	}
@@ -165,20 +165,22 @@ func TestGateApprove(t *testing.T) {
 	if st.Approval.Text == nil || *st.Approval.Text != "echo: write to ACME" {
 		t.Fatalf("the approver does not see the held text: %+v", st.Approval)
 	}
-	// The events serve no line with the held text before its release: its hash only.
+	// The events serve no line with the held text before its release, nor its digest: the
+	// lines' hashes only.
 	var page runs.Events
 	ok("run_events", map[string]any{"run_id": id}, &page)
+	carries := map[string]bool{"inference_finished": true, "policy_evaluated": true, "approval_requested": true}
 	for _, ev := range page.Events {
-		if strings.Contains(ev.Line, "echo: write to ACME") || (ev.Type == "inference_finished") != (ev.Withheld != "") {
-			t.Fatalf("held text served in the events: %+v", ev)
+		if strings.Contains(ev.Line, "echo: write to ACME") || carries[ev.Type] != (ev.Withheld != "") {
+			t.Fatalf("held text or its digest served in the events: %+v", ev)
 		}
 	}
 	// A resolution is for finished runs; a cancel would be allowed, but not wanted here.
 	wantToolError(t, call(t, cs, "resolve_run", map[string]any{"run_id": id, "resolution": "accepted"}), "invalid_transition", "awaiting_approval")
-	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": id, "decision": "maybe"}), "invalid_request")
+	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": id, "decision": "maybe", "reason": "checked"}), "invalid_request")
 
 	// A decision naming a permission request does not decide the held answer.
-	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": id, "request_id": "perm-1", "decision": "approve"}), "invalid_transition", "request \"perm-1\" is not the one waiting")
+	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": id, "request_id": "perm-1", "decision": "approve", "reason": "checked"}), "invalid_transition", "request \"perm-1\" is not the one waiting")
 	var done runs.Status
 	ok("approve_run", map[string]any{"run_id": id, "decision": "approve", "reason": "no customer data"}, &done)
 	if done.Status != runs.StatusCompleted || !done.Released || done.Text == nil || *done.Text != "echo: write to ACME" ||
@@ -196,13 +198,13 @@ func TestGateApprove(t *testing.T) {
 		t.Fatalf("no approval entry in the ledger")
 	}
 	// Decided: a second decision is refused.
-	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": id, "decision": "reject"}), "invalid_transition", "not awaiting approval")
+	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": id, "decision": "reject", "reason": "checked"}), "invalid_transition", "not awaiting approval")
 	// A run never held: invalid_transition too.
 	var plain startContent
 	ok("start_run", map[string]any{"agent": "helper", "prompt": "plain"}, &plain)
 	awaitStatus(t, ok, plain.RunID, runs.StatusCompleted)
-	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": plain.RunID, "decision": "approve"}), "invalid_transition", "completed")
-	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": "01a2300f-bb1b-789d-ba46-000000000000", "decision": "approve"}), "run_not_found")
+	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": plain.RunID, "decision": "approve", "reason": "checked"}), "invalid_transition", "completed")
+	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": "01a2300f-bb1b-789d-ba46-000000000000", "decision": "approve", "reason": "checked"}), "run_not_found")
 }
 
 // TestGateReject: a rejection (naming the held answer) ends the run withheld,
@@ -327,7 +329,7 @@ func TestApproveRunArguments(t *testing.T) {
 	callOK(t, cs, "start_run", map[string]any{"agent": "helper", "prompt": "plain"}, &st)
 	ok := func(name string, args map[string]any, out any) { t.Helper(); callOK(t, cs, name, args, out) }
 	awaitStatus(t, ok, st.RunID, runs.StatusCompleted)
-	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": st.RunID, "decision": "maybe"}), "invalid_request", "approve or reject")
+	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": st.RunID, "decision": "maybe", "reason": "checked"}), "invalid_request", "approve or reject")
 	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": st.RunID, "decision": "approve", "reason": strings.Repeat("x", 4097)}), "limit_exceeded", "4 KiB")
-	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": st.RunID, "decision": "approve"}), "invalid_transition")
+	wantToolError(t, call(t, cs, "approve_run", map[string]any{"run_id": st.RunID, "decision": "approve", "reason": "checked"}), "invalid_transition")
 }

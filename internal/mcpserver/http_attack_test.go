@@ -333,7 +333,7 @@ func TestHTTPDenialsKeepTheRun(t *testing.T) {
 		{"run_status", map[string]any{"run_id": arun}},
 		{"cancel_run", map[string]any{"run_id": arun}},
 		{"resolve_run", map[string]any{"run_id": arun, "resolution": "rejected"}},
-		{"approve_run", map[string]any{"run_id": arun, "decision": "approve"}},
+		{"approve_run", map[string]any{"run_id": arun, "decision": "approve", "reason": "checked"}},
 	} {
 		res := call(t, mallory, tt.tool, tt.args)
 		if !res.IsError {
@@ -483,7 +483,7 @@ func TestHTTPSubscriptionFollowsReadAccess(t *testing.T) {
 	if err := alice.Subscribe(ctx, &mcp.SubscribeParams{URI: held}); err != nil {
 		t.Fatal(err)
 	}
-	callOK(t, mallory, "approve_run", map[string]any{"run_id": st.RunID, "decision": "approve"}, &runs.Status{})
+	callOK(t, mallory, "approve_run", map[string]any{"run_id": st.RunID, "decision": "approve", "reason": "checked"}, &runs.Status{})
 	awaitStatus(t, aliceCall, st.RunID, runs.StatusCompleted)
 	wantToolError(t, call(t, mallory, "run_status", map[string]any{"run_id": st.RunID}), "access_denied")
 	aliceCall("resolve_run", map[string]any{"run_id": st.RunID, "resolution": "accepted"}, &runs.Status{})

@@ -159,7 +159,7 @@ type approveInput struct {
 	RunID     string `json:"run_id" jsonschema:"the run's id"`
 	RequestID string `json:"request_id,omitempty" jsonschema:"the wait decided: a held permission request's request_id (from run_status's approval), or \"answer\" for the held answer. Required for a permission request and for any wait of a delegated run; optional only for a model run's held answer. A decision never reaches a wait it does not name"`
 	Decision  string `json:"decision" jsonschema:"approve or reject"`
-	Reason    string `json:"reason,omitempty" jsonschema:"why (at most 4 KiB)"`
+	Reason    string `json:"reason" jsonschema:"why: what the approver checked, recorded with the decision (required, not blank; at most 4 KiB)"`
 }
 
 func (h *handlers) approveRun(ctx context.Context, req *mcp.CallToolRequest, in approveInput) (*string, *runs.Status, error) {
@@ -184,7 +184,10 @@ func (h *handlers) readRun(ctx context.Context, req *mcp.ReadResourceRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "application/json", Text: string(raw)}}}, nil
+	// One caller's view of a run, decided by its access (its text, an approver's held
+	// answer): no shared cache may keep it for another ("public" is the default).
+	return &mcp.ReadResourceResult{Cacheable: mcp.Cacheable{CacheScope: "private"},
+		Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "application/json", Text: string(raw)}}}, nil
 }
 
 // subscribe accepts a subscription to a run resource that exists.

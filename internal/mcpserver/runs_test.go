@@ -80,13 +80,14 @@ func callOK(t *testing.T, cs *mcp.ClientSession, name string, args map[string]an
 
 // verifyEvent checks that an event's line is a journal line signed by pub with the
 // event's seq and type, and returns the line's hash and the prev it names. A withheld
-// event (output before its release) has no line: only a record type that carries output,
-// and its hash.
+// event (output before its release) has no line: only a record type that carries output
+// or its digest, and its hash.
 func verifyEvent(t *testing.T, pub ed25519.PublicKey, ev runs.Event) (hash, prev string) {
 	t.Helper()
 	if ev.Withheld != "" {
 		switch ev.Type {
-		case journal.TypeInferenceFinished, journal.TypeSessionFinished, journal.TypeAgentMessage, journal.TypeAgentThought, journal.TypeToolCallUpdate, journal.TypePlan:
+		case journal.TypeInferenceFinished, journal.TypeSessionFinished, journal.TypeAgentMessage, journal.TypeAgentThought, journal.TypeToolCallUpdate, journal.TypePlan,
+			journal.TypePolicyEvaluated, journal.TypeApprovalRequested, journal.TypePolicyReevaluated:
 		default:
 			t.Fatalf("event %d: a %s record withheld", ev.Seq, ev.Type)
 		}

@@ -3,6 +3,7 @@ package runs
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -194,6 +195,10 @@ func (m *Manager) Approve(ctx context.Context, by Caller, runID, requestID, deci
 		return nil, errcode.Errorf(errcode.InvalidRequest, "decision %s: want approve or reject", errcode.Quote(decision))
 	case len(reason) > journal.MaxApprovalReasonBytes:
 		return nil, errcode.Errorf(errcode.LimitExceeded, "reason is %d bytes; the limit is %d (4 KiB)", len(reason), journal.MaxApprovalReasonBytes)
+	case strings.TrimSpace(reason) == "":
+		// A person's decision at a gate is signed into the journal and the ledger with
+		// what they checked: an auditor reads why, not only who.
+		return nil, errcode.Errorf(errcode.InvalidRequest, "reason is blank: an approval decision says why it was made (what the approver checked)")
 	}
 	st, err := m.Authorize(by, policy.ActionApproveRun, runID)
 	if err != nil {

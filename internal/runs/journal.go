@@ -286,8 +286,11 @@ var agentWritten = map[string]bool{
 	journal.TypeFSWrite:           true,
 }
 
-// carriesOutput reports whether l holds output in clear, or text a delegated agent chose
-// (a hashes-only journal's answer and messages hold digests only, its tool calls not).
+// carriesOutput reports whether l holds output in clear, text a delegated agent chose, or
+// the digest of a text that is not empty — inference_finished, session_finished,
+// policy_evaluated, approval_requested, policy_reevaluated, in hashes-only journals too. A
+// digest gives a short or guessable answer away (a PIN, yes or no) to whoever hashes the
+// guesses: it is withheld with the text it digests.
 func carriesOutput(l line) bool {
 	if agentWritten[l.typ] {
 		return true
@@ -296,12 +299,12 @@ func carriesOutput(l line) bool {
 	if l.typ == journal.TypeApprovalRequested {
 		names = []string{"title"} // a held permission request's, the agent's words
 	}
-	if len(names) == 0 {
-		return false
-	}
 	var d map[string]json.RawMessage
 	if json.Unmarshal(l.data, &d) != nil {
 		return true // unreadable: withhold rather than guess
+	}
+	if v, ok := d["text_sha256"]; ok && string(v) != `""` && string(v) != emptyTextDigest {
+		return true
 	}
 	for _, n := range names {
 		if v, ok := d[n]; ok && string(v) != `""` && string(v) != "[]" && string(v) != "null" {
@@ -310,3 +313,6 @@ func carriesOutput(l line) bool {
 	}
 	return false
 }
+
+// emptyTextDigest is the text_sha256 of no text, as JSON: it tells nothing.
+var emptyTextDigest = `"` + digest.SHA256Hex(nil) + `"`

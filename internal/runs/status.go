@@ -273,7 +273,9 @@ func (m *Manager) events(snap *run, after int64, limit int) (*Events, error) {
 		ev := Event{Seq: l.seq, Type: l.typ, Time: l.time, Line: string(l.raw)}
 		if !released && carriesOutput(l) {
 			ev.Line, ev.LineSHA256 = "", l.hash
-			ev.Withheld = "this record carries the run's output in clear, and the run has not released it (status " + st.Status + "): withheld until the policy gate releases it"
+			// The same words whenever the event is read (the page has the status): a client
+			// comparing pages read while the run went on and after it ended sees one event.
+			ev.Withheld = "this record carries the run's output, or its digest, and the run has not released it: withheld until the policy gate releases it"
 		}
 		out.Events = append(out.Events, ev)
 	}

@@ -193,9 +193,9 @@ async function paths() {
     const { runs } = await callOK(client, "list_runs", { status: "awaiting_approval" });
     const listed = runs.find((r) => r.run_id === sc.run_id);
     assert(listed && listed.approval?.request_id === a.request_id && listed.approval.title === undefined, `list_runs ${JSON.stringify(listed)}`);
-    await callErr(client, "approve_run", { run_id: sc.run_id, decision: "approve" }, "invalid_request");
-    await callErr(client, "approve_run", { run_id: sc.run_id, decision: "approve", request_id: "answer" }, "invalid_transition");
-    await callErr(client, "approve_run", { run_id: sc.run_id, decision: "approve", request_id: "no-such-request" }, "invalid_transition");
+    await callErr(client, "approve_run", { run_id: sc.run_id, decision: "approve", reason: "checked" }, "invalid_request");
+    await callErr(client, "approve_run", { run_id: sc.run_id, decision: "approve", reason: "checked", request_id: "answer" }, "invalid_transition");
+    await callErr(client, "approve_run", { run_id: sc.run_id, decision: "approve", reason: "checked", request_id: "no-such-request" }, "invalid_transition");
     const decided = await callOK(client, "approve_run", { run_id: sc.run_id, decision: "approve", request_id: a.request_id, reason: "tests are fine" });
     assert(decided.approval?.decision === "approve" && decided.approval.request_id === a.request_id, `approve_run ${JSON.stringify(decided)}`);
     const last = await untilDone(client, sc.run_id);
@@ -203,7 +203,7 @@ async function paths() {
     const end = await readRun(client, sc.run_id);
     assert(end.status === "completed" && end.released === true && end.approval?.title === "go test ./..." &&
       end.approval.decision === "approve" && end.approval.via === "approve_run", `run_status ${JSON.stringify(end)}`);
-    await callErr(client, "approve_run", { run_id: sc.run_id, decision: "reject", request_id: a.request_id }, "invalid_transition");
+    await callErr(client, "approve_run", { run_id: sc.run_id, decision: "reject", reason: "checked", request_id: a.request_id }, "invalid_transition");
     return `approve_run: status ${decided.status}; end: ${end.text}`;
   });
   await client.close();
@@ -231,7 +231,7 @@ async function hashes() {
     // Its approver (the stdio caller) sees what it decides, though the journal keeps only
     // the digest.
     assert(typeof held.approval?.text === "string" && held.approval.text.length > 0, `approval.text in hashes mode: ${JSON.stringify(held.approval)}`);
-    const st = await callOK(client, "approve_run", { run_id: sc.run_id, decision: "approve" });
+    const st = await callOK(client, "approve_run", { run_id: sc.run_id, decision: "approve", reason: "checked" });
     assert(st.status === "completed" && st.released === true, `approve_run ${JSON.stringify(st)}`);
     return JSON.stringify(st.approval);
   });

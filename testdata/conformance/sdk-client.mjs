@@ -184,12 +184,18 @@ const publicKey = (hex) => createPublicKey({
   key: Buffer.concat([Buffer.from("302a300506032b6570032100", "hex"), Buffer.from(hex, "hex")]), format: "der", type: "spki",
 });
 
-// OUTPUT_TYPES are the records that carry a run's output in clear, or a delegated agent's
-// words: run_events serves them
-// without their line (withheld, with line_sha256) until the run has released its text.
+// OUTPUT_TYPES are the records that carry a run's output in clear or its digest, or a
+// delegated agent's words: run_events serves them without their line (withheld, with
+// line_sha256) until the run has released its text.
 const OUTPUT_TYPES = ["inference_finished", "session_finished", "agent_message", "agent_thought", "tool_call_update", "plan",
   // text a delegated agent chose (titles, paths, its name), withheld as its answer is
-  "session_started", "tool_call", "permission_decided", "fs_read", "fs_write", "approval_requested"];
+  "session_started", "tool_call", "permission_decided", "fs_read", "fs_write", "approval_requested",
+  // the digest of the text judged, which gives a short answer away to whoever hashes guesses
+  "policy_evaluated", "policy_reevaluated"];
+
+// HELD_TYPES are the records of a model run held at a gate that run_events withholds
+// while it is not released: the answer, and its digest in the decision and the request.
+const HELD_TYPES = "inference_finished,policy_evaluated,approval_requested";
 
 // lineHash is the SHA-256 of a journal line with its newline: the next line's prev.
 const lineHash = (line) => createHash("sha256").update(line + "\n", "utf8").digest("hex");
@@ -424,12 +430,9 @@ async function gateChecks(client, approver) {
     let prev;
     for (const ev of page.events) prev = checkEvent(ev, first.key, first.run_id, prev);
     const f = page.events[2];
-    assert(f.line === undefined && HEX64.test(f.line_sha256) && f.withheld.includes("awaiting_approval") &&
-      page.events.filter((e) => e.line === undefined).length === 1, `inference_finished ${JSON.stringify(f)}`);
-    const pe = payloadOf(page.events[3]), ar = payloadOf(page.events[4]);
-    assert(pe.decision === "deny" && pe.gate === GATE && pe.policy_ids.join() === GATE, `policy_evaluated ${JSON.stringify(pe)}`);
-    assert(ar.gate === GATE && ar.text_sha256 === pe.text_sha256 && ar.text_bytes === Buffer.byteLength(gateText("approve")) &&
-      ar.timeout_ms > 0 && !ar.request_id, `approval_requested ${JSON.stringify(ar)}`);
+    const held = page.events.filter((e) => e.line === undefined).map((e) => e.type).join();
+    assert(f.line === undefined && HEX64.test(f.line_sha256) && f.withheld.includes("not released") && held === HELD_TYPES,
+      `withheld ${held}: inference_finished ${JSON.stringify(f)}`);
     assert(!JSON.stringify(page).includes(GATE_MARKER), "run_events served the held answer");
     return f.withheld;
   });
@@ -437,7 +440,7 @@ async function gateChecks(client, approver) {
     // Four eyes: a caller may not approve a run it started.
     await check("http/gate approve_run own run access_denied", async () => {
       assert(first, "invoke_agent held no run");
-      const text = expectToolError(await call(client, "approve_run", { run_id: first.run_id, decision: "approve" }), "access_denied");
+      const text = expectToolError(await call(client, "approve_run", { run_id: first.run_id, decision: "approve", reason: "checked" }), "access_denied");
       assert(text.includes(`"${CALLER}" may not approve_run`) && text.includes(first.run_id) && text.includes("may not approve a run it started"),
         `the error does not name the caller, the run and the rule: ${text}`);
       const st = await callOK(client, "run_status", { run_id: first.run_id });
@@ -474,9 +477,15 @@ async function gateChecks(client, approver) {
       const mine = await callOK(client, "run_status", { run_id: first.run_id });
       assert(mine.status === "completed" && mine.released === true && mine.text === gateText("approve") && mine.records === GATE_DECIDED.length,
         `the requester's run_status ${JSON.stringify(mine)}`);
-      await decidedEvents(first.run_id, first.key, "approve", "no customer data", "completed");
+      // Released: the gate's records are served whole, their digest the released text's.
+      const events = await decidedEvents(first.run_id, first.key, "approve", "no customer data", "completed");
+      const pe = payloadOf(events[3]), ar = payloadOf(events[4]);
+      assert(pe.decision === "deny" && pe.gate === GATE && pe.policy_ids.join() === GATE &&
+        pe.text_sha256 === createHash("sha256").update(gateText("approve"), "utf8").digest("hex"), `policy_evaluated ${JSON.stringify(pe)}`);
+      assert(ar.gate === GATE && ar.text_sha256 === pe.text_sha256 && ar.text_bytes === Buffer.byteLength(gateText("approve")) &&
+        ar.timeout_ms > 0 && !ar.request_id, `approval_requested ${JSON.stringify(ar)}`);
       // Decided: there is nothing left to decide.
-      expectToolError(await call(approver.client, "approve_run", { run_id: first.run_id, decision: "reject" }), "invalid_transition");
+      expectToolError(await call(approver.client, "approve_run", { run_id: first.run_id, decision: "reject", reason: "checked" }), "invalid_transition");
       return st.text;
     });
     await check("gate/approve_run reject", async () => {
@@ -488,9 +497,10 @@ async function gateChecks(client, approver) {
       assert(st.status === "policy_denied" && st.released === false && st.text === undefined && st.reason.includes(GATE) &&
         st.reason.includes(`rejected by ${approver.caller}: names a customer`) && !JSON.stringify(st).includes(GATE_MARKER), `approve_run ${JSON.stringify(st)}`);
       assert(st.approval?.decision === "reject" && st.approval.approver === approver.caller, `approval ${JSON.stringify(st.approval)}`);
-      // Never released: the answer's line stays withheld.
+      // Never released: the answer's line stays withheld, and its digest's.
       const events = await decidedEvents(run.run_id, publicKey(run.audit.public_key), "reject", "names a customer", "policy_denied");
-      assert(events[2].line === undefined && events.filter((e) => e.line === undefined).length === 1, `inference_finished ${JSON.stringify(events[2])}`);
+      const held = events.filter((e) => e.line === undefined).map((e) => e.type).join();
+      assert(events[2].line === undefined && held === HELD_TYPES, `withheld ${held}: inference_finished ${JSON.stringify(events[2])}`);
       const mine = await callOK(client, "run_status", { run_id: run.run_id });
       assert(mine.status === "policy_denied" && mine.text === undefined && !JSON.stringify(mine).includes(GATE_MARKER), `the requester's run_status ${JSON.stringify(mine)}`);
       return st.reason;
@@ -515,7 +525,7 @@ async function gateChecks(client, approver) {
       assert(JSON.stringify(types) === JSON.stringify([...GATE_EVENTS, "terminated"]) && last.status === "cancelled" &&
         payloadOf(events[5]).reason === "cancelled" && events[2].line === undefined, `events ${types}, status ${last.status}`);
       if (approver) {
-        expectToolError(await call(approver.client, "approve_run", { run_id: id, decision: "approve" }), "invalid_transition");
+        expectToolError(await call(approver.client, "approve_run", { run_id: id, decision: "approve", reason: "checked" }), "invalid_transition");
       }
       ended.push(id);
     }
@@ -631,10 +641,10 @@ async function httpChecks(client, transport, held, hung) {
   // this client's caller may not.
   await check("http/other caller approve_run not awaiting approval", async () => {
     assert(other, "the other caller did not connect");
-    return expectToolError(await call(other.client, "approve_run", { run_id: held?.run_id, decision: "approve" }), "invalid_transition");
+    return expectToolError(await call(other.client, "approve_run", { run_id: held?.run_id, decision: "approve", reason: "checked" }), "invalid_transition");
   });
   await check("http/approve_run own run access_denied", async () => {
-    const text = expectToolError(await call(client, "approve_run", { run_id: held?.run_id, decision: "approve" }), "access_denied");
+    const text = expectToolError(await call(client, "approve_run", { run_id: held?.run_id, decision: "approve", reason: "checked" }), "access_denied");
     assert(text.includes(`"${CALLER}" may not approve_run`), `the error does not name the caller and the action: ${text}`);
     return text;
   });
@@ -830,8 +840,9 @@ async function main() {
     const { events, last, withheld } = await readEvents(client, runId, 100, publicKey(res.structuredContent.audit.public_key));
     const types = events.map((e) => e.type);
     assert(last.status === "policy_denied" && JSON.stringify(types) === JSON.stringify(RUN_EVENTS), `status ${last.status}, events ${types}`);
-    const f = events[types.indexOf("inference_finished")];
-    assert(withheld === 1 && f.line === undefined, `withheld ${withheld}: inference_finished ${JSON.stringify(f).slice(0, 300)}`);
+    const f = events[types.indexOf("inference_finished")], pe = events[types.indexOf("policy_evaluated")];
+    assert(withheld === 2 && f.line === undefined && pe.line === undefined,
+      `withheld ${withheld}: inference_finished ${JSON.stringify(f).slice(0, 300)}, policy_evaluated ${JSON.stringify(pe).slice(0, 300)}`);
     const page = JSON.stringify(await callOK(client, "run_events", { run_id: runId }));
     const st = await callOK(client, "run_status", { run_id: runId });
     assert(!page.includes("FORBIDDEN") && st.text === undefined && st.released === false, "the withheld text was served");
@@ -971,8 +982,8 @@ async function main() {
     ["resolve_run", { run_id: "$done", resolution: "accepted", note: "n".repeat(4097) }, "limit_exceeded"],
     ["resolve_run", { run_id: "$running", resolution: "accepted" }, "invalid_transition"],
     ["approve_run", {}, "invalid_request"],
-    ["approve_run", { run_id: MISSING_RUN, decision: "approve" }, "run_not_found"],
-    ["approve_run", { run_id: "$done", decision: "approve", extra: 1 }, "invalid_request"],
+    ["approve_run", { run_id: MISSING_RUN, decision: "approve", reason: "checked" }, "run_not_found"],
+    ["approve_run", { run_id: "$done", decision: "approve", reason: "checked", extra: 1 }, "invalid_request"],
   ];
   // The delegated agent's, named (their paths are long), each error text naming the rule
   // (the clear message) it refuses by.
