@@ -18,18 +18,14 @@ func init() {
 		fs := newFlags(e, c)
 		dir := fs.String("project", ".", "the project `DIR`")
 		asJSON := fs.Bool("json", false, "print the entries as a JSON array")
-		execFile := fs.String("executors", "", "the executors `FILE` the server is started with, so delegated agents show as such")
+		execFile := fs.String("executors", "", executorsUsage)
 		if code, ok := parseNoArgs(fs, args); !ok {
 			return code
 		}
-		var opts []dsl.Options
-		if *execFile != "" {
-			execs, err := executors.Load(*execFile, e.getenv)
-			if err != nil {
-				fmt.Fprintf(e.stderr, "symbi agents list: %s\n", errcode.Text(err))
-				return 1
-			}
-			opts = append(opts, dsl.Options{Executors: func(n string) bool { _, ok := execs.Get(n); return ok }})
+		opts, err := executorOptions(e, *execFile)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "symbi agents list: %s\n", errcode.Text(err))
+			return 1
 		}
 		entries, err := registryEntries(e, *dir, opts...)
 		if err != nil {
@@ -61,6 +57,23 @@ func init() {
 		return 0
 	}
 	register(c)
+}
+
+// executorsUsage is the --executors flag's of the commands that take the registry
+// snapshot as the server would.
+const executorsUsage = "the executors `FILE` the server is started with, so delegated agents show as such"
+
+// executorOptions are the admission options of a registry read as a server started with
+// the executors file would read it ("": none, as a server started without).
+func executorOptions(e *env, file string) ([]dsl.Options, error) {
+	if file == "" {
+		return nil, nil
+	}
+	execs, err := executors.Load(file, e.getenv)
+	if err != nil {
+		return nil, err
+	}
+	return []dsl.Options{{Executors: func(n string) bool { _, ok := execs.Get(n); return ok }}}, nil
 }
 
 // registryEntries takes the registry snapshot of the project in dir, with warnings

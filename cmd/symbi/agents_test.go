@@ -264,3 +264,51 @@ agent a {
 		t.Errorf("the description is not shown escaped on its row:\n%s", out)
 	}
 }
+
+// TestAgentsMDGenerateDelegatedAgent: `symbi agents-md generate --executors FILE` takes the
+// registry as the server started with that file does, so a delegated agent it serves is
+// written into AGENTS.md's generated section — the guidance every invoked model is given
+// and get_agents_md serves — as delegated (start_run only), not as refused for an
+// executor "not registered with this server".
+func TestAgentsMDGenerateDelegatedAgent(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "agents"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := "metadata { description = \"writes code\", executor = \"claude_code\" }\nagent coder { capabilities = [\"code\"] }\n"
+	if err := os.WriteFile(filepath.Join(root, "agents/coder.symbi"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	execs := filepath.Join(t.TempDir(), "executors.json")
+	if err := os.WriteFile(execs, []byte(`{"executors": {"claude_code": {"command": ["/bin/true"]}}}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// The server's view: the agent is delegated and usable.
+	code, out, errOut := runCLI(t, "", "agents", "list", "--project", root, "--executors", execs)
+	if code != 0 || !strings.Contains(out, "delegated (claude_code)") {
+		t.Fatalf("agents list --executors: exit %d, %q %q", code, out, errOut)
+	}
+
+	code, out, errOut = runCLI(t, "", "agents-md", "generate", "--project", root, "--executors", execs)
+	if code != 0 {
+		t.Fatalf("agents-md generate --executors: exit %d, stdout %q, stderr %q (no way to generate AGENTS.md with the server's executors)", code, out, errOut)
+	}
+	md, err := os.ReadFile(filepath.Join(root, "AGENTS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := project.Guidance(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for _, l := range strings.Split(g, "\n") {
+		if strings.HasPrefix(l, "| coder |") {
+			row = l
+		}
+	}
+	if row == "" || strings.Contains(row, "not registered") || !strings.Contains(row, "delegated") {
+		t.Errorf("AGENTS.md row for the delegated agent %q: want it shown as delegated, not refused", row)
+	}
+}

@@ -12,6 +12,7 @@ func init() {
 	c.run = func(e *env, args []string) int {
 		fs := newFlags(e, c)
 		dir := fs.String("project", ".", "the project `DIR`")
+		execFile := fs.String("executors", "", executorsUsage)
 		if code, ok := parseNoArgs(fs, args); !ok {
 			return code
 		}
@@ -19,7 +20,11 @@ func init() {
 			fmt.Fprintf(e.stderr, "symbi agents-md generate: %s\n", errcode.Text(err))
 			return 1
 		}
-		p, reg, err := openRegistry(*dir, slog.New(slog.NewTextHandler(e.stderr, nil)))
+		opts, err := executorOptions(e, *execFile)
+		if err != nil {
+			return fail(err)
+		}
+		p, reg, err := openRegistry(*dir, slog.New(slog.NewTextHandler(e.stderr, nil)), opts...)
 		if err != nil {
 			return fail(err)
 		}

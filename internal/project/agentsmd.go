@@ -122,6 +122,9 @@ func agentsTable(entries []Entry) string {
 	b.WriteString("| --- | --- | --- | --- | --- |\n")
 	for _, en := range entries {
 		inv := "yes"
+		if en.Mode == ModeDelegated {
+			inv = "yes, delegated to " + en.Executor + ": `start_run` only"
+		}
 		if !en.Invocable {
 			inv = "no: " + en.Summary()
 		}

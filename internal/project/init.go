@@ -141,13 +141,8 @@ func Init(dir string, log *slog.Logger) ([]string, error) {
 	}
 	defer unix.Close(rootFD)
 	var created []string
-	for _, f := range starterFiles {
-		if err := createFile(rootFD, f.rel, []byte(f.content)); err != nil {
-			return created, err
-		}
-		created = append(created, f.rel)
-	}
-	// giveUp removes what init wrote, for err: the project is as it was.
+	// giveUp removes what init wrote, for err: the project is as it was, and init can be
+	// run again.
 	giveUp := func(err error) ([]string, error) {
 		for _, rel := range created {
 			if rerr := removeFile(rootFD, rel); rerr != nil {
@@ -158,6 +153,12 @@ func Init(dir string, log *slog.Logger) ([]string, error) {
 			unix.Unlinkat(rootFD, d, unix.AT_REMOVEDIR) // only when empty: what init made
 		}
 		return nil, fmt.Errorf("%w; the starter files were removed", err)
+	}
+	for _, f := range starterFiles {
+		if err := createFile(rootFD, f.rel, []byte(f.content)); err != nil {
+			return giveUp(err)
+		}
+		created = append(created, f.rel)
 	}
 	md, err := starterAgentsMDFor(dir, log)
 	if err != nil {
@@ -170,7 +171,7 @@ func Init(dir string, log *slog.Logger) ([]string, error) {
 		created = append(created, ".gitignore")
 	}
 	if err := createFile(rootFD, agentsMDName, md); err != nil {
-		return created, err
+		return giveUp(err)
 	}
 	return append(created, agentsMDName), nil
 }
@@ -251,7 +252,9 @@ func ensureIgnored(root int, rel string) (created bool, err error) {
 		return false, errcode.Errorf(errcode.LimitExceeded, "init: %s is larger than %d bytes; add %s to it by hand", rel, maxGitignoreBytes, gitignoreEntry)
 	}
 	for _, line := range strings.Split(string(old), "\n") {
-		if l := strings.TrimSpace(line); l == gitignoreEntry || l == "/"+gitignoreEntry || l == ".symbiont" || l == "/.symbiont" {
+		// The line as git reads the pattern: a trailing CR and trailing spaces dropped,
+		// nothing else — " .symbiont/" or ".symbiont/\t" ignores nothing.
+		if l := strings.TrimRight(strings.TrimSuffix(line, "\r"), " "); l == gitignoreEntry || l == "/"+gitignoreEntry || l == ".symbiont" || l == "/.symbiont" {
 			return false, nil
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -289,5 +290,88 @@ func TestInitDirIsAFile(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "AGENTS.md is not a directory") || !strings.Contains(err.Error(), dir+" is not a directory") || errcode.Of(err) != errcode.ProtectedPath {
 		t.Errorf("init names the wrong path as the non-directory, or not as protected_path: %v", err)
+	}
+}
+
+// TestInitGitignoreLookalikeEntry: init reads an existing .gitignore's lines as git reads
+// patterns — only a trailing CR and trailing spaces dropped — so a line that merely looks
+// like the entry (" .symbiont/", ".symbiont/<TAB>") and ignores nothing does not stop init
+// appending .symbiont/: the private signing key stays out of git (docs/project.md).
+func TestInitGitignoreLookalikeEntry(t *testing.T) {
+	for name, line := range map[string]string{
+		"leading space": " .symbiont/",
+		"leading tab":   "\t.symbiont/",
+		"trailing tab":  ".symbiont/\t",
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, ".gitignore"), []byte("node_modules/\n"+line+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Init(dir, slog.New(slog.DiscardHandler)); err != nil {
+				t.Fatalf("Init: %v", err)
+			}
+			data, err := os.ReadFile(filepath.Join(dir, ".gitignore"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ignored := false
+			for _, l := range strings.Split(string(data), "\n") {
+				// What git makes of the line: trailing CR and trailing spaces dropped.
+				l = strings.TrimRight(strings.TrimSuffix(l, "\r"), " ")
+				switch l {
+				case ".symbiont/", "/.symbiont/", ".symbiont", "/.symbiont":
+					ignored = true
+				}
+			}
+			if !ignored {
+				t.Errorf(".gitignore after init has no line git reads as .symbiont/ (the signing key is not ignored):\n%q", data)
+			}
+			// Where git is installed, ask it directly.
+			if git, err := exec.LookPath("git"); err == nil {
+				if out, err := exec.Command(git, "-C", dir, "init", "-q").CombinedOutput(); err != nil {
+					t.Logf("git init: %v %s", err, out)
+					return
+				}
+				if err := exec.Command(git, "-C", dir, "check-ignore", "-q", ".symbiont/governed/audit-signing.key").Run(); err != nil {
+					t.Errorf("git check-ignore .symbiont/governed/audit-signing.key: %v (not ignored)", err)
+				}
+			}
+		})
+	}
+}
+
+// TestInitFailureLeavesNoStarterFiles: when writing one starter file fails (policies/ is
+// immutable, as a policies/ not writable by this user would be), init removes the starter
+// files and directories it wrote, as on its other refusals: the project is as it was, and
+// init can be run again once the cause is mended. Needs root (or CAP_LINUX_IMMUTABLE) and
+// chattr; skipped otherwise.
+func TestInitFailureLeavesNoStarterFiles(t *testing.T) {
+	chattr, err := exec.LookPath("chattr")
+	if err != nil {
+		t.Skip("no chattr")
+	}
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "policies")
+	if err := os.Mkdir(pol, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(chattr, "+i", pol).CombinedOutput(); err != nil {
+		t.Skipf("cannot make policies/ immutable: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command(chattr, "-i", pol).Run() })
+
+	created, err := Init(dir, slog.New(slog.DiscardHandler))
+	if err == nil {
+		t.Fatalf("Init succeeded with an unwritable policies/: %v", created)
+	}
+	t.Logf("Init: %v (created %v)", err, created)
+	for _, rel := range []string{"agents/assistant.symbi", "README.md", "AGENTS.md"} {
+		if _, serr := os.Lstat(filepath.Join(dir, rel)); !errors.Is(serr, fs.ErrNotExist) {
+			t.Errorf("after the failed init, %s is left behind (stat error %v)", rel, serr)
+		}
+	}
+	if _, serr := os.Lstat(filepath.Join(dir, "agents")); !errors.Is(serr, fs.ErrNotExist) {
+		t.Errorf("after the failed init, the agents/ it made is left behind")
 	}
 }
