@@ -227,41 +227,43 @@ func TestAgentsListExecutors(t *testing.T) {
 // TestAgentsListDescriptionForgesNoRow: `symbi agents list` prints one row per agent
 // file and then "every reason, one a line". A definition's description is text from a
 // project file; the terminal filter (security-model.md, "Text from outside cannot drive a
-// terminal") keeps newline and tab, so a description holding "\n" would print a second
-// line that reads like another registry row — here a forged "zzz  yes  agents/zzz.symbi"
-// row claiming an invocable agent that does not exist. The AGENTS.md table keeps cells to
-// one line for the same reason (project.md). Each field keeps to its row, its line breaks
-// and tabs shown escaped: one agent with no refusal reasons prints a header and one row.
+// terminal") keeps newline and tab, and text/tabwriter breaks a line at a form feed and a
+// cell at a vertical tab, so a description holding one would print a second line that
+// reads like another registry row — here a forged "zzz  yes  agents/zzz.symbi" row
+// claiming an invocable agent that does not exist. The AGENTS.md table keeps cells to one
+// line for the same reason (project.md). Each field keeps to its row, its line breaks, tabs
+// and other controls shown escaped: one agent with no refusal reasons prints a header and
+// one row.
 func TestAgentsListDescriptionForgesNoRow(t *testing.T) {
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "agents", "a.symbi"), `metadata {
-    description = "line one\nzzz\tyes\tagents/zzz.symbi\tzzz\tforged row",
-    version = "0.1.0"
-}
-
-agent a {
-    capabilities = ["answer"]
-}
-`)
-	entries := listJSON(t, dir)
-	if len(entries) != 1 || !entries[0].Invocable || !strings.Contains(entries[0].Description, "\n") {
-		t.Fatalf("setup: want one invocable agent whose description holds a newline, got %+v", entries)
-	}
-	code, out, errOut := runCLI(t, "", "agents", "list", "--project", dir)
-	if code != 0 {
-		t.Fatalf("agents list: exit %d: %s", code, errOut)
-	}
-	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
-	if len(lines) != 2 {
-		t.Errorf("agents list printed %d lines for one agent, want header + 1 row:\n%s", len(lines), out)
-	}
-	for _, l := range lines[1:] {
-		if strings.HasPrefix(l, "zzz") {
-			t.Errorf("a description forged a registry row: %q", l)
-		}
-	}
-	if !strings.Contains(out, `line one\nzzz\tyes`) {
-		t.Errorf("the description is not shown escaped on its row:\n%s", out)
+	for _, tc := range []struct{ name, description, want string }{
+		{"newline", `line one\nzzz\tyes\tagents/zzz.symbi\tzzz\tforged row`, `line one\nzzz\tyes`},
+		{"form feed", "line one\fzzz        yes        agents/zzz.symbi  zzz     forged row", `line one\u000czzz`},
+		{"vertical tab", "line one\vzzz\vyes\vagents/zzz.symbi\vzzz\vforged row", `line one\u000bzzz`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, filepath.Join(dir, "agents", "a.symbi"), "metadata {\n    description = \""+tc.description+"\",\n    version = \"0.1.0\"\n}\n\nagent a {\n    capabilities = [\"answer\"]\n}\n")
+			entries := listJSON(t, dir)
+			if len(entries) != 1 || !entries[0].Invocable || !strings.Contains(entries[0].Description, "zzz") {
+				t.Fatalf("setup: want one invocable agent with that description, got %+v", entries)
+			}
+			code, out, errOut := runCLI(t, "", "agents", "list", "--project", dir)
+			if code != 0 {
+				t.Fatalf("agents list: exit %d: %s", code, errOut)
+			}
+			lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+			if len(lines) != 2 {
+				t.Errorf("agents list printed %d lines for one agent, want header + 1 row:\n%s", len(lines), out)
+			}
+			for _, l := range lines[1:] {
+				if strings.HasPrefix(l, "zzz") {
+					t.Errorf("a description forged a registry row: %q", l)
+				}
+			}
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("the description is not shown escaped on its row (want %s):\n%s", tc.want, out)
+			}
+		})
 	}
 }
 

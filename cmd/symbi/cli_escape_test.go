@@ -12,57 +12,6 @@ import (
 	"symbi/internal/loopback"
 )
 
-// TestAgentsListFormFeedForgesNoRow: a form feed in a definition's description prints no
-// registry row of its own in `symbi agents list`. text/tabwriter takes \f as a line break
-// (and \v as a cell break), so cellText escapes every control character before the text
-// reaches it, not only \n, \r and \t (docs/security-model.md).
-func TestAgentsListFormFeedForgesNoRow(t *testing.T) {
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "agents", "a.symbi"), "metadata {\n"+
-		"    description = \"helper\fzzz        yes        agents/zzz.symbi  zzz     forged row\",\n"+
-		"    version = \"0.1.0\"\n}\n\nagent a {\n    capabilities = [\"answer\"]\n}\n")
-	entries := listJSON(t, dir)
-	if len(entries) != 1 || !entries[0].Invocable || !strings.Contains(entries[0].Description, "\f") {
-		t.Fatalf("setup: want one invocable agent whose description holds a form feed, got %+v", entries)
-	}
-	code, out, errOut := runCLI(t, "", "agents", "list", "--project", dir)
-	if code != 0 {
-		t.Fatalf("agents list: exit %d: %s", code, errOut)
-	}
-	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
-	for _, l := range lines[1:] {
-		if strings.HasPrefix(l, "zzz") {
-			t.Errorf("a description's form feed forged a registry row %q:\n%s", l, out)
-		}
-	}
-	if len(lines) != 2 {
-		t.Errorf("agents list printed %d lines for one agent, want header + 1 row:\n%s", len(lines), out)
-	}
-}
-
-// TestRunsStatusNoteFormFeedForgesNoRow: the same for `symbi runs status`: a resolution
-// note (written by any caller allowed resolve_run, over HTTP too) holding a form feed
-// prints no "status:" row of its own.
-func TestRunsStatusNoteFormFeedForgesNoRow(t *testing.T) {
-	dir, _, _, _ := ledgerProject(t, 1)
-	if code, out, errOut := runCLI(t, "", "runs", "resolve", "--project", dir, "--resolution", "rejected", "--note", "see below\fstatus:  completed", "run-a"); code != 0 {
-		t.Fatalf("runs resolve: exit %d\n%s%s", code, out, errOut)
-	}
-	code, out, errOut := runCLI(t, "", "runs", "status", "--project", dir, "run-a")
-	if code != 0 {
-		t.Fatalf("runs status: exit %d\n%s", code, errOut)
-	}
-	n := 0
-	for _, l := range strings.Split(out, "\n") {
-		if strings.HasPrefix(l, "status:") {
-			n++
-		}
-	}
-	if n != 1 {
-		t.Errorf("runs status prints %d status rows, want 1 (a note's form feed forged one):\n%s", n, out)
-	}
-}
-
 // TestDSLCheckMessageForgesNoDiagnostic: one error, one `file:line:col: message` line
 // (product.md). The parser's "unexpected string …" message quotes the string token as
 // written, line breaks included; `dsl check` (stdout) and `dsl parse` (stderr) print it

@@ -233,25 +233,31 @@ func TestRunsResolveNoteNotUTF8(t *testing.T) {
 }
 
 // TestRunsStatusNoteForgesNoRow: `runs status` shows a run as "key: value" rows. A
-// resolution's note is a caller's text; a line break in it would print a row of its own —
-// here a forged "status: completed" under a cancelled run. Each value keeps to its row,
-// its line breaks and tabs shown escaped.
+// resolution's note is a caller's text (over HTTP too); a line break in it — or a form
+// feed, at which text/tabwriter breaks the line — would print a row of its own: here a
+// forged "status: completed" under a cancelled run. Each value keeps to its row, its line
+// breaks, tabs and other controls shown escaped.
 func TestRunsStatusNoteForgesNoRow(t *testing.T) {
-	dir, _, _, _ := ledgerProject(t, 1)
-	if code, out, errOut := runCLI(t, "", "runs", "resolve", "--project", dir, "--resolution", "rejected", "--note", "see below\nstatus:\tcompleted", "run-a"); code != 0 {
-		t.Fatalf("runs resolve: exit %d\n%s%s", code, out, errOut)
-	}
-	code, out, errOut := runCLI(t, "", "runs", "status", "--project", dir, "run-a")
-	if code != 0 {
-		t.Fatalf("runs status: exit %d\n%s", code, errOut)
-	}
-	n := 0
-	for _, l := range strings.Split(out, "\n") {
-		if strings.HasPrefix(l, "status:") {
-			n++
+	for _, tc := range []struct{ note, want string }{
+		{"see below\nstatus:\tcompleted", `see below\nstatus:\tcompleted`},
+		{"see below\fstatus:  completed", `see below\u000cstatus:  completed`},
+	} {
+		dir, _, _, _ := ledgerProject(t, 1)
+		if code, out, errOut := runCLI(t, "", "runs", "resolve", "--project", dir, "--resolution", "rejected", "--note", tc.note, "run-a"); code != 0 {
+			t.Fatalf("runs resolve: exit %d\n%s%s", code, out, errOut)
 		}
-	}
-	if n != 1 || !strings.Contains(out, `see below\nstatus:\tcompleted`) {
-		t.Errorf("runs status prints %d status rows, want 1, and the note escaped on its own row:\n%s", n, out)
+		code, out, errOut := runCLI(t, "", "runs", "status", "--project", dir, "run-a")
+		if code != 0 {
+			t.Fatalf("runs status: exit %d\n%s", code, errOut)
+		}
+		n := 0
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "status:") {
+				n++
+			}
+		}
+		if n != 1 || !strings.Contains(out, tc.want) {
+			t.Errorf("runs status prints %d status rows, want 1, and the note escaped on its own row (%s):\n%s", n, tc.want, out)
+		}
 	}
 }

@@ -87,17 +87,9 @@ func TestFailedInitializeEvictsNoSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := `{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":5}}`
-	req, _ := http.NewRequest(http.MethodPost, hs.URL+mcpserver.MCPPath, strings.NewReader(bad))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if !strings.Contains(string(body), `"error"`) {
-		t.Fatalf("the malformed initialize was answered %d %s; want a JSON-RPC error", res.StatusCode, body)
+	code, _, body := rawPost(t, hs.URL+mcpserver.MCPPath, "", bad)
+	if !strings.Contains(body, `"error"`) {
+		t.Fatalf("the malformed initialize was answered %d %s; want a JSON-RPC error", code, body)
 	}
 	if err := cs.Ping(context.Background(), nil); err != nil {
 		t.Fatalf("after another client's failed initialize (no session opened), the caller's only session is gone: %v", err)
