@@ -2,10 +2,13 @@ package dsl
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strings"
+	"symbi/internal/errcode"
 	"time"
 	"unicode/utf8"
 
@@ -70,7 +73,18 @@ func refuse(rule string, pos lexer.Position, format string, args ...any) *refusa
 }
 
 func (r *refusal) String() string {
-	return fmt.Sprintf("%s at %d:%d: %s", r.rule, r.pos.Line, r.pos.Column, fmt.Sprintf(r.format, r.args...))
+	// Every piece of the source a refusal names — a name, a key, a literal — is quoted at
+	// most errcode.MaxQuoted bytes of it (and its length): a refusal is repeated for each
+	// rule it names and in each agent's view, and a megabyte name would be as many
+	// megabytes of reasons.
+	args := make([]any, len(r.args))
+	for i, a := range r.args {
+		if s, ok := a.(string); ok {
+			a = errcode.Clip(s)
+		}
+		args[i] = a
+	}
+	return fmt.Sprintf("%s at %d:%d: %s", r.rule, r.pos.Line, r.pos.Column, fmt.Sprintf(r.format, args...))
 }
 
 // MaxReasons bounds the refusals an Admission lists; past it, one last entry counts the
@@ -362,6 +376,13 @@ func withRule(_ *File, ag *Agent, a *Admission) []*refusal {
 					rs = append(rs, refuse("rule 5", s.Pos, "sandbox %s is not one of docker|tier1, gvisor|tier2, firecracker|tier3, e2b", settingText(s)))
 					continue
 				}
+				if a.Executor != "" && a.Executor != "orga" {
+					// A model answering once runs nothing; a coding agent runs commands, as
+					// its executor starts it. A sandbox declared for it would be a promise
+					// symbi does not keep.
+					rs = append(rs, refuse("rule 5", s.Pos, "sandbox %s is not honoured for a delegated agent: its executor runs it as the executors file starts it (put the sandbox in that command)", settingText(s)))
+					continue
+				}
 				a.Sandbox = v
 			case "timeout":
 				if timeout != nil {
@@ -444,12 +465,15 @@ func policyRule(f *File, ag *Agent, a *Admission) []*refusal {
 			scope = append(scope, it.Policy)
 		}
 	}
+	// The refusals in source order (docs/dsl.md: each check's in source order), so a
+	// repeat is the later declaration and the limit is passed where the file passes it;
+	// the names and their digest (rule 7) in scope order, below.
+	inSource := slices.Clone(scope)
+	slices.SortStableFunc(inSource, func(a, b *Policy) int { return cmp.Compare(a.Pos.Offset, b.Pos.Offset) })
 	var rs []*refusal
 	seen := map[string]*Policy{}
 	rules := 0
-	h := sha256.New()
-	var names []string
-	for _, p := range scope {
+	for _, p := range inSource {
 		if first := seen[p.Name]; first != nil {
 			rs = append(rs, refuse("rule 6", p.Pos, "policy %q is declared more than once (first at %d:%d)", p.Name, first.Pos.Line, first.Pos.Column))
 			continue
@@ -477,6 +501,15 @@ func policyRule(f *File, ag *Agent, a *Admission) []*refusal {
 				}
 			}
 		}
+	}
+	h := sha256.New()
+	var names []string
+	named := map[string]bool{}
+	for _, p := range scope {
+		if named[p.Name] {
+			continue // refused above
+		}
+		named[p.Name] = true
 		names = append(names, p.Name)
 		h.Write(f.bytes(p.Pos, p.EndPos))
 		h.Write([]byte{'\n'})

@@ -334,6 +334,16 @@ func TestAdmitDelegated(t *testing.T) {
 	if a := dsl.AdmitSource("x", "a", []byte("metadata { executor = \"orga\" }\nagent a {}\n")); !a.Admitted || a.Delegated() {
 		t.Fatalf("orga: %+v", a)
 	}
+	// A sandbox is a promise symbi keeps only where nothing runs: a delegated agent's is
+	// refused; a model agent's (orga, or no executor) is admitted.
+	sandboxed := []byte("metadata { executor = \"claude_code\" }\nagent coder { with sandbox = \"gvisor\" {} }\n")
+	if a := dsl.AdmitSource("agents/coder.symbi", "coder", sandboxed, registered); a.Admitted || a.Rule != "rule 5" ||
+		a.Reason != `rule 5 at 2:20: sandbox "gvisor" is not honoured for a delegated agent: its executor runs it as the executors file starts it (put the sandbox in that command)` {
+		t.Fatalf("a delegated agent's sandbox: %+v", a)
+	}
+	if a := dsl.AdmitSource("x", "a", []byte("metadata { executor = \"orga\" }\nagent a { with sandbox = \"gvisor\" {} }\n")); !a.Admitted || a.Sandbox != "gvisor" {
+		t.Fatalf("a model agent's sandbox: %+v", a)
+	}
 }
 
 // TestAnalyzeManyAgents: Analyze gives an admission verdict for the first
@@ -439,6 +449,128 @@ func TestMissingExpressionSaysExpected(t *testing.T) {
 		}
 		if !strings.Contains(errs[0].Msg, ", expected ") {
 			t.Errorf("%q: error %q does not say what was expected", src, errs[0].Msg)
+		}
+	}
+}
+
+// maxReasonBytes is what one refusal may take: its rule and position, a fixed message
+// and at most two quoted pieces of source of errcode.MaxQuoted (256) bytes each.
+const maxReasonBytes = 1024
+
+// TestRefusalQuotesAreBounded: an admission refusal quotes at most errcode.MaxQuoted bytes
+// of each name, key or literal of the source it names. A refusal is repeated for each
+// rule it names and, in Analyze (parse_dsl, which any MCP or HTTP client may call with
+// 1 MiB of inline content), in each agent's view (up to MaxAdmissionViews): unbounded, a
+// 100 KB source made 81 MB of refusal text, and one agent with a 1 MB name and 49
+// functions 50 MB of reasons in the registry. Bounded, each refusal is at most 1 KiB and
+// all of Analyze's are at most MaxAdmissionViews × (MaxReasons+1) of them, whatever the
+// source.
+func TestRefusalQuotesAreBounded(t *testing.T) {
+	long := strings.Repeat("n", 20_000)
+	check := func(what string, reasons []string) {
+		t.Helper()
+		for _, r := range reasons {
+			if len(r) > maxReasonBytes {
+				t.Errorf("%s: a refusal of %d bytes (%.80q…); want at most %d", what, len(r), r, maxReasonBytes)
+				return
+			}
+		}
+	}
+
+	// Registry path: the agent's name repeated in every rule-4 refusal.
+	src := "agent " + long + "(x: int) -> int {" + strings.Repeat(" function f() {}", 49) + " }"
+	a := dsl.AdmitSource("x", "x", []byte(src))
+	check("agent with a long name and 49 functions", a.Reasons)
+
+	// Each kind of name or literal quoted by a refusal.
+	for _, c := range []struct{ what, src string }{
+		{"metadata key", "metadata { " + long + " = \"x\" }\nagent a {}"},
+		{"top-level item name", "schedule " + long + " { cron = \"x\" }\nagent a {}"},
+		{"with key", "agent a { with " + long + " = 1 {} }"},
+		{"sandbox value", "agent a { with sandbox = " + long + " {} }"},
+		{"timeout value", "agent a { with timeout = " + strings.Repeat("9", 20_000) + " {} }"},
+		{"policy name", "agent a { policy " + long + " { require: true } }"},
+		{"condition name", "agent a { policy p { allow: true if " + long + " } }"},
+		{"condition number", "agent a { policy p { allow: true if context.n == 1." + strings.Repeat("5", 20_000) + " } }"},
+		{"selection", "agent " + long + " {}\nagent b {}"},
+	} {
+		a := dsl.AdmitSource("x", "x", []byte(c.src))
+		if a.Admitted {
+			t.Fatalf("%s: admitted", c.what)
+		}
+		check(c.what, a.Reasons)
+	}
+
+	// parse_dsl path: the same refusals once per agent view.
+	src = "policy " + long + " {" + strings.Repeat(" require: true", 50) + " }\n"
+	for i := range dsl.MaxAdmissionViews {
+		src += fmt.Sprintf("agent a%d {}\n", i)
+	}
+	r := dsl.Analyze("inline", []byte(src))
+	total := 0
+	for i, ag := range r.Agents {
+		if i == 0 {
+			check("Analyze agent "+ag.Name, ag.Refusals)
+		}
+		for _, x := range ag.Refusals {
+			total += len(x)
+		}
+	}
+	if limit := dsl.MaxAdmissionViews * (dsl.MaxReasons + 1) * maxReasonBytes; total > limit {
+		t.Errorf("Analyze of a %d-byte source holds %d bytes of refusals, more than %d", len(src), total, limit)
+	}
+}
+
+// TestSyntaxErrorQuotesAreBounded: a syntax error quotes at most 40 bytes of the token it
+// did not expect, whatever its kind — an identifier, a number, a duration, a vault URL,
+// not only a string (docs/dsl.md: an error quotes at most 256 bytes of the source).
+func TestSyntaxErrorQuotesAreBounded(t *testing.T) {
+	for _, tok := range []string{
+		strings.Repeat("x", 2000),              // identifier
+		"1" + strings.Repeat("0", 2000),        // number
+		"1" + strings.Repeat("0", 2000) + "s",  // duration
+		"vault://" + strings.Repeat("a", 2000), // vault URL
+	} {
+		_, err := dsl.Parse("x", []byte("agent a { "+tok+" }"))
+		errs := dsl.Errors(err)
+		if len(errs) == 0 {
+			t.Fatalf("%.20s…: no error", tok)
+		}
+		if m := errs[0].Msg; len(m) > 256+64 {
+			t.Errorf("%.20s…: the error is %d bytes (%.60q…); an error quotes at most 256 bytes of the source", tok, len(m), m)
+		}
+	}
+}
+
+// TestSubBlockKeywordPerKind: the grammar gives a memory only a "search" sub-block and a
+// webhook only a "filter" one (dsl.md); the other keyword is an ordinary key there, which
+// a value must follow, and "{" is none: a syntax error.
+func TestSubBlockKeywordPerKind(t *testing.T) {
+	for _, src := range []string{
+		"memory m { filter { k 1 } }",
+		"webhook w { search { k 1 } }",
+	} {
+		if _, err := dsl.Parse("x", []byte(src)); err == nil {
+			t.Errorf("%s: parsed; the grammar refuses it (a %s block has no such sub-block)", src, strings.Fields(src)[0])
+		}
+	}
+}
+
+// TestPolicyRefusalsInSourceOrder: rule 6's refusals come in source order (docs/dsl.md:
+// "each check's in source order; the first is the reason shown"), though the top-level
+// policies come first in scope: a repeated name is reported at the later declaration,
+// naming the earlier as first, and an agent's policy before a top-level one is refused
+// first.
+func TestPolicyRefusalsInSourceOrder(t *testing.T) {
+	for _, c := range []struct{ src, want string }{
+		{"agent a { policy p { allow: true } }\npolicy p { allow: true }",
+			`rule 6 at 2:1: policy "p" is declared more than once (first at 1:11)`},
+		{"agent a { policy q { require: true } }\npolicy p { audit: true }",
+			`rule 6 at 1:22: unsupported policy: "require" rule in policy "q" (only allow and deny)`},
+	} {
+		a := dsl.AdmitSource("x", "a", []byte(c.src))
+		if a.Admitted || a.Reason != c.want {
+			t.Errorf("%q:\n reason %q (all: %q)\n want   %q", c.src, a.Reason, a.Reasons, c.want)
 		}
 	}
 }

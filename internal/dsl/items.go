@@ -37,11 +37,11 @@ func (it *Item) Parse(lex *lexer.PeekingLexer) error {
 		it.Channel, err = parseChannel(lex)
 	case "memory":
 		m := &Memory{Pos: lex.Next().Pos}
-		m.Name, m.Entries, m.EndPos, err = parseNested(lex)
+		m.Name, m.Entries, m.EndPos, err = parseNested(lex, "search")
 		it.Memory = m
 	case "webhook":
 		w := &Webhook{Pos: lex.Next().Pos}
-		w.Name, w.Entries, w.EndPos, err = parseNested(lex)
+		w.Name, w.Entries, w.EndPos, err = parseNested(lex, "filter")
 		it.Webhook = w
 	default:
 		return participle.NextMatch
@@ -451,9 +451,10 @@ func parseSetting(lex *lexer.PeekingLexer) (*Setting, error) {
 }
 
 // parseNested reads Ident "{" NestedItem* "}" after "memory" or "webhook", and returns
-// the name, the items and the end position. Either sub-block keyword, "search" or
-// "filter", opens a sub-block in both kinds of blocks.
-func parseNested(lex *lexer.PeekingLexer) (name string, items []*NestedItem, end lexer.Position, err error) {
+// the name, the items and the end position. sub, the kind's sub-block keyword ("search"
+// for a memory, "filter" for a webhook), followed by "{" opens a sub-block; elsewhere it
+// is a key like any other, followed by a value.
+func parseNested(lex *lexer.PeekingLexer, sub string) (name string, items []*NestedItem, end lexer.Position, err error) {
 	if name, err = ident(lex, "an identifier"); err != nil {
 		return "", nil, end, err
 	}
@@ -466,7 +467,7 @@ func parseNested(lex *lexer.PeekingLexer) (name string, items []*NestedItem, end
 		t := lex.Peek()
 		n := &NestedItem{Pos: t.Pos}
 		switch {
-		case (t.Value == "search" || t.Value == "filter") && tokAt(lex, 1).Value == "{":
+		case t.Value == sub && tokAt(lex, 1).Value == "{":
 			lex.Next()
 			lex.Next()
 			n.Block = t.Value

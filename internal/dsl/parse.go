@@ -215,12 +215,12 @@ func firstExpected(expect string) string {
 	return strings.ToLower(term[:1]) + term[1:]
 }
 
-// describe names a token for an error message.
+// describe names a token for an error message, at most 40 bytes of it.
 func describe(t lexer.Token) string {
-	v := t.Value
+	v := clipBytes(t.Value, 40)
 	switch t.Type {
 	case tokString:
-		return "string " + clipBytes(v, 40)
+		return "string " + v
 	case tokIdent:
 		return fmt.Sprintf("%q", v)
 	case tokNumber:

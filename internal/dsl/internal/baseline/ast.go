@@ -196,23 +196,34 @@ type Memory struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
 	Name    string        `parser:"\"memory\" @Ident \"{\""`
-	Entries []*NestedItem `parser:"@@* \"}\""`
+	Entries []*MemoryItem `parser:"@@* \"}\""`
 }
 
 // Webhook is a webhook block.
 type Webhook struct {
 	Pos     lexer.Position
 	EndPos  lexer.Position
-	Name    string        `parser:"\"webhook\" @Ident \"{\""`
-	Entries []*NestedItem `parser:"@@* \"}\""`
+	Name    string         `parser:"\"webhook\" @Ident \"{\""`
+	Entries []*WebhookItem `parser:"@@* \"}\""`
 }
 
-// NestedItem is an item of a memory or webhook block: a key followed by a value, or a
-// named sub-block (search for memory, filter for webhook) of such pairs.
-type NestedItem struct {
+// MemoryItem is an item of a memory block: a key followed by a value, or the search
+// sub-block of such pairs. (The parser this was frozen from took either sub-block keyword
+// in either kind of block; both now take only their own, as the grammar does.)
+type MemoryItem struct {
 	Pos    lexer.Position
 	EndPos lexer.Position
-	Block  string      `parser:"( (?= (\"search\" | \"filter\") \"{\") @(\"search\" | \"filter\") \"{\""`
+	Block  string      `parser:"( (?= \"search\" \"{\") @\"search\" \"{\""`
+	Pairs  []*BarePair `parser:"@@* \"}\""`
+	Pair   *BarePair   `parser:"| @@ )"`
+}
+
+// WebhookItem is an item of a webhook block: a key followed by a value, or the filter
+// sub-block of such pairs.
+type WebhookItem struct {
+	Pos    lexer.Position
+	EndPos lexer.Position
+	Block  string      `parser:"( (?= \"filter\" \"{\") @\"filter\" \"{\""`
 	Pairs  []*BarePair `parser:"@@* \"}\""`
 	Pair   *BarePair   `parser:"| @@ )"`
 }

@@ -216,11 +216,11 @@ func firstExpected(expect string) string {
 // describe names a token for an error message.
 func describe(t lexer.Token) string {
 	v := t.Value
+	if len(v) > 40 { // (every token's text, since the parser it was frozen from bounds them all)
+		v = v[:37] + "..."
+	}
 	switch t.Type {
 	case tokString:
-		if len(v) > 40 {
-			v = v[:37] + "..."
-		}
 		return "string " + v
 	case tokIdent:
 		return fmt.Sprintf("%q", v)
