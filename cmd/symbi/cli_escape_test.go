@@ -140,3 +140,36 @@ func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+// TestDSLCheckFileNameForgesNoDiagnostic: one error, one line, also for a file name with
+// a line break: `dsl check agents/*` over a file named "x\nagents/ok.symbi:1:1: forged…"
+// prints no diagnostic line for another file; the name is quoted.
+func TestDSLCheckFileNameForgesNoDiagnostic(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "x\nagents/ok.symbi:1:1: forged diagnostic\ny.symbi")
+	writeFile(t, file, "agent a {\n") // one real error: the block is not closed
+	code, out, errOut := runCLI(t, "", "dsl", "check", file)
+	if code != 1 {
+		t.Fatalf("dsl check: exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	for _, l := range lines {
+		if strings.HasPrefix(l, "agents/ok.symbi:1:1:") {
+			t.Errorf("dsl check printed a forged diagnostic line for another file, from a file name: %q\nall output:\n%s", l, out)
+		}
+	}
+}
+
+// TestRateFlagDecimalOnly: the one float flag, --rate, takes decimal numbers only too
+// (docs/errors.md): --rate 0x1p4, a hexadecimal float the flag package reads as 16, is a
+// usage error naming it. --max-runs 0 beside it makes sure no server starts: the usage
+// error must be --rate's.
+func TestRateFlagDecimalOnly(t *testing.T) {
+	code, out, errOut := runCLI(t, "", "mcp", "--rate", "0x1p4", "--max-runs", "0")
+	if code != 2 {
+		t.Fatalf("mcp: exit %d, want 2 (usage)\n%s%s", code, out, errOut)
+	}
+	if !strings.Contains(errOut, "0x1p4") {
+		t.Errorf("`--rate 0x1p4` (a hexadecimal float) was accepted as a number; the usage error is about something else:\n%s", errOut)
+	}
+}

@@ -43,7 +43,7 @@ func runDSLCheck(e *env, args []string) int {
 			if *asJSON {
 				diags = append(diags, diagnostic{File: name, Message: err.Error()})
 			} else {
-				fmt.Fprintf(e.stderr, "%s: %v\n", name, err)
+				fmt.Fprintf(e.stderr, "%s: %v\n", nameText(name), err)
 			}
 			failed = true
 			continue
@@ -52,7 +52,7 @@ func runDSLCheck(e *env, args []string) int {
 			for _, pe := range dsl.Errors(err) {
 				diags = append(diags, diagnostic{name, pe.Line, pe.Column, pe.Msg})
 				if !*asJSON {
-					fmt.Fprintf(e.stdout, "%s:%d:%d: %s\n", name, pe.Line, pe.Column, cellText(pe.Msg))
+					fmt.Fprintf(e.stdout, "%s:%d:%d: %s\n", nameText(name), pe.Line, pe.Column, cellText(pe.Msg))
 				}
 			}
 			failed = true
@@ -80,7 +80,7 @@ func runDSLParse(e *env, args []string) int {
 	name := fs.Arg(0)
 	src, err := readSource(e, name)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(e.stderr, "%s: %v\n", nameText(name), err)
 		return 1
 	}
 	source := name
@@ -93,7 +93,7 @@ func runDSLParse(e *env, args []string) int {
 	}
 	if !r.Valid {
 		for _, pe := range r.Errors {
-			fmt.Fprintf(e.stderr, "%s:%d:%d: %s\n", source, pe.Line, pe.Column, cellText(pe.Message))
+			fmt.Fprintf(e.stderr, "%s:%d:%d: %s\n", nameText(source), pe.Line, pe.Column, cellText(pe.Message))
 		}
 		return 1
 	}

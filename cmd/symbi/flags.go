@@ -94,6 +94,11 @@ func (o *onceValue) Set(s string) error {
 			if !isDecimal(s) {
 				return fmt.Errorf("%q: want a decimal number", s)
 			}
+		case float64:
+			// Likewise 0x1p4, 1_0.5, Inf and NaN: digits, a point, a decimal exponent.
+			if !isDecimalFloat(s) {
+				return fmt.Errorf("%q: want a decimal number", s)
+			}
 		}
 	}
 	return o.Value.Set(s)
@@ -105,6 +110,21 @@ func isDecimal(s string) bool {
 		s = s[1:]
 	}
 	return s != "" && strings.Trim(s, "0123456789") == ""
+}
+
+// isDecimalFloat reports whether s is a decimal number with an optional sign, fraction
+// and exponent (1, 2.5, .5, 1e3, 2.5E-2).
+func isDecimalFloat(s string) bool {
+	mant, exp, hasExp := strings.Cut(strings.ToLower(s), "e")
+	if len(mant) > 0 && (mant[0] == '+' || mant[0] == '-') {
+		mant = mant[1:]
+	}
+	whole, frac, _ := strings.Cut(mant, ".")
+	digits := func(d string) bool { return strings.Trim(d, "0123456789") == "" }
+	if whole+frac == "" || !digits(whole) || !digits(frac) {
+		return false
+	}
+	return !hasExp || isDecimal(exp)
 }
 
 // IsBoolFlag keeps a boolean flag's form: --json, without a value.

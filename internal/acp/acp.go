@@ -769,7 +769,7 @@ func (r *runner) run(ctx context.Context) Result {
 	case outcome != "":
 		res.Outcome = outcome
 		if gotResp && pr.err == nil {
-			res.StopReason = string(pr.resp.StopReason)
+			res.StopReason = stopReasonOf(pr.resp.StopReason)
 		}
 		res.Err = whyNot
 		if termNote != "" {
@@ -783,7 +783,7 @@ func (r *runner) run(ctx context.Context) Result {
 		}
 		res.Outcome, res.Err = OutcomeError, r.withStderr(err)
 	default:
-		res.StopReason = string(pr.resp.StopReason)
+		res.StopReason = stopReasonOf(pr.resp.StopReason)
 		res.Outcome = OutcomeCompleted
 		if pr.resp.StopReason == sdk.StopReasonCancelled {
 			// symbi sent no session/cancel (that is the branch above): the agent's own.
@@ -1723,6 +1723,17 @@ func rawDigest(v any) (string, int64) {
 		return "", 0
 	}
 	return sha(string(b)), int64(len(b))
+}
+
+// stopReasonOf is the stop reason a journal records: one of ACP's, or "other" for any
+// other string the agent sent — text it chose, which session_finished would otherwise
+// carry in clear beside an empty answer, whatever the gate decides of that answer.
+func stopReasonOf(r sdk.StopReason) string {
+	switch r {
+	case sdk.StopReasonEndTurn, sdk.StopReasonMaxTokens, sdk.StopReasonMaxTurnRequests, sdk.StopReasonRefusal, sdk.StopReasonCancelled:
+		return string(r)
+	}
+	return "other"
 }
 
 func kindOf(k *sdk.ToolKind) string {

@@ -324,6 +324,22 @@ func TestCompletedSession(t *testing.T) {
 	e.finishAndVerify(res)
 }
 
+// TestUnknownStopReasonNotJournaled: a stop reason that is not one of ACP's is text the
+// agent chose; it is journaled and returned as "other", never as sent — else an agent
+// could end its turn with no answer and its words in the stop reason, carried in clear
+// beside an empty answer whatever the gate decides.
+func TestUnknownStopReasonNotJournaled(t *testing.T) {
+	const words = "the secret is 4821"
+	e := newEnv(t, map[string]any{"steps": []any{map[string]any{"stop_reason": words}}})
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeCompleted)
+	fin := data[journal.SessionFinished](t, ofType(e.entries(), journal.TypeSessionFinished)[0])
+	if res.StopReason != "other" || fin.StopReason != "other" {
+		t.Fatalf("stop reason %q, session_finished's %q; want other", res.StopReason, fin.StopReason)
+	}
+	e.finishAndVerify(res)
+}
+
 func TestHashesOnly(t *testing.T) {
 	e := newEnv(t, map[string]any{"steps": []any{map[string]any{"thought": "secret"}, map[string]any{"message": "answer"},
 		map[string]any{"tool_call_update": map[string]any{"id": "c1", "raw_output": "secret output"}}}})

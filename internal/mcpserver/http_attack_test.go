@@ -488,8 +488,13 @@ func TestHTTPSubscriptionFollowsReadAccess(t *testing.T) {
 	wantToolError(t, call(t, mallory, "run_status", map[string]any{"run_id": st.RunID}), "access_denied")
 	aliceCall("resolve_run", map[string]any{"run_id": st.RunID, "resolution": "accepted"}, &runs.Status{})
 	// alice, the owner, is told of her run's changes.
-	if got := <-aliceGot; got != held {
-		t.Fatalf("alice notified of %s, want %s", got, held)
+	select {
+	case got := <-aliceGot:
+		if got != held {
+			t.Fatalf("alice notified of %s, want %s", got, held)
+		}
+	case <-time.After(hangGuard): // a hang guard, not a timing expectation
+		t.Fatal("alice, the run's owner, was never notified of its changes")
 	}
 
 	// mallory's own run, subscribed and resolved: its notification is sent after those of
@@ -501,7 +506,13 @@ func TestHTTPSubscriptionFollowsReadAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	callOK(t, mallory, "resolve_run", map[string]any{"run_id": own, "resolution": "accepted"}, &runs.Status{})
-	for got := range malloryGot {
+	for {
+		var got string
+		select {
+		case got = <-malloryGot:
+		case <-time.After(hangGuard):
+			t.Fatal("mallory was never notified of her own run's resolution")
+		}
 		if got == held {
 			t.Fatalf("mallory, who may no longer read %s, was notified of its change", st.RunID)
 		}

@@ -163,7 +163,7 @@ const startRunDescription = "Start a governed run of one of the project's regist
 	"read the outcome with run_status; cancel it with cancel_run; record your conclusion with resolve_run. Arguments as invoke_agent."
 
 const approveRunDescription = "Decide a run whose answer a @gate(\"human\") policy holds (status awaiting_approval): decision approve releases the text, reject ends the run withheld (policy_denied, naming the gate); " +
-	"reason (at most 4 KiB) says why. The decision is signed into the run's journal and the project ledger before the text is released. " +
+	"reason (required, not blank, at most 4 KiB) says why: what the approver checked. The decision is signed into the run's journal and the project ledger before the text is released. " +
 	"request_id names the wait decided (run_status's approval says what the run waits for): a delegated agent's held permission request by its request_id, a held answer as \"answer\". " +
 	"It is required for a permission request and for any wait of a delegated run, which may wait more than once (invalid_request without it), so that a decision never reaches a wait its approver did not see; " +
 	"a model run's held answer, its only wait, may be decided without it. " +

@@ -175,6 +175,7 @@ func TestApproveRunRequiresReason(t *testing.T) {
 	for _, args := range []map[string]any{
 		{"run_id": st.RunID, "decision": "approve"},
 		{"run_id": st.RunID, "decision": "approve", "reason": " \t\n"},
+		{"run_id": st.RunID, "decision": "approve", "reason": "\u200b\u200e\x00"},
 	} {
 		res := call(t, cs, "approve_run", args)
 		if !res.IsError {

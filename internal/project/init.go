@@ -251,18 +251,27 @@ func ensureIgnored(root int, rel string) (created bool, err error) {
 	if len(old) > maxGitignoreBytes {
 		return false, errcode.Errorf(errcode.LimitExceeded, "init: %s is larger than %d bytes; add %s to it by hand", rel, maxGitignoreBytes, gitignoreEntry)
 	}
+	ignored := false
 	for _, line := range strings.Split(string(old), "\n") {
 		// The line as git reads the pattern: a trailing CR and trailing spaces dropped,
-		// nothing else — " .symbiont/" or ".symbiont/\t" ignores nothing.
-		if l := strings.TrimRight(strings.TrimSuffix(line, "\r"), " "); l == gitignoreEntry || l == "/"+gitignoreEntry || l == ".symbiont" || l == "/.symbiont" {
-			return false, nil
+		// nothing else — " .symbiont/" or ".symbiont/\t" ignores nothing. The last line
+		// naming the directory decides: "!.symbiont/" after the entry re-includes it.
+		l := strings.TrimRight(strings.TrimSuffix(line, "\r"), " ")
+		negated := strings.HasPrefix(l, "!")
+		switch strings.TrimPrefix(l, "!") {
+		case gitignoreEntry, "/" + gitignoreEntry, ".symbiont", "/.symbiont":
+			ignored = !negated
 		}
+	}
+	if ignored {
+		return false, nil
 	}
 	sep := ""
 	if len(old) > 0 && old[len(old)-1] != '\n' {
 		sep = "\n"
 	}
 	if _, err := f.WriteString(sep + gitignoreEntry + "\n"); err != nil {
+		f.Truncate(int64(len(old))) // no half line left behind
 		return false, errcode.Errorf(errcode.Internal, "init: %w", err)
 	}
 	return false, f.Close()
@@ -281,12 +290,15 @@ func createFile(root int, rel string, content []byte) error {
 		return errcode.Errorf(errcode.Internal, "init: create %s: %w", rel, err)
 	}
 	f := os.NewFile(uintptr(fd), rel)
-	if _, err := f.Write(content); err != nil {
-		f.Close()
-		return errcode.Errorf(errcode.Internal, "init: write %s: %w", rel, err)
+	_, err = f.Write(content)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	if err := f.Close(); err != nil {
-		return errcode.Errorf(errcode.Internal, "init: close %s: %w", rel, err)
+	if err != nil {
+		// The file this call made, written in part: removed, so that init's giving up
+		// leaves nothing behind (it removes only the files it wrote whole).
+		unix.Unlinkat(dfd, name, 0)
+		return errcode.Errorf(errcode.Internal, "init: %w", err) // "write REL: …", "close REL: …"
 	}
 	return nil
 }

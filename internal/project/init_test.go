@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/cedar-policy/cedar-go"
@@ -294,14 +296,16 @@ func TestInitDirIsAFile(t *testing.T) {
 }
 
 // TestInitGitignoreLookalikeEntry: init reads an existing .gitignore's lines as git reads
-// patterns — only a trailing CR and trailing spaces dropped — so a line that merely looks
-// like the entry (" .symbiont/", ".symbiont/<TAB>") and ignores nothing does not stop init
-// appending .symbiont/: the private signing key stays out of git (docs/project.md).
+// patterns — only a trailing CR and trailing spaces dropped, the last line naming the
+// directory deciding — so a line that merely looks like the entry (" .symbiont/",
+// ".symbiont/<TAB>") or one a later "!.symbiont/" re-includes does not stop init appending
+// .symbiont/: the private signing key stays out of git (docs/project.md).
 func TestInitGitignoreLookalikeEntry(t *testing.T) {
 	for name, line := range map[string]string{
 		"leading space": " .symbiont/",
 		"leading tab":   "\t.symbiont/",
 		"trailing tab":  ".symbiont/\t",
+		"re-included":   ".symbiont/\n!.symbiont/",
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -317,11 +321,12 @@ func TestInitGitignoreLookalikeEntry(t *testing.T) {
 			}
 			ignored := false
 			for _, l := range strings.Split(string(data), "\n") {
-				// What git makes of the line: trailing CR and trailing spaces dropped.
+				// What git makes of the line: trailing CR and trailing spaces dropped; the
+				// last line naming the directory decides ("!" re-includes it).
 				l = strings.TrimRight(strings.TrimSuffix(l, "\r"), " ")
-				switch l {
+				switch strings.TrimPrefix(l, "!") {
 				case ".symbiont/", "/.symbiont/", ".symbiont", "/.symbiont":
-					ignored = true
+					ignored = !strings.HasPrefix(l, "!")
 				}
 			}
 			if !ignored {
@@ -373,5 +378,55 @@ func TestInitFailureLeavesNoStarterFiles(t *testing.T) {
 	}
 	if _, serr := os.Lstat(filepath.Join(dir, "agents")); !errors.Is(serr, fs.ErrNotExist) {
 		t.Errorf("after the failed init, the agents/ it made is left behind")
+	}
+}
+
+// TestInitWriteFailureLeavesNoPartialFile: a starter file whose write fails part way (the
+// file size limit here, as a full disk or a quota would) is removed with the others: the
+// project is as it was, and init runs again once the cause is gone (docs/project.md). The
+// write runs in a child process: RLIMIT_FSIZE is the process's.
+func TestInitWriteFailureLeavesNoPartialFile(t *testing.T) {
+	if dir := os.Getenv("SYMBI_TEST_INIT_CHILD"); dir != "" {
+		initChildFSizeLimit(dir)
+		return
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestInitWriteFailureLeavesNoPartialFile$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SYMBI_TEST_INIT_CHILD="+dir)
+	out, err := cmd.CombinedOutput()
+	t.Logf("child: %v\n%s", err, out)
+	if err != nil {
+		t.Fatalf("child failed: %v", err)
+	}
+	for _, rel := range []string{"agents/assistant.symbi", "agents"} {
+		if _, serr := os.Lstat(filepath.Join(dir, rel)); !errors.Is(serr, fs.ErrNotExist) {
+			t.Errorf("after the failed init, %s is left behind (a partially written starter file): the project is not as it was", rel)
+		}
+	}
+	if _, err := Init(dir, slog.New(slog.DiscardHandler)); err != nil {
+		t.Errorf("init run again, once the cause is gone, refuses: %v", err)
+	}
+}
+
+// initChildFSizeLimit runs Init in dir with a 64-byte file size limit and prints what it said.
+func initChildFSizeLimit(dir string) {
+	signal.Ignore(syscall.SIGXFSZ) // the write then fails with EFBIG
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_FSIZE, &old); err != nil {
+		fmt.Println("getrlimit:", err)
+		os.Exit(1)
+	}
+	lim := old
+	lim.Cur = 64
+	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &lim); err != nil {
+		fmt.Println("setrlimit:", err)
+		os.Exit(1)
+	}
+	created, err := Init(dir, slog.New(slog.DiscardHandler))
+	unix.Setrlimit(unix.RLIMIT_FSIZE, &old)
+	fmt.Printf("Init under a 64-byte file size limit: created %v, err %v\n", created, err)
+	if err == nil {
+		fmt.Println("init did not fail: the test cannot show anything")
+		os.Exit(1)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"symbi/internal/errcode"
 	"symbi/internal/invoke"
@@ -195,7 +196,7 @@ func (m *Manager) Approve(ctx context.Context, by Caller, runID, requestID, deci
 		return nil, errcode.Errorf(errcode.InvalidRequest, "decision %s: want approve or reject", errcode.Quote(decision))
 	case len(reason) > journal.MaxApprovalReasonBytes:
 		return nil, errcode.Errorf(errcode.LimitExceeded, "reason is %d bytes; the limit is %d (4 KiB)", len(reason), journal.MaxApprovalReasonBytes)
-	case strings.TrimSpace(reason) == "":
+	case strings.TrimFunc(reason, blank) == "":
 		// A person's decision at a gate is signed into the journal and the ledger with
 		// what they checked: an auditor reads why, not only who.
 		return nil, errcode.Errorf(errcode.InvalidRequest, "reason is blank: an approval decision says why it was made (what the approver checked)")
@@ -263,4 +264,10 @@ func (m *Manager) Resume(lr *invoke.Run) {
 	m.mu.Unlock()
 	_, _, caller, _ := lr.Agent()
 	m.watch(lr, m.count(caller))
+}
+
+// blank reports whether r shows nothing: white space, a control or a format character (a
+// zero-width space, a direction mark).
+func blank(r rune) bool {
+	return unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
 }

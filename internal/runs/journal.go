@@ -306,6 +306,9 @@ func carriesOutput(l line) bool {
 	if v, ok := d["text_sha256"]; ok && string(v) != `""` && string(v) != emptyTextDigest {
 		return true
 	}
+	if v, ok := d["stop_reason"]; ok && !acpStopReasons[string(v)] {
+		return true // a stop reason that is not ACP's is the agent's words (acp journals "other")
+	}
 	for _, n := range names {
 		if v, ok := d[n]; ok && string(v) != `""` && string(v) != "[]" && string(v) != "null" {
 			return true
@@ -313,6 +316,10 @@ func carriesOutput(l line) bool {
 	}
 	return false
 }
+
+// acpStopReasons are session_finished's stop reasons, as JSON: ACP's, "other" and none.
+var acpStopReasons = map[string]bool{`""`: true, `"end_turn"`: true, `"max_tokens"`: true, `"max_turn_requests"`: true,
+	`"refusal"`: true, `"cancelled"`: true, `"other"`: true}
 
 // emptyTextDigest is the text_sha256 of no text, as JSON: it tells nothing.
 var emptyTextDigest = `"` + digest.SHA256Hex(nil) + `"`

@@ -107,3 +107,30 @@ func inClear(t *testing.T, m *runs.Manager, id, marker string) []string {
 	}
 	return typs
 }
+
+// TestDelegatedStopReasonWithheld: a session_finished whose stop_reason is not one of
+// ACP's is the agent's words (internal/acp journals such a reason as "other"): withheld
+// from run_events while the run has released nothing, though its answer is empty and its
+// digest that of no text.
+func TestDelegatedStopReasonWithheld(t *testing.T) {
+	const secret = "BEGIN-PRIVATE-KEY-MIIEvQIBADANBgkqhkiG9w0BAQEFAASC"
+	p := newTestProject(t, nil)
+	m := p.open(t)
+	id := newRunID(t)
+	recs := []journal.Record{
+		journal.Started{Agent: "coder", File: "agents/coder.symbi", SourceSHA256: sum("source"), DeclarationSHA256: sum("decl"),
+			Mode: "delegated", Surface: "mcp-server", Caller: "stdio", ServerVersion: "test", DeadlineMS: 120000,
+			Provider: "acp", Model: "fake", PolicyMode: "cedar", PromptSHA256: sum("p"), PromptBytes: 1, InstructionsSHA256: sum("")},
+		journal.SessionStarted{Executor: "fake", Command: []string{"/bin/fake"}, Workspace: "/ws", ProtocolVersion: 1,
+			SessionID: "s1", PromptSHA256: sum("p"), PromptBytes: 1},
+		// The agent sent no message chunk: its final answer is "", its words are in stopReason.
+		journal.SessionFinished{Outcome: "completed", StopReason: secret, TextSHA256: sum(""), TextBytes: 0},
+		journal.PolicyEvaluated{Action: "respond", Decision: "deny", PolicyIDs: []string{"coder-needs-output"}, Errors: []string{}, TextSHA256: sum(""), TextBytes: 0},
+		journal.Terminated{Reason: runs.StatusPolicyDenied, DurationMS: 42, Error: "denied by policy coder-needs-output"},
+	}
+	p.journalRun(t, "coder", id, recs, false)
+	p.recordRun(t, "coder", id, runs.StatusPolicyDenied)
+	for _, typ := range inClear(t, m, id, secret) {
+		t.Errorf("run_events serves, for a run that released nothing (policy_denied), a %s record holding text the delegated agent chose (its stop_reason) in clear", typ)
+	}
+}
