@@ -70,8 +70,10 @@
 // in the background once the keys are older than JWTConfig.Refresh; and when a token
 // names a key id the set lacks, at most once per JWTConfig.MinRefetch, so a flood of
 // unknown ids cannot hammer the issuer. A failed fetch keeps the last good keys. Keys
-// the set holds that are not public signature keys of a supported type are skipped
-// (RFC 7517 §5); a set without a usable key is a failed fetch.
+// the set holds that are not public signature keys of a supported type, or whose key_ops
+// lack "verify", are skipped (RFC 7517 §5); a set without a usable key fails NewJWT, and
+// fetched later replaces the keys: the issuer withdrew them, and every token is refused
+// until it publishes one.
 //
 // # Protected resource metadata
 //

@@ -6,8 +6,10 @@ import (
 	"crypto/ed25519"
 	"crypto/rsa"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -149,13 +151,22 @@ func (s *keySet) start() {
 	s.inflight, s.tried = done, time.Now()
 	go func() {
 		keys, err := s.fetch(context.Background())
-		if err != nil {
+		switch {
+		case errors.Is(err, errNoUsableKey):
+			s.log.Error("the issuer's key set holds no usable key: every token is refused until it holds one", "jwks", s.url, "err", err)
+		case err != nil:
 			// Callers are told only that the keys are unavailable: the log says why, once.
 			s.log.Error("the issuer's keys could not be fetched", "jwks", s.url, "err", err)
 		}
 		s.mu.Lock()
-		if err == nil {
+		switch {
+		case err == nil:
 			s.keys, s.fetched = keys, time.Now()
+		case errors.Is(err, errNoUsableKey):
+			// The issuer answered, and withdrew every key (or left none symbi may
+			// trust): the keys it withdrew verify nothing from now on — every token is
+			// refused (an unknown key) until it publishes one.
+			s.keys, s.fetched, err = nil, time.Now(), nil
 		}
 		s.lastErr, s.inflight = err, nil
 		s.mu.Unlock()
@@ -195,7 +206,7 @@ func parseJWKS(body []byte) ([]jose.JSONWebKey, error) {
 		if err := k.UnmarshalJSON(raw); err != nil {
 			continue
 		}
-		if !k.Valid() || keyType(k) == "" || (k.Use != "" && k.Use != "sig") {
+		if !k.Valid() || keyType(k) == "" || (k.Use != "" && k.Use != "sig") || !mayVerify(raw) {
 			continue
 		}
 		if rk, ok := k.Key.(*rsa.PublicKey); ok && rk.N.BitLen() < MinRSABits {
@@ -207,9 +218,30 @@ func parseJWKS(body []byte) ([]jose.JSONWebKey, error) {
 		keys = append(keys, k)
 	}
 	if len(keys) == 0 {
-		return nil, errcode.Errorf(errcode.InvalidRequest, "no usable signature key among its %d keys%s", len(doc.Keys), weak)
+		return nil, errcode.Errorf(errcode.InvalidRequest, "%w among its %d keys%s", errNoUsableKey, len(doc.Keys), weak)
 	}
 	return keys, nil
+}
+
+// errNoUsableKey is a JWK set that parsed but holds no key symbi may verify tokens with.
+// At start it is an error; fetched later, it replaces the keys: the issuer withdrew them.
+var errNoUsableKey = errors.New("no usable signature key")
+
+// mayVerify reports whether a JWK's key_ops (RFC 7517 §4.3), which go-jose does not read,
+// allow verifying signatures: absent, or an array of strings holding "verify". A key for
+// encryption only is never trusted to verify a token, whoever holds its private half.
+func mayVerify(raw json.RawMessage) bool {
+	var k struct {
+		Ops json.RawMessage `json:"key_ops"`
+	}
+	if json.Unmarshal(raw, &k) != nil {
+		return false
+	}
+	if k.Ops == nil {
+		return true
+	}
+	var ops []string
+	return json.Unmarshal(k.Ops, &ops) == nil && slices.Contains(ops, "verify")
 }
 
 // MinRSABits is the smallest RSA key a JWK set may sign tokens with (RFC 7518 §3.3 and

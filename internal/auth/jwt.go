@@ -141,6 +141,9 @@ func (j *JWT) Verify(ctx context.Context, token string, _ *http.Request) (*sdkau
 	switch {
 	case fitting == 0:
 		return nil, refuse(ErrUnknownKey, "key %s cannot verify alg %s", quote(h.KeyID), alg)
+	case errors.Is(err, jose.ErrUnsupportedCriticalHeader):
+		// Refused before any signature is checked: the signature may be the issuer's.
+		return nil, refuse(ErrMalformed, "the token marks a header critical (crit) that this server does not understand")
 	case err != nil:
 		return nil, refuse(ErrSignature, "the signature does not verify with key %s", quote(h.KeyID))
 	}

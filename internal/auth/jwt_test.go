@@ -444,8 +444,9 @@ func TestJWTUnknownKidFlood(t *testing.T) {
 	}
 }
 
-// TestJWTKeysUnavailable: an issuer that stops answering keeps the last good keys, and an
-// unknown kid is then a server error, not a refusal — one that tells the caller (anyone:
+// TestJWTKeysUnavailable: an issuer that stops answering keeps the last good keys (one
+// that answers with no usable key withdraws them), and an unknown kid is then a server
+// error, not a refusal — one that tells the caller (anyone:
 // the key is looked up before any signature is checked) only that the keys are
 // unavailable, the server's log why: the JWK set's URL, the issuer's address.
 func TestJWTKeysUnavailable(t *testing.T) {
@@ -491,13 +492,14 @@ func TestJWTKeysUnavailable(t *testing.T) {
 	if _, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil); err != nil {
 		t.Fatalf("known kid while the issuer is down: %v", err)
 	}
-	// A set without a usable key is a failed fetch too.
+	// A set the issuer answers with no usable key is not a failed fetch: the issuer
+	// withdrew its keys, and the one it had verifies nothing any more (the log says so).
 	srv.setBody([]byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0","kid":"new"}]}`), 0)
-	if _, err := j.Verify(context.Background(), tok, nil); !errors.Is(err, auth.ErrKeysUnavailable) || !strings.Contains(logged.String(), "no usable signature key") {
+	if _, err := j.Verify(context.Background(), tok, nil); !errors.Is(err, auth.ErrUnknownKey) || !strings.Contains(logged.String(), "holds no usable key") {
 		t.Fatalf("unknown kid with an unusable set: %v (the log: %s)", err, logged.String())
 	}
-	if _, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil); err != nil {
-		t.Fatalf("known kid after an unusable set: %v", err)
+	if _, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil); !errors.Is(err, auth.ErrUnknownKey) {
+		t.Fatalf("a withdrawn key after a set without a usable key: %v", err)
 	}
 }
 
@@ -716,5 +718,88 @@ func TestKeysUnavailableOverHTTP(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), "issuer keys unavailable") || strings.Contains(string(body), "s3cr3t") || strings.Contains(string(body), "dial tcp") {
 		t.Fatalf("HTTP %d body reveals internal fetch details to an unauthenticated caller: %s", resp.StatusCode, body)
+	}
+}
+
+// TestJWTKeyOpsWithoutVerifyNotUsed: a JWK whose key_ops (RFC 7517 §4.3) lack "verify" —
+// an encryption key the issuer publishes beside its signing keys — verifies no token,
+// whoever holds its private half: it is skipped like a key of another use.
+func TestJWTKeyOpsWithoutVerifyNotUsed(t *testing.T) {
+	rsaS, ecS, _ := testKeys(t)
+	srv := newJWKSServer(t)
+	pub := rsaS.public()
+	pub.Use = "" // key_ops alone states the purpose (RFC 7517: use and key_ops SHOULD NOT both be given)
+	raw, err := json.Marshal(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["key_ops"] = []string{"encrypt", "wrapKey"}
+	body, _ := json.Marshal(map[string]any{"keys": []any{m, ecS.public()}})
+	srv.setBody(body, 0)
+	cfg := srv.config()
+	cfg.MinRefetch = time.Hour
+	j := newJWT(t, cfg)
+	ti, err := j.Verify(context.Background(), rsaS.sign(t, claims()), nil)
+	if err == nil {
+		t.Fatalf("a token signed with the key the issuer declares for encryption only (key_ops [encrypt wrapKey]) was accepted as %q", ti.UserID)
+	}
+	if !errors.Is(err, auth.ErrUnknownKey) {
+		t.Fatalf("refused with %v, want ErrUnknownKey (the key is not a signature key)", err)
+	}
+}
+
+// TestJWTIssuerEmptiesItsKeySet: an issuer that answers its JWK set with no usable key
+// (here none at all, as after withdrawing a leaked one) has withdrawn its keys: the key it
+// had verifies no token from the next fetch on, though the server started with it.
+func TestJWTIssuerEmptiesItsKeySet(t *testing.T) {
+	_, ecS, _ := testKeys(t)
+	srv := newJWKSServer(t, ecS.public())
+	cfg := srv.config()
+	cfg.Refresh = time.Nanosecond // every token waits for a fresh set
+	cfg.MinRefetch = time.Nanosecond
+	cfg.Log = slog.New(slog.DiscardHandler)
+	j := newJWT(t, cfg)
+	if _, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil); err != nil {
+		t.Fatalf("a published key: %v", err)
+	}
+	srv.setBody([]byte(`{"keys":[]}`), 0) // the issuer withdraws every key
+	before := srv.fetches.Load()
+	ti, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil)
+	if srv.fetches.Load() == before {
+		t.Fatal("no refresh was made")
+	}
+	if err == nil {
+		t.Fatalf("after the issuer answered an empty key set, a token signed by the withdrawn key still verified (caller %q)", ti.UserID)
+	}
+}
+
+// TestJWTUnknownCritIsNotABadSignature: a token marking a header critical (crit) that the
+// server does not understand is refused as malformed, naming crit — not as a bad
+// signature, which would send an operator to the keys when the signature may be good.
+func TestJWTUnknownCritIsNotABadSignature(t *testing.T) {
+	_, ecS, _ := testKeys(t)
+	srv := newJWKSServer(t, ecS.public())
+	cfg := srv.config()
+	cfg.MinRefetch = time.Hour
+	j := newJWT(t, cfg)
+	opts := (&jose.SignerOptions{}).WithType("JWT").WithHeader("urn:example:ext", "x").WithCritical("urn:example:ext")
+	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: ecS.alg, Key: jose.JSONWebKey{Key: ecS.priv, KeyID: ecS.kid}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := jwt.Signed(sig).Claims(claims()).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = j.Verify(context.Background(), tok, nil)
+	if err == nil {
+		t.Fatal("a token with an unsupported critical header was accepted")
+	}
+	if errors.Is(err, auth.ErrSignature) {
+		t.Fatalf("a correctly signed token with an unsupported crit header refused as %q: the signature is good; the refusal should name the critical header", err)
 	}
 }
