@@ -1459,6 +1459,8 @@ func TestHTTPStartRefused(t *testing.T) {
 	httpStartRefused(t, dir, 1, "--auth-jwks", jwks(gone.URL, "--auth-jwks-allow-insecure", "--auth-jwks-allow-private")...)
 	httpStartRefused(t, dir, 2, "--auth-jwks needs --auth-issuer and --auth-audience", "--auth-jwks", noKeys.URL)
 	httpStartRefused(t, dir, 2, "not both", "--auth-tokens", bad, "--auth-jwks", noKeys.URL, "--auth-issuer", "i", "--auth-audience", "a")
+	httpStartRefused(t, dir, 2, "--auth-claim needs a claim name", jwks(noKeys.URL, "--auth-claim", "")...)
+	httpStartRefused(t, dir, 1, `the claim "exp" cannot name the caller`, jwks(noKeys.URL, "--auth-jwks-allow-insecure", "--auth-jwks-allow-private", "--auth-claim", "exp")...)
 
 	missing := filepath.Join(tmp, "missing.pem")
 	httpStartRefused(t, dir, 1, "--tls-cert", "--tls-cert", missing, "--tls-key", missing)

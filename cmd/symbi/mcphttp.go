@@ -68,6 +68,8 @@ func (h *httpFlags) check() error {
 		return errors.New("--auth-jwks needs --auth-issuer and --auth-audience")
 	case h.addr == "" && (h.set["max-sessions"] || h.set["max-sessions-per-caller"]):
 		return errors.New("--max-sessions and --max-sessions-per-caller go with --http")
+	case h.set["auth-claim"] && h.claim == "":
+		return errors.New("--auth-claim needs a claim name (the default is sub)")
 	case h.jwks == "" && (h.issuer != "" || h.aud != "" || h.jwksAllowPrivate || h.jwksAllowInsecure || h.set["auth-claim"]):
 		return errors.New("--auth-issuer, --auth-audience, --auth-claim and --auth-jwks-allow-* go with --auth-jwks")
 	case h.maxPerCaller < 0:

@@ -89,6 +89,11 @@ func NewJWT(ctx context.Context, cfg JWTConfig) (*JWT, error) {
 	if cfg.Claim == "" {
 		cfg.Claim = DefaultClaim
 	}
+	if notCaller[cfg.Claim] {
+		// Such a claim never names a caller: every token would be refused, or a new
+		// token (jti) be a new caller.
+		return nil, errcode.Errorf(errcode.InvalidRequest, "auth: the claim %s cannot name the caller (it is the token's %s)", quote(cfg.Claim), notCallerWhy[cfg.Claim])
+	}
 	if cfg.Refresh == 0 {
 		cfg.Refresh = DefaultRefresh
 	}
@@ -101,6 +106,12 @@ func NewJWT(ctx context.Context, cfg JWTConfig) (*JWT, error) {
 	}
 	return &JWT{cfg: cfg, keys: ks}, nil
 }
+
+// notCaller are the registered claims that say something of the token, not who holds it.
+var notCaller = map[string]bool{"exp": true, "nbf": true, "iat": true, "aud": true, "iss": true, "jti": true, "scope": true}
+
+var notCallerWhy = map[string]string{"exp": "expiry", "nbf": "start", "iat": "issue time", "aud": "audience",
+	"iss": "issuer", "jti": "id, new with each token", "scope": "scopes"}
 
 // Verify is a sdkauth.TokenVerifier: it checks token as the package comment says. The
 // TokenInfo names the caller, with method MethodJWT, the token's scopes and its exp.

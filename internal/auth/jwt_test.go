@@ -547,6 +547,8 @@ func TestNewJWTRefused(t *testing.T) {
 		{"no JWKS URL", with(func(c *auth.JWTConfig) { c.JWKSURL = "" }), "JWKS URL is required"},
 		{"no issuer", with(func(c *auth.JWTConfig) { c.Issuer = "" }), "issuer is required"},
 		{"no audience", with(func(c *auth.JWTConfig) { c.Audience = "" }), "audience is required"},
+		{"expiry as the caller", with(func(c *auth.JWTConfig) { c.Claim = "exp" }), `the claim "exp" cannot name the caller (it is the token's expiry)`},
+		{"token id as the caller", with(func(c *auth.JWTConfig) { c.Claim = "jti" }), `the claim "jti" cannot name the caller`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
