@@ -375,5 +375,5 @@ func journalTextChoice(v string) (hashesOnly bool, err error) {
 	case "hashes":
 		return true, nil
 	}
-	return false, fmt.Errorf("SYMBI_JOURNAL_TEXT=%q: want full or hashes", v)
+	return false, errcode.Errorf(errcode.InvalidRequest, "SYMBI_JOURNAL_TEXT=%s: want full or hashes", errcode.Quote(v))
 }

@@ -109,7 +109,7 @@ func parseTokens(data []byte) (*Tokens, error) {
 		case hashLine[e.hash] != 0:
 			return nil, tokenFileError(&LineError{Line: n, Msg: fmt.Sprintf("the hash is already on line %d", hashLine[e.hash])})
 		case len(t.entries) == MaxTokens:
-			return nil, tokenFileError(&LineError{Line: n, Msg: fmt.Sprintf("more than %d tokens", MaxTokens)})
+			return nil, errcode.Errorf(errcode.LimitExceeded, "%w: %w", ErrInvalidTokenFile, &LineError{Line: n, Msg: fmt.Sprintf("more than %d tokens", MaxTokens)})
 		}
 		idLine[e.id], hashLine[e.hash] = n, n
 		t.entries = append(t.entries, e)
@@ -262,8 +262,12 @@ func tokenFileError(err error) error {
 
 // fileError names path in a refusal of the token file.
 func fileError(path string, err error) error {
-	if errors.Is(err, ErrInvalidTokenFile) {
+	code := errcode.InvalidRequest
+	switch {
+	case errors.Is(err, ErrInvalidTokenFile):
 		return fmt.Errorf("%s: %w", path, err)
+	case errors.Is(err, opfile.ErrTooLarge):
+		code = errcode.LimitExceeded // as symbi token add reports the same limit
 	}
-	return errcode.Errorf(errcode.InvalidRequest, "%s: %w: %w", path, ErrInvalidTokenFile, err)
+	return errcode.Errorf(code, "%s: %w: %w", path, ErrInvalidTokenFile, err)
 }

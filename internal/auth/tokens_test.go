@@ -3,11 +3,13 @@ package auth_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"symbi/internal/errcode"
 	"sync"
 	"testing"
 	"time"
@@ -302,6 +304,35 @@ func TestFromTokenInfo(t *testing.T) {
 	for i, tt := range tests {
 		if c, ok := auth.FromTokenInfo(tt.ti); ok != tt.ok || (ok && c != (auth.Caller{ID: "alice", Method: auth.MethodJWT})) {
 			t.Errorf("%d: got %+v, %v; want ok=%v", i, c, ok, tt.ok)
+		}
+	}
+}
+
+// TestTokenFileLimitsAreLimitExceeded: a token file past its limits (1 MiB, 4,096 tokens)
+// is refused by LoadTokens — what `symbi mcp --auth-tokens` reads — with limit_exceeded,
+// the code `symbi token add` gives the same limits (README, Limits).
+func TestTokenFileLimitsAreLimitExceeded(t *testing.T) {
+	dir := t.TempDir()
+	var many strings.Builder
+	for i := 0; i <= auth.MaxTokens; i++ { // MaxTokens+1 entries
+		fmt.Fprintf(&many, "u%d sha256:%x\n", i, sha256.Sum256([]byte(fmt.Sprint(i))))
+	}
+	tooMany := filepath.Join(dir, "too-many")
+	tooBig := filepath.Join(dir, "too-big")
+	if err := os.WriteFile(tooMany, []byte(many.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := fmt.Sprintf("u sha256:%x\n", sha256.Sum256([]byte("u"))) + strings.Repeat("#\n", auth.MaxTokenFileBytes/2)
+	if err := os.WriteFile(tooBig, []byte(big), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{tooMany, tooBig} {
+		_, err := auth.LoadTokens(path)
+		if err == nil {
+			t.Fatalf("%s: loaded a token file past the limits", filepath.Base(path))
+		}
+		if code := errcode.Of(err); code != errcode.LimitExceeded {
+			t.Errorf("%s: LoadTokens refused it with %s (%v); want limit_exceeded, as the README's Limits table says and as symbi token add reports the same limit", filepath.Base(path), code, err)
 		}
 	}
 }
