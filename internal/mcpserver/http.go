@@ -92,7 +92,9 @@ func NewHTTPHandler(s *mcp.Server, o HTTPOptions) http.Handler {
 	if timeout <= 0 {
 		timeout = DefaultBodyTimeout
 	}
-	h = newSessionCaps(s, o.MaxSessions, o.MaxSessionsPerCaller).wrap(screenHTTP(h, newBodyBudget(o.BodyBytes, o.BodyBytesPerCaller), timeout))
+	calls := &sessionCalls{}
+	s.AddReceivingMiddleware(calls.middleware)
+	h = newSessionCaps(s, o.MaxSessions, o.MaxSessionsPerCaller).wrap(calls.endOnDelete(screenHTTP(h, newBodyBudget(o.BodyBytes, o.BodyBytesPerCaller), timeout)))
 	h = http.NewCrossOriginProtection().Handler(h)
 	mux := http.NewServeMux()
 	if o.Verifier != nil {

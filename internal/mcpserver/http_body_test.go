@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"symbi/internal/mcpserver"
+	"symbi/internal/runs"
 )
 
 // TestUnsentBodyHoldsNoConnection: a request whose body is declared (Content-Length, or
@@ -94,4 +95,75 @@ func TestFailedInitializeEvictsNoSession(t *testing.T) {
 	if err := cs.Ping(context.Background(), nil); err != nil {
 		t.Fatalf("after another client's failed initialize (no session opened), the caller's only session is gone: %v", err)
 	}
+}
+
+// TestDeleteCancelsSessionCalls: a client that ends its HTTP session (DELETE) while an
+// invoke_agent of it waits on the model has its call cancelled — nobody can receive the
+// answer — so the run ends cancelled at once, not at its deadline holding its slots, and
+// the DELETE is answered without waiting for it.
+func TestDeleteCancelsSessionCalls(t *testing.T) {
+	model := newGatedModel(t)
+	srv, runner, closeServer := newServer(t, testProject(t, nil), serveOpts{env: model.env()})
+	t.Cleanup(closeServer)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		defer cancel()
+		runner.Shutdown(ctx)
+	})
+	hs := httptest.NewServer(mcpserver.NewHTTPHandler(srv, mcpserver.HTTPOptions{Log: slog.New(slog.DiscardHandler)}))
+	t.Cleanup(hs.Close)
+	url := hs.URL + mcpserver.MCPPath
+	obs, err := mcp.NewClient(&mcp.Implementation{Name: "observer", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { obs.Close() })
+
+	_, hdr, body := rawPost(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"leaver","version":"1"}}}`)
+	sid := hdr.Get("Mcp-Session-Id")
+	if sid == "" {
+		t.Fatalf("initialize: no session (%s)", body)
+	}
+	rawPost(t, url, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	call, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"invoke_agent","arguments":{"agent":"helper","prompt":"hold please"}}}`))
+	call.Header.Set("Content-Type", "application/json")
+	call.Header.Set("Accept", "application/json, text/event-stream")
+	call.Header.Set("Mcp-Session-Id", sid)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	go func() {
+		if res, err := (&http.Client{Transport: tr}).Do(call); err == nil {
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+	}()
+
+	// The run exists and waits on the model (a hang guard bounds the wait for it).
+	var runID string
+	for deadline := time.Now().Add(hangGuard); runID == "" && time.Now().Before(deadline); {
+		var page struct {
+			Runs []runs.Status `json:"runs"`
+		}
+		callOK(t, obs, "list_runs", map[string]any{}, &page)
+		if len(page.Runs) == 1 && page.Runs[0].Status == runs.StatusRunning && page.Runs[0].Records >= 2 {
+			runID = page.Runs[0].RunID
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if runID == "" {
+		t.Fatal("the invoke_agent's run never started")
+	}
+
+	req, _ := http.NewRequest(http.MethodDelete, url, nil)
+	req.Header.Set("Mcp-Session-Id", sid)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE: %s", res.Status)
+	}
+	awaitStatus(t, func(name string, args map[string]any, out any) { t.Helper(); callOK(t, obs, name, args, out) }, runID, runs.StatusCancelled)
 }

@@ -1,0 +1,95 @@
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// ErrSessionEnded is the cause a tool call is cancelled with when its client ends its
+// HTTP session (DELETE).
+var ErrSessionEnded = errors.New("the client ended its session")
+
+// sessionCalls cancels the tool calls a session has in flight when its client ends it
+// (HTTP DELETE): nobody can receive their answers any more, and an invoke_agent would
+// otherwise keep its run — its model calls, its --max-runs slots — to its deadline, while
+// the DELETE waited for it (the SDK closes a session once its requests are done). A
+// connection that drops is not an end: the transport lets the client resume the stream
+// (Last-Event-ID), and the MCP specification of the protocols served over HTTP has a
+// disconnection not be taken for a cancellation — notifications/cancelled is one.
+type sessionCalls struct {
+	mu    sync.Mutex
+	calls map[string]map[*sessionCall]bool // by session id
+}
+
+type sessionCall struct {
+	user   string // the token's user, as the SDK binds the session to it ("" without one)
+	cancel context.CancelCauseFunc
+}
+
+// middleware is receiving middleware: each tools/call of an HTTP session runs under a
+// context its session's end cancels.
+func (c *sessionCalls) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		ss, _ := req.GetSession().(*mcp.ServerSession)
+		if method != "tools/call" || ss == nil || ss.ID() == "" {
+			return next(ctx, method, req)
+		}
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		call := &sessionCall{user: userOf(req.GetExtra()), cancel: cancel}
+		id := ss.ID()
+		c.mu.Lock()
+		if c.calls == nil {
+			c.calls = map[string]map[*sessionCall]bool{}
+		}
+		if c.calls[id] == nil {
+			c.calls[id] = map[*sessionCall]bool{}
+		}
+		c.calls[id][call] = true
+		c.mu.Unlock()
+		defer func() {
+			c.mu.Lock()
+			delete(c.calls[id], call)
+			if len(c.calls[id]) == 0 {
+				delete(c.calls, id)
+			}
+			c.mu.Unlock()
+		}()
+		return next(ctx, method, req)
+	}
+}
+
+// endOnDelete cancels the calls in flight of the session a DELETE ends, before the SDK
+// closes it — only the calls of the user the request authenticates, whom the SDK binds
+// the session to (another user's DELETE is refused by it, and cancels nothing here).
+func (c *sessionCalls) endOnDelete(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id := r.Header.Get(sessionHeader); r.Method == http.MethodDelete && id != "" {
+			user := ""
+			if ti := sdkauth.TokenInfoFromContext(r.Context()); ti != nil {
+				user = ti.UserID
+			}
+			c.mu.Lock()
+			for call := range c.calls[id] {
+				if call.user == user {
+					call.cancel(ErrSessionEnded)
+				}
+			}
+			c.mu.Unlock()
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// userOf is the user of a request's token, "" without one.
+func userOf(extra *mcp.RequestExtra) string {
+	if extra == nil || extra.TokenInfo == nil {
+		return ""
+	}
+	return extra.TokenInfo.UserID
+}
