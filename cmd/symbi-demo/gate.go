@@ -100,7 +100,7 @@ func gatedRun(ctx context.Context, out io.Writer, symbi, project, tmp string, mo
 	if !strings.Contains(text(res), gatePolicy) || !strings.Contains(text(res), id) {
 		return fmt.Errorf("approval_required names neither the gate %s nor the run %s: %q", gatePolicy, id, text(res))
 	}
-	if strings.Contains(text(res), gatedCustomer) {
+	if reached(res, gatedCustomer) {
 		return errors.New("the held text reached the client")
 	}
 	fmt.Fprintf(out, "    held: %s\n    run %s, journal %s\n", text(res), id, held.Audit.Path)

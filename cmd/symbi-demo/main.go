@@ -37,6 +37,10 @@ import (
 
 // leakyAnswer is what the loopback model answers when asked for a key: a PEM private key
 // block, which the example policy "no-private-keys" withholds.
+// plainAnswer is the loopback model's answer to every other question: what the released
+// texts of steps 1 and 4 must be, word for word.
+const plainAnswer = "The loop re-reads the slice length on every pass and appends to the slice it ranges over, so it never ends. Iterate over a copy, or index up to the original length."
+
 const leakyAnswer = "Here is the key you asked for:\n-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIDemoOnlyNotARealKeyDemoOnlyNotARealKey0\n-----END PRIVATE KEY-----\n"
 
 func main() {
@@ -72,7 +76,7 @@ func demo(out io.Writer, symbi, fakeAgent, project, agent string) error {
 		if strings.Contains(r.Prompt, gatedCustomer) {
 			return loopback.Reply{Text: gatedAnswer}
 		}
-		return loopback.Reply{Text: "The loop re-reads the slice length on every pass and appends to the slice it ranges over, so it never ends. Iterate over a copy, or index up to the original length."}
+		return loopback.Reply{Text: plainAnswer}
 	}))
 	if err := model.Start(); err != nil {
 		return err
@@ -138,6 +142,9 @@ func demo(out io.Writer, symbi, fakeAgent, project, agent string) error {
 	if err := decode(res, &ok); err != nil {
 		return err
 	}
+	if text(res) != plainAnswer {
+		return fmt.Errorf("invoke_agent released %q, not the model's answer %q", text(res), plainAnswer)
+	}
 	fmt.Fprintf(out, "    answer: %s\n", text(res))
 	fmt.Fprintf(out, "    journal: %s\n    public key: %s\n    receipt: records=%d head=%s\n", ok.Audit.Path, ok.Audit.PublicKey, ok.Audit.Records, ok.Audit.Head)
 	if err := verify(out, symbi, ok.Audit, 0); err != nil {
@@ -154,7 +161,7 @@ func demo(out io.Writer, symbi, fakeAgent, project, agent string) error {
 	if !res.IsError || !strings.HasPrefix(text(res), "policy_denied: ") {
 		return fmt.Errorf("expected policy_denied, got %q", text(res))
 	}
-	if strings.Contains(text(res), "BEGIN PRIVATE KEY") {
+	if reached(res, "BEGIN PRIVATE KEY") {
 		return errors.New("the withheld text reached the client")
 	}
 	var denied struct {
@@ -199,7 +206,7 @@ func demo(out io.Writer, symbi, fakeAgent, project, agent string) error {
 
 	// 7. The whole project: the ledger of every run, every journal, and a checkpoint an
 	// auditor saves to catch a later rollback or rewrite.
-	cpFile := filepath.Join(os.TempDir(), "symbi-demo-checkpoint.txt")
+	cpFile := filepath.Join(tmp, "checkpoint.txt") // this demo's own: another's is another file
 	step(out, "symbi audit checkpoint --project %s > %s", project, cpFile)
 	cp, err := exec.Command(symbi, "audit", "checkpoint", "--project", project).Output()
 	if err != nil {
@@ -218,11 +225,47 @@ func demo(out io.Writer, symbi, fakeAgent, project, agent string) error {
 		fmt.Fprintf(out, "    %s\n", l)
 	}
 	var ee *exec.ExitError
-	if errors.As(err, &ee) && ee.ExitCode() == 1 || err != nil && !errors.As(err, &ee) {
-		// 2 is consistent with a crash left over from an earlier session; 1 is not.
-		return fmt.Errorf("symbi audit verify --project: %v", err)
+	if err == nil || errors.As(err, &ee) && ee.ExitCode() == 2 {
+		// 0, or 2 for a crash left over from an earlier session on this project — which
+		// the report must say, of runs that are not this demo's: a verifier that crashed
+		// exits 2 too (a Go panic), and says nothing of the kind.
+		return projectIncomplete(symbi, args, err == nil)
+	}
+	return fmt.Errorf("symbi audit verify --project: %v", err)
+}
+
+// projectIncomplete runs the project's verification again with --json and accepts its
+// report only when it says what its exit code did: complete, or incomplete with every
+// incomplete run recovered at a start after a crash (none of this demo's, which all end
+// with a run entry) or pruned, nothing invalid.
+func projectIncomplete(symbi string, args []string, complete bool) error {
+	b, err := exec.Command(symbi, append(args, "--json")...).Output()
+	var rep struct {
+		Status string `json:"status"`
+		Runs   []struct {
+			RunID, Entry, Journal, Problem string
+		} `json:"runs"`
+		Problems []string `json:"problems"`
+	}
+	if jerr := json.Unmarshal(b, &rep); jerr != nil {
+		return fmt.Errorf("symbi audit verify --project --json: %v (%v)", jerr, err)
+	}
+	if want := map[bool]string{true: "complete", false: "incomplete"}[complete]; rep.Status != want || len(rep.Problems) > 0 {
+		return fmt.Errorf("symbi audit verify --project: the report says %s %q, the exit code %s", rep.Status, rep.Problems, want)
+	}
+	for _, r := range rep.Runs {
+		if r.Journal != "complete" && r.Entry != "pruned" && (r.Entry != "recovered" || r.Problem != "") {
+			return fmt.Errorf("symbi audit verify --project: run %s is %s (%s entry): %s", r.RunID, r.Journal, r.Entry, r.Problem)
+		}
 	}
 	return nil
+}
+
+// reached reports whether secret is anywhere in the result as the client received it:
+// its text content, its structured content, any other content.
+func reached(res *mcp.CallToolResult, secret string) bool {
+	b, err := json.Marshal(res)
+	return err != nil || strings.Contains(string(b), secret) || strings.Contains(text(res), secret)
 }
 
 // modelEnv is the environment of a symbi server whose provider is the loopback model,
@@ -250,8 +293,12 @@ func asyncRun(ctx context.Context, out io.Writer, session *mcp.ClientSession, ag
 	if _, err := followEvents(ctx, out, session, started.RunID); err != nil {
 		return err
 	}
-	if _, err := completedStatus(ctx, out, session, started.RunID); err != nil {
+	st, err := completedStatus(ctx, out, session, started.RunID)
+	if err != nil {
 		return err
+	}
+	if *st.Text != plainAnswer {
+		return fmt.Errorf("run_status of %s gives %q, not the model's answer %q", started.RunID, *st.Text, plainAnswer)
 	}
 	step(out, "resolve_run %s accepted", started.RunID)
 	res, err = call(ctx, session, "resolve_run", map[string]any{"run_id": started.RunID, "resolution": "accepted", "note": "clear and correct"})

@@ -2,9 +2,6 @@ package main
 
 import (
 	"bytes"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -12,32 +9,10 @@ import (
 // TestDemo runs the demo against a copy of the repository's example project, so that
 // "make demo" is known to work.
 func TestDemo(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds symbi")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "symbi")
-	fake := filepath.Join(dir, "fake-acp-agent")
-	for target, pkg := range map[string]string{bin: "../symbi", fake: "../fake-acp-agent"} {
-		build := exec.Command("go", "build", "-o", target, pkg)
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
-	}
-	for _, sub := range []string{"agents", "policies"} {
-		if err := os.CopyFS(filepath.Join(dir, "example", sub), os.DirFS(filepath.Join("../..", sub))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	md, err := os.ReadFile("../../AGENTS.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "example", "AGENTS.md"), md, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	bins, project := faultDemoSetup(t)
+	bin, fake := bins["symbi"], bins["fake"]
 	var out bytes.Buffer
-	if err := demo(&out, bin, fake, filepath.Join(dir, "example"), "reviewer"); err != nil {
+	if err := demo(&out, bin, fake, project, "reviewer"); err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
 	if strings.Contains(out.String(), "level=") || !strings.Contains(out.String(), "its log: ") {
