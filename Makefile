@@ -74,7 +74,9 @@ fuzz:
 	done
 
 lint:
-	@out=$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files --others --exclude-standard '*.go')); \
+	@files=$$(git ls-files '*.go' && git ls-files --others --exclude-standard '*.go') || { echo "lint: git cannot list the files to check"; exit 1; }; \
+	  [ -n "$$files" ] || { echo "lint: no Go files listed"; exit 1; }; \
+	  out=$$(gofmt -l $$files) || exit 1; \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 

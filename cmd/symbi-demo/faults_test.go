@@ -9,94 +9,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"symbi/internal/faultproxy"
 )
 
-// faultProxySource is a stand-in for a misbehaving symbi, to show the demo notices: every
-// command but a stdio "symbi mcp" is the real binary (exec'd in place); a stdio "symbi mcp"
-// runs the real server as a child, forwards the stop signals to it, and rewrites its
-// stdout line by line, replacing SYMBI_TEST_PROXY_OLD with SYMBI_TEST_PROXY_NEW (the count
-// of replacements is written to SYMBI_TEST_PROXY_HITS). It changes nothing on disk:
-// journals and the ledger are exactly what the real server wrote.
-const faultProxySource = `package main
-
-import (
-	"bufio"
-	"bytes"
-	"os"
-	"os/exec"
-	"os/signal"
-	"slices"
-	"strconv"
-	"syscall"
-)
-
-func main() {
-	real := os.Getenv("SYMBI_TEST_PROXY_REAL")
-	args := os.Args[1:]
-	old, repl := os.Getenv("SYMBI_TEST_PROXY_OLD"), os.Getenv("SYMBI_TEST_PROXY_NEW")
-	exitCode := os.Getenv("SYMBI_TEST_PROXY_EXIT")
-	stdio := len(args) > 0 && args[0] == "mcp" && !slices.Contains(args, "--http")
-	if !stdio || (old == "" && exitCode == "") {
-		err := syscall.Exec(real, append([]string{real}, args...), os.Environ())
-		os.Stderr.WriteString("fault proxy: exec: " + err.Error() + "\n")
-		os.Exit(127)
-	}
-	cmd := exec.Command(real, args...)
-	cmd.Stdin, cmd.Stderr = os.Stdin, os.Stderr
-	var out *bufio.Reader
-	if old == "" {
-		cmd.Stdout = os.Stdout
-	} else {
-		p, err := cmd.StdoutPipe()
-		if err != nil {
-			os.Exit(127)
-		}
-		out = bufio.NewReader(p)
-	}
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	if err := cmd.Start(); err != nil {
-		os.Stderr.WriteString("fault proxy: start: " + err.Error() + "\n")
-		os.Exit(127)
-	}
-	go func() {
-		for s := range sigs {
-			cmd.Process.Signal(s)
-		}
-	}()
-	if out != nil {
-		hits := 0
-		for {
-			line, err := out.ReadBytes('\n')
-			if n := bytes.Count(line, []byte(old)); n > 0 {
-				hits += n
-				line = bytes.ReplaceAll(line, []byte(old), []byte(repl))
-				if f := os.Getenv("SYMBI_TEST_PROXY_HITS"); f != "" {
-					os.WriteFile(f, []byte(strconv.Itoa(hits)), 0o644)
-				}
-			}
-			os.Stdout.Write(line)
-			if err != nil {
-				break
-			}
-		}
-	}
-	cmd.Wait()
-	code := cmd.ProcessState.ExitCode()
-	if exitCode != "" {
-		code, _ = strconv.Atoi(exitCode)
-	}
-	os.Exit(code)
-}
-`
-
-// demoBinaries are symbi, the fake ACP agent and the fault proxy, built once for the
-// package's tests.
+// demoBinaries are symbi, the fake ACP agent and the fault proxy (internal/faultproxy),
+// built once for the package's tests.
 var demoBinaries struct {
 	once sync.Once
 	dir  string
@@ -124,25 +46,14 @@ func buildDemo(t *testing.T) map[string]string {
 		if b.dir, b.err = os.MkdirTemp("", "symbi-demo-test-*"); b.err != nil {
 			return
 		}
-		b.bins = map[string]string{"symbi": filepath.Join(b.dir, "symbi"), "fake": filepath.Join(b.dir, "fake-acp-agent"), "proxy": filepath.Join(b.dir, "proxy")}
+		b.bins = map[string]string{"symbi": filepath.Join(b.dir, "symbi"), "fake": filepath.Join(b.dir, "fake-acp-agent")}
 		for target, pkg := range map[string]string{b.bins["symbi"]: "../symbi", b.bins["fake"]: "../fake-acp-agent"} {
 			if out, err := exec.Command("go", "build", "-o", target, pkg).CombinedOutput(); err != nil {
 				b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 				return
 			}
 		}
-		src := filepath.Join(b.dir, "proxysrc")
-		if b.err = os.MkdirAll(src, 0o755); b.err != nil {
-			return
-		}
-		os.WriteFile(filepath.Join(src, "go.mod"), []byte("module faultproxy\n\ngo 1.26\n"), 0o644)
-		os.WriteFile(filepath.Join(src, "main.go"), []byte(faultProxySource), 0o644)
-		build := exec.Command("go", "build", "-o", b.bins["proxy"], ".")
-		build.Dir = src
-		build.Env = append(os.Environ(), "GOWORK=off")
-		if out, err := build.CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("building the fault proxy: %v\n%s", err, out)
-		}
+		b.bins["proxy"], b.err = faultproxy.Build(b.dir)
 	})
 	if b.err != nil {
 		t.Fatal(b.err)
@@ -179,29 +90,17 @@ func faultDemoSetup(t *testing.T) (bins map[string]string, project string) {
 	return bins, exampleProject(t)
 }
 
-// faultProxy writes a "symbi" wrapper script running the fault proxy over the real binary
-// with the given rewrite, and returns its path and the file counting the rewrites.
+// faultProxy writes a "symbi" wrapper running the fault proxy over the real binary with
+// the given rewrite, and returns its path and the file counting the rewrites.
 func faultProxy(t *testing.T, bins map[string]string, old, repl string) (string, string) {
 	t.Helper()
 	dir := t.TempDir()
 	hits := filepath.Join(dir, "hits")
-	script := fmt.Sprintf("#!/bin/sh\nSYMBI_TEST_PROXY_REAL=%s SYMBI_TEST_PROXY_OLD=%s SYMBI_TEST_PROXY_NEW=%s SYMBI_TEST_PROXY_HITS=%s exec %s \"$@\"\n",
-		shq(bins["symbi"]), shq(old), shq(repl), shq(hits), shq(bins["proxy"]))
-	path := filepath.Join(dir, "symbi")
-	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+	path, err := faultproxy.Script(dir, bins["proxy"], bins["symbi"], faultproxy.Fault{Old: old, New: repl, Hits: hits})
+	if err != nil {
 		t.Fatal(err)
 	}
 	return path, hits
-}
-
-func shq(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-// proxyHits is how many rewrites the fault proxy made.
-func proxyHits(t *testing.T, file string) int {
-	t.Helper()
-	b, _ := os.ReadFile(file)
-	n, _ := strconv.Atoi(string(b))
-	return n
 }
 
 // TestDemoCheckpointIsItsOwn: step 7's checkpoint is a file of this demo's own, not a
@@ -256,7 +155,7 @@ func TestDemoLeakCheckReadsWholeResult(t *testing.T) {
 	symbi, hits := faultProxy(t, bins, old, leak)
 	var out bytes.Buffer
 	err := demo(&out, symbi, bins["fake"], project, "reviewer")
-	if proxyHits(t, hits) == 0 {
+	if faultproxy.Hits(hits) == 0 {
 		t.Fatalf("the proxy never saw a policy_denied result (demo: %v)\n%s", err, tail(out.String(), 1500))
 	}
 	if err == nil {
@@ -274,7 +173,7 @@ func TestDemoAnswerChecked(t *testing.T) {
 	symbi, hits := faultProxy(t, bins, "The loop re-reads the slice length on every pass", "TAMPERED: this is not what the model said")
 	var out bytes.Buffer
 	err := demo(&out, symbi, bins["fake"], project, "reviewer")
-	if proxyHits(t, hits) == 0 {
+	if faultproxy.Hits(hits) == 0 {
 		t.Fatalf("the proxy never saw the model's answer (demo: %v)\n%s", err, tail(out.String(), 1500))
 	}
 	if err == nil {
@@ -295,7 +194,7 @@ func TestDemoProjectVerifyRefusesACrash(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			bins, project := faultDemoSetup(t)
 			wrapper := filepath.Join(t.TempDir(), "symbi")
-			script := fmt.Sprintf("#!/bin/sh\nif [ \"$1 $2 $3\" = \"audit verify --project\" ]; then\n  %s\nfi\nexec %s \"$@\"\n", tc.crash, shq(bins["symbi"]))
+			script := fmt.Sprintf("#!/bin/sh\nif [ \"$1 $2 $3\" = \"audit verify --project\" ]; then\n  %s\nfi\nexec %s \"$@\"\n", tc.crash, "'"+bins["symbi"]+"'")
 			if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 				t.Fatal(err)
 			}

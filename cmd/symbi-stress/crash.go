@@ -126,6 +126,8 @@ func runCrash(ctx context.Context, h *harnessRun, r *result) {
 	peak = max(peak, p.peakRSS())
 	if !p.stop(cs) {
 		r.failf("after restart: the server did not exit when its input closed")
+	} else if st := p.exitStatus(); st != "exit 0" {
+		r.failf("after restart: the server %s when its input closed, not exit 0", st)
 	}
 
 	c, err := takeCensus(dir)

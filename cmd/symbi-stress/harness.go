@@ -462,6 +462,7 @@ type outcome struct {
 	isError bool   // a tool error
 	code    string // its code
 	text    string // the result's text (the released answer, or the error text)
+	whole   string // the whole result as the client received it (JSON): where a leak is looked for
 	audit   *auditRef
 	elapsed time.Duration
 }
@@ -500,6 +501,9 @@ func invoke(ctx context.Context, cs *mcp.ClientSession, agent, prompt string) ou
 		}
 	}
 	o.isError = res.IsError
+	if whole, err := json.Marshal(res); err == nil {
+		o.whole = string(whole)
+	}
 	raw, _ := json.Marshal(res.StructuredContent)
 	var sc struct {
 		Audit *auditRef `json:"audit"`
@@ -556,8 +560,8 @@ func checkWithheld(o outcome, secret, reason string) error {
 	if o.released() {
 		return fmt.Errorf("released text %q", clip(o.text, 60))
 	}
-	if secret != "" && strings.Contains(o.text, secret) {
-		return fmt.Errorf("the error text carries the model's text")
+	if secret != "" && (strings.Contains(o.text, secret) || strings.Contains(o.whole, secret)) {
+		return fmt.Errorf("the result carries the model's text")
 	}
 	if o.audit == nil {
 		return nil

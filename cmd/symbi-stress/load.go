@@ -69,6 +69,8 @@ func runLoad(ctx context.Context, h *harnessRun, r *result) {
 	peak := p.peakRSS()
 	if !p.stop(cs) {
 		r.failf("the server did not exit when its input closed")
+	} else if st := p.exitStatus(); st != "exit 0" {
+		r.failf("the server %s when its input closed, not exit 0", st)
 	}
 
 	var lat []time.Duration

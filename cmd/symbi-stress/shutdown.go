@@ -97,6 +97,10 @@ func (h *harnessRun) shutdownCase(ctx context.Context, sig syscall.Signal) (int6
 	var problems []string
 	if !exited {
 		problems = append(problems, "the server did not exit within 30 s of the signal")
+	} else if st := p.exitStatus(); st != "exit 0" {
+		// runs.md: once every run has written terminated the server exits 0, whether the
+		// shutdown began with a signal or with stdin closing.
+		problems = append(problems, fmt.Sprintf("the server %s after the signal, not exit 0", st))
 	}
 	c, err := takeCensus(dir)
 	if err != nil {
