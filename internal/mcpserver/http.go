@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -255,16 +256,76 @@ func screenHTTP(next http.Handler, budget *bodyBudget, timeout time.Duration) ht
 			return
 		}
 		if msg := bytes.Trim(body, jsonSpace); len(msg) > 0 {
-			if v := check(msg); v.code != 0 {
+			v := check(msg)
+			if v.code != 0 {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusBadRequest)
 				reject(w, v.id, v.code, v.msg)
 				return
 			}
+			if v.key != "" { // a request with an id
+				var call struct {
+					ID     any    `json:"id"`
+					Method string `json:"method"`
+				}
+				json.Unmarshal(msg, &call)
+				m := &methodNotFound{ResponseWriter: w, id: call.ID, method: call.Method}
+				defer m.finish()
+				w = m
+			}
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// methodNotFound answers, as stdio does, a request whose method the server does not
+// handle: the SDK's transport refuses one before dispatch with a plain-text HTTP 400
+// ("JSON RPC not handled: …"), which no JSON-RPC client takes for the answer to its id.
+// That answer is held back and replaced by the JSON-RPC error -32601 with the request's
+// id; any other answer passes through untouched.
+type methodNotFound struct {
+	http.ResponseWriter
+	id     any
+	method string
+	held   *bytes.Buffer // a plain-text 400 of the SDK's, held back
+}
+
+func (m *methodNotFound) WriteHeader(code int) {
+	if m.held == nil && code == http.StatusBadRequest && strings.HasPrefix(m.Header().Get("Content-Type"), "text/plain") {
+		m.held = new(bytes.Buffer)
+		return
+	}
+	m.ResponseWriter.WriteHeader(code)
+}
+
+func (m *methodNotFound) Write(p []byte) (int, error) {
+	if m.held != nil {
+		return m.held.Write(p)
+	}
+	return m.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer (the SDK flushes
+// event streams through it).
+func (m *methodNotFound) Unwrap() http.ResponseWriter { return m.ResponseWriter }
+
+// finish writes what was held back: the JSON-RPC error for a method not handled, or the
+// SDK's refusal as it was.
+func (m *methodNotFound) finish() {
+	if m.held == nil {
+		return
+	}
+	if !strings.HasPrefix(m.held.String(), "JSON RPC not handled") {
+		m.ResponseWriter.WriteHeader(http.StatusBadRequest)
+		m.ResponseWriter.Write(m.held.Bytes())
+		return
+	}
+	h := m.Header()
+	h.Del("X-Content-Type-Options")
+	h.Set("Content-Type", "application/json")
+	m.ResponseWriter.WriteHeader(http.StatusBadRequest)
+	reject(m.ResponseWriter, m.id, codeMethodNotFound, "method not found: "+errcode.Quote(m.method))
 }
 
 // stickyErr reads on from r, or returns err when it is set (the error the first read

@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -166,4 +167,37 @@ func TestDeleteCancelsSessionCalls(t *testing.T) {
 		t.Fatalf("DELETE: %s", res.Status)
 	}
 	awaitStatus(t, func(name string, args map[string]any, out any) { t.Helper(); callOK(t, obs, name, args, out) }, runID, runs.StatusCancelled)
+}
+
+// TestHTTPUnknownMethodIsJSONRPC: over Streamable HTTP, as over stdio, a request whose
+// method the server does not handle is answered with the JSON-RPC error -32601 carrying
+// its id (docs/errors.md) — not the SDK transport's plain-text HTTP 400, which no JSON-RPC
+// client reads as the answer to its request. The method's name is quoted bounded.
+func TestHTTPUnknownMethodIsJSONRPC(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "x", Version: "1"}, nil)
+	hs := httptest.NewServer(mcpserver.NewHTTPHandler(srv, mcpserver.HTTPOptions{Log: slog.New(slog.DiscardHandler)}))
+	defer hs.Close()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.URL + mcpserver.MCPPath}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	for _, method := range []string{"bogus/method", strings.Repeat("m", 100_000)} {
+		code, hdr, body := rawPost(t, hs.URL+mcpserver.MCPPath, cs.ID(), `{"jsonrpc":"2.0","id":7,"method":"`+method+`"}`)
+		var res struct {
+			ID    int `json:"id"`
+			Error struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(body), &res); err != nil || res.ID != 7 || res.Error.Code != -32601 ||
+			!strings.Contains(res.Error.Message, "method not found") || len(body) > 1<<10 || hdr.Get("Content-Type") != "application/json" {
+			t.Fatalf("unknown method %.20s…: %d %s %.300q", method, code, hdr.Get("Content-Type"), body)
+		}
+	}
+	// The session goes on.
+	if err := cs.Ping(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -29,6 +29,7 @@ const MaxMessageBytes = 16 << 20
 const (
 	codeParseError     = -32700
 	codeInvalidRequest = -32600
+	codeMethodNotFound = -32601 // over HTTP (methodNotFound); stdio's comes from the SDK
 )
 
 // NewStdioTransport returns the transport symbi mcp serves on: newline-delimited JSON-RPC
