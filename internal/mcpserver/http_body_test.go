@@ -77,19 +77,12 @@ func TestUnsentBodyHoldsNoConnection(t *testing.T) {
 // answer names the session it opened and closes at once: the session to close is closed
 // only once the new session exists (docs/http.md).
 func TestFailedInitializeEvictsNoSession(t *testing.T) {
-	s := mcp.NewServer(&mcp.Implementation{Name: "x", Version: "1"}, nil)
-	hs := httptest.NewServer(mcpserver.NewHTTPHandler(s, mcpserver.HTTPOptions{MaxSessionsPerCaller: 1, Log: slog.New(slog.DiscardHandler)}))
-	defer hs.Close()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.URL + mcpserver.MCPPath}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	url, cs := bareHTTPSession(t, mcpserver.HTTPOptions{MaxSessionsPerCaller: 1})
 	if err := cs.Ping(context.Background(), nil); err != nil {
 		t.Fatal(err)
 	}
 	bad := `{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":5}}`
-	code, _, body := rawPost(t, hs.URL+mcpserver.MCPPath, "", bad)
+	code, _, body := rawPost(t, url, "", bad)
 	if !strings.Contains(body, `"error"`) {
 		t.Fatalf("the malformed initialize was answered %d %s; want a JSON-RPC error", code, body)
 	}
@@ -174,16 +167,9 @@ func TestDeleteCancelsSessionCalls(t *testing.T) {
 // its id (docs/errors.md) — not the SDK transport's plain-text HTTP 400, which no JSON-RPC
 // client reads as the answer to its request. The method's name is quoted bounded.
 func TestHTTPUnknownMethodIsJSONRPC(t *testing.T) {
-	srv := mcp.NewServer(&mcp.Implementation{Name: "x", Version: "1"}, nil)
-	hs := httptest.NewServer(mcpserver.NewHTTPHandler(srv, mcpserver.HTTPOptions{Log: slog.New(slog.DiscardHandler)}))
-	defer hs.Close()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.URL + mcpserver.MCPPath}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	url, cs := bareHTTPSession(t, mcpserver.HTTPOptions{})
 	for _, method := range []string{"bogus/method", strings.Repeat("m", 100_000)} {
-		code, hdr, body := rawPost(t, hs.URL+mcpserver.MCPPath, cs.ID(), `{"jsonrpc":"2.0","id":7,"method":"`+method+`"}`)
+		code, hdr, body := rawPost(t, url, cs.ID(), `{"jsonrpc":"2.0","id":7,"method":"`+method+`"}`)
 		var res struct {
 			ID    int `json:"id"`
 			Error struct {

@@ -297,18 +297,29 @@ func TestHTTPSessionCaps(t *testing.T) {
 	})
 }
 
-// TestHTTPScreensMessages: over HTTP as over stdio, a body that is not one JSON-RPC message
-// — a batch, a member name repeated in any object, malformed JSON — is refused with the
-// same JSON-RPC error, and the session goes on.
-func TestHTTPScreensMessages(t *testing.T) {
-	srv := mcp.NewServer(&mcp.Implementation{Name: "screen", Version: "1"}, nil)
-	hs := httptest.NewServer(mcpserver.NewHTTPHandler(srv, mcpserver.HTTPOptions{Log: slog.New(slog.DiscardHandler)}))
-	defer hs.Close()
+// bareHTTPSession serves an MCP server with no tools over HTTP with o (a discarding log
+// unless o has one) and connects the go-sdk client to it: the MCP endpoint's URL and the
+// client's session, both closed when the test ends.
+func bareHTTPSession(t *testing.T, o mcpserver.HTTPOptions) (string, *mcp.ClientSession) {
+	t.Helper()
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	hs := httptest.NewServer(mcpserver.NewHTTPHandler(mcp.NewServer(&mcp.Implementation{Name: "bare", Version: "1"}, nil), o))
+	t.Cleanup(hs.Close)
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "c", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: hs.URL + mcpserver.MCPPath}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cs.Close()
+	t.Cleanup(func() { cs.Close() })
+	return hs.URL + mcpserver.MCPPath, cs
+}
+
+// TestHTTPScreensMessages: over HTTP as over stdio, a body that is not one JSON-RPC message
+// — a batch, a member name repeated in any object, malformed JSON — is refused with the
+// same JSON-RPC error, and the session goes on.
+func TestHTTPScreensMessages(t *testing.T) {
+	url, cs := bareHTTPSession(t, mcpserver.HTTPOptions{})
 	tests := []struct {
 		name, body, want string
 		code             int
@@ -324,7 +335,7 @@ func TestHTTPScreensMessages(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req, _ := http.NewRequest(http.MethodPost, hs.URL+mcpserver.MCPPath, strings.NewReader(tt.body))
+			req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(tt.body))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Accept", "application/json, text/event-stream")
 			req.Header.Set("Mcp-Session-Id", cs.ID())

@@ -19,9 +19,7 @@ func TestDelegatedAgentTextWithheld(t *testing.T) {
 	m := p.open(t)
 	id := newRunID(t)
 	recs := []journal.Record{
-		journal.Started{Agent: "coder", File: "agents/coder.symbi", SourceSHA256: sum("source"), DeclarationSHA256: sum("decl"),
-			Mode: "delegated", Surface: "mcp-server", Caller: "stdio", ServerVersion: "test", DeadlineMS: 120000,
-			Provider: "acp", Model: "fake", PolicyMode: "cedar", PromptSHA256: sum("p"), PromptBytes: 1, InstructionsSHA256: sum("")},
+		delegatedStarted(),
 		journal.SessionStarted{Executor: "fake", Command: []string{"/bin/fake"}, Workspace: "/ws", ProtocolVersion: 1,
 			AgentName: "fake", AgentVersion: "1", SessionID: "s1", PromptSHA256: sum("p"), PromptBytes: 1},
 		// hashes-only: no clear text of messages or of the answer
@@ -49,9 +47,7 @@ func TestHeldPermissionTitleWithheld(t *testing.T) {
 	id := newRunID(t)
 	answer := "the denied answer " + secret
 	recs := []journal.Record{
-		journal.Started{Agent: "coder", File: "agents/coder.symbi", SourceSHA256: sum("source"), DeclarationSHA256: sum("decl"),
-			Mode: "delegated", Surface: "mcp-server", Caller: "stdio", ServerVersion: "test", DeadlineMS: 120000,
-			Provider: "acp", Model: "fake", PolicyMode: "cedar", PromptSHA256: sum("p"), PromptBytes: 1, InstructionsSHA256: sum("")},
+		delegatedStarted(),
 		journal.SessionStarted{Executor: "fake", Command: []string{"/bin/fake"}, Workspace: "/ws", ProtocolVersion: 1,
 			SessionID: "s1", PromptSHA256: sum("p"), PromptBytes: 1},
 		journal.ApprovalRequested{Gate: "commands-review", RequestID: "perm-1", TimeoutMS: 60000, Kind: "execute", Title: secret},
@@ -118,9 +114,7 @@ func TestDelegatedStopReasonWithheld(t *testing.T) {
 	m := p.open(t)
 	id := newRunID(t)
 	recs := []journal.Record{
-		journal.Started{Agent: "coder", File: "agents/coder.symbi", SourceSHA256: sum("source"), DeclarationSHA256: sum("decl"),
-			Mode: "delegated", Surface: "mcp-server", Caller: "stdio", ServerVersion: "test", DeadlineMS: 120000,
-			Provider: "acp", Model: "fake", PolicyMode: "cedar", PromptSHA256: sum("p"), PromptBytes: 1, InstructionsSHA256: sum("")},
+		delegatedStarted(),
 		journal.SessionStarted{Executor: "fake", Command: []string{"/bin/fake"}, Workspace: "/ws", ProtocolVersion: 1,
 			SessionID: "s1", PromptSHA256: sum("p"), PromptBytes: 1},
 		// The agent sent no message chunk: its final answer is "", its words are in stopReason.
@@ -133,4 +127,11 @@ func TestDelegatedStopReasonWithheld(t *testing.T) {
 	for _, typ := range inClear(t, m, id, secret) {
 		t.Errorf("run_events serves, for a run that released nothing (policy_denied), a %s record holding text the delegated agent chose (its stop_reason) in clear", typ)
 	}
+}
+
+// delegatedStarted is the started record of a delegated run of agent coder.
+func delegatedStarted() journal.Started {
+	return journal.Started{Agent: "coder", File: "agents/coder.symbi", SourceSHA256: sum("source"), DeclarationSHA256: sum("decl"),
+		Mode: "delegated", Surface: "mcp-server", Caller: "stdio", ServerVersion: "test", DeadlineMS: 120000,
+		Provider: "acp", Model: "fake", PolicyMode: "cedar", PromptSHA256: sum("p"), PromptBytes: 1, InstructionsSHA256: sum("")}
 }
