@@ -193,6 +193,10 @@ func (h *handlers) readRun(ctx context.Context, req *mcp.ReadResourceRequest) (*
 // subscribe accepts a subscription to a run resource that exists.
 func (h *handlers) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
 	id, ok := strings.CutPrefix(req.Params.URI, RunURIPrefix)
+	if req.Params.URI == AgentsMDURI {
+		// It exists, but changes only when the file is regenerated: not a resource to follow.
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "only run resources (" + RunURITemplate + ") can be subscribed to; read " + AgentsMDURI + " again to see a change"}
+	}
 	if !ok {
 		return mcp.ResourceNotFoundError(req.Params.URI)
 	}

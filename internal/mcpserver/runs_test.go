@@ -385,6 +385,10 @@ func TestRunResourceSubscription(t *testing.T) {
 			t.Errorf("subscribing to %s succeeded", bad)
 		}
 	}
+	// AGENTS.md exists, but is no resource to follow: the refusal says so, not "not found".
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: mcpserver.AgentsMDURI}); err == nil || !strings.Contains(err.Error(), "only run resources") {
+		t.Errorf("subscribing to %s: %v", mcpserver.AgentsMDURI, err)
+	}
 	model.open()
 	// Wait for the notification of the run's end: the resource then reads as completed.
 	for {
