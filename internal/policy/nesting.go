@@ -7,8 +7,8 @@ import "fmt"
 // with no bound of their own: 100,000 "!" or "(" (a 100 KB file) would overflow the stack
 // and end the process, where an unusable file must only deny. MaxNesting counts, as the
 // DSL does, open brackets plus the operators of the expression being read at each bracket
-// level (a binary operator, a unary "!" or "-", a member access, if/then/else, in, has,
-// like, is): a chain of 2,000 "||" is a policy someone may write; 100,000 is not.
+// level (a binary operator, a unary "!" or "-", a member access — "." or an index "[…]" —,
+// if/then/else, in, has, like, is): a chain of 2,000 "||" is a policy someone may write; 100,000 is not.
 //
 // Two constructs cost cedar-go quadratic work in their length, whatever their depth, and
 // have bounds of their own: the attribute path of a "has" (context has a.b.c, which it
@@ -36,6 +36,10 @@ func checkNesting(data []byte) (line, col int, err error) {
 	// The path being read: after "has", its attributes (hasPath > 0); after a name, its
 	// "::" (typePath > 0). Any other token ends it; white space and comments do not.
 	hasPath, typePath := 0, 0
+	// The last token read is an operand (a name, a literal, a closing bracket): a "[" after
+	// it is an index access (e["a"]), an operator of the chain it continues, which its "]"
+	// does not take back — cedar-go nests each access one level deeper, as it does each ".".
+	operand := false
 	deepen := func(n int) error {
 		chain += n
 		total += n
@@ -90,6 +94,7 @@ func checkNesting(data []byte) (line, col int, err error) {
 				advance(1)
 			}
 			advance(1)
+			operand = true
 			continue
 		case c >= '0' && c <= '9':
 			// A number, as cedar-go scans it: its digits, and no more ("1has" is 1 has).
@@ -98,6 +103,7 @@ func checkNesting(data []byte) (line, col int, err error) {
 				j++
 			}
 			advance(j - i)
+			operand = true
 		case isIdentByte(c):
 			j := i
 			for j < len(data) && isIdentByte(data[j]) {
@@ -107,20 +113,29 @@ func checkNesting(data []byte) (line, col int, err error) {
 			case "has":
 				err = deepen(1)
 				hasPath, inHas = 1, true
+				operand = false
 			case "if", "then", "else", "in", "like", "is":
 				err = deepen(1)
+				operand = false
 			default:
 				inHas, inType = hasPath > 0, true
 				if typePath == 0 {
 					typePath = 1
 				}
+				operand = true
 			}
 			advance(j - i)
 		case c == '(' || c == '[' || c == '{':
+			if c == '[' && operand {
+				err = deepen(1) // an index access: an operator of the enclosing chain
+			}
 			chains = append(chains, chain)
 			chain = 0
-			err = bracket()
+			if berr := bracket(); err == nil {
+				err = berr
+			}
 			chain = 0 // the bracket counts in total; its level's chain starts empty
+			operand = false
 			advance(1)
 		case c == ')' || c == ']' || c == '}':
 			total -= chain + 1
@@ -130,13 +145,16 @@ func checkNesting(data []byte) (line, col int, err error) {
 			} else {
 				chain, total = 0, 0 // unbalanced: cedar-go reports it
 			}
+			operand = true
 			advance(1)
 		case c == ',':
 			total -= chain
 			chain = 0
+			operand = false
 			advance(1)
 		case c == ';':
 			chains, chain, total = chains[:0], 0, 0
+			operand = false
 			advance(1)
 		case c == ':' && i+1 < len(data) && data[i+1] == ':':
 			// An entity type's path, not an operator.
@@ -144,6 +162,7 @@ func checkNesting(data []byte) (line, col int, err error) {
 				err = fmt.Errorf("an entity type path of more than %d names, which symbi refuses before parsing", MaxTypePath)
 			}
 			inType = true
+			operand = false
 			advance(2)
 		case c == '&' || c == '|' || c == '=' || c == '!' || c == '<' || c == '>' || c == '+' || c == '-' || c == '*' || c == '.':
 			if i+1 < len(data) && (data[i+1] == '&' || data[i+1] == '|' || data[i+1] == '=') && c != '.' {
@@ -156,8 +175,10 @@ func checkNesting(data []byte) (line, col int, err error) {
 				}
 				inHas = true
 			}
+			operand = false
 			advance(1)
 		default:
+			operand = false
 			advance(1)
 		}
 		if !inHas {

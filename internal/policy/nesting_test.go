@@ -139,3 +139,34 @@ func loadMeasured(t *testing.T, dir string) (*Set, uint64) {
 	runtime.ReadMemStats(&after)
 	return s, after.TotalAlloc - before.TotalAlloc
 }
+
+// TestIndexChainNesting: an index access (e["a"]) is counted as the member operator it
+// is — cedar-go nests each one level deeper, and folds and evaluates the tree by recursion
+// — so 9,000 chained accesses are refused like 9,000 "!", and a file of 100,000 of them
+// makes the set deny_all naming the nesting, where it used to end the process with a stack
+// overflow (at the 64 MiB stack TestDeepPolicyLoad uses). A "[" after an operator or "in"
+// is a set literal, a bracket as before.
+func TestIndexChainNesting(t *testing.T) {
+	if os.Getenv("SYMBI_TEST_REVIEW_INDEX_CHAIN") != "" {
+		debug.SetMaxStack(64 << 20)
+		src := respondHead + "context" + strings.Repeat(`["a"]`, 100_000) + ` == "x" };`
+		s := loadDir(t, makeProject(t, map[string]string{"policies/deep.cedar": src}, nil))
+		if s.Mode != ModeDenyAll || !strings.Contains(s.Reason, "nested deeper than") {
+			t.Fatalf("mode %s, reason %q: want deny_all naming the nesting", s.Mode, s.Reason)
+		}
+		return
+	}
+	src := respondHead + "context" + strings.Repeat(`["a"]`, 9000) + ` == "x" };`
+	if _, _, err := checkNesting([]byte(src)); err == nil {
+		t.Errorf("checkNesting accepted a chain of 9,000 index accesses (an AST 9,000 levels deep); 9,000 \"!\" is refused")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestIndexChainNesting$", "-test.v")
+	cmd.Env = append(os.Environ(), "SYMBI_TEST_REVIEW_INDEX_CHAIN=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		o := string(out)
+		if i := strings.Index(o, "\ngoroutine "); i > 0 {
+			o = o[:i]
+		}
+		t.Errorf("loading a policy with 100,000 chained index accesses at a 64 MiB stack: %v\n%.1500s", err, o)
+	}
+}
