@@ -212,6 +212,35 @@ func LockScan(dir string) (release func(), err error) {
 	return func() { unix.Close(fd) }, nil
 }
 
+// ErrScanLocked is TryLockScan's error when the directory's lock stayed held by another
+// process for all its wait.
+var ErrScanLocked = errors.New("journal: the directory stayed locked by another process")
+
+// TryLockScan is LockScan for a reader that must not hang on a lock others control —
+// offline verification: it waits at most wait for the lock, then gives up with
+// ErrScanLocked.
+func TryLockScan(dir string, wait time.Duration) (release func(), err error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: lock the directory %s: %w", dir, err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		switch {
+		case err == nil:
+			return func() { unix.Close(fd) }, nil
+		case !errors.Is(err, unix.EWOULDBLOCK):
+			unix.Close(fd)
+			return nil, errcode.Errorf(errcode.AuditUnavailable, "journal: lock the directory %s: %w", dir, err)
+		case time.Now().After(deadline):
+			unix.Close(fd)
+			return nil, fmt.Errorf("%w: %s", ErrScanLocked, dir)
+		}
+		time.Sleep(10 * time.Millisecond) // a creation holds it for an instant
+	}
+}
+
 // ErrOpening wraps the error of a run's opening records that Create could not write; the
 // new file was removed.
 var ErrOpening = errors.New("journal: the run's opening records could not be written, and its new file was removed")

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -267,6 +268,7 @@ func secondLook(r *ProjectReport, ledgerPath, gov string, pub ed25519.PublicKey,
 	}
 	runs, _ := recordedRuns(append(entries[:len(entries):len(entries)], more.Entries...), func(string, ...any) {})
 	var release func()
+	locked := false
 	defer func() {
 		if release != nil {
 			release()
@@ -288,9 +290,15 @@ func secondLook(r *ProjectReport, ledgerPath, gov string, pub ed25519.PublicKey,
 			// reconciliation decides: no journal is then between its creation and its
 			// writer's lock. Taken once, only here: servers create no journal meanwhile.
 			if release == nil {
-				if release, err = journal.LockScan(gov); err != nil {
-					release = func() {}
+				// Bounded: someone holding the directory's lock for good must not keep
+				// the auditor from a verdict. Not had, the first finding stands.
+				if release, err = journal.TryLockScan(gov, scanLockWait); err != nil {
+					release, locked = func() {}, true
 				}
+			}
+			if locked {
+				r.Runs[i].Note = "whether a writer holds this journal could not be decided: the governed directory stayed locked by another process"
+				continue
 			}
 			if journal.InProgress(path) {
 				r.Runs[i] = RunFinding{RunID: f.RunID, File: f.File, Journal: jr.Status, Note: inProgressNote}
@@ -298,6 +306,9 @@ func secondLook(r *ProjectReport, ledgerPath, gov string, pub ed25519.PublicKey,
 		}
 	}
 }
+
+// scanLockWait bounds how long verification waits for the governed directory's lock.
+var scanLockWait = 10 * time.Second
 
 // stoppedNote is the note of a run whose journal stops just before the terminated line
 // its ledger entry names.

@@ -89,14 +89,21 @@ func recoverJournal(w *Writer, gov, base, agentID, runID string, pub ed25519.Pub
 		return nil, nil
 	}
 	rep := journal.Verify(path, pub, journal.VerifyOptions{})
-	if rep.RunID != "" {
-		runID, agentID = rep.RunID, rep.AgentID
+	state, caller, callerAuth := rep.Status, rep.Caller, rep.CallerAuth
+	switch {
+	case recordGone && rep.RunID != "" && (rep.RunID != runID || rep.AgentID != agentID):
+		// The server's own run, whose file now holds another run's journal (copied over it
+		// by someone else): the run the caller heard of is recorded, under its own ids, as
+		// invalid — never passed over because the other run is known.
+		state, caller, callerAuth = journal.StatusInvalid, "", ""
+	case rep.RunID != "":
+		runID, agentID = rep.RunID, rep.AgentID // reconciliation knows only the file
 	}
 	if runID == "" || w.Knows(runID) {
 		return nil, nil
 	}
-	rec := Recovered{RunID: runID, AgentID: agentID, File: base, State: rep.Status, Records: int64(rep.Records), Head: rep.Head,
-		Caller: rep.Caller, CallerAuth: rep.CallerAuth}
+	rec := Recovered{RunID: runID, AgentID: agentID, File: base, State: state, Records: int64(rep.Records), Head: rep.Head,
+		Caller: caller, CallerAuth: callerAuth}
 	if _, err := w.Append(rec); errors.Is(err, ErrKnown) {
 		return nil, nil // another server recorded it since this one opened the ledger
 	} else if err != nil {
