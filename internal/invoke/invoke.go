@@ -197,6 +197,11 @@ type Request struct {
 	// Async says the run was started to be observed (start_run), not awaited: only such
 	// runs may be delegated.
 	Async bool
+	// Ended, when set, is called once the run has ended, before anyone hears that it did
+	// (Done closes after it), as the server's own slot is freed: what the caller holds
+	// for the run — its per-caller slot — is free by the time its answer arrives. Not
+	// called when Start fails.
+	Ended func()
 }
 
 // CallerStdio names the one caller of a stdio server: the client that started it.

@@ -99,9 +99,12 @@ func (r *Runner) Start(req Request, progress func(Stage)) (*Run, error) {
 		signalOpen()
 		r.logRun(p, run.res, run.err)
 		// The slot is free before anyone hears the run ended: a caller that starts its next
-		// run at once must not find it still taken.
+		// run at once must not find it still taken — nor the caller's own (Ended).
 		cancel(nil)
 		release()
+		if req.Ended != nil {
+			req.Ended()
+		}
 		close(run.done)
 	}()
 	return run, nil

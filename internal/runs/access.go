@@ -212,6 +212,11 @@ func (m *Manager) Approve(ctx context.Context, by Caller, runID, requestID, deci
 	lr := snap.live
 	if lr == nil || isDone(lr) {
 		if st.Status == StatusAwaitingApproval {
+			// Decided on while the run waited; it may have ended since, here (timed out,
+			// cancelled, decided by another): its status now says which.
+			st = m.build(snap, false)
+		}
+		if st.Status == StatusAwaitingApproval {
 			return nil, errcode.Errorf(errcode.InvalidTransition, "%w: run %s awaits approval in another server process; approve it there", ErrTransition, runID)
 		}
 		if !m.mayRead(by, st).Allow {

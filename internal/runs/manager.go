@@ -140,6 +140,7 @@ func (m *Manager) Start(ctx context.Context, req invoke.Request) (*Status, *invo
 	if err != nil {
 		return nil, nil, err
 	}
+	req.Ended = release // freed before anyone hears the run ended; watch's is a backstop
 	lr, err := m.runner().Start(req, nil)
 	if err != nil {
 		release()
@@ -197,6 +198,7 @@ func (m *Manager) Invoke(ctx context.Context, req invoke.Request, progress func(
 	if err != nil {
 		return nil, err
 	}
+	req.Ended = release
 	lr, err := m.runner().Start(req, progress)
 	if err != nil {
 		release()
@@ -215,7 +217,8 @@ func (m *Manager) runner() *invoke.Runner {
 
 // watch follows lr until it ends: it enters the run in the index at its first durable
 // record, reports each new durable event, and records how the run ended. release is
-// called when the run has ended.
+// called when the run has ended (again, for a run whose Request.Ended called it: release
+// uncounts once).
 func (m *Manager) watch(lr *invoke.Run, release func()) {
 	m.watchers.Add(1)
 	go func() {
