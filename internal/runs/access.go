@@ -113,6 +113,11 @@ func (m *Manager) StatusFor(by Caller, runID string) (*Status, error) {
 		}
 		return st, nil
 	}
+	if fresh := m.build(snap, false); fresh.Status != StatusAwaitingApproval {
+		// Authorized while it waited, the run has ended since (this server's, decided or
+		// timed out meanwhile): by sees what it may see of it now, no held text.
+		return m.Authorize(by, policy.ActionReadRun, runID)
+	}
 	data, err := m.readJournal(snap)
 	if err != nil {
 		return st, nil

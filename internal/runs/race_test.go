@@ -527,3 +527,31 @@ func TestApproveAfterOwnRunEnded(t *testing.T) {
 		t.Fatalf("approve_run of this server's run, cancelled: %q; want it not awaiting approval, not that it awaits approval in another process", err)
 	}
 }
+
+// TestStatusForAfterOwnRunEnded: run_status authorizes an approver on a run that awaits
+// approval; when this server's run ends before it is looked up again (here cancel_run, its
+// end recorded by its watcher), the answer is what the approver may see of the run as it
+// now is — it may no longer read it — never the held text under the stale status.
+func TestStatusForAfterOwnRunEnded(t *testing.T) {
+	s := startRestartServer(t, gateProject(t), echoModel(t), 0)
+	st, _, err := s.m.Start(context.Background(), invoke.Request{Agent: "helper", Prompt: "tell ACME", Caller: "alice", CallerAuth: "token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitStatus(t, s.m, st.RunID, runs.StatusAwaitingApproval)
+	runs.SetTestAfterRead(func() {
+		runs.SetTestAfterRead(nil)
+		if got, _, err := s.m.Cancel(context.Background(), st.RunID); err != nil || got.Status != runs.StatusCancelled {
+			t.Errorf("cancel_run: %+v, %v", got, err)
+		}
+		s.m.Close() // waits for the run's watcher: its end is in the index
+	})
+	t.Cleanup(func() { runs.SetTestAfterRead(nil) })
+	got, err := s.m.StatusFor(runs.Caller{ID: "bob", Auth: "token"}, st.RunID)
+	if err == nil && got.Approval != nil && got.Approval.Text != nil {
+		t.Fatalf("run_status of a run cancelled meanwhile shows the approver its held text under status %s", got.Status)
+	}
+	if errcode.Of(err) != errcode.AccessDenied {
+		t.Fatalf("run_status of this server's run, cancelled: %+v, %v; want access_denied (an approver reads a run only while it waits)", got, err)
+	}
+}
