@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
+	"symbi/internal/strictjson"
 	"sync"
 	"time"
 
@@ -231,17 +233,26 @@ var errNoUsableKey = errors.New("no usable signature key")
 // allow verifying signatures: absent, or an array of strings holding "verify". A key for
 // encryption only is never trusted to verify a token, whoever holds its private half.
 func mayVerify(raw json.RawMessage) bool {
-	var k struct {
-		Ops json.RawMessage `json:"key_ops"`
-	}
-	if json.Unmarshal(raw, &k) != nil {
+	// By its exact name, once: a member named twice, or "Key_Ops" beside it, would let
+	// one reader see another list than the next.
+	if strictjson.Check(raw, strictjson.Options{Single: true}) != nil {
 		return false
 	}
-	if k.Ops == nil {
+	var members map[string]json.RawMessage
+	if json.Unmarshal(raw, &members) != nil {
+		return false
+	}
+	for name := range members {
+		if name != "key_ops" && strings.EqualFold(name, "key_ops") {
+			return false
+		}
+	}
+	ops, ok := members["key_ops"]
+	if !ok {
 		return true
 	}
-	var ops []string
-	return json.Unmarshal(k.Ops, &ops) == nil && slices.Contains(ops, "verify")
+	var list []string
+	return json.Unmarshal(ops, &list) == nil && slices.Contains(list, "verify")
 }
 
 // MinRSABits is the smallest RSA key a JWK set may sign tokens with (RFC 7518 §3.3 and

@@ -805,3 +805,31 @@ func TestJWTUnknownCritIsNotABadSignature(t *testing.T) {
 		t.Fatalf("a correctly signed token with an unsupported crit header refused as %q: the signature is good; the refusal should name the critical header", err)
 	}
 }
+
+// TestJWTMalformedCritIsNotABadSignature: a token whose "crit" is not even a list of names
+// (here the string "exp") is refused as malformed, naming crit, before any signature is
+// checked — not as a bad signature, which go-jose's error for reading it would have been
+// taken for.
+func TestJWTMalformedCritIsNotABadSignature(t *testing.T) {
+	_, ecS, _ := testKeys(t)
+	srv := newJWKSServer(t, ecS.public())
+	cfg := srv.config()
+	cfg.MinRefetch = time.Hour
+	j := newJWT(t, cfg)
+	opts := (&jose.SignerOptions{}).WithType("JWT").WithHeader("crit", "exp")
+	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: ecS.alg, Key: jose.JSONWebKey{Key: ecS.priv, KeyID: ecS.kid}}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := jwt.Signed(sig).Claims(claims()).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = j.Verify(context.Background(), tok, nil)
+	if err == nil {
+		t.Fatal("a token with a malformed crit header was accepted")
+	}
+	if errors.Is(err, auth.ErrSignature) || !errors.Is(err, auth.ErrMalformed) || !strings.Contains(err.Error(), "crit") {
+		t.Fatalf("a correctly signed token with a malformed crit header refused as %q: the refusal should name the critical header", err)
+	}
+}

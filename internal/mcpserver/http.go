@@ -279,11 +279,12 @@ func screenHTTP(next http.Handler, budget *bodyBudget, timeout time.Duration) ht
 	})
 }
 
-// methodNotFound answers, as stdio does, a request whose method the server does not
-// handle: the SDK's transport refuses one before dispatch with a plain-text HTTP 400
-// ("JSON RPC not handled: …"), which no JSON-RPC client takes for the answer to its id.
-// That answer is held back and replaced by the JSON-RPC error -32601 with the request's
-// id; any other answer passes through untouched.
+// methodNotFound answers, as stdio does, a request the SDK's transport refuses before
+// dispatch with a plain-text HTTP 400, which no JSON-RPC client takes for the answer to its
+// id: a method the server does not handle ("JSON RPC not handled: …", -32601), or one the
+// SDK finds invalid ("invalid request: …": an id on a notification, params missing;
+// -32600). That answer is held back and replaced by the JSON-RPC error with the
+// request's id; any other answer passes through untouched.
 type methodNotFound struct {
 	http.ResponseWriter
 	id     any
@@ -316,7 +317,15 @@ func (m *methodNotFound) finish() {
 	if m.held == nil {
 		return
 	}
-	if !strings.HasPrefix(m.held.String(), "JSON RPC not handled") {
+	held := strings.TrimSpace(m.held.String())
+	code, msg := 0, ""
+	if strings.HasPrefix(held, "JSON RPC not handled") {
+		code, msg = codeMethodNotFound, "method not found: "+errcode.Quote(m.method)
+	} else if rest, ok := strings.CutPrefix(held, "invalid request"); ok {
+		// The SDK's own check of the request (an id on a notification, params missing).
+		code, msg = codeInvalidRequest, "invalid request"+errcode.Clip(rest)
+	}
+	if code == 0 {
 		m.ResponseWriter.WriteHeader(http.StatusBadRequest)
 		m.ResponseWriter.Write(m.held.Bytes())
 		return
@@ -325,7 +334,7 @@ func (m *methodNotFound) finish() {
 	h.Del("X-Content-Type-Options")
 	h.Set("Content-Type", "application/json")
 	m.ResponseWriter.WriteHeader(http.StatusBadRequest)
-	reject(m.ResponseWriter, m.id, codeMethodNotFound, "method not found: "+errcode.Quote(m.method))
+	reject(m.ResponseWriter, m.id, code, msg)
 }
 
 // stickyErr reads on from r, or returns err when it is set (the error the first read

@@ -187,3 +187,119 @@ func TestHTTPUnknownMethodIsJSONRPC(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHTTPInvalidRequestIsJSONRPC: a request the SDK's transport finds invalid before
+// dispatch — params missing, an id on a notification — is answered over HTTP, as over
+// stdio, with a JSON-RPC error carrying its id, not the transport's plain-text 400 no
+// JSON-RPC client takes for the answer to its request.
+func TestHTTPInvalidRequestIsJSONRPC(t *testing.T) {
+	w := startWire(t, testProject(t, nil))
+	w.initialize(t)
+	url, cs := bareHTTPSession(t, mcpserver.HTTPOptions{})
+	for _, msg := range []string{
+		`{"jsonrpc":"2.0","id":7,"method":"tools/call"}`,
+		`{"jsonrpc":"2.0","id":7,"method":"notifications/initialized"}`,
+	} {
+		w.send(t, msg)
+		stdio := w.next(t)
+		if stdio.Error == nil || string(stdio.ID) != "7" {
+			t.Fatalf("stdio answered %s with %+v; the premise (a JSON-RPC error with id 7) does not hold", msg, stdio)
+		}
+		code, hdr, body := rawPost(t, url, cs.ID(), msg)
+		var res struct {
+			ID    json.RawMessage `json:"id"`
+			Error *struct {
+				Code int `json:"code"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(body), &res); err != nil || res.Error == nil || string(res.ID) != "7" {
+			t.Errorf("%s: stdio answers the JSON-RPC error %d with id 7; HTTP answers %d %s %q", msg, stdio.Error.Code, code, hdr.Get("Content-Type"), body)
+		}
+	}
+}
+
+// TestRefusedDeleteCancelsNothing: a DELETE the server refuses — an unsupported
+// Mcp-Protocol-Version (400), a non-loopback Host on a loopback server (the DNS-rebinding
+// protection, 403) — leaves the session open and has no effect: its invoke_agent is not
+// cancelled, and answers once the model does.
+func TestRefusedDeleteCancelsNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*http.Request)
+	}{
+		{"unsupported protocol version", func(r *http.Request) { r.Header.Set("Mcp-Protocol-Version", "1999-01-01") }},
+		{"DNS-rebinding Host", func(r *http.Request) { r.Host = "rebind.example" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			model := newGatedModel(t)
+			srv, runner, closeServer := newServer(t, testProject(t, nil), serveOpts{env: model.env()})
+			t.Cleanup(closeServer)
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+				defer cancel()
+				runner.Shutdown(ctx)
+			})
+			hs := httptest.NewServer(mcpserver.NewHTTPHandler(srv, mcpserver.HTTPOptions{Log: slog.New(slog.DiscardHandler)}))
+			t.Cleanup(hs.Close)
+			url := hs.URL + mcpserver.MCPPath
+			obs, err := mcp.NewClient(&mcp.Implementation{Name: "observer", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { obs.Close() })
+			_, hdr, body := rawPost(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"leaver","version":"1"}}}`)
+			sid := hdr.Get("Mcp-Session-Id")
+			if sid == "" {
+				t.Fatalf("initialize: no session (%s)", body)
+			}
+			rawPost(t, url, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+			call, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"invoke_agent","arguments":{"agent":"helper","prompt":"hold please"}}}`))
+			call.Header.Set("Content-Type", "application/json")
+			call.Header.Set("Accept", "application/json, text/event-stream")
+			call.Header.Set("Mcp-Session-Id", sid)
+			tr := &http.Transport{}
+			t.Cleanup(tr.CloseIdleConnections)
+			go func() {
+				if res, err := (&http.Client{Transport: tr}).Do(call); err == nil {
+					io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+				}
+			}()
+			listed := func() runs.Status {
+				var page struct {
+					Runs []runs.Status `json:"runs"`
+				}
+				callOK(t, obs, "list_runs", map[string]any{}, &page)
+				if len(page.Runs) != 1 {
+					return runs.Status{}
+				}
+				return page.Runs[0]
+			}
+			var runID string
+			for deadline := time.Now().Add(hangGuard); runID == "" && time.Now().Before(deadline); {
+				if st := listed(); st.Status == runs.StatusRunning && st.Records >= 2 {
+					runID = st.RunID
+				} else {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			if runID == "" {
+				t.Fatal("the invoke_agent's run never started")
+			}
+			req, _ := http.NewRequest(http.MethodDelete, url, nil)
+			req.Header.Set("Mcp-Session-Id", sid)
+			tc.mutate(req)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode/100 == 2 {
+				t.Fatalf("the premise fails: the DELETE was honoured (%s)", res.Status)
+			}
+			// The model answers now: a run the refused DELETE cancelled would end cancelled.
+			model.open()
+			awaitStatus(t, func(name string, args map[string]any, out any) { t.Helper(); callOK(t, obs, name, args, out) }, runID, runs.StatusCompleted)
+		})
+	}
+}

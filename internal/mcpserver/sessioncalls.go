@@ -3,7 +3,10 @@ package mcpserver
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
+	"net/netip"
+	"strings"
 	"sync"
 
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
@@ -27,8 +30,9 @@ type sessionCalls struct {
 }
 
 type sessionCall struct {
-	user   string // the token's user, as the SDK binds the session to it ("" without one)
-	cancel context.CancelCauseFunc
+	user    string // the token's user, as the SDK binds the session to it ("" without one)
+	version string // the protocol version the session negotiated
+	cancel  context.CancelCauseFunc
 }
 
 // middleware is receiving middleware: each tools/call of an HTTP session runs under a
@@ -42,6 +46,9 @@ func (c *sessionCalls) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		ctx, cancel := context.WithCancelCause(ctx)
 		defer cancel(nil)
 		call := &sessionCall{user: userOf(req.GetExtra()), cancel: cancel}
+		if ip := ss.InitializeParams(); ip != nil {
+			call.version = ip.ProtocolVersion
+		}
 		id := ss.ID()
 		c.mu.Lock()
 		if c.calls == nil {
@@ -65,18 +72,21 @@ func (c *sessionCalls) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 }
 
 // endOnDelete cancels the calls in flight of the session a DELETE ends, before the SDK
-// closes it — only the calls of the user the request authenticates, whom the SDK binds
-// the session to (another user's DELETE is refused by it, and cancels nothing here).
+// closes it (it closes a session once its requests are done) — only a DELETE the SDK will
+// honour: of the user the request authenticates, whom the SDK binds the session to, with
+// the session's own protocol version or none, and not refused by the SDK's DNS-rebinding
+// protection. A refused DELETE has no effect.
 func (c *sessionCalls) endOnDelete(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if id := r.Header.Get(sessionHeader); r.Method == http.MethodDelete && id != "" {
+		if id := r.Header.Get(sessionHeader); r.Method == http.MethodDelete && id != "" && !rebinding(r) {
 			user := ""
 			if ti := sdkauth.TokenInfoFromContext(r.Context()); ti != nil {
 				user = ti.UserID
 			}
+			version := r.Header.Get("Mcp-Protocol-Version")
 			c.mu.Lock()
 			for call := range c.calls[id] {
-				if call.user == user {
+				if call.user == user && (version == "" || version == call.version) {
 					call.cancel(ErrSessionEnded)
 				}
 			}
@@ -84,6 +94,27 @@ func (c *sessionCalls) endOnDelete(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// rebinding reports whether the SDK's DNS-rebinding protection refuses r: a request to a
+// loopback address naming a Host that is not one.
+func rebinding(r *http.Request) bool {
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	return ok && local != nil && loopbackHost(local.String()) && !loopbackHost(r.Host)
+}
+
+// loopbackHost reports whether a host (with or without its port) is localhost or a
+// loopback address, as the SDK reads it.
+func loopbackHost(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = strings.Trim(addr, "[]")
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // userOf is the user of a request's token, "" without one.
