@@ -222,7 +222,7 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	rm := runs.New(runs.Config{Root: p.Root(), KeyFile: e.getenv("SYMBI_AUDIT_KEY_FILE"), Runner: runner, Registry: reg, Ledger: lw, Log: log,
 		Access: access, MaxRunsPerCaller: o.http.maxPerCaller})
 	for _, h := range held {
-		rm.Resume(runner.Resume(h))
+		rm.Resume(h)
 	}
 	cfg := mcpserver.Config{Project: p, Registry: reg, Runs: rm, Schemas: schemapin.NewVerifier(e.getenv), Log: log, Rate: o.http.rate}
 	attrs := []any{"project", p.Path(), "policy_mode", pol.Mode, "policy_digest", pol.Digest, "access_mode", access.Mode}

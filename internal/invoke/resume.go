@@ -36,6 +36,18 @@ type Held struct {
 	// overruled is a policy_reevaluated that denied the answer at no gate or another:
 	// the run was ending policy_denied when its server stopped, and ends so now.
 	overruled *journal.PolicyReevaluated
+
+	// Ended, when set, is called once the resumed run has ended, before anyone hears that
+	// it did, as Request.Ended is for a run started here.
+	Ended func()
+}
+
+// Caller names who started the held run (CallerStdio for a run of a stdio server).
+func (h *Held) Caller() string {
+	if h.started.Caller == "" {
+		return CallerStdio
+	}
+	return h.started.Caller
 }
 
 // RunID returns the held run's id.
@@ -149,6 +161,9 @@ func (r *Runner) Resume(h *Held) *Run {
 		r.active--
 		r.mu.Unlock()
 		r.runs.Done()
+		if h.Ended != nil {
+			h.Ended()
+		}
 		close(run.done)
 	}()
 	r.cfg.Log.Info("resumed a run waiting for approval", "run_id", h.w.RunID(), "agent", h.started.Agent, "gate", h.gate, "deadline", h.deadline)

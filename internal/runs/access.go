@@ -264,16 +264,19 @@ func (m *Manager) Approve(ctx context.Context, by Caller, runID, requestID, deci
 	return m.build(snap, m.mayRead(by, st).Allow), nil
 }
 
-// Resume follows a run this server continues after a restart (invoke.Runner.Resume): a
-// run that was waiting at a human gate is this server's again — at once, before Resume
-// returns, so that no request finds it another process's — approve_run reaches it, and
-// it counts against its caller's --max-runs-per-caller until it ends.
-func (m *Manager) Resume(lr *invoke.Run) {
+// Resume continues, with the Runner, a run that was waiting at a human gate when the
+// server stopped (invoke.Runner.Resume): it is this server's again — at once, before Resume
+// returns, so that no request finds it another process's — approve_run reaches it, and it
+// counts against its caller's --max-runs-per-caller until it ends, freed before anyone
+// hears it ended (Held.Ended).
+func (m *Manager) Resume(h *invoke.Held) {
+	release := m.count(h.Caller())
+	h.Ended = release
+	lr := m.runner().Resume(h)
 	m.mu.Lock()
 	m.adopt(lr)
 	m.mu.Unlock()
-	_, _, caller, _ := lr.Agent()
-	m.watch(lr, m.count(caller))
+	m.watch(lr, release)
 }
 
 // blank reports whether r shows nothing: white space, a control or a format character (a

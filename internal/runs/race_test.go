@@ -555,3 +555,59 @@ func TestStatusForAfterOwnRunEnded(t *testing.T) {
 		t.Fatalf("run_status of this server's run, cancelled: %+v, %v; want access_denied (an approver reads a run only while it waits)", got, err)
 	}
 }
+
+// TestResumedRunSlotFreedBeforeAnswer: a run resumed after a restart counts against its
+// caller's --max-runs-per-caller, and its slot, as a fresh run's, is freed before anyone
+// hears it ended (Held.Ended): once cancel_run has answered, the caller at its bound starts
+// its next run at once. A slow OnChange listener holds the watcher through that start_run,
+// as in TestPerCallerSlotFreedAfterCancel.
+func TestResumedRunSlotFreedBeforeAnswer(t *testing.T) {
+	model := echoModel(t)
+	first := startRestartServer(t, gateProject(t), model, 1)
+	st, _, err := first.m.Start(context.Background(), invoke.Request{Agent: "helper", Prompt: "tell ACME", Caller: "alice", CallerAuth: "token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitStatus(t, first.m, st.RunID, runs.StatusAwaitingApproval)
+	dir := snapshotProject(t, projectDirOf(t, st))
+	first.stop()
+
+	s := startRestartServer(t, dir, model, 1)
+	if len(s.held) != 1 || s.held[0] != st.RunID {
+		t.Fatalf("resumed %v, want [%s]", s.held, st.RunID)
+	}
+	hold := make(chan struct{})
+	var armed sync.Mutex
+	armedOn := false
+	unregister := s.m.OnChange(func(string) {
+		armed.Lock()
+		on := armedOn
+		armed.Unlock()
+		if on {
+			select {
+			case <-hold:
+			case <-time.After(30 * time.Second): // hang guard only
+			}
+		}
+	})
+	defer unregister()
+	armed.Lock()
+	armedOn = true
+	armed.Unlock()
+	got, already, err := s.m.Cancel(context.Background(), st.RunID)
+	if err != nil || already || got.Status != runs.StatusCancelled {
+		close(hold)
+		t.Fatalf("cancel_run: %+v, %v, %v", got, already, err)
+	}
+	_, _, err = s.m.Start(context.Background(), invoke.Request{Agent: "helper", Prompt: "plain", Caller: "alice", CallerAuth: "token"})
+	armed.Lock()
+	armedOn = false
+	armed.Unlock()
+	close(hold)
+	if errcode.Of(err) == errcode.Busy {
+		t.Fatalf("start_run of one caller (--max-runs-per-caller 1), right after cancel_run answered that her only (resumed) run is cancelled: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}

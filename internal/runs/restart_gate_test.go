@@ -186,7 +186,7 @@ func startServerHashes(t *testing.T, dir string, model *loopback.Server, maxPerC
 	s := &restartServer{runner: runner, m: m}
 	for _, h := range held {
 		s.held = append(s.held, h.RunID())
-		m.Resume(runner.Resume(h))
+		m.Resume(h)
 	}
 	var once sync.Once
 	s.stop = func() {
