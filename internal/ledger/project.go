@@ -268,7 +268,7 @@ func secondLook(r *ProjectReport, ledgerPath, gov string, pub ed25519.PublicKey,
 	}
 	runs, _ := recordedRuns(append(entries[:len(entries):len(entries)], more.Entries...), func(string, ...any) {})
 	var release func()
-	locked := false
+	locked := "" // why the directory's lock could not be had
 	defer func() {
 		if release != nil {
 			release()
@@ -293,11 +293,14 @@ func secondLook(r *ProjectReport, ledgerPath, gov string, pub ed25519.PublicKey,
 				// Bounded: someone holding the directory's lock for good must not keep
 				// the auditor from a verdict. Not had, the first finding stands.
 				if release, err = journal.TryLockScan(gov, scanLockWait); err != nil {
-					release, locked = func() {}, true
+					release, locked = func() {}, "the governed directory stayed locked by another process"
+					if !errors.Is(err, journal.ErrScanLocked) {
+						locked = err.Error()
+					}
 				}
 			}
-			if locked {
-				r.Runs[i].Note = "whether a writer holds this journal could not be decided: the governed directory stayed locked by another process"
+			if locked != "" {
+				r.Runs[i].Note = "whether a writer holds this journal could not be decided: " + locked
 				continue
 			}
 			if journal.InProgress(path) {
