@@ -91,13 +91,21 @@ func TestFailedInitializeEvictsNoSession(t *testing.T) {
 	}
 }
 
-// TestDeleteCancelsSessionCalls: a client that ends its HTTP session (DELETE) while an
-// invoke_agent of it waits on the model has its call cancelled — nobody can receive the
-// answer — so the run ends cancelled at once, not at its deadline holding its slots, and
-// the DELETE is answered without waiting for it.
-func TestDeleteCancelsSessionCalls(t *testing.T) {
-	model := newGatedModel(t)
-	srv, runner, closeServer := newServer(t, testProject(t, nil), serveOpts{env: model.env()})
+// heldCall is an HTTP session whose invoke_agent waits on the gated model.
+type heldCall struct {
+	model *gatedModel
+	url   string             // the MCP endpoint
+	sid   string             // the session holding the call
+	obs   *mcp.ClientSession // another session of the same (anonymous) caller, which may read the run
+	runID string
+}
+
+// startHeldCall serves a project over HTTP, opens a raw session and sends it an
+// invoke_agent the gated model holds, and returns once the run waits on the model.
+func startHeldCall(t *testing.T) *heldCall {
+	t.Helper()
+	h := &heldCall{model: newGatedModel(t)}
+	srv, runner, closeServer := newServer(t, testProject(t, nil), serveOpts{env: h.model.env()})
 	t.Cleanup(closeServer)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
@@ -106,23 +114,23 @@ func TestDeleteCancelsSessionCalls(t *testing.T) {
 	})
 	hs := httptest.NewServer(mcpserver.NewHTTPHandler(srv, mcpserver.HTTPOptions{Log: slog.New(slog.DiscardHandler)}))
 	t.Cleanup(hs.Close)
-	url := hs.URL + mcpserver.MCPPath
-	obs, err := mcp.NewClient(&mcp.Implementation{Name: "observer", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	h.url = hs.URL + mcpserver.MCPPath
+	obs, err := mcp.NewClient(&mcp.Implementation{Name: "observer", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: h.url}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { obs.Close() })
+	h.obs = obs
 
-	_, hdr, body := rawPost(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"leaver","version":"1"}}}`)
-	sid := hdr.Get("Mcp-Session-Id")
-	if sid == "" {
+	_, hdr, body := rawPost(t, h.url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"leaver","version":"1"}}}`)
+	if h.sid = hdr.Get("Mcp-Session-Id"); h.sid == "" {
 		t.Fatalf("initialize: no session (%s)", body)
 	}
-	rawPost(t, url, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	call, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"invoke_agent","arguments":{"agent":"helper","prompt":"hold please"}}}`))
+	rawPost(t, h.url, h.sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	call, _ := http.NewRequest(http.MethodPost, h.url, strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"invoke_agent","arguments":{"agent":"helper","prompt":"hold please"}}}`))
 	call.Header.Set("Content-Type", "application/json")
 	call.Header.Set("Accept", "application/json, text/event-stream")
-	call.Header.Set("Mcp-Session-Id", sid)
+	call.Header.Set("Mcp-Session-Id", h.sid)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
 	go func() {
@@ -133,33 +141,53 @@ func TestDeleteCancelsSessionCalls(t *testing.T) {
 	}()
 
 	// The run exists and waits on the model (a hang guard bounds the wait for it).
-	var runID string
-	for deadline := time.Now().Add(hangGuard); runID == "" && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(hangGuard); h.runID == "" && time.Now().Before(deadline); {
 		var page struct {
 			Runs []runs.Status `json:"runs"`
 		}
 		callOK(t, obs, "list_runs", map[string]any{}, &page)
 		if len(page.Runs) == 1 && page.Runs[0].Status == runs.StatusRunning && page.Runs[0].Records >= 2 {
-			runID = page.Runs[0].RunID
+			h.runID = page.Runs[0].RunID
 		} else {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	if runID == "" {
+	if h.runID == "" {
 		t.Fatal("the invoke_agent's run never started")
 	}
+	return h
+}
 
-	req, _ := http.NewRequest(http.MethodDelete, url, nil)
-	req.Header.Set("Mcp-Session-Id", sid)
+// delete sends a DELETE of the session, changed by mutate, and returns its status.
+func (h *heldCall) delete(t *testing.T, mutate func(*http.Request)) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodDelete, h.url, nil)
+	req.Header.Set("Mcp-Session-Id", h.sid)
+	mutate(req)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	res.Body.Close()
-	if res.StatusCode != http.StatusNoContent {
-		t.Fatalf("DELETE: %s", res.Status)
+	return res.StatusCode
+}
+
+// await waits for the run to reach status want (awaitStatus).
+func (h *heldCall) await(t *testing.T, want string) {
+	t.Helper()
+	awaitStatus(t, func(name string, args map[string]any, out any) { t.Helper(); callOK(t, h.obs, name, args, out) }, h.runID, want)
+}
+
+// TestDeleteCancelsSessionCalls: a client that ends its HTTP session (DELETE) while an
+// invoke_agent of it waits on the model has its call cancelled — nobody can receive the
+// answer — so the run ends cancelled at once, not at its deadline holding its slots, and
+// the DELETE is answered without waiting for it.
+func TestDeleteCancelsSessionCalls(t *testing.T) {
+	h := startHeldCall(t)
+	if code := h.delete(t, func(*http.Request) {}); code != http.StatusNoContent {
+		t.Fatalf("DELETE: %d", code)
 	}
-	awaitStatus(t, func(name string, args map[string]any, out any) { t.Helper(); callOK(t, obs, name, args, out) }, runID, runs.StatusCancelled)
+	h.await(t, runs.StatusCancelled)
 }
 
 // TestHTTPUnknownMethodIsJSONRPC: over Streamable HTTP, as over stdio, a request whose
@@ -231,75 +259,13 @@ func TestRefusedDeleteCancelsNothing(t *testing.T) {
 		{"DNS-rebinding Host", func(r *http.Request) { r.Host = "rebind.example" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			model := newGatedModel(t)
-			srv, runner, closeServer := newServer(t, testProject(t, nil), serveOpts{env: model.env()})
-			t.Cleanup(closeServer)
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
-				defer cancel()
-				runner.Shutdown(ctx)
-			})
-			hs := httptest.NewServer(mcpserver.NewHTTPHandler(srv, mcpserver.HTTPOptions{Log: slog.New(slog.DiscardHandler)}))
-			t.Cleanup(hs.Close)
-			url := hs.URL + mcpserver.MCPPath
-			obs, err := mcp.NewClient(&mcp.Implementation{Name: "observer", Version: "1"}, nil).Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { obs.Close() })
-			_, hdr, body := rawPost(t, url, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"leaver","version":"1"}}}`)
-			sid := hdr.Get("Mcp-Session-Id")
-			if sid == "" {
-				t.Fatalf("initialize: no session (%s)", body)
-			}
-			rawPost(t, url, sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-			call, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"invoke_agent","arguments":{"agent":"helper","prompt":"hold please"}}}`))
-			call.Header.Set("Content-Type", "application/json")
-			call.Header.Set("Accept", "application/json, text/event-stream")
-			call.Header.Set("Mcp-Session-Id", sid)
-			tr := &http.Transport{}
-			t.Cleanup(tr.CloseIdleConnections)
-			go func() {
-				if res, err := (&http.Client{Transport: tr}).Do(call); err == nil {
-					io.Copy(io.Discard, res.Body)
-					res.Body.Close()
-				}
-			}()
-			listed := func() runs.Status {
-				var page struct {
-					Runs []runs.Status `json:"runs"`
-				}
-				callOK(t, obs, "list_runs", map[string]any{}, &page)
-				if len(page.Runs) != 1 {
-					return runs.Status{}
-				}
-				return page.Runs[0]
-			}
-			var runID string
-			for deadline := time.Now().Add(hangGuard); runID == "" && time.Now().Before(deadline); {
-				if st := listed(); st.Status == runs.StatusRunning && st.Records >= 2 {
-					runID = st.RunID
-				} else {
-					time.Sleep(10 * time.Millisecond)
-				}
-			}
-			if runID == "" {
-				t.Fatal("the invoke_agent's run never started")
-			}
-			req, _ := http.NewRequest(http.MethodDelete, url, nil)
-			req.Header.Set("Mcp-Session-Id", sid)
-			tc.mutate(req)
-			res, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res.Body.Close()
-			if res.StatusCode/100 == 2 {
-				t.Fatalf("the premise fails: the DELETE was honoured (%s)", res.Status)
+			h := startHeldCall(t)
+			if code := h.delete(t, tc.mutate); code/100 == 2 {
+				t.Fatalf("the premise fails: the DELETE was honoured (%d)", code)
 			}
 			// The model answers now: a run the refused DELETE cancelled would end cancelled.
-			model.open()
-			awaitStatus(t, func(name string, args map[string]any, out any) { t.Helper(); callOK(t, obs, name, args, out) }, runID, runs.StatusCompleted)
+			h.model.open()
+			h.await(t, runs.StatusCompleted)
 		})
 	}
 }

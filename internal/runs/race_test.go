@@ -496,19 +496,17 @@ func TestApproveTimeoutCancel(t *testing.T) {
 	}
 }
 
-// TestApproveAfterOwnRunEnded: approve_run authorizes on the status of a run that awaits
-// approval; when this server's run ends before it is looked up again (here cancel_run, its
-// end recorded by its watcher), the answer is built from the run as it now is — not that
-// it "awaits approval in another server process", which is false.
-func TestApproveAfterOwnRunEnded(t *testing.T) {
+// endsAfterAuthorizing starts alice's run, held at the gate, and arranges that the next
+// authorization to read it — after it read the run's journal — sees the run cancelled and
+// its end recorded in the index (its watcher done) before the caller looks it up again.
+func endsAfterAuthorizing(t *testing.T) (*runs.Manager, string) {
+	t.Helper()
 	s := startRestartServer(t, gateProject(t), echoModel(t), 0)
 	st, _, err := s.m.Start(context.Background(), invoke.Request{Agent: "helper", Prompt: "tell ACME", Caller: "alice", CallerAuth: "token"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	awaitStatus(t, s.m, st.RunID, runs.StatusAwaitingApproval)
-	// While approve_run's authorization builds the run's status (after it read the
-	// journal), the run is cancelled and its end recorded in the index.
 	runs.SetTestAfterRead(func() {
 		runs.SetTestAfterRead(nil)
 		if got, _, err := s.m.Cancel(context.Background(), st.RunID); err != nil || got.Status != runs.StatusCancelled {
@@ -517,7 +515,16 @@ func TestApproveAfterOwnRunEnded(t *testing.T) {
 		s.m.Close() // waits for the run's watcher: its end is in the index
 	})
 	t.Cleanup(func() { runs.SetTestAfterRead(nil) })
-	_, err = s.m.Approve(context.Background(), runs.Caller{ID: "bob", Auth: "token"}, st.RunID, "", invoke.ApprovalApprove, "checked")
+	return s.m, st.RunID
+}
+
+// TestApproveAfterOwnRunEnded: approve_run authorizes on the status of a run that awaits
+// approval; when this server's run ends before it is looked up again (here cancel_run, its
+// end recorded by its watcher), the answer is built from the run as it now is — not that
+// it "awaits approval in another server process", which is false.
+func TestApproveAfterOwnRunEnded(t *testing.T) {
+	m, runID := endsAfterAuthorizing(t)
+	_, err := m.Approve(context.Background(), runs.Caller{ID: "bob", Auth: "token"}, runID, "", invoke.ApprovalApprove, "checked")
 	if errcode.Of(err) != errcode.InvalidTransition {
 		t.Fatalf("approve_run of a run that has ended: %v; want invalid_transition", err)
 	}
@@ -533,21 +540,8 @@ func TestApproveAfterOwnRunEnded(t *testing.T) {
 // end recorded by its watcher), the answer is what the approver may see of the run as it
 // now is — it may no longer read it — never the held text under the stale status.
 func TestStatusForAfterOwnRunEnded(t *testing.T) {
-	s := startRestartServer(t, gateProject(t), echoModel(t), 0)
-	st, _, err := s.m.Start(context.Background(), invoke.Request{Agent: "helper", Prompt: "tell ACME", Caller: "alice", CallerAuth: "token"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	awaitStatus(t, s.m, st.RunID, runs.StatusAwaitingApproval)
-	runs.SetTestAfterRead(func() {
-		runs.SetTestAfterRead(nil)
-		if got, _, err := s.m.Cancel(context.Background(), st.RunID); err != nil || got.Status != runs.StatusCancelled {
-			t.Errorf("cancel_run: %+v, %v", got, err)
-		}
-		s.m.Close() // waits for the run's watcher: its end is in the index
-	})
-	t.Cleanup(func() { runs.SetTestAfterRead(nil) })
-	got, err := s.m.StatusFor(runs.Caller{ID: "bob", Auth: "token"}, st.RunID)
+	m, runID := endsAfterAuthorizing(t)
+	got, err := m.StatusFor(runs.Caller{ID: "bob", Auth: "token"}, runID)
 	if err == nil && got.Approval != nil && got.Approval.Text != nil {
 		t.Fatalf("run_status of a run cancelled meanwhile shows the approver its held text under status %s", got.Status)
 	}
