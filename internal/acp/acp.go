@@ -116,6 +116,10 @@ const (
 	// as long as the agent does not read: past it the agent floods requests. It leaves
 	// room over maxRequests for an answer being written while the next request is read.
 	maxUnanswered = 2 * maxRequests
+	// maxToolCalls bounds the tool calls a session announces, each remembered (kind,
+	// title, paths) for the permission requests that name it: past it the agent floods
+	// tool calls, which is malformed ACP.
+	maxToolCalls = 1 << 16
 )
 
 // Config is one delegated session.
@@ -285,6 +289,11 @@ type runner struct {
 	reqIdle chan struct{} // set by idle: closed when reqN drops to 0
 
 	permN, fsN atomic.Int64
+	// calls is what the session announced of each tool call (tool_call, tool_call_update),
+	// by id, as read from the agent's output in order (checkLines): a permission request
+	// naming one is decided on it as well as on what the request repeats.
+	callsMu sync.Mutex
+	calls   map[string]*announced
 
 	mu       sync.Mutex // journal appends and the coalescing buffer
 	bufKind  string     // journal.TypeAgentMessage or TypeAgentThought, "" when empty
@@ -1040,6 +1049,11 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 					dst.CloseWithError(errors.New("malformed ACP"))
 					return
 				}
+				if err := r.announce(t); err != nil {
+					r.abort(err)
+					dst.CloseWithError(errors.New("malformed ACP"))
+					return
+				}
 				if request && r.unanswered.Add(1) > maxUnanswered {
 					r.abort(fmt.Errorf("%w: the agent floods requests: more than %d read and not yet answered (it does not read its answers?)", ErrMalformed, maxUnanswered))
 					dst.CloseWithError(errors.New("malformed ACP"))
@@ -1057,6 +1071,102 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 			return
 		}
 	}
+}
+
+// announced is what a session said of one tool call: its kind and title as last
+// announced, and every location it was ever announced with.
+type announced struct {
+	kind      *sdk.ToolKind
+	title     *string
+	locations []sdk.ToolCallLocation
+}
+
+// announce remembers what the message t, a line of the agent's output not yet handed to
+// the SDK, says of a tool call: a session/update tool_call or tool_call_update. It runs in
+// the order of the agent's output, before the SDK reads the line — a permission request
+// the SDK then serves on its own goroutine, ahead of the notifications it queues, finds
+// every tool call announced before it.
+func (r *runner) announce(t []byte) error {
+	if !bytes.Contains(t, []byte(`"tool_call`)) {
+		return nil // neither sessionUpdate value
+	}
+	var m struct {
+		Method string `json:"method"`
+		Params struct {
+			Update struct {
+				SessionUpdate string                 `json:"sessionUpdate"`
+				ToolCallID    string                 `json:"toolCallId"`
+				Kind          *sdk.ToolKind          `json:"kind"`
+				Title         *string                `json:"title"`
+				Locations     []sdk.ToolCallLocation `json:"locations"`
+			} `json:"update"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(t, &m) != nil || m.Method != "session/update" {
+		return nil // what the SDK cannot decode it drops (sdkLog), journaled as malformed
+	}
+	u := m.Params.Update
+	if u.SessionUpdate != "tool_call" && u.SessionUpdate != "tool_call_update" || u.ToolCallID == "" {
+		return nil
+	}
+	r.callsMu.Lock()
+	defer r.callsMu.Unlock()
+	a := r.calls[u.ToolCallID]
+	if a == nil {
+		if len(r.calls) >= maxToolCalls {
+			return fmt.Errorf("%w: the agent announces more than %d tool calls", ErrMalformed, maxToolCalls)
+		}
+		if r.calls == nil {
+			r.calls = map[string]*announced{}
+		}
+		a = &announced{}
+		r.calls[u.ToolCallID] = a
+	}
+	if u.Kind != nil {
+		a.kind = u.Kind
+	}
+	if u.Title != nil {
+		a.title = u.Title
+	}
+	for _, l := range u.Locations {
+		if !slices.ContainsFunc(a.locations, func(o sdk.ToolCallLocation) bool { return o.Path == l.Path }) {
+			a.locations = append(a.locations, sdk.ToolCallLocation{Path: l.Path})
+		}
+	}
+	return nil
+}
+
+// toolCall is what the permission request req says of its tool call, merged with what the
+// session announced of it: the kind the request names, or else the announced one; the
+// title likewise; every path either names (a path the tool call was announced with stays
+// one it may touch). changed is why the request cannot be decided on: it names another
+// kind than the one announced.
+func (r *runner) toolCall(tc sdk.ToolCallUpdate) (kind *sdk.ToolKind, title *string, locations []sdk.ToolCallLocation, changed string) {
+	kind, title, locations = tc.Kind, tc.Title, slices.Clone(tc.Locations)
+	r.callsMu.Lock()
+	a := r.calls[string(tc.ToolCallId)]
+	var ak *sdk.ToolKind
+	var at *string
+	var al []sdk.ToolCallLocation
+	if a != nil {
+		ak, at, al = a.kind, a.title, slices.Clone(a.locations)
+	}
+	r.callsMu.Unlock()
+	switch {
+	case kind == nil:
+		kind = ak
+	case ak != nil && *ak != *kind:
+		changed = fmt.Sprintf("the request names kind %s, its tool call was announced as %s", errcode.Quote(string(*kind)), errcode.Quote(string(*ak)))
+	}
+	if title == nil {
+		title = at
+	}
+	for _, l := range al {
+		if !slices.ContainsFunc(locations, func(o sdk.ToolCallLocation) bool { return o.Path == l.Path }) {
+			locations = append(locations, l)
+		}
+	}
+	return kind, title, locations, changed
 }
 
 // notMessage says why the non-blank line t is not a message the SDK's reader takes — not
@@ -1444,19 +1554,26 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 		return sdk.RequestPermissionResponse{}, sdk.NewInvalidParams(map[string]any{"error": "unknown session"})
 	}
 	tc := req.ToolCall
+	// The request names a tool call announced before: what it leaves out is what was
+	// announced (ACP's ToolCallUpdate), and a path announced stays one the call may touch.
+	kind, ttl, locations, changed := r.toolCall(tc)
 	title := ""
-	if tc.Title != nil {
-		title = cut(*tc.Title, journal.MaxTitleBytes)
+	if ttl != nil {
+		title = cut(*ttl, journal.MaxTitleBytes)
 	}
 	in, _ := rawDigest(tc.RawInput)
-	l, err := r.paths(tc.Locations)
+	l, err := r.paths(locations)
 	if err != nil {
 		return sdk.RequestPermissionResponse{}, r.malformed(err)
 	}
-	t := policy.ToolUse{Kind: kindOf(tc.Kind), Title: title, Paths: l.Paths, Outside: l.Outside,
+	t := policy.ToolUse{Kind: kindOf(kind), Title: title, Paths: l.Paths, Outside: l.Outside,
 		Workspace: r.cfg.Workspace.Path(), RawInputSHA256: in}
 	d := Predecide(r.cfg.Workspace, t.Kind, l)
-	if pin := r.cfg.Executor.PinMode; d == nil && pin != "" && tc.Kind != nil && *tc.Kind == sdk.ToolKindSwitchMode {
+	if d == nil && changed != "" {
+		why := fmt.Sprintf(`refused by rule "a tool call keeps its kind": %s`, changed)
+		d = &policy.Decision{Reason: why, Errors: []string{"symbi: " + why}}
+	}
+	if pin := r.cfg.Executor.PinMode; d == nil && pin != "" && kind != nil && *kind == sdk.ToolKindSwitchMode {
 		// Leaving the pinned mode is never the policy's to allow (a switch_mode request is
 		// kind "other" to the policies, which may permit that broadly).
 		why := fmt.Sprintf(`refused by rule "the pinned mode is kept": a switch_mode request, and the executor pins mode %s`, errcode.Quote(pin))

@@ -939,3 +939,87 @@ func TestPinnedModeSwitchDenied(t *testing.T) {
 	}
 	e.finishAndVerify(res)
 }
+
+// TestPermissionInheritsToolCall: a session/request_permission is decided on the tool call
+// it names as well as on what it repeats. Its toolCall is an ACP ToolCallUpdate: what it
+// leaves out keeps the value the tool call was announced with (the Claude Code adapter
+// sends {toolCallId, rawInput, title}, no kind, no locations). Decided on the request
+// alone, an edit of policies/, of the audit store or of a file outside the workspace was
+// Tool::"other" with no paths — past the rules that come before any policy, allowed by
+// any policy permitting "other", and journaled as such. It is the edit it was announced as,
+// refused by the rule that applies, and so journaled.
+func TestPermissionInheritsToolCall(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		location string
+		rule     string // what the refusal must name
+	}{
+		{"policies", "$CWD/policies/tools.cedar", "policies are protected"},
+		{"audit store", "$CWD/.symbiont/governed/audit-signing.key", "the audit store is protected"},
+		{"outside", "/etc/passwd", "outside the workspace"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, map[string]any{"steps": []any{
+				map[string]any{"tool_call": map[string]any{"id": "t1", "kind": "edit", "title": "Edit file", "locations": []string{tt.location}}},
+				// The permission request names the tool call by id only (as claude-agent-acp's
+				// canUseTool does): no kind, no locations.
+				map[string]any{"permission": map[string]any{"tool_call_id": "t1", "title": "Edit file"}},
+				map[string]any{"message": "done"},
+			}})
+			// A broad policy: it permits what an adapter sends without a kind. That is every
+			// request of the Claude Code adapter, so an operator must permit it to get
+			// anything done.
+			var seen []policy.ToolUse
+			allow := allowKinds("other")
+			e.cfg.Decide = func(u policy.ToolUse) policy.Decision {
+				seen = append(seen, u)
+				return allow(u)
+			}
+			res := e.run(nil)
+			mustOutcome(t, res, OutcomeCompleted)
+			perms := e.eventsNamed("permission")
+			if len(perms) != 1 {
+				t.Fatalf("%d permission events", len(perms))
+			}
+			pds := ofType(e.entries(), journal.TypePermissionDecided)
+			if len(pds) != 1 {
+				t.Fatalf("%d permission_decided", len(pds))
+			}
+			pd := data[journal.PermissionDecided](t, pds[0])
+			if perms[0]["outcome"] != "reject_once" || pd.Decision != "deny" {
+				t.Errorf("the agent heard %v and the journal says %q (kind %q, paths %q, outside %q, policies %q): "+
+					"a permission for tool call t1, announced as an edit of %s, was decided without its kind and locations",
+					perms[0]["outcome"], pd.Decision, pd.Kind, pd.Paths, pd.Outside, pd.PolicyIDs, tt.location)
+			}
+			if !slices.ContainsFunc(pd.Errors, func(s string) bool { return strings.Contains(s, tt.rule) }) && len(pd.Outside) == 0 {
+				t.Errorf("permission_decided %+v: want a refusal by rule %q", pd, tt.rule)
+			}
+			for _, u := range seen {
+				if u.Kind == "other" && len(u.Paths) == 0 && len(u.Outside) == 0 {
+					t.Errorf("the policy was asked about Tool::%q with no paths for a tool call announced as an edit of %s", u.Kind, tt.location)
+				}
+			}
+			e.finishAndVerify(res)
+		})
+	}
+}
+
+// TestPermissionKeepsToolCallKind: a permission request naming another kind than the one
+// its tool call was announced with (announced a delete, asked as a read) is refused before
+// any policy, by rule "a tool call keeps its kind": which of the two the agent will do is
+// not the request's to say.
+func TestPermissionKeepsToolCallKind(t *testing.T) {
+	e := newEnv(t, map[string]any{"steps": []any{
+		map[string]any{"tool_call": map[string]any{"id": "t1", "kind": "delete", "title": "Remove a", "locations": []string{"$CWD/a.txt"}}},
+		map[string]any{"permission": map[string]any{"tool_call_id": "t1", "kind": "read", "title": "Read a", "locations": []string{"$CWD/a.txt"}}},
+		map[string]any{"message": "done"},
+	}})
+	e.cfg.Decide = allowKinds("read", "delete")
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeCompleted)
+	pd := data[journal.PermissionDecided](t, ofType(e.entries(), journal.TypePermissionDecided)[0])
+	if pd.Decision != "deny" || !slices.ContainsFunc(pd.Errors, func(s string) bool { return strings.Contains(s, "a tool call keeps its kind") }) {
+		t.Fatalf("permission_decided %+v: want a refusal by rule \"a tool call keeps its kind\"", pd)
+	}
+	e.finishAndVerify(res)
+}
