@@ -3,12 +3,37 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // logQueue bounds the log lines waiting to be written to stderr.
 const logQueue = 1024
+
+// maxLogAttrBytes bounds one value of a log line: a client's text the SDK logs (a
+// logging/setLevel level, a method name) could otherwise be a 16 MiB line each, and the
+// queue hold logQueue of them. The agent's own words an ACP run logs are at most 8 KiB.
+const maxLogAttrBytes = 16 << 10
+
+// clipAttr is the log handler's ReplaceAttr: a value whose text is longer than
+// maxLogAttrBytes — a string, an error, any value printed as text (the SDK logs a client's
+// level as its own string type) — is cut there, saying its length.
+func clipAttr(_ []string, a slog.Attr) slog.Attr {
+	if k := a.Value.Kind(); k != slog.KindString && k != slog.KindAny {
+		return a // numbers, times, durations, groups: short, or cut member by member
+	}
+	s := a.Value.String()
+	if len(s) <= maxLogAttrBytes {
+		return a
+	}
+	n := maxLogAttrBytes
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return slog.String(a.Key, fmt.Sprintf("%s…(%d bytes in all)", s[:n], len(s)))
+}
 
 // logFlushWait bounds how long symbi mcp waits, at exit, for its last log lines to be
 // written: a stderr nobody reads never drains.

@@ -98,7 +98,7 @@ func init() {
 		// Log lines are written on their own goroutine, dropped (and counted) when stderr is
 		// not read: a log call never waits for the client to read stderr.
 		sink := newLogSink(e.stderr)
-		log := slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: lv}))
+		log := slog.New(slog.NewTextHandler(sink, &slog.HandlerOptions{Level: lv, ReplaceAttr: clipAttr}))
 		// The stop signals are caught from here to the exit, the last log lines' flush
 		// included (until serving begins, a signal ends the process as uncaught): a client
 		// that closes stdin and then sends SIGTERM, while stderr is not read, cuts the

@@ -332,3 +332,24 @@ func TestJournalTextChoiceIsNotInternal(t *testing.T) {
 		}
 	}
 }
+
+// TestLogLineOfClientInput: a client's text the SDK logs (logging/setLevel's level, here
+// 1 MiB) reaches stderr cut to 16 KiB, with its length: the log queue holds at most 1,024
+// lines, and lines of a client's megabytes would make that unbounded memory.
+func TestLogLineOfClientInput(t *testing.T) {
+	dir := newE2EProject(t)
+	s := startRaw(t, dir, modelEnv(nil))
+	level := strings.Repeat("A", 1<<20)
+	s.send(t, `{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"`+level+`"}}`)
+	if r := s.next(t); r["id"] != float64(2) {
+		t.Fatalf("logging/setLevel: %v", r)
+	}
+	s.stdin.Close()
+	s.wait(t)
+	const maxLine = 64 << 10
+	for _, l := range strings.Split(s.allStderr(t), "\n") {
+		if len(l) > maxLine {
+			t.Errorf("a %d-byte stderr line (want at most %d): %.120s…", len(l), maxLine, l)
+		}
+	}
+}

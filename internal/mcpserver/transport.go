@@ -239,7 +239,13 @@ func readLine(r *bufio.Reader, limit int) (line []byte, tooLong bool, err error)
 	for {
 		chunk, err := r.ReadSlice('\n')
 		if !tooLong {
-			if len(line)+len(chunk) > limit+1 {
+			// The line's length without its newline: the last line of the input may
+			// have none, and is held to the same limit.
+			n := len(line) + len(chunk)
+			if bytes.HasSuffix(chunk, []byte("\n")) {
+				n--
+			}
+			if n > limit {
 				tooLong, line = true, nil
 			} else {
 				line = append(line, chunk...)
@@ -337,6 +343,22 @@ func check(line []byte) screened {
 		_, hasError := members["error"]
 		if hasResult == hasError {
 			return refused(id, codeInvalidRequest, "invalid request: a response needs exactly one of result and error")
+		}
+	}
+	if request && bytes.Contains(line, []byte(`"progressToken"`)) {
+		// The SDK reads a progress token as it reads an id, a number through a float64:
+		// notifications/progress would carry another token than the one the client sent.
+		var m struct {
+			Params struct {
+				Meta struct {
+					Token json.RawMessage `json:"progressToken"`
+				} `json:"_meta"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(line, &m) == nil && m.Params.Meta.Token != nil && string(m.Params.Meta.Token) != "null" {
+			if why := badID(m.Params.Meta.Token, true); why != "" {
+				return refused(id, codeInvalidRequest, "invalid request: the progress token: "+strings.ReplaceAll(why, "an id", "a progress token"))
+			}
 		}
 	}
 	if request && id != nil {

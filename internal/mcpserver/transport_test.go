@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
+	"symbi/internal/syncbuf"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -343,4 +345,62 @@ func TestIDInFlight(t *testing.T) {
 	}
 	<-out
 	passes(`{"jsonrpc":"2.0","id":5,"method":"ping"}`)
+}
+
+// TestLineOverLimitAtEOF: the last line of stdin, without its newline, is held to the
+// same limit as any other: a message one byte over 16 MiB is refused with -32600 "message
+// exceeds 16777216 bytes (16 MiB); skipped" (docs/errors.md), not passed to the SDK.
+func TestLineOverLimitAtEOF(t *testing.T) {
+	const prefix = `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"_meta":{"pad":"`
+	const suffix = `"}}}`
+	line := prefix + strings.Repeat("x", mcpserver.MaxMessageBytes+1-len(prefix)-len(suffix)) + suffix
+	if len(line) != mcpserver.MaxMessageBytes+1 {
+		t.Fatalf("built a line of %d bytes", len(line))
+	}
+	var out syncbuf.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	conn, err := mcpserver.NewStdioTransport(strings.NewReader(line), &out).Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	msg, err := conn.Read(ctx)
+	if err == nil {
+		t.Errorf("a %d-byte line (no newline, at EOF) reached the SDK as %T; want it refused as over %d bytes", len(line), msg, mcpserver.MaxMessageBytes)
+	} else if !errors.Is(err, io.EOF) {
+		t.Logf("read: %v", err)
+	}
+	if !strings.Contains(out.String(), "exceeds 16777216 bytes") {
+		t.Errorf("stdout %.200q; want the -32600 'message exceeds 16777216 bytes' refusal", out.String())
+	}
+}
+
+// TestProgressTokenExact: a progress token the server cannot echo exactly — a number the
+// SDK would read through a float64 (2^53 + 1), or not a string or an integer — is refused
+// with -32600, as such an id is: every notifications/progress would otherwise carry a
+// token the client never sent. A string or an exact integer token is taken.
+func TestProgressTokenExact(t *testing.T) {
+	w := startWire(t, testProject(t, nil))
+	w.initialize(t)
+	call := func(id int, token string) response {
+		t.Helper()
+		w.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"list_agents","arguments":{},"_meta":{"progressToken":%s}}}`, id, token))
+		for {
+			if r := w.next(t); string(r.ID) == strconv.Itoa(id) {
+				return r
+			}
+		}
+	}
+	for i, token := range []string{"9007199254740993", "1.5", "true", "{}"} {
+		r := call(10+i, token)
+		if r.Error == nil || r.Error.Code != -32600 || !strings.Contains(r.Error.Message, "progress token") {
+			t.Errorf("progress token %s: %+v, want -32600 naming the progress token", token, r.Error)
+		}
+	}
+	for i, token := range []string{"7", `"p-1"`, "-9007199254740991"} {
+		if r := call(20+i, token); r.Error != nil {
+			t.Errorf("progress token %s refused: %+v", token, r.Error)
+		}
+	}
 }
