@@ -53,45 +53,13 @@ func TestPerCallerSlotFreedBeforeAnswer(t *testing.T) {
 // slot freed by the watcher would still be taken.
 func TestPerCallerSlotFreedAfterCancel(t *testing.T) {
 	s := startRestartServer(t, gateProject(t), echoModel(t), 1)
-	hold := make(chan struct{})
-	var armed sync.Mutex
-	armedOn := false
-	unregister := s.m.OnChange(func(string) {
-		armed.Lock()
-		on := armedOn
-		armed.Unlock()
-		if on {
-			select {
-			case <-hold:
-			case <-time.After(30 * time.Second): // hang guard only
-			}
-		}
-	})
-	defer unregister()
 	req := invoke.Request{Agent: "helper", Prompt: "tell ACME", Caller: "alice", CallerAuth: "token"} // held at the gate
 	st, _, err := s.m.Start(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	awaitStatus(t, s.m, st.RunID, runs.StatusAwaitingApproval)
-	armed.Lock()
-	armedOn = true
-	armed.Unlock()
-	got, already, err := s.m.Cancel(context.Background(), st.RunID)
-	if err != nil || already || got.Status != runs.StatusCancelled {
-		t.Fatalf("cancel_run: %+v, %v, %v", got, already, err)
-	}
-	_, _, err = s.m.Start(context.Background(), invoke.Request{Agent: "helper", Prompt: "plain", Caller: "alice", CallerAuth: "token"})
-	armed.Lock()
-	armedOn = false
-	armed.Unlock()
-	close(hold)
-	if errcode.Of(err) == errcode.Busy {
-		t.Fatalf("start_run of one caller (--max-runs-per-caller 1), right after cancel_run answered that its only run is cancelled: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	cancelThenStart(t, s.m, st.RunID)
 }
 
 // ---- a stress fixture: real files, the loopback model, a Runner and a Manager ----
@@ -570,10 +538,19 @@ func TestResumedRunSlotFreedBeforeAnswer(t *testing.T) {
 	if len(s.held) != 1 || s.held[0] != st.RunID {
 		t.Fatalf("resumed %v, want [%s]", s.held, st.RunID)
 	}
+	cancelThenStart(t, s.m, st.RunID)
+}
+
+// cancelThenStart cancels alice's run id and, once cancel_run has answered, starts her
+// next run at once, with an OnChange listener slow to return holding the run's watcher
+// meanwhile — the interleaving in which a slot freed by the watcher would still be taken:
+// with --max-runs-per-caller 1, the start must not be busy.
+func cancelThenStart(t *testing.T, m *runs.Manager, id string) {
+	t.Helper()
 	hold := make(chan struct{})
 	var armed sync.Mutex
 	armedOn := false
-	unregister := s.m.OnChange(func(string) {
+	unregister := m.OnChange(func(string) {
 		armed.Lock()
 		on := armedOn
 		armed.Unlock()
@@ -588,18 +565,18 @@ func TestResumedRunSlotFreedBeforeAnswer(t *testing.T) {
 	armed.Lock()
 	armedOn = true
 	armed.Unlock()
-	got, already, err := s.m.Cancel(context.Background(), st.RunID)
+	got, already, err := m.Cancel(context.Background(), id)
 	if err != nil || already || got.Status != runs.StatusCancelled {
 		close(hold)
 		t.Fatalf("cancel_run: %+v, %v, %v", got, already, err)
 	}
-	_, _, err = s.m.Start(context.Background(), invoke.Request{Agent: "helper", Prompt: "plain", Caller: "alice", CallerAuth: "token"})
+	_, _, err = m.Start(context.Background(), invoke.Request{Agent: "helper", Prompt: "plain", Caller: "alice", CallerAuth: "token"})
 	armed.Lock()
 	armedOn = false
 	armed.Unlock()
 	close(hold)
 	if errcode.Of(err) == errcode.Busy {
-		t.Fatalf("start_run of one caller (--max-runs-per-caller 1), right after cancel_run answered that her only (resumed) run is cancelled: %v", err)
+		t.Fatalf("start_run of one caller (--max-runs-per-caller 1), right after cancel_run answered that its only run is cancelled: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
