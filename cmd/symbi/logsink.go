@@ -6,7 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"symbi/internal/errcode"
 )
 
 // logQueue bounds the log lines waiting to be written to stderr.
@@ -24,15 +25,10 @@ func clipAttr(_ []string, a slog.Attr) slog.Attr {
 	if k := a.Value.Kind(); k != slog.KindString && k != slog.KindAny {
 		return a // numbers, times, durations, groups: short, or cut member by member
 	}
-	s := a.Value.String()
-	if len(s) <= maxLogAttrBytes {
-		return a
+	if s := a.Value.String(); len(s) > maxLogAttrBytes {
+		return slog.String(a.Key, errcode.ClipTo(s, maxLogAttrBytes))
 	}
-	n := maxLogAttrBytes
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return slog.String(a.Key, fmt.Sprintf("%s…(%d bytes in all)", s[:n], len(s)))
+	return a
 }
 
 // logFlushWait bounds how long symbi mcp waits, at exit, for its last log lines to be

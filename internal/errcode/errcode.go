@@ -106,8 +106,12 @@ func Quote(s string) string {
 }
 
 // Clip is Quote without the quotes, for text already safe to show (a JSON path).
-func Clip(s string) string {
-	head, cut := prefix(s)
+func Clip(s string) string { return ClipTo(s, MaxQuoted) }
+
+// ClipTo is Clip at max bytes: s, or its first max bytes (cut at a rune boundary) and
+// its length.
+func ClipTo(s string, max int) string {
+	head, cut := prefixTo(s, max)
 	if !cut {
 		return s
 	}
@@ -115,11 +119,13 @@ func Clip(s string) string {
 }
 
 // prefix returns at most MaxQuoted bytes of s, cut at a rune boundary, and whether it cut.
-func prefix(s string) (string, bool) {
-	if len(s) <= MaxQuoted {
+func prefix(s string) (string, bool) { return prefixTo(s, MaxQuoted) }
+
+func prefixTo(s string, max int) (string, bool) {
+	if len(s) <= max {
 		return s, false
 	}
-	n := MaxQuoted
+	n := max
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}

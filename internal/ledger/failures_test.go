@@ -224,18 +224,7 @@ func TestWriterStopsWhenUnreachable(t *testing.T) {
 func TestWriterFsyncFails(t *testing.T) {
 	p := newProjectRuns(t, 1)
 	store := p.store(t)
-	w, err := store.Create("agent", "run-f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range []journal.Record{journal.Started{Agent: "a"}, journal.InferenceRequested{CallID: "c1"}} {
-		if err := w.Append(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	w := durableRun(t, store, "run-f", journal.Started{Agent: "a"}, journal.InferenceRequested{CallID: "c1"})
 	prev := w.Durable()
 	prep, err := w.Prepare(journal.Terminated{Reason: "cancelled"})
 	if err != nil {

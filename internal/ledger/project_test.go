@@ -54,15 +54,15 @@ func newProjectRunsTB(t testing.TB, n int) *project {
 	return p
 }
 
-// addRun writes a whole run's journal, recording it in the ledger when recorded is set.
-func (p *project) addRun(t testing.TB, store *journal.Store, runID string, recorded bool) {
+// durableRun creates the journal of runID (agent "agent") and writes recs to it, durable;
+// its writer stays open.
+func durableRun(t testing.TB, store *journal.Store, runID string, recs ...journal.Record) *journal.Writer {
 	t.Helper()
 	w, err := store.Create("agent", runID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w.Close()
-	for _, r := range []journal.Record{journal.Started{Agent: "a"}, journal.InferenceRequested{CallID: "c1"}, journal.Terminated{Reason: "cancelled"}} {
+	for _, r := range recs {
 		if err := w.Append(r); err != nil {
 			t.Fatal(err)
 		}
@@ -70,6 +70,14 @@ func (p *project) addRun(t testing.TB, store *journal.Store, runID string, recor
 	if err := w.Sync(); err != nil {
 		t.Fatal(err)
 	}
+	return w
+}
+
+// addRun writes a whole run's journal, recording it in the ledger when recorded is set.
+func (p *project) addRun(t testing.TB, store *journal.Store, runID string, recorded bool) {
+	t.Helper()
+	w := durableRun(t, store, runID, journal.Started{Agent: "a"}, journal.InferenceRequested{CallID: "c1"}, journal.Terminated{Reason: "cancelled"})
+	defer w.Close()
 	rc := w.Durable()
 	data, _ := os.ReadFile(w.Path())
 	prev := journal.ZeroHash

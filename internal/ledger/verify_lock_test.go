@@ -22,18 +22,7 @@ import (
 func TestRecordAsFoundReplacedJournal(t *testing.T) {
 	p := newProjectRuns(t, 1) // run-0, recorded
 	store := p.store(t)
-	w, err := store.Create("agent", "run-x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range []journal.Record{journal.Started{Agent: "a"}, journal.InferenceRequested{CallID: "c1"}} {
-		if err := w.Append(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Sync(); err != nil {
-		t.Fatal(err)
-	}
+	w := durableRun(t, store, "run-x", journal.Started{Agent: "a"}, journal.InferenceRequested{CallID: "c1"})
 	path := w.Path()
 	w.Close()
 
@@ -76,15 +65,7 @@ func TestRecordAsFoundReplacedJournal(t *testing.T) {
 func TestVerifyProjectDoesNotHangOnLockedDir(t *testing.T) {
 	p := newProjectRuns(t, 1)
 	store := p.store(t)
-	w, err := store.Create("agent", "abandoned")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Append(journal.Started{Agent: "a"}); err != nil {
-		t.Fatal(err)
-	}
-	w.Sync()
-	w.Close() // its server is gone: the run was abandoned, not yet reconciled
+	durableRun(t, store, "abandoned", journal.Started{Agent: "a"}).Close() // its server is gone: abandoned, not yet reconciled
 
 	// Someone holds a shared lock on the governed directory, and keeps it.
 	fd, err := unix.Open(p.gov, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)

@@ -525,20 +525,13 @@ func TestStatusForAfterOwnRunEnded(t *testing.T) {
 // as in TestPerCallerSlotFreedAfterCancel.
 func TestResumedRunSlotFreedBeforeAnswer(t *testing.T) {
 	model := echoModel(t)
-	first := startRestartServer(t, gateProject(t), model, 1)
-	st, _, err := first.m.Start(context.Background(), invoke.Request{Agent: "helper", Prompt: "tell ACME", Caller: "alice", CallerAuth: "token"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	awaitStatus(t, first.m, st.RunID, runs.StatusAwaitingApproval)
-	dir := snapshotProject(t, projectDirOf(t, st))
-	first.stop()
+	dir, runID := heldThenStopped(t, model, 1)
 
 	s := startRestartServer(t, dir, model, 1)
-	if len(s.held) != 1 || s.held[0] != st.RunID {
-		t.Fatalf("resumed %v, want [%s]", s.held, st.RunID)
+	if len(s.held) != 1 || s.held[0] != runID {
+		t.Fatalf("resumed %v, want [%s]", s.held, runID)
 	}
-	cancelThenStart(t, s.m, st.RunID)
+	cancelThenStart(t, s.m, runID)
 }
 
 // cancelThenStart cancels alice's run id and, once cancel_run has answered, starts her

@@ -401,20 +401,13 @@ func TestWaitEndedLiveDelegatedRun(t *testing.T) {
 // process" (with one P, the watcher would not have run yet).
 func TestResumedRunIsThisServers(t *testing.T) {
 	model := echoModel(t)
-	first := startRestartServer(t, gateProject(t), model, 0)
-	st, _, err := first.m.Start(context.Background(), invoke.Request{Agent: "helper", Prompt: "tell ACME", Caller: "alice", CallerAuth: "token"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	awaitStatus(t, first.m, st.RunID, runs.StatusAwaitingApproval)
-	dir := snapshotProject(t, projectDirOf(t, st))
-	first.stop()
+	dir, runID := heldThenStopped(t, model, 0)
 
 	// One P: the watcher goroutine Manager.Resume starts runs only when this one blocks,
 	// as a request arriving at once may find it.
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	second := startRestartServer(t, dir, model, 0) // returns once Manager.Resume has returned
-	got, already, err := second.m.Cancel(context.Background(), st.RunID)
+	got, already, err := second.m.Cancel(context.Background(), runID)
 	if err != nil || already || got.Status != runs.StatusCancelled {
 		t.Fatalf("cancel_run of the resumed run right after start-up: %+v, already_finished %v, %v; want cancelled", got, already, err)
 	}
@@ -500,22 +493,15 @@ func cliResolve(t *testing.T, dir, runID, value string) (*runs.Status, error) {
 // nothing can release its text.
 func TestResolvedHeldRunNotResumed(t *testing.T) {
 	model := echoModel(t)
-	first := startRestartServer(t, gateProject(t), model, 0)
-	st, _, err := first.m.Start(context.Background(), invoke.Request{Agent: "helper", Prompt: "tell ACME", Caller: "alice", CallerAuth: "token"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	awaitStatus(t, first.m, st.RunID, runs.StatusAwaitingApproval)
-	dir := snapshotProject(t, projectDirOf(t, st)) // as kill -9 leaves it
-	first.stop()
+	dir, runID := heldThenStopped(t, model, 0)
 
-	res, err := cliResolve(t, dir, st.RunID, "superseded")
+	res, err := cliResolve(t, dir, runID, "superseded")
 	if err != nil || res.Status != runs.StatusAbandoned {
 		t.Fatalf("resolve of the held run between servers: %+v, %v; want it resolved as abandoned", res, err)
 	}
 
 	second := startRestartServer(t, dir, model, 0)
-	got, err := second.m.Status(st.RunID)
+	got, err := second.m.Status(runID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -523,7 +509,7 @@ func TestResolvedHeldRunNotResumed(t *testing.T) {
 		t.Fatalf("the held run resolved while no server ran it, after the next server started: %s, resolution %+v, released %v; want abandoned, superseded, nothing released",
 			got.Status, got.Resolution, got.Released)
 	}
-	if _, err := second.m.Approve(context.Background(), runs.Caller{ID: "bob", Auth: "token"}, st.RunID, "", invoke.ApprovalApprove, "ok"); errcode.Of(err) != errcode.InvalidTransition {
+	if _, err := second.m.Approve(context.Background(), runs.Caller{ID: "bob", Auth: "token"}, runID, "", invoke.ApprovalApprove, "ok"); errcode.Of(err) != errcode.InvalidTransition {
 		t.Fatalf("approve_run of the resolved run: %v; want invalid_transition", err)
 	}
 }
@@ -552,4 +538,20 @@ func TestHashesOnlyApproverSeesHeldText(t *testing.T) {
 	if own.Approval == nil || own.Approval.Text != nil {
 		t.Fatalf("the requester's run_status: %+v; want approval without its text (four eyes)", own.Approval)
 	}
+}
+
+// heldThenStopped serves a gated project, starts alice's run held at the gate, and stops
+// the server with the run still waiting (the project as a kill -9 leaves it): the project
+// directory, for the next server, and the run's id.
+func heldThenStopped(t *testing.T, model *loopback.Server, maxPerCaller int) (dir, runID string) {
+	t.Helper()
+	first := startRestartServer(t, gateProject(t), model, maxPerCaller)
+	st, _, err := first.m.Start(context.Background(), invoke.Request{Agent: "helper", Prompt: "tell ACME", Caller: "alice", CallerAuth: "token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitStatus(t, first.m, st.RunID, runs.StatusAwaitingApproval)
+	dir = snapshotProject(t, projectDirOf(t, st))
+	first.stop()
+	return dir, st.RunID
 }
