@@ -550,11 +550,13 @@ func (r *runner) run(ctx context.Context) Result {
 		err     error
 	}
 	hch := make(chan hresult, 1)
+	var step atomic.Value // the handshake's request under way
+	step.Store("")
 	go func() {
 		res := hresult{err: ErrPanicked} // what a panic in the handshake leaves
 		defer func() { hch <- res }()
 		defer r.survive("the handshake", nil)
-		res.started, res.err = r.handshake(hctx)
+		res.started, res.err = r.handshake(hctx, func(method string) { step.Store(method) })
 	}()
 	var h hresult
 	select {
@@ -576,7 +578,7 @@ func (r *runner) run(ctx context.Context) Result {
 		if a := r.abortedErr(); a != nil {
 			err = a
 		} else if ctx.Err() != nil {
-			err = fmt.Errorf("%w before the session opened", ctx.Err())
+			err = fmt.Errorf("%w before the session opened (no answer to %s)", ctx.Err(), step.Load())
 			if errors.Is(ctx.Err(), context.Canceled) {
 				outcome = OutcomeCancelled
 			}
@@ -1317,8 +1319,11 @@ func (r *runner) killGroup() {
 	r.stdoutR.Close()
 }
 
-func (r *runner) handshake(ctx context.Context) (journal.SessionStarted, error) {
+// handshake initializes the agent and opens its session (in the pinned mode), telling
+// sending the method of each request before it is sent.
+func (r *runner) handshake(ctx context.Context, sending func(method string)) (journal.SessionStarted, error) {
 	cfg := r.cfg
+	sending("initialize")
 	ini, err := r.conn.Initialize(ctx, sdk.InitializeRequest{
 		ProtocolVersion:    sdk.ProtocolVersionNumber,
 		ClientCapabilities: sdk.ClientCapabilities{Fs: sdk.FileSystemCapabilities{ReadTextFile: true, WriteTextFile: true}},
@@ -1330,6 +1335,7 @@ func (r *runner) handshake(ctx context.Context) (journal.SessionStarted, error) 
 	if ini.ProtocolVersion != sdk.ProtocolVersionNumber {
 		return journal.SessionStarted{}, fmt.Errorf("initialize: the agent speaks protocol version %d, not %d", ini.ProtocolVersion, sdk.ProtocolVersionNumber)
 	}
+	sending("session/new")
 	sess, err := r.conn.NewSession(ctx, sdk.NewSessionRequest{Cwd: cfg.Workspace.Path(), McpServers: []sdk.McpServer{}})
 	if err != nil {
 		return journal.SessionStarted{}, fmt.Errorf("session/new: %w", r.quiet(err))
@@ -1346,6 +1352,7 @@ func (r *runner) handshake(ctx context.Context) (journal.SessionStarted, error) 
 			r.logWords("the modes it offers", strings.Join(offered, ", "))
 			return journal.SessionStarted{}, fmt.Errorf("the agent does not offer the pinned mode %q (modes offered: %d; their names are %s)", pin, len(offered), inLog)
 		}
+		sending("session/set_mode")
 		if _, err := r.conn.SetSessionMode(ctx, sdk.SetSessionModeRequest{SessionId: r.sid, ModeId: sdk.SessionModeId(pin)}); err != nil {
 			return journal.SessionStarted{}, fmt.Errorf("session/set_mode %q: %w", pin, r.quiet(err))
 		}

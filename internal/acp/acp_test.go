@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -121,14 +122,26 @@ func allowKinds(kinds ...string) Decider {
 	}
 }
 
+// run runs the session. With a nil ctx, the run is bounded by the test binary's own
+// deadline (go test -timeout) less a minute, not by a clock of the test's: a run slowed by
+// -race and a busy machine is not cut short, and one that hangs fails the test with every
+// goroutine's stack in its log.
 func (e *env) run(ctx context.Context) Result {
 	e.t.Helper()
-	if ctx == nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.Background(), guard)
-		defer cancel()
+	if ctx != nil {
+		return Run(ctx, e.cfg)
 	}
-	return Run(ctx, e.cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	if d, ok := e.t.Deadline(); ok {
+		ctx, cancel = context.WithDeadline(context.Background(), d.Add(-time.Minute))
+	}
+	defer cancel()
+	res := Run(ctx, e.cfg)
+	if ctx.Err() != nil {
+		buf := make([]byte, 8<<20)
+		e.t.Logf("the run outlived the test's deadline; every goroutine:\n%s", buf[:runtime.Stack(buf, true)])
+	}
+	return res
 }
 
 // entries returns the journal's records after started.

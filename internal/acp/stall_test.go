@@ -50,7 +50,9 @@ func (j *durableJournal) Sync() error {
 // the prompt, a handshake request — never holds a cancelled run. The run ends by the
 // grace period, SIGTERM (ignored here) and SIGKILL, and the agent's whole process group is
 // dead when Run returns. One that floods more requests than can wait for their answers
-// ends the run by itself, as malformed ACP, the same way.
+// ends the run by itself, as malformed ACP, the same way. A run cancelled in the handshake
+// names the request the agent left unanswered (a stall at initialize answers it, then
+// reads nothing more).
 func TestStalledAgent(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -105,6 +107,9 @@ func TestStalledAgent(t *testing.T) {
 			}
 			if tt.started && !tt.flood && !strings.Contains(res.Err.Error(), "nor exit on SIGTERM") {
 				t.Fatalf("err %v, want the grace period's note", res.Err)
+			}
+			if !tt.started && !strings.Contains(res.Err.Error(), "before the session opened (no answer to session/new)") {
+				t.Fatalf("err %v, want the handshake request left unanswered named", res.Err)
 			}
 			if proctest.Alive(pid) {
 				t.Fatalf("the agent %d is alive", pid)
