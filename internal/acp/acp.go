@@ -485,8 +485,24 @@ func (r *runner) handle(u sdk.SessionUpdate) error {
 	case u.ToolCallUpdate != nil:
 		tu := u.ToolCallUpdate
 		rec := journal.ToolCallUpdate{ToolCallID: cut(string(tu.ToolCallId), journal.MaxTitleBytes)}
+		if tu.Kind != nil {
+			rec.Kind = kindOf(tu.Kind)
+		}
+		if tu.Title != nil {
+			rec.Title = cut(*tu.Title, journal.MaxTitleBytes)
+		}
 		if tu.Status != nil {
 			rec.Status = cut(string(*tu.Status), journal.MaxTitleBytes)
+		}
+		if tu.Locations != nil {
+			l, err := r.paths(tu.Locations)
+			if err != nil {
+				return err
+			}
+			rec.Paths = nonNil(capPaths(slices.Concat(l.Paths, l.Outside, l.Bad)))
+		}
+		if tu.RawInput != nil {
+			rec.RawInputSHA256, rec.RawInputBytes = rawDigest(tu.RawInput)
 		}
 		if tu.RawOutput != nil {
 			b, _ := json.Marshal(tu.RawOutput)

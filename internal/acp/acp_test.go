@@ -353,6 +353,43 @@ func TestUnknownStopReasonNotJournaled(t *testing.T) {
 	e.finishAndVerify(res)
 }
 
+// TestToolCallUpdateJournaled: a tool_call_update that changes the call — its kind,
+// title, locations or raw input, after its permission was decided — is journaled with what
+// it changes, so that an auditor sees the call allowed as a read of a.txt become an execute
+// on /etc/shadow; an update that changes only the status carries nothing else.
+func TestToolCallUpdateJournaled(t *testing.T) {
+	e := newEnv(t, map[string]any{"steps": []any{
+		map[string]any{"tool_call": map[string]any{"id": "c1", "kind": "read", "title": "Read a", "locations": []string{"$CWD/a.txt"}}},
+		map[string]any{"permission": map[string]any{"tool_call_id": "c1"}, "expect": "allow"},
+		map[string]any{"tool_call_update": map[string]any{"id": "c1", "kind": "execute", "title": "Run b", "locations": []string{"$CWD/b.txt", "/etc/shadow"},
+			"raw_input": map[string]any{"cmd": "cat /etc/shadow"}}},
+		map[string]any{"raw": map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{"sessionId": "fake-session-1",
+			"update": map[string]any{"sessionUpdate": "tool_call_update", "toolCallId": "c1", "locations": []any{}}}}}, // the SDK omits an empty list
+		map[string]any{"tool_call_update": map[string]any{"id": "c1", "status": "completed"}},
+		map[string]any{"message": "done"},
+	}})
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeCompleted)
+	ups := ofType(e.entries(), journal.TypeToolCallUpdate)
+	if len(ups) != 3 {
+		t.Fatalf("%d tool_call_update records, want 3", len(ups))
+	}
+	changed := data[journal.ToolCallUpdate](t, ups[0])
+	if changed.Kind != "execute" || changed.Title != "Run b" || !slices.Equal(changed.Paths, []string{"b.txt", "/etc/shadow"}) ||
+		changed.RawInputSHA256 != sha(`{"cmd":"cat /etc/shadow"}`) || changed.RawInputBytes != int64(len(`{"cmd":"cat /etc/shadow"}`)) {
+		t.Fatalf("tool_call_update %+v, want the change journaled", changed)
+	}
+	if cleared := data[journal.ToolCallUpdate](t, ups[1]); cleared.Paths == nil || len(cleared.Paths) != 0 || !strings.Contains(string(ups[1].Data), `"paths":[]`) {
+		t.Fatalf("tool_call_update %s, want the cleared locations journaled as paths []", ups[1].Data)
+	}
+	for _, field := range []string{"kind", "title", "paths", "raw_input_sha256", "raw_input_bytes"} {
+		if strings.Contains(string(ups[2].Data), `"`+field+`"`) {
+			t.Fatalf("tool_call_update %s carries %s, which it did not change", ups[2].Data, field)
+		}
+	}
+	e.finishAndVerify(res)
+}
+
 func TestHashesOnly(t *testing.T) {
 	e := newEnv(t, map[string]any{"steps": []any{map[string]any{"thought": "secret"}, map[string]any{"message": "answer"},
 		map[string]any{"tool_call_update": map[string]any{"id": "c1", "raw_output": "secret output"}}}})

@@ -57,13 +57,20 @@ type ToolCall struct {
 	RawInputBytes  int64    `json:"raw_input_bytes"`
 }
 
-// ToolCallUpdate is a change the agent reports to a tool call.
+// ToolCallUpdate is a change the agent reports to a tool call. What the update leaves
+// out is absent: a kind, title, locations or raw input it sends is journaled as a
+// tool_call's is, so that a call changed after its permission was decided shows it.
 type ToolCallUpdate struct {
-	ToolCallID      string `json:"tool_call_id"`
-	Status          string `json:"status,omitempty"`
-	RawOutputSHA256 string `json:"raw_output_sha256,omitempty"`
-	RawOutputBytes  int64  `json:"raw_output_bytes"`
-	Excerpt         string `json:"excerpt,omitempty"` // at most MaxExcerptBytes of the raw output
+	ToolCallID      string   `json:"tool_call_id"`
+	Kind            string   `json:"kind,omitempty"`
+	Title           string   `json:"title,omitempty"`
+	Status          string   `json:"status,omitempty"`
+	Paths           []string `json:"paths,omitzero"` // its locations, as a tool_call's ([] when it clears them)
+	RawInputSHA256  string   `json:"raw_input_sha256,omitempty"`
+	RawInputBytes   int64    `json:"raw_input_bytes,omitempty"`
+	RawOutputSHA256 string   `json:"raw_output_sha256,omitempty"`
+	RawOutputBytes  int64    `json:"raw_output_bytes"`
+	Excerpt         string   `json:"excerpt,omitempty"` // at most MaxExcerptBytes of the raw output
 }
 
 // PlanEntry is one entry of the agent's plan.
