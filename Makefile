@@ -41,9 +41,11 @@ loopback-model:
 # The tests CI runs (.ci/run calls this target). Fuzz seed corpora run as ordinary tests.
 # With npm on PATH it first installs the client conformance suite's pinned packages;
 # without node the suite is skipped with a message (and fails when CI=true).
+# -timeout: a package's tests under -race on a busy two-core machine (cmd/symbi's, with the
+# conformance suite's node clients) can near go test's default of 10 minutes.
 test: $(if $(shell command -v $(NPM) 2>/dev/null),conformance-deps)
 	$(GO) vet $(PKGS)
-	$(GO) test -race -count=1 $(PKGS)
+	$(GO) test -race -count=1 -timeout 13m $(PKGS)
 
 # The pinned npm packages of the client conformance suite (the TypeScript MCP SDK and the
 # MCP Inspector), reinstalled only when the lock file changes.

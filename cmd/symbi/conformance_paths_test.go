@@ -214,6 +214,7 @@ func TestConformanceGoSDKSubscribe(t *testing.T) {
 // listed) — the one tool the Inspector table calls with no bad arguments — and
 // parse_dsl's syntax error, a result (valid=false), not a tool error.
 func TestConformanceInspectorPermissionGate(t *testing.T) {
+	t.Parallel() // its own project, model and servers: the Inspector's node start-ups overlap
 	node := nodeClients(t)
 	fake := confFakeAgent(t)
 	model := conformanceModel(t)

@@ -621,6 +621,7 @@ func runInspectorCLI(t *testing.T, node string, argv []string) (int, []byte, str
 // resources and resource templates. Each invocation is its own server process on the
 // same project: a run begun by one is answered for by the next, from the ledger.
 func TestConformanceInspectorCLI(t *testing.T) {
+	t.Parallel() // its own project, model and servers: the Inspector's node start-ups overlap
 	node := nodeClients(t)
 	dir := newE2EProject(t)
 	model := conformanceModel(t)
@@ -923,6 +924,7 @@ func confInspectorSuite(t *testing.T, dir string, inspect confInspect, shared *c
 // audit reference; a server with no provider (no_provider); the run-access policies
 // refusing the caller a start (access_denied). Every journal left verifies.
 func TestConformanceInspectorCLIErrors(t *testing.T) {
+	t.Parallel() // its own project, model and servers: the Inspector's node start-ups overlap
 	node := nodeClients(t)
 	dir := newE2EProject(t)
 	model := conformanceModel(t)
@@ -1016,6 +1018,7 @@ func confRunInspector(t *testing.T, inspect confInspect, name string, args []str
 // (access_denied) and lists only its own. The server then stops on SIGTERM and every
 // journal verifies.
 func TestConformanceInspectorCLIHTTP(t *testing.T) {
+	t.Parallel() // its own project, model and servers: the Inspector's node start-ups overlap
 	node := nodeClients(t)
 	dir := newE2EProject(t)
 	model := conformanceModel(t)
@@ -1192,6 +1195,7 @@ func TestConformanceInspectorCLIHTTP(t *testing.T) {
 // the ledger; a run that completes is run with the go-sdk client and then read through
 // the Inspector: run_status with its text, run_events, the run resource.
 func TestConformanceInspectorCLIDelegated(t *testing.T) {
+	t.Parallel() // its own project, model and servers: the Inspector's node start-ups overlap
 	node := nodeClients(t)
 	dir := newE2EProject(t)
 	model := conformanceModel(t)
