@@ -38,8 +38,8 @@ type Store struct {
 }
 
 // OpenStore opens <root>/.symbiont/governed without following symlinks, creating it 0700
-// when opts.Create is set, checks that it is a real directory owned by the effective user
-// with no group or other permission bits, and loads (or atomically creates) the signing
+// when opts.Create is set, checks that it and .symbiont are real directories owned by the
+// effective user with no group or other permission bits, and loads (or atomically creates) the signing
 // key, checking it. Failures carry errcode.AuditUnavailable and say which check failed.
 // The caller closes the Store.
 func OpenStore(root *os.File, opts StoreOptions) (*Store, error) {
@@ -52,13 +52,18 @@ func OpenStore(root *os.File, opts StoreOptions) (*Store, error) {
 		return nil, err
 	}
 	defer unix.Close(sym)
+	// .symbiont holds the ledger and governed/: whoever may write it may remove or replace
+	// either.
+	if err := CheckDir(sym, filepath.Join(base, ".symbiont")); err != nil {
+		return nil, err
+	}
 	path := filepath.Join(base, ".symbiont", "governed")
 	gfd, err := openDir(sym, "governed", path, opts.Create)
 	if err != nil {
 		return nil, err
 	}
 	dir := os.NewFile(uintptr(gfd), path)
-	if err := checkDir(gfd, path); err != nil {
+	if err := CheckDir(gfd, path); err != nil {
 		dir.Close()
 		return nil, err
 	}
@@ -121,8 +126,11 @@ func openDir(dirfd int, name, path string, create bool) (int, error) {
 	}
 }
 
-// checkDir requires a directory owned by the effective user with no group/other bits.
-func checkDir(fd int, path string) error {
+// CheckDir requires of the directory open as fd (path names it in errors) what the
+// governed directory and .symbiont must be: a directory owned by the effective user, with
+// no group or other permission bits. Failures wrap ErrUnsafeDir and carry
+// errcode.AuditUnavailable.
+func CheckDir(fd int, path string) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return errcode.Errorf(errcode.AuditUnavailable, "%w: stat %s: %w", ErrUnsafeDir, path, err)

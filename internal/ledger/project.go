@@ -431,6 +431,13 @@ func ReadDurable(root *os.File) ([]byte, error) {
 	}
 	f := os.NewFile(uintptr(fd), filepath.Join(".symbiont", FileName))
 	defer f.Close()
+	// What is not a regular file is refused by that rule before it is locked or synced (a
+	// FIFO's fsync fails as EINVAL).
+	if st, err := f.Stat(); err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	} else if !st.Mode().IsRegular() {
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "ledger: .symbiont/%s is not a regular file", FileName)
+	}
 	if err := unix.Flock(fd, unix.LOCK_SH); err != nil {
 		return nil, fmt.Errorf("ledger: lock: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -66,8 +67,8 @@ type Entry struct {
 }
 
 // Open opens (creating, 0600) <root>/.symbiont/ledger.jsonl for appending without
-// following a symbolic link, checks that it is a regular file with one link owned by the
-// effective user, and verifies it with key's public key: its chain must be whole to be
+// following a symbolic link (in a .symbiont that journal.CheckDir accepts), checks that it
+// is a regular file with one link owned by the effective user, and verifies it with key's public key: its chain must be whole to be
 // continued. A torn last line — a crash mid-append, never acknowledged — is cut off. The
 // caller closes the Writer. Failures carry errcode.AuditUnavailable.
 func Open(root *os.File, key ed25519.PrivateKey) (*Writer, error) {
@@ -76,6 +77,9 @@ func Open(root *os.File, key ed25519.PrivateKey) (*Writer, error) {
 		return nil, errcode.Errorf(errcode.AuditUnavailable, "ledger: open .symbiont: %w", err)
 	}
 	defer unix.Close(sym)
+	if err := journal.CheckDir(sym, filepath.Join(root.Name(), ".symbiont")); err != nil {
+		return nil, err
+	}
 	fd, err := unix.Openat(sym, FileName, unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, errcode.Errorf(errcode.AuditUnavailable, "ledger: open %s: %w", FileName, err)

@@ -66,7 +66,7 @@ func (m *Manager) ledgerTail() (err error) {
 			m.scanned = err == nil
 		}
 	}()
-	fd, err := unix.Open(m.ledgerPath, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(m.ledgerPath, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0) // a FIFO does not block
 	if os.IsNotExist(err) {
 		if m.ledgerLines > 0 {
 			return m.stopLedger(fmt.Errorf("the file was removed after %d lines were read", m.ledgerLines))

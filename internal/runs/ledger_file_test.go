@@ -1,0 +1,71 @@
+package runs_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"symbi/internal/journal"
+	"symbi/internal/runs"
+)
+
+// blockedOnFIFO reports whether a thread of this process is blocked opening a FIFO that
+// has no writer (the kernel's wait channel "wait_for_partner").
+func blockedOnFIFO() bool {
+	tasks, _ := filepath.Glob("/proc/self/task/*/wchan")
+	for _, p := range tasks {
+		if b, err := os.ReadFile(p); err == nil && strings.TrimSpace(string(b)) == "wait_for_partner" {
+			return true
+		}
+	}
+	return false
+}
+
+// TestLedgerFIFO: a FIFO where .symbiont/ledger.jsonl should be is "not a regular file"
+// (audit_unavailable), as ReadLog and the ledger writer refuse it; opening the run index
+// does not wait for a writer to the FIFO — the server's start-up (runs.New) and
+// `symbi runs list|status` would hang for good.
+func TestLedgerFIFO(t *testing.T) {
+	dir := t.TempDir()
+	root, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	store, err := journal.OpenStore(root, journal.StoreOptions{Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Close()
+	fifo := filepath.Join(dir, ".symbiont", "ledger.jsonl")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := runs.Open(runs.Config{Root: root})
+		done <- err
+	}()
+	for {
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+				t.Fatalf("runs.Open with a FIFO ledger: %v; want a refusal naming \"not a regular file\"", err)
+			}
+			return
+		default:
+		}
+		if blockedOnFIFO() {
+			// Unblock the open so the goroutine ends, then fail.
+			if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+				w.Close()
+			}
+			<-done
+			t.Fatal("runs.Open blocked opening .symbiont/ledger.jsonl, a FIFO with no writer: the run index (symbi runs list, symbi mcp start-up) hangs")
+		}
+		time.Sleep(time.Millisecond) // the polling interval, not an expectation
+	}
+}
