@@ -96,10 +96,18 @@ func recoverJournal(w *Writer, gov, base, agentID, runID string, pub ed25519.Pub
 		// by someone else): the run the caller heard of is recorded, under its own ids, as
 		// invalid — never passed over because the other run is known.
 		state, caller, callerAuth = journal.StatusInvalid, "", ""
-	case rep.RunID != "":
+	case rep.RunID != "" && base == journal.FileName(rep.AgentID, rep.RunID):
 		runID, agentID = rep.RunID, rep.AgentID // reconciliation knows only the file
+	case rep.RunID != "" && !recordGone:
+		// A journal whose name is not its run's (renamed, or copied under another run's
+		// name) is never recorded under the ids of its contents: an entry naming a file
+		// that is not <agent_id>.<run_id>.jsonl of its run is refused by every reader of
+		// the ledger, and would stand for the misnamed file at verification. Under a
+		// journal's name it is recorded under that name's ids, as invalid; under any
+		// other name it is passed over, and verification reports it as unknown.
+		state, caller, callerAuth = journal.StatusInvalid, "", ""
 	}
-	if runID == "" || w.Knows(runID) {
+	if !journal.ValidID(runID) || !journal.ValidID(agentID) || w.Knows(runID) {
 		return nil, nil
 	}
 	rec := Recovered{RunID: runID, AgentID: agentID, File: base, State: state, Records: int64(rep.Records), Head: rep.Head,

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"symbi/internal/journal"
+	"symbi/internal/ledger"
+	"symbi/internal/policy"
 	"symbi/internal/runs"
 )
 
@@ -67,5 +69,39 @@ func TestLedgerFIFO(t *testing.T) {
 			t.Fatal("runs.Open blocked opening .symbiont/ledger.jsonl, a FIFO with no writer: the run index (symbi runs list, symbi mcp start-up) hangs")
 		}
 		time.Sleep(time.Millisecond) // the polling interval, not an expectation
+	}
+}
+
+// TestRenamedJournalAtStartUp: a crash leaves a journal with no ledger entry, and someone
+// renames it. Start-up reconciliation appends no entry naming a file that is not
+// <agent_id>.<run_id>.jsonl of its run — which the server's own run index would refuse,
+// every later answer about any run failing closed for good (the entry signed into the
+// append-only ledger).
+func TestRenamedJournalAtStartUp(t *testing.T) {
+	for _, name := range []string{"x.jsonl", "other"} {
+		t.Run(name, func(t *testing.T) {
+			p := newTestProject(t, nil)
+			earlier := p.run(t, "alpha", runs.StatusCompleted)
+			crashed := newRunID(t)
+			p.journalRun(t, "alpha", crashed, records("alpha", "", "text", true), false)
+			to := name
+			if name == "other" {
+				to = journal.FileName(policy.AgentID("alpha"), newRunID(t))
+			}
+			if err := os.Rename(p.journalPath("alpha", crashed), filepath.Join(p.store.Dir(), to)); err != nil {
+				t.Fatal(err)
+			}
+			// What a server does at start-up.
+			if _, err := ledger.Reconcile(p.lw, p.store.Dir(), p.pub); err != nil {
+				t.Fatalf("reconcile: %v", err)
+			}
+			m, err := runs.Open(runs.Config{Root: p.root, Ledger: p.lw})
+			if err != nil {
+				t.Fatalf("after start-up reconciliation of a renamed journal, the run index refuses the ledger the server itself wrote: %v", err)
+			}
+			if _, err := m.Status(earlier); err != nil {
+				t.Fatalf("status of an unrelated earlier run: %v", err)
+			}
+		})
 	}
 }
