@@ -56,3 +56,27 @@ func TestReconcileMisnamedJournal(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifyMisnamedEntry: an entry naming a file that is not <agent_id>.<run_id>.jsonl of
+// its run — which no writer appends — is a problem at verification even when the file
+// holds that run's journal, records and head as recorded.
+func TestVerifyMisnamedEntry(t *testing.T) {
+	p := newProjectRuns(t, 1)
+	p.addRun(t, p.store(t), "orphan", false)
+	misnamed := filepath.Join(p.gov, "x.jsonl")
+	if err := os.Rename(p.files[1], misnamed); err != nil {
+		t.Fatal(err)
+	}
+	jr := journal.Verify(misnamed, p.pub, journal.VerifyOptions{})
+	if _, err := p.lw.Append(Recovered{RunID: "orphan", AgentID: "agent", File: "x.jsonl", State: jr.Status, Records: int64(jr.Records), Head: jr.Head}); err != nil {
+		t.Fatal(err)
+	}
+	r := VerifyProject(p.dir, p.pub, nil)
+	want := `the recovered entry names the file "x.jsonl", not its journal "agent.orphan.jsonl"`
+	for _, f := range r.Runs {
+		if f.RunID == "orphan" && f.Problem == want && r.ExitCode() == 1 {
+			return
+		}
+	}
+	t.Fatalf("exit %d, runs %+v; want run orphan's problem %q", r.ExitCode(), r.Runs, want)
+}

@@ -55,6 +55,7 @@ func (r *ProjectReport) ExitCode() int {
 // entryFacts are the members of run, recovered and pruned entries a check compares.
 type entryFacts struct {
 	RunID    string `json:"run_id"`
+	AgentID  string `json:"agent_id"`
 	File     string `json:"file"`
 	Records  int64  `json:"records"`
 	Head     string `json:"head"`
@@ -215,6 +216,9 @@ func findRun(id string, k *known, jr *journal.Report) RunFinding {
 		f.Journal = jr.Status
 	}
 	switch {
+	case k.facts.File != journal.FileName(k.facts.AgentID, id):
+		// No writer names a run's journal otherwise: the entry cannot stand for the file.
+		f.Problem = fmt.Sprintf("the %s entry names the file %q, not its journal %q", k.recorded, k.facts.File, journal.FileName(k.facts.AgentID, id))
 	case k.entry == TypePruned && jr != nil:
 		if problem, _ := judge(id, k.recorded, k.facts, jr); problem != "" {
 			f.Problem = "pruned, but the journal is still on disk, and " + problem
