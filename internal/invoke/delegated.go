@@ -74,7 +74,9 @@ func (d *delegatedExecutor) Execute(ctx context.Context, w *journal.Writer, prog
 		Decide: func(t policy.ToolUse) policy.Decision { return d.decide(runID, t) }, Hold: d.hold,
 		Hurry: d.hurry, Log: log.With("run_id", runID),
 	})
-	progress(StageResponseReceived)
+	if res.Outcome == acp.OutcomeCompleted && res.Err == nil {
+		progress(StageResponseReceived) // the agent's answer; a failed session has none
+	}
 	switch {
 	case errors.Is(res.Err, acp.ErrJournal):
 		return Output{}, &ExecError{reasonAuditFailed, res.Err}

@@ -133,13 +133,13 @@ func (m *modelExecutor) Execute(ctx context.Context, w *journal.Writer, progress
 		return Output{}, &ExecError{reasonAuditFailed, err}
 	}
 	m.at("inferred")
-	progress(StageResponseReceived)
 	if callErr != nil {
 		if reason == reasonCancelled {
 			callErr = cancelledError(ctx, "during inference")
 		}
-		return Output{}, &ExecError{reason, callErr}
+		return Output{}, &ExecError{reason, callErr} // no response: the stage is not reached
 	}
+	progress(StageResponseReceived)
 	return Output{Text: resp.Text, TextSHA256: finished.TextSHA256, TextBytes: finished.TextBytes}, nil
 }
 

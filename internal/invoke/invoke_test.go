@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -319,10 +320,15 @@ func TestProviderErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t, nil, nil, loopback.WithReply(tt.reply))
-			_, err := f.runner.Invoke(context.Background(), Request{Agent: "helper", Prompt: "hi"}, nil)
+			var stages []Stage
+			_, err := f.runner.Invoke(context.Background(), Request{Agent: "helper", Prompt: "hi"}, func(s Stage) { stages = append(stages, s) })
 			var ie *Error
 			if !errors.Is(err, tt.code) || !errors.As(err, &ie) || ie.Audit == nil {
 				t.Fatalf("err %v, want %s with audit", err, tt.code)
+			}
+			// A failed run stops early: no response was received.
+			if want := []Stage{StageAdmitted, StageJournalOpened, StageRequestSent}; !slices.Equal(stages, want) {
+				t.Fatalf("progress %q, want %q", stages, want)
 			}
 			if tt.name == "429" && !strings.Contains(err.Error(), "7") {
 				t.Errorf("429 error %q does not carry Retry-After", err)
