@@ -239,13 +239,74 @@ func newRunner(cfg Config) *runner {
 	if cfg.MaxTextBytes <= 0 {
 		cfg.MaxTextBytes = DefaultMaxTextBytes
 	}
-	return &runner{cfg: cfg, aborted: make(chan struct{}), cancelled: make(chan struct{}), ended: make(chan struct{}),
+	r := &runner{cfg: cfg, aborted: make(chan struct{}), cancelled: make(chan struct{}), ended: make(chan struct{}),
 		updates: make(chan update, updateQueue), prompted: &promptWatch{written: make(chan struct{})}}
+	r.prompted.sending = func(b []byte) {
+		if m, err := probe(b); err == nil {
+			if id, err := strconv.ParseInt(string(m.ID), 10, 64); err == nil && id > 0 {
+				r.promptID.Store(id)
+			}
+		}
+	}
+	return r
+}
+
+// outOfTurnKind is the coalescing kind of message text read outside the prompt turn: an
+// agent_message record with out_of_turn set.
+const outOfTurnKind = "agent_message out_of_turn"
+
+// turnOf notes, in the order of the agent's output — t is a line not yet handed to the
+// SDK — where the prompt turn is: an agent_message_chunk is of the turn when read after
+// the session/prompt request began to be written and before its answer was read. (A chunk
+// the agent sent before it read the prompt but read here after the write began counts as
+// of the turn: it cannot be told apart.) SessionUpdate takes the notes in the same order,
+// as the SDK hands it the notifications.
+func (r *runner) turnOf(t []byte) {
+	pid := r.promptID.Load()
+	chunk := bytes.Contains(t, []byte(`"agent_message_chunk"`))
+	if !chunk && (pid == 0 || r.turnOver) {
+		return
+	}
+	var m struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params struct {
+			Update struct {
+				SessionUpdate string `json:"sessionUpdate"`
+			} `json:"update"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(t, &m) != nil {
+		return // not a message: the line check refused it
+	}
+	msg := message{ID: m.ID, Method: m.Method}
+	switch {
+	case m.Method == "" && pid != 0 && sameID(m.ID, pid):
+		r.turnOver = true
+	case m.Method == sdk.ClientMethodSessionUpdate && !msg.hasID() && m.Params.Update.SessionUpdate == "agent_message_chunk":
+		r.turnMu.Lock()
+		r.chunkTurns = append(r.chunkTurns, pid == 0 || r.turnOver)
+		r.turnMu.Unlock()
+	}
+}
+
+// sameID reports whether the JSON-RPC id raw is the number id, read as the SDK matches
+// ids: numerically (3, 3.0 and 30e-1 are one id; "3" is another). The SDK's ids are small
+// integers, which a float64 holds exactly.
+func sameID(raw json.RawMessage, id int64) bool {
+	raw = bytes.TrimSpace(raw)
+	var n json.Number
+	if len(raw) == 0 || raw[0] == '"' || json.Unmarshal(raw, &n) != nil {
+		return false
+	}
+	f, err := strconv.ParseFloat(n.String(), 64)
+	return err == nil && f == float64(id)
 }
 
 type update struct {
-	n    sdk.SessionNotification
-	done chan struct{} // a drain marker: flush, then close done
+	n         sdk.SessionNotification
+	outOfTurn bool          // an agent_message_chunk read before the prompt was sent or after its answer
+	done      chan struct{} // a drain marker: flush, then close done
 }
 
 type runner struct {
@@ -272,6 +333,16 @@ type runner struct {
 
 	prompted *promptWatch // closed once session/prompt has been written to the agent
 
+	// The prompt turn, in the order of the agent's output (turnOf): promptID is the
+	// session/prompt request's id once it is about to be written (0 before); turnOver is
+	// set by the reader of the agent's output when it reads the answer to it; chunkTurns
+	// holds, for each agent_message_chunk read and not yet handed to SessionUpdate,
+	// whether it was read outside the turn.
+	promptID   atomic.Int64
+	turnOver   bool
+	turnMu     sync.Mutex
+	chunkTurns []bool
+
 	updates chan update
 	open    atomic.Bool   // session_started is durable (and sid set): requests are served
 	closed  atomic.Bool   // no more in-session records
@@ -296,7 +367,7 @@ type runner struct {
 	calls   map[string]*announced
 
 	mu       sync.Mutex // journal appends and the coalescing buffer
-	bufKind  string     // journal.TypeAgentMessage or TypeAgentThought, "" when empty
+	bufKind  string     // journal.TypeAgentMessage, outOfTurnKind or TypeAgentThought, "" when empty
 	buf      strings.Builder
 	bufN     int64
 	text     strings.Builder // the final answer
@@ -364,7 +435,7 @@ func (r *runner) flushLocked() error {
 		return nil
 	}
 	t := r.buf.String()
-	msg := journal.AgentMessage{TextSHA256: sha(t), Bytes: int64(len(t)), Chunks: r.bufN}
+	msg := journal.AgentMessage{TextSHA256: sha(t), Bytes: int64(len(t)), Chunks: r.bufN, OutOfTurn: r.bufKind == outOfTurnKind}
 	if !r.cfg.HashesOnly {
 		msg.Text = t
 	}
@@ -438,7 +509,14 @@ func (r *runner) journaler(stop <-chan struct{}) {
 				close(u.done)
 				continue
 			}
-			if err := r.handle(u.n.Update); err != nil && !errors.Is(err, ErrSessionOver) {
+			if u.n.SessionId != r.sid {
+				// The journaler starts once the session is open: r.sid is set. An update
+				// of a session never opened is not this run's: its text would join the
+				// answer, its tool calls the journal.
+				r.abort(fmt.Errorf("%w: a session/update for a session this run did not open", ErrMalformed))
+				return
+			}
+			if err := r.handle(u.n.Update, u.outOfTurn); err != nil && !errors.Is(err, ErrSessionOver) {
 				// (An update whose record the session refused, closing meanwhile, is
 				// dropped like those that come after the close.)
 				r.abort(err)
@@ -448,11 +526,21 @@ func (r *runner) journaler(stop <-chan struct{}) {
 	}
 }
 
-func (r *runner) handle(u sdk.SessionUpdate) error {
+// handle journals one update of the session. A message chunk read outside the prompt
+// turn (outOfTurn) is journaled as such and is no part of the answer: the answer is the
+// agent's message text of the turn.
+func (r *runner) handle(u sdk.SessionUpdate, outOfTurn bool) error {
 	if r.closed.Load() {
 		return nil
 	}
 	switch {
+	case u.AgentMessageChunk != nil && outOfTurn:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.closed.Load() {
+			return nil
+		}
+		return r.addTextLocked(outOfTurnKind, textOf(u.AgentMessageChunk.Content))
 	case u.AgentMessageChunk != nil:
 		t := textOf(u.AgentMessageChunk.Content)
 		r.mu.Lock()
@@ -1072,6 +1160,7 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 					dst.CloseWithError(errors.New("malformed ACP"))
 					return
 				}
+				r.turnOf(t)
 				if request && r.unanswered.Add(1) > maxUnanswered {
 					r.abort(fmt.Errorf("%w: the agent floods requests: more than %d read and not yet answered (it does not read its answers?)", ErrMalformed, maxUnanswered))
 					dst.CloseWithError(errors.New("malformed ACP"))
@@ -1111,7 +1200,8 @@ func (r *runner) announce(t []byte) error {
 	var m struct {
 		Method string `json:"method"`
 		Params struct {
-			Update struct {
+			SessionID string `json:"sessionId"`
+			Update    struct {
 				SessionUpdate string                 `json:"sessionUpdate"`
 				ToolCallID    string                 `json:"toolCallId"`
 				Kind          *sdk.ToolKind          `json:"kind"`
@@ -1129,7 +1219,8 @@ func (r *runner) announce(t []byte) error {
 	}
 	r.callsMu.Lock()
 	defer r.callsMu.Unlock()
-	a := r.calls[u.ToolCallID]
+	key := callKey(m.Params.SessionID, u.ToolCallID) // another session's calls are not this one's
+	a := r.calls[key]
 	if a == nil {
 		if len(r.calls) >= maxToolCalls {
 			return fmt.Errorf("%w: the agent announces more than %d tool calls", ErrMalformed, maxToolCalls)
@@ -1138,7 +1229,7 @@ func (r *runner) announce(t []byte) error {
 			r.calls = map[string]*announced{}
 		}
 		a = &announced{}
-		r.calls[u.ToolCallID] = a
+		r.calls[key] = a
 	}
 	if u.Kind != nil {
 		a.kind = u.Kind
@@ -1162,7 +1253,7 @@ func (r *runner) announce(t []byte) error {
 func (r *runner) toolCall(tc sdk.ToolCallUpdate) (kind *sdk.ToolKind, title *string, locations []sdk.ToolCallLocation, changed string) {
 	kind, title, locations = tc.Kind, tc.Title, slices.Clone(tc.Locations)
 	r.callsMu.Lock()
-	a := r.calls[string(tc.ToolCallId)]
+	a := r.calls[callKey(string(r.sid), string(tc.ToolCallId))]
 	var ak *sdk.ToolKind
 	var at *string
 	var al []sdk.ToolCallLocation
@@ -1186,6 +1277,9 @@ func (r *runner) toolCall(tc sdk.ToolCallUpdate) (kind *sdk.ToolKind, title *str
 	}
 	return kind, title, locations, changed
 }
+
+// callKey is the key of a tool call in runner.calls: its session's id and its own.
+func callKey(session, toolCall string) string { return session + "\x00" + toolCall }
 
 // notMessage says why the non-blank line t is not a message the SDK's reader takes — not
 // JSON, or JSON that is not an object with a method (a request or notification) or an id
@@ -1553,8 +1647,20 @@ func (c *client) SessionUpdate(_ context.Context, n sdk.SessionNotification) (er
 	if r.closed.Load() {
 		return nil
 	}
+	out := false
+	if n.Update.AgentMessageChunk != nil {
+		r.turnMu.Lock()
+		if len(r.chunkTurns) == 0 {
+			r.turnMu.Unlock()
+			// Every chunk the SDK hands over was read, and noted, first.
+			r.abort(fmt.Errorf("%w: an agent_message_chunk symbi did not read", ErrMalformed))
+			return nil
+		}
+		out, r.chunkTurns = r.chunkTurns[0], r.chunkTurns[1:]
+		r.turnMu.Unlock()
+	}
 	select {
-	case r.updates <- update{n: n}:
+	case r.updates <- update{n: n, outOfTurn: out}:
 	default:
 		r.abort(fmt.Errorf("the agent floods updates: more than %d wait to be journaled", updateQueue))
 	}
@@ -1984,6 +2090,7 @@ func (r *runner) hold(ctx context.Context, d *policy.Decision, requestID, kind, 
 type promptWatch struct {
 	once    sync.Once
 	written chan struct{}
+	sending func(prompt []byte) // called with the session/prompt request before it is written
 }
 
 // promptMarker is how the SDK's encoder writes the prompt request's method.
@@ -1991,8 +2098,12 @@ var promptMarker = []byte(`"method":"session/prompt"`)
 
 func (p *promptWatch) watch(w io.Writer) io.Writer {
 	return writerFunc(func(b []byte) (int, error) {
+		prompt := bytes.Contains(b, promptMarker)
+		if prompt && p.sending != nil {
+			p.sending(b)
+		}
 		n, err := w.Write(b)
-		if n == len(b) && bytes.Contains(b, promptMarker) {
+		if n == len(b) && prompt {
 			p.once.Do(func() { close(p.written) })
 		}
 		return n, err

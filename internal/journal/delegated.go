@@ -38,8 +38,9 @@ type SessionStarted struct {
 type AgentMessage struct {
 	TextSHA256 string `json:"text_sha256"`
 	Bytes      int64  `json:"bytes"`
-	Chunks     int64  `json:"chunks"`         // the ACP chunks coalesced
-	Text       string `json:"text,omitempty"` // clear text, if journaled
+	Chunks     int64  `json:"chunks"`                // the ACP chunks coalesced
+	Text       string `json:"text,omitempty"`        // clear text, if journaled
+	OutOfTurn  bool   `json:"out_of_turn,omitempty"` // message text read before the prompt was sent or after its answer: no part of the answer
 }
 
 // AgentThought is a run of the agent's thought text, as AgentMessage.

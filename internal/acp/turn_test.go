@@ -1,0 +1,196 @@
+package acp
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"symbi/internal/journal"
+)
+
+// rawAgentVar, when set in the environment, makes this test binary a minimal ACP agent
+// (rawAgent) instead of running tests: one that writes what the scripted fake agent
+// cannot — updates during the handshake, a line after its answer in the same write.
+const rawAgentVar = "SYMBI_ACP_TEST_RAW_AGENT"
+
+func init() {
+	if spec := os.Getenv(rawAgentVar); spec != "" {
+		os.Exit(rawAgent(spec))
+	}
+}
+
+// rawStep is what the raw agent does on one request method: write Before (each a JSON
+// line), answer with Result (or a default), then write After — all in one write.
+type rawStep struct {
+	Before []json.RawMessage `json:"before,omitempty"`
+	Result json.RawMessage   `json:"result,omitempty"` // absent: the default
+	After  []json.RawMessage `json:"after,omitempty"`
+}
+
+func rawAgent(spec string) int {
+	var script map[string]rawStep
+	if err := json.Unmarshal([]byte(spec), &script); err != nil {
+		return 2
+	}
+	defaults := map[string]string{
+		"initialize":     `{"protocolVersion":1,"agentCapabilities":{},"authMethods":[]}`,
+		"session/new":    `{"sessionId":"s1"}`,
+		"session/prompt": `{"stopReason":"end_turn"}`,
+	}
+	w := bufio.NewWriter(os.Stdout)
+	line := func(b []byte) {
+		w.Write(b)
+		w.WriteByte('\n')
+	}
+	sc := bufio.NewScanner(os.Stdin)
+	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
+	for sc.Scan() {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if json.Unmarshal(sc.Bytes(), &m) != nil || m.Method == "" || len(m.ID) == 0 {
+			continue // a response or a notification (session/cancel)
+		}
+		st := script[m.Method]
+		for _, b := range st.Before {
+			line(b)
+		}
+		res := st.Result
+		if res == nil {
+			if d, ok := defaults[m.Method]; ok {
+				res = json.RawMessage(d)
+			}
+		}
+		if res == nil {
+			line([]byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"error":{"code":-32601,"message":"Method not found"}}`))
+		} else {
+			line([]byte(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":` + string(res) + `}`))
+		}
+		for _, b := range st.After {
+			line(b)
+		}
+		w.Flush()
+	}
+	return 0
+}
+
+// rawEnv is an env whose agent is rawAgent with script.
+func rawEnv(t *testing.T, script map[string]rawStep) *env {
+	t.Helper()
+	e := newEnv(t, map[string]any{})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := json.Marshal(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.Executor.Command = []string{exe}
+	e.cfg.Env = append(e.cfg.Env, rawAgentVar+"="+string(spec))
+	return e
+}
+
+func rawChunk(session, kind string, content any) json.RawMessage {
+	b, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{
+		"sessionId": session, "update": map[string]any{"sessionUpdate": kind, "content": content}}})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func textBlock(s string) map[string]any { return map[string]any{"type": "text", "text": s} }
+
+// journaledText is the text of the agent_message records, concatenated: those of the
+// turn, or those journaled out of it.
+func journaledText(t *testing.T, es []journal.Entry, outOfTurn bool) string {
+	t.Helper()
+	var b strings.Builder
+	for _, x := range ofType(es, journal.TypeAgentMessage) {
+		if m := data[journal.AgentMessage](t, x); m.OutOfTurn == outOfTurn {
+			b.WriteString(m.Text)
+		}
+	}
+	return b.String()
+}
+
+// TestForeignSessionUpdate: a session/update naming a session this run did not open (the
+// agent's is fake-session-1) is malformed ACP: the run ends with an error, and neither its
+// text nor its tool call is journaled as the run's or joins an answer.
+func TestForeignSessionUpdate(t *testing.T) {
+	foreign := func(kind string, update map[string]any) map[string]any {
+		update["sessionUpdate"] = kind
+		return map[string]any{"raw": map[string]any{"jsonrpc": "2.0", "method": "session/update",
+			"params": map[string]any{"sessionId": "another-session", "update": update}}}
+	}
+	e := newEnv(t, map[string]any{"steps": []any{
+		map[string]any{"message": "ours "},
+		foreign("tool_call", map[string]any{"toolCallId": "foreign-call", "title": "FOREIGN-CALL", "kind": "execute", "status": "pending"}),
+		foreign("agent_message_chunk", map[string]any{"content": textBlock("FOREIGN-TEXT ")}),
+		map[string]any{"message": "end"},
+	}})
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeError)
+	if !errors.Is(res.Err, ErrMalformed) || !strings.Contains(res.Err.Error(), "a session/update for a session this run did not open") {
+		t.Fatalf("err %v, want malformed ACP naming the session", res.Err)
+	}
+	es := e.entries()
+	for _, x := range es {
+		if strings.Contains(string(x.Data), "FOREIGN") {
+			t.Fatalf("another session's update journaled as this run's: %s %s", x.Type, x.Data)
+		}
+	}
+	e.finishAndVerify(res)
+}
+
+// TestTextBeforePrompt: message text the agent sends during session/new — before the
+// prompt was sent, of no turn — is journaled as out of turn and is no part of the answer,
+// "the agent's message text of the last turn".
+func TestTextBeforePrompt(t *testing.T) {
+	e := rawEnv(t, map[string]rawStep{
+		"session/new": {Before: []json.RawMessage{rawChunk("s1", "agent_message_chunk", textBlock("PRE-PROMPT "))}},
+		"session/prompt": {Before: []json.RawMessage{rawChunk("s1", "agent_message_chunk", textBlock("the answer"))},
+			Result: json.RawMessage(`{"stopReason":"end_turn"}`)},
+	})
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeCompleted)
+	if res.Text != "the answer" {
+		t.Fatalf("answer %q, want the turn's text only", res.Text)
+	}
+	es := e.entries()
+	if in, out := journaledText(t, es, false), journaledText(t, es, true); in != "the answer" || out != "PRE-PROMPT " {
+		t.Fatalf("journaled %q in the turn and %q out of it", in, out)
+	}
+	e.finishAndVerify(res)
+}
+
+// TestTextAfterPromptAnswer: message text the agent sends after it answered session/prompt
+// — its turn over — is no part of the answer, whatever the timing: the agent writes the
+// answer and the late chunk in one write, and the end of the turn is taken in the order of
+// its output. Journaled (when read before the session closes), it is out of turn.
+func TestTextAfterPromptAnswer(t *testing.T) {
+	e := rawEnv(t, map[string]rawStep{
+		"session/prompt": {Before: []json.RawMessage{rawChunk("s1", "agent_message_chunk", textBlock("the answer"))},
+			Result: json.RawMessage(`{"stopReason":"end_turn"}`),
+			After:  []json.RawMessage{rawChunk("s1", "agent_message_chunk", textBlock(" AFTER-THE-TURN"))}},
+	})
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeCompleted)
+	if res.Text != "the answer" {
+		t.Fatalf("answer %q, want the turn's text only", res.Text)
+	}
+	es := e.entries()
+	if in, out := journaledText(t, es, false), journaledText(t, es, true); in != "the answer" || (out != "" && out != " AFTER-THE-TURN") {
+		t.Fatalf("journaled %q in the turn and %q out of it", in, out)
+	}
+	fin := data[journal.SessionFinished](t, es[len(es)-1])
+	if fin.TextSHA256 != sha("the answer") {
+		t.Fatalf("session_finished %+v", fin)
+	}
+	e.finishAndVerify(res)
+}
