@@ -289,6 +289,13 @@ func (w *Writer) Append(r Record) (Entry, error) {
 		return Entry{}, errcode.Errorf(errcode.AuditUnavailable, "ledger: %d bytes, and a %s entry of %d would pass the %d a ledger may hold (a verifier reads no more): %w",
 			w.size, r.Type(), len(line), w.max, ErrFull)
 	}
+	if !endsRun(r) && w.size+int64(len(line))+RunRoom > w.max {
+		// The last RunRoom bytes are the room Room promised the runs in flight: a run
+		// that started must be able to record its end, whatever else is appended.
+		w.unlock()
+		return Entry{}, errcode.Errorf(errcode.AuditUnavailable, "ledger: %d bytes, and a %s entry of %d would take from the last %d of the %d a ledger may hold, kept for the entries of runs in flight: %w",
+			w.size, r.Type(), len(line), RunRoom, w.max, ErrFull)
+	}
 	if _, err := w.f.Write(line); err != nil {
 		w.unlock()
 		w.failed = err
@@ -452,9 +459,20 @@ func (w *Writer) Knows(runID string) bool {
 	return w.known[runID]
 }
 
+// endsRun reports whether r records a run's end (run, recovered): the entries the room
+// Room keeps is for.
+func endsRun(r Record) bool {
+	switch r.(type) {
+	case Run, *Run, Recovered, *Recovered:
+		return true
+	}
+	return false
+}
+
 // Room refuses (audit_unavailable, ErrFull) when the ledger has less than need bytes left
 // before MaxLedgerBytes: a run is refused before it starts, rather than ending unrecorded
-// once its journal is written.
+// once its journal is written. Append keeps the last RunRoom bytes for the entries that
+// end runs, so that what Room found is not taken by other entries meanwhile.
 func (w *Writer) Room(need int64) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
