@@ -187,8 +187,11 @@ func Parse(data []byte, getenv func(string) string) (*Registry, error) {
 				return nil, invalid("executor %s: pin_mode is %s, not a mode id (leave it out for none)", name, errcode.Quote(string(e.PinMode)))
 			}
 		}
-		if len(pin) > MaxModeBytes || strings.ContainsFunc(pin, unicode.IsControl) {
-			return nil, invalid("executor %s: pin_mode is not a mode id", name)
+		switch {
+		case len(pin) > MaxModeBytes:
+			return nil, invalid("executor %s: pin_mode is %d bytes, more than %d", name, len(pin), MaxModeBytes)
+		case strings.ContainsFunc(pin, unicode.IsControl):
+			return nil, invalid("executor %s: pin_mode holds a control character: not a mode id", name)
 		}
 		r.byName[name] = &Executor{Name: name, Command: argv, PinMode: pin}
 	}
@@ -204,8 +207,13 @@ func checkCommand(name string, argv []string, pathEnv string) ([]string, error) 
 		return nil, invalid("executor %s: %d arguments, more than %d", name, len(argv), MaxArgs)
 	}
 	for i, a := range argv {
-		if a == "" && i == 0 || len(a) > MaxArgBytes || strings.ContainsRune(a, 0) {
-			return nil, invalid("executor %s: command[%d] is empty, longer than %d bytes or holds a NUL byte", name, i, MaxArgBytes)
+		switch {
+		case a == "" && i == 0:
+			return nil, invalid("executor %s: command[0] is empty", name)
+		case len(a) > MaxArgBytes:
+			return nil, invalid("executor %s: command[%d] is %d bytes, more than %d", name, i, len(a), MaxArgBytes)
+		case strings.ContainsRune(a, 0):
+			return nil, invalid("executor %s: command[%d] holds a NUL byte", name, i)
 		}
 	}
 	prog, err := lookPath(argv[0], pathEnv)

@@ -60,7 +60,7 @@ func TestParse(t *testing.T) {
 		{"empty command", bin, `{"executors":{"a":{"command":[]}}}`, nil, "command is empty"},
 		{"no command", bin, `{"executors":{"a":{}}}`, nil, "command is empty"},
 		{"an empty program", bin, `{"executors":{"a":{"command":[""]}}}`, nil, "command[0] is empty"},
-		{"a NUL byte in an argument", bin, `{"executors":{"a":{"command":["agent-acp","x\u0000y"]}}}`, nil, "NUL"},
+		{"a NUL byte in an argument", bin, `{"executors":{"a":{"command":["agent-acp","x\u0000y"]}}}`, nil, "command[1] holds a NUL byte"},
 		{"a bad name", bin, `{"executors":{"Claude":{"command":["agent-acp"]}}}`, nil, "executor name"},
 		{"a name with a slash", bin, `{"executors":{"a/b":{"command":["agent-acp"]}}}`, nil, "executor name"},
 		{"the conversational executor's name", bin, `{"executors":{"orga":{"command":["agent-acp"]}}}`, nil, `executor name "orga" is reserved`},
@@ -72,11 +72,11 @@ func TestParse(t *testing.T) {
 		{"no executors member", bin, `{}`, nil, `want {"executors"`},
 		{"an argument at its limit", bin, `{"executors":{"a":{"command":["agent-acp","` + strings.Repeat("x", MaxArgBytes) + `"]}}}`,
 			map[string]Executor{"a": {Name: "a", Command: []string{abs, strings.Repeat("x", MaxArgBytes)}}}, ""},
-		{"an argument over its limit", bin, `{"executors":{"a":{"command":["agent-acp","` + strings.Repeat("x", MaxArgBytes+1) + `"]}}}`, nil, "longer than 4096 bytes"},
+		{"an argument over its limit", bin, `{"executors":{"a":{"command":["agent-acp","` + strings.Repeat("x", MaxArgBytes+1) + `"]}}}`, nil, "command[1] is 4097 bytes, more than 4096"},
 		{"too many arguments", bin, `{"executors":{"a":{"command":["agent-acp"` + strings.Repeat(`,"x"`, MaxArgs) + `]}}}`, nil, "65 arguments, more than 64"},
 		{"a mode at its limit", bin, `{"executors":{"a":{"command":["agent-acp"],"pin_mode":"` + strings.Repeat("m", MaxModeBytes) + `"}}}`,
 			map[string]Executor{"a": {Name: "a", Command: []string{abs}, PinMode: strings.Repeat("m", MaxModeBytes)}}, ""},
-		{"a mode over its limit", bin, `{"executors":{"a":{"command":["agent-acp"],"pin_mode":"` + strings.Repeat("m", MaxModeBytes+1) + `"}}}`, nil, "pin_mode is not a mode id"},
+		{"a mode over its limit", bin, `{"executors":{"a":{"command":["agent-acp"],"pin_mode":"` + strings.Repeat("m", MaxModeBytes+1) + `"}}}`, nil, "pin_mode is 129 bytes, more than 128"},
 		// A null is no string: read as "", the agent would get an argument the file does not
 		// show, and a null pin_mode would silently mean "no pin".
 		{"a null argument", bin, `{"executors":{"a":{"command":["agent-acp",null]}}}`, nil, "command[1] is null"},
@@ -88,9 +88,9 @@ func TestParse(t *testing.T) {
 		// pin_mode, when given, is a mode id: a non-empty string without a control
 		// character; left out means none.
 		{"an empty pin_mode", bin, `{"executors":{"a":{"command":["agent-acp"],"pin_mode":""}}}`, nil, "pin_mode"},
-		{"a NUL in pin_mode", bin, `{"executors":{"a":{"command":["agent-acp"],"pin_mode":"a\u0000b"}}}`, nil, "pin_mode"},
-		{"a NEL in pin_mode", bin, `{"executors":{"a":{"command":["agent-acp"],"pin_mode":"a\u0085b"}}}`, nil, "pin_mode"},
-		{"a newline in pin_mode", bin, `{"executors":{"a":{"command":["agent-acp"],"pin_mode":"a\nb"}}}`, nil, "pin_mode"},
+		{"a NUL in pin_mode", bin, `{"executors":{"a":{"command":["agent-acp"],"pin_mode":"a\u0000b"}}}`, nil, "pin_mode holds a control character"},
+		{"a NEL in pin_mode", bin, `{"executors":{"a":{"command":["agent-acp"],"pin_mode":"a\u0085b"}}}`, nil, "pin_mode holds a control character"},
+		{"a newline in pin_mode", bin, `{"executors":{"a":{"command":["agent-acp"],"pin_mode":"a\nb"}}}`, nil, "pin_mode holds a control character"},
 		{"a number pin_mode", bin, `{"executors":{"a":{"command":["agent-acp"],"pin_mode":1}}}`, nil, "pin_mode"},
 		{"an object pin_mode", bin, `{"executors":{"a":{"command":["agent-acp"],"pin_mode":{}}}}`, nil, "pin_mode"},
 		{"a pin_mode with an escape", bin, `{"executors":{"a":{"command":["agent-acp"],"pin_mode":"re\u0061d-only"}}}`,
