@@ -260,47 +260,74 @@ const outOfTurnKind = "agent_message out_of_turn"
 // the session/prompt request began to be written and before its answer was read. (A chunk
 // the agent sent before it read the prompt but read here after the write began counts as
 // of the turn: it cannot be told apart.) SessionUpdate takes the notes in the same order,
-// as the SDK hands it the notifications.
-func (r *runner) turnOf(t []byte) {
-	pid := r.promptID.Load()
-	chunk := bytes.Contains(t, []byte(`"agent_message_chunk"`))
-	if !chunk && (pid == 0 || r.turnOver) {
-		return
-	}
+// as the SDK hands it the notifications: a line is decoded here as the SDK decodes it (its
+// envelope, then the notification's params, validated), so that each chunk the SDK hands
+// over has its note. A session/update sent as a request — which the SDK would hand over
+// on a goroutine of its own, out of order — is malformed ACP.
+func (r *runner) turnOf(t []byte) error {
 	var m struct {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`
-		Params struct {
-			Update struct {
-				SessionUpdate string `json:"sessionUpdate"`
-			} `json:"update"`
-		} `json:"params"`
+		Params json.RawMessage `json:"params"`
 	}
 	if json.Unmarshal(t, &m) != nil {
-		return // not a message: the line check refused it
+		return nil // not a message: the line check refused it
 	}
 	msg := message{ID: m.ID, Method: m.Method}
+	pid := r.promptID.Load()
 	switch {
-	case m.Method == "" && pid != 0 && sameID(m.ID, pid):
+	case m.Method == "" && pid != 0 && !r.turnOver && sameID(m.ID, pid):
 		r.turnOver = true
-	case m.Method == sdk.ClientMethodSessionUpdate && !msg.hasID() && m.Params.Update.SessionUpdate == "agent_message_chunk":
-		r.turnMu.Lock()
-		r.chunkTurns = append(r.chunkTurns, pid == 0 || r.turnOver)
-		r.turnMu.Unlock()
+	case m.Method == sdk.ClientMethodSessionUpdate && msg.hasID():
+		return fmt.Errorf("%w: a session/update sent as a request (it is a notification)", ErrMalformed)
+	case m.Method == sdk.ClientMethodSessionUpdate:
+		var n sdk.SessionNotification
+		if json.Unmarshal(m.Params, &n) == nil && n.Validate() == nil && n.Update.AgentMessageChunk != nil {
+			r.turnMu.Lock()
+			r.chunkTurns = append(r.chunkTurns, pid == 0 || r.turnOver)
+			r.turnMu.Unlock()
+		}
 	}
+	return nil
 }
 
-// sameID reports whether the JSON-RPC id raw is the number id, read as the SDK matches
-// ids: numerically (3, 3.0 and 30e-1 are one id; "3" is another). The SDK's ids are small
-// integers, which a float64 holds exactly.
+// sameID reports whether the JSON-RPC id raw is the number id as the SDK matches ids: by
+// their canonical digits and exponent (3, 3.0 and 30e-1 are one id; "3" and
+// 3.0000000000000001 are others).
 func sameID(raw json.RawMessage, id int64) bool {
 	raw = bytes.TrimSpace(raw)
 	var n json.Number
-	if len(raw) == 0 || raw[0] == '"' || json.Unmarshal(raw, &n) != nil {
+	if len(raw) == 0 || raw[0] == '"' || json.Unmarshal(raw, &n) != nil || id <= 0 {
 		return false
 	}
-	f, err := strconv.ParseFloat(n.String(), 64)
-	return err == nil && f == float64(id)
+	digits, exp, ok := canonicalNumber(n.String())
+	want, wexp, _ := canonicalNumber(strconv.FormatInt(id, 10))
+	return ok && digits == want && exp == wexp
+}
+
+// canonicalNumber is the JSON number s, not negative, as its significant digits and the
+// power of ten they are scaled by.
+func canonicalNumber(s string) (digits string, exp int, ok bool) {
+	if strings.HasPrefix(s, "-") {
+		return "", 0, false
+	}
+	mant := s
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		e, err := strconv.Atoi(s[i+1:])
+		if err != nil || e > 1<<20 || e < -(1<<20) {
+			return "", 0, false
+		}
+		mant, exp = s[:i], e
+	}
+	whole, frac, _ := strings.Cut(mant, ".")
+	digits, exp = strings.TrimLeft(whole+frac, "0"), exp-len(frac)
+	for strings.HasSuffix(digits, "0") {
+		digits, exp = digits[:len(digits)-1], exp+1
+	}
+	if digits == "" {
+		exp = 0
+	}
+	return digits, exp, true
 }
 
 type update struct {
@@ -1160,7 +1187,11 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 					dst.CloseWithError(errors.New("malformed ACP"))
 					return
 				}
-				r.turnOf(t)
+				if err := r.turnOf(t); err != nil {
+					r.abort(err)
+					dst.CloseWithError(errors.New("malformed ACP"))
+					return
+				}
 				if request && r.unanswered.Add(1) > maxUnanswered {
 					r.abort(fmt.Errorf("%w: the agent floods requests: more than %d read and not yet answered (it does not read its answers?)", ErrMalformed, maxUnanswered))
 					dst.CloseWithError(errors.New("malformed ACP"))
@@ -2098,7 +2129,13 @@ var promptMarker = []byte(`"method":"session/prompt"`)
 
 func (p *promptWatch) watch(w io.Writer) io.Writer {
 	return writerFunc(func(b []byte) (int, error) {
-		prompt := bytes.Contains(b, promptMarker)
+		// The session/prompt request itself: not an answer that quotes the method (the
+		// SDK's "Method not found" to an agent's request of that name carries it).
+		prompt := false
+		if bytes.Contains(b, promptMarker) {
+			m, err := probe(b)
+			prompt = err == nil && m.Method == sdk.AgentMethodSessionPrompt && m.hasID()
+		}
 		if prompt && p.sending != nil {
 			p.sending(b)
 		}

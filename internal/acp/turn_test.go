@@ -194,3 +194,172 @@ func TestTextAfterPromptAnswer(t *testing.T) {
 	}
 	e.finishAndVerify(res)
 }
+
+// idAgentVar, when set, makes this test binary an ACP agent that plays with request ids
+// (idAgent): with "prompt-named" it sends symbi a request whose method is "session/prompt"
+// (an agent-to-client request symbi does not serve) before symbi's own prompt, then, once
+// symbi has answered it, a message chunk — still before symbi sent its prompt; with
+// "odd-id" it answers the prompt first under an id the SDK does not match to it.
+const idAgentVar = "SYMBI_ACP_TEST_ID_AGENT"
+
+func init() {
+	if os.Getenv(idAgentVar) != "" {
+		os.Exit(idAgent())
+	}
+}
+
+func idAgent() int {
+	w := bufio.NewWriter(os.Stdout)
+	line := func(s string) {
+		w.WriteString(s)
+		w.WriteByte('\n')
+		w.Flush()
+	}
+	chunk := func(text string) string {
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{
+			"sessionId": "s1", "update": map[string]any{"sessionUpdate": "agent_message_chunk",
+				"content": map[string]any{"type": "text", "text": text}}}})
+		return string(b)
+	}
+	sc := bufio.NewScanner(os.Stdin)
+	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
+	answered := false
+	oddID := os.Getenv(idAgentVar) == "odd-id"
+	var pendingNew json.RawMessage
+	for sc.Scan() {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if json.Unmarshal(sc.Bytes(), &m) != nil {
+			continue
+		}
+		switch {
+		case m.Method == "" && string(m.ID) == "77":
+			// symbi answered our request (method not found): text before the prompt.
+			line(chunk("PRE-PROMPT "))
+			answered = true
+			if pendingNew != nil {
+				line(`{"jsonrpc":"2.0","id":` + string(pendingNew) + `,"result":{"sessionId":"s1"}}`)
+			}
+		case oddID && m.Method == "initialize":
+			line(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"protocolVersion":1,"agentCapabilities":{},"authMethods":[]}}`)
+		case oddID && m.Method == "session/new":
+			line(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"sessionId":"s1"}}`)
+		case oddID && m.Method == "session/prompt" && len(m.ID) > 0:
+			// An answer whose id the SDK does not take for the prompt's (it matches ids by
+			// their digits): dropped by the SDK, and not the end of the turn.
+			line(chunk("the answer "))
+			line(`{"jsonrpc":"2.0","id":` + string(m.ID) + `.0000000000000001,"result":{"stopReason":"end_turn"}}`)
+			line(chunk("and more"))
+			line(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"stopReason":"end_turn"}}`)
+		case m.Method == "initialize":
+			line(`{"jsonrpc":"2.0","id":77,"method":"session/prompt","params":{"sessionId":"s1","prompt":[]}}`)
+			line(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"protocolVersion":1,"agentCapabilities":{},"authMethods":[]}}`)
+		case m.Method == "session/new":
+			if answered {
+				line(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"sessionId":"s1"}}`)
+			} else {
+				pendingNew = m.ID
+			}
+		case m.Method == "session/prompt" && len(m.ID) > 0:
+			line(chunk("the answer"))
+			line(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"stopReason":"end_turn"}}`)
+		}
+	}
+	return 0
+}
+
+// TestAgentRequestNamedPrompt: symbi's method-not-found answer to an agent's request named
+// session/prompt quotes the method (`"data":{"method":"session/prompt"}`); it is not taken
+// for symbi's prompt: text the agent sends after it, before symbi's prompt, is out of turn.
+func TestAgentRequestNamedPrompt(t *testing.T) {
+	e := newEnv(t, map[string]any{})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.Executor.Command = []string{exe}
+	e.cfg.Env = append(e.cfg.Env, idAgentVar+"=prompt-named")
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeCompleted)
+	if res.Text != "the answer" {
+		t.Fatalf("answer %q, want the turn's text only (\"PRE-PROMPT \" was sent before symbi's prompt)", res.Text)
+	}
+	es := e.entries()
+	if in, out := journaledText(t, es, false), journaledText(t, es, true); in != "the answer" || out != "PRE-PROMPT " {
+		t.Fatalf("journaled %q in the turn and %q out of it", in, out)
+	}
+}
+
+// TestChunkNotesInStep: a line is read for the turn as the SDK reads it. A thought whose
+// update also carries "sessionupdate": "agent_message_chunk" (a struct decode matches keys
+// case-insensitively, the SDK's update decoder exactly) is a thought to both: no message
+// chunk takes a note that is not its own, and the turn's text is the answer.
+func TestChunkNotesInStep(t *testing.T) {
+	odd := json.RawMessage(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1","update":` +
+		`{"sessionUpdate":"agent_thought_chunk","sessionupdate":"agent_message_chunk","content":{"type":"text","text":"thinking"}}}}`)
+	e := rawEnv(t, map[string]rawStep{
+		"session/new": {Before: []json.RawMessage{odd}},
+		"session/prompt": {Before: []json.RawMessage{rawChunk("s1", "agent_message_chunk", textBlock("the answer"))},
+			Result: json.RawMessage(`{"stopReason":"end_turn"}`)},
+	})
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeCompleted)
+	if res.Text != "the answer" {
+		t.Fatalf("answer %q: the turn's text was filed by another line's note (journaled out of turn: %q)",
+			res.Text, journaledText(t, e.entries(), true))
+	}
+	e.finishAndVerify(res)
+}
+
+// TestTurnEndsByThePromptsID: the turn ends with the answer the SDK matches to the prompt,
+// ids compared by their digits as the SDK compares them: an answer with id
+// <prompt id>.0000000000000001 is another id (the SDK drops it), and the text after it is
+// still the turn's.
+func TestTurnEndsByThePromptsID(t *testing.T) {
+	e := newEnv(t, map[string]any{})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.Executor.Command = []string{exe}
+	e.cfg.Env = append(e.cfg.Env, idAgentVar+"=odd-id")
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeCompleted)
+	if res.Text != "the answer and more" {
+		t.Fatalf("answer %q, want the turn's text, \"the answer and more\" (out of turn: %q)", res.Text, journaledText(t, e.entries(), true))
+	}
+}
+
+func TestSameID(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		want bool
+	}{
+		{"3", true}, {" 3 ", true}, {"3.0", true}, {"30e-1", true}, {"0.3e1", true}, {"3E+0", true}, {"003", false},
+		{`"3"`, false}, {"3.0000000000000001", false}, {"-3", false}, {"4", false}, {"30", false}, {"null", false},
+		{"1e99999999999999999999", false}, {"", false}, {"{}", false},
+	} {
+		if got := sameID(json.RawMessage(tc.raw), 3); got != tc.want {
+			t.Errorf("sameID(%q, 3) = %v, want %v", tc.raw, got, tc.want)
+		}
+	}
+}
+
+// TestSessionUpdateRequest: a session/update sent as a request (with an id) is malformed
+// ACP: it is a notification, and the SDK would hand it over out of the order of the
+// agent's output.
+func TestSessionUpdateRequest(t *testing.T) {
+	e := newEnv(t, map[string]any{"steps": []any{
+		map[string]any{"raw": map[string]any{"jsonrpc": "2.0", "id": 5, "method": "session/update", "params": map[string]any{
+			"sessionId": "fake-session-1", "update": map[string]any{"sessionUpdate": "agent_message_chunk", "content": textBlock("x")}}}},
+		map[string]any{"message": "done"},
+	}})
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeError)
+	if !errors.Is(res.Err, ErrMalformed) || !strings.Contains(res.Err.Error(), "a session/update sent as a request") {
+		t.Fatalf("err %v", res.Err)
+	}
+	e.finishAndVerify(res)
+}
