@@ -81,17 +81,24 @@ func rawAgent(spec string) int {
 // rawEnv is an env whose agent is rawAgent with script.
 func rawEnv(t *testing.T, script map[string]rawStep) *env {
 	t.Helper()
+	spec, err := json.Marshal(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return selfAgentEnv(t, rawAgentVar+"="+string(spec))
+}
+
+// selfAgentEnv is an env whose agent is this test binary, started with the environment
+// variable setting (rawAgentVar's or idAgentVar's) that makes it one.
+func selfAgentEnv(t *testing.T, setting string) *env {
+	t.Helper()
 	e := newEnv(t, map[string]any{})
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := json.Marshal(script)
-	if err != nil {
-		t.Fatal(err)
-	}
 	e.cfg.Executor.Command = []string{exe}
-	e.cfg.Env = append(e.cfg.Env, rawAgentVar+"="+string(spec))
+	e.cfg.Env = append(e.cfg.Env, setting)
 	return e
 }
 
@@ -274,13 +281,7 @@ func idAgent() int {
 // session/prompt quotes the method (`"data":{"method":"session/prompt"}`); it is not taken
 // for symbi's prompt: text the agent sends after it, before symbi's prompt, is out of turn.
 func TestAgentRequestNamedPrompt(t *testing.T) {
-	e := newEnv(t, map[string]any{})
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.cfg.Executor.Command = []string{exe}
-	e.cfg.Env = append(e.cfg.Env, idAgentVar+"=prompt-named")
+	e := selfAgentEnv(t, idAgentVar+"=prompt-named")
 	res := e.run(nil)
 	mustOutcome(t, res, OutcomeCompleted)
 	if res.Text != "the answer" {
@@ -318,13 +319,7 @@ func TestChunkNotesInStep(t *testing.T) {
 // <prompt id>.0000000000000001 is another id (the SDK drops it), and the text after it is
 // still the turn's.
 func TestTurnEndsByThePromptsID(t *testing.T) {
-	e := newEnv(t, map[string]any{})
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.cfg.Executor.Command = []string{exe}
-	e.cfg.Env = append(e.cfg.Env, idAgentVar+"=odd-id")
+	e := selfAgentEnv(t, idAgentVar+"=odd-id")
 	res := e.run(nil)
 	mustOutcome(t, res, OutcomeCompleted)
 	if res.Text != "the answer and more" {
