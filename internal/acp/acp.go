@@ -397,6 +397,7 @@ type runner struct {
 	bufKind  string     // journal.TypeAgentMessage, outOfTurnKind or TypeAgentThought, "" when empty
 	buf      strings.Builder
 	bufN     int64
+	bufOther int64           // the chunks coalesced whose content was not text
 	text     strings.Builder // the final answer
 	tooLarge bool
 	unsynced atomic.Bool // records appended since the last sync
@@ -462,7 +463,7 @@ func (r *runner) flushLocked() error {
 		return nil
 	}
 	t := r.buf.String()
-	msg := journal.AgentMessage{TextSHA256: sha(t), Bytes: int64(len(t)), Chunks: r.bufN, OutOfTurn: r.bufKind == outOfTurnKind}
+	msg := journal.AgentMessage{TextSHA256: sha(t), Bytes: int64(len(t)), Chunks: r.bufN, OtherBlocks: r.bufOther, OutOfTurn: r.bufKind == outOfTurnKind}
 	if !r.cfg.HashesOnly {
 		msg.Text = t
 	}
@@ -470,17 +471,23 @@ func (r *runner) flushLocked() error {
 	if r.bufKind == journal.TypeAgentThought {
 		rec = journal.AgentThought(msg)
 	}
-	r.bufKind, r.bufN = "", 0
+	r.bufKind, r.bufN, r.bufOther = "", 0, 0
 	r.buf.Reset()
 	return r.appendLocked(rec)
 }
 
-// addText coalesces one chunk; r.mu is held.
-func (r *runner) addTextLocked(kind, t string) error {
+// addTextLocked coalesces one chunk, its content b; r.mu is held. A block that is not
+// text (an image, audio, a resource, a resource link) is counted, not journaled: symbi
+// journals and releases text.
+func (r *runner) addTextLocked(kind string, b sdk.ContentBlock) error {
 	if r.bufKind != kind {
 		if err := r.flushLocked(); err != nil {
 			return err
 		}
+	}
+	t := textOf(b)
+	if b.Text == nil {
+		r.bufOther++
 	}
 	for {
 		r.bufKind = kind
@@ -567,7 +574,7 @@ func (r *runner) handle(u sdk.SessionUpdate, outOfTurn bool) error {
 		if r.closed.Load() {
 			return nil
 		}
-		return r.addTextLocked(outOfTurnKind, textOf(u.AgentMessageChunk.Content))
+		return r.addTextLocked(outOfTurnKind, u.AgentMessageChunk.Content)
 	case u.AgentMessageChunk != nil:
 		t := textOf(u.AgentMessageChunk.Content)
 		r.mu.Lock()
@@ -579,14 +586,14 @@ func (r *runner) handle(u sdk.SessionUpdate, outOfTurn bool) error {
 			return fmt.Errorf("the agent's answer exceeds %d bytes", r.cfg.MaxTextBytes)
 		}
 		r.text.WriteString(t)
-		return r.addTextLocked(journal.TypeAgentMessage, t)
+		return r.addTextLocked(journal.TypeAgentMessage, u.AgentMessageChunk.Content)
 	case u.AgentThoughtChunk != nil:
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.closed.Load() {
 			return nil
 		}
-		return r.addTextLocked(journal.TypeAgentThought, textOf(u.AgentThoughtChunk.Content))
+		return r.addTextLocked(journal.TypeAgentThought, u.AgentThoughtChunk.Content)
 	case u.ToolCall != nil:
 		tc := u.ToolCall
 		in, inN := rawDigest(tc.RawInput)

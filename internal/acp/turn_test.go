@@ -358,3 +358,36 @@ func TestSessionUpdateRequest(t *testing.T) {
 	}
 	e.finishAndVerify(res)
 }
+
+// TestNonTextChunk: a message chunk whose content is not text — an embedded resource, an
+// image — is no part of the answer (symbi journals and releases text) and is not dropped
+// without a trace: the agent_message record counts it in other_blocks.
+func TestNonTextChunk(t *testing.T) {
+	block := func(content map[string]any) map[string]any {
+		return map[string]any{"raw": map[string]any{"jsonrpc": "2.0", "method": "session/update", "params": map[string]any{
+			"sessionId": "fake-session-1", "update": map[string]any{"sessionUpdate": "agent_message_chunk", "content": content}}}}
+	}
+	e := newEnv(t, map[string]any{"steps": []any{
+		map[string]any{"message": "see: "},
+		block(map[string]any{"type": "resource", "resource": map[string]any{"uri": "file:///notes.txt", "mimeType": "text/plain", "text": "EMBEDDED"}}),
+		block(map[string]any{"type": "image", "mimeType": "image/png", "data": "iVBORw0KGgo="}),
+		map[string]any{"message": "done"},
+	}})
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeCompleted)
+	if res.Text != "see: done" {
+		t.Fatalf("answer %q", res.Text)
+	}
+	var other, chunks int64
+	for _, x := range ofType(e.entries(), journal.TypeAgentMessage) {
+		m := data[journal.AgentMessage](t, x)
+		other, chunks = other+m.OtherBlocks, chunks+m.Chunks
+		if strings.Contains(m.Text, "EMBEDDED") {
+			t.Fatalf("a resource's text journaled as message text: %+v", m)
+		}
+	}
+	if other != 2 || chunks != 4 {
+		t.Fatalf("agent_message records count %d chunks, %d not text; want 4 and 2", chunks, other)
+	}
+	e.finishAndVerify(res)
+}

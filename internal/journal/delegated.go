@@ -36,11 +36,12 @@ type SessionStarted struct {
 // AgentMessage is a run of the agent's message text, chunks coalesced: at least one record
 // a second while text flows, at most MaxChunkBytes of text each.
 type AgentMessage struct {
-	TextSHA256 string `json:"text_sha256"`
-	Bytes      int64  `json:"bytes"`
-	Chunks     int64  `json:"chunks"`                // the ACP chunks coalesced
-	Text       string `json:"text,omitempty"`        // clear text, if journaled
-	OutOfTurn  bool   `json:"out_of_turn,omitempty"` // message text read before the prompt was sent or after its answer: no part of the answer
+	TextSHA256  string `json:"text_sha256"`
+	Bytes       int64  `json:"bytes"`
+	Chunks      int64  `json:"chunks"`                 // the ACP chunks coalesced
+	Text        string `json:"text,omitempty"`         // clear text, if journaled
+	OtherBlocks int64  `json:"other_blocks,omitempty"` // chunks whose content was not text (image, audio, resource, resource link): counted, not journaled, no part of the answer
+	OutOfTurn   bool   `json:"out_of_turn,omitempty"`  // message text read before the prompt was sent or after its answer: no part of the answer
 }
 
 // AgentThought is a run of the agent's thought text, as AgentMessage.
