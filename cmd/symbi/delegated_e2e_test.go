@@ -724,9 +724,11 @@ func TestE2EDelegatedFailures(t *testing.T) {
 		// overflow first.
 		{name: "flood_text", steps: []any{map[string]any{"flood": 4000, "text": strings.Repeat("x", 100)}},
 			status: runs.StatusInferenceFailed, reasons: []string{"the agent's answer exceeds", "the agent floods updates"}},
-		// Empty chunks, faster than they can be handled: the updates overflow.
-		{name: "flood_updates", steps: []any{map[string]any{"flood": 300000, "text": ""}},
-			status: runs.StatusInferenceFailed, reasons: []string{"the agent floods updates"}},
+		// Empty chunks, as fast as the agent can write them: whether they come faster than
+		// they are journaled is the machine's to say, so the status is not asserted — only
+		// a complete journal, no process left and the server still serving (internal/acp's
+		// TestUpdateFlood holds the journal so that they must overflow).
+		{name: "flood_updates", steps: []any{map[string]any{"flood": 300000, "text": ""}}},
 		{name: "garbage", steps: []any{msg("hi"), map[string]any{"garbage": "this is not json"}, map[string]any{"sleep": "1h"}},
 			status: runs.StatusInferenceFailed, reasons: []string{"malformed ACP: the agent wrote a line that is not JSON"}},
 		{name: "not_jsonrpc", steps: []any{msg("hi"), raw(map[string]any{"hello": "world"}), map[string]any{"sleep": "1h"}},

@@ -2,13 +2,18 @@ package acp
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"symbi/internal/journal"
+	"symbi/internal/proctest"
 )
 
 // rawAgentVar, when set in the environment, makes this test binary a minimal ACP agent
@@ -388,6 +393,58 @@ func TestNonTextChunk(t *testing.T) {
 	}
 	if other != 2 || chunks != 4 {
 		t.Fatalf("agent_message records count %d chunks, %d not text; want 4 and 2", chunks, other)
+	}
+	e.finishAndVerify(res)
+}
+
+// heldJournal holds its first append of a record of type typ until release is closed,
+// having closed held.
+type heldJournal struct {
+	*journal.Writer
+	typ           string
+	once          sync.Once
+	held, release chan struct{}
+}
+
+func (j *heldJournal) Append(r journal.Record) error {
+	if r.Type() == j.typ {
+		first := false
+		j.once.Do(func() { first = true })
+		if first {
+			close(j.held)
+			<-j.release
+		}
+	}
+	return j.Writer.Append(r)
+}
+
+// TestUpdateFlood: an agent that sends updates faster than they can be journaled — here
+// while the journal is held, so that none is — ends the run as flooding once more than
+// updateQueue wait: the agent is killed, and the run ends with an error naming the flood.
+func TestUpdateFlood(t *testing.T) {
+	e := newEnv(t, map[string]any{"steps": []any{
+		map[string]any{"message": "a"},
+		map[string]any{"thought": "b"}, // the message is journaled (held) when the thought comes
+		map[string]any{"flood": 4 * updateQueue, "text": ""},
+		map[string]any{"message": "done"},
+	}})
+	hj := &heldJournal{Writer: e.w, typ: journal.TypeAgentMessage, held: make(chan struct{}), release: make(chan struct{})}
+	e.cfg.Journal = hj
+	wait := startRun(context.Background(), e.cfg)
+	<-hj.held
+	e.waitEvent("start")
+	pid := int(e.eventsNamed("start")[0]["pid"].(float64))
+	for deadline := time.Now().Add(guard); proctest.Alive(pid); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(hj.release)
+			t.Fatalf("the agent %d is alive: the flood did not end the run", pid)
+		}
+	}
+	close(hj.release)
+	res := wait(t)
+	mustOutcome(t, res, OutcomeError)
+	if !strings.Contains(res.Err.Error(), fmt.Sprintf("the agent floods updates: more than %d wait to be journaled", updateQueue)) {
+		t.Fatalf("err %v, want the flood named", res.Err)
 	}
 	e.finishAndVerify(res)
 }
