@@ -255,8 +255,8 @@ func newRunner(cfg Config) *runner {
 // agent_message record with out_of_turn set.
 const outOfTurnKind = "agent_message out_of_turn"
 
-// turnOf notes, in the order of the agent's output — t is a line not yet handed to the
-// SDK — where the prompt turn is: an agent_message_chunk is of the turn when read after
+// turnOf notes, in the order of the agent's output — m is a line not yet handed to the
+// SDK, as notMessage read it — where the prompt turn is: an agent_message_chunk is of the turn when read after
 // the session/prompt request began to be written and before its answer was read. (A chunk
 // the agent sent before it read the prompt but read here after the write began counts as
 // of the turn: it cannot be told apart.) SessionUpdate takes the notes in the same order,
@@ -264,21 +264,12 @@ const outOfTurnKind = "agent_message out_of_turn"
 // envelope, then the notification's params, validated), so that each chunk the SDK hands
 // over has its note. A session/update sent as a request — which the SDK would hand over
 // on a goroutine of its own, out of order — is malformed ACP.
-func (r *runner) turnOf(t []byte) error {
-	var m struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-		Params json.RawMessage `json:"params"`
-	}
-	if json.Unmarshal(t, &m) != nil {
-		return nil // not a message: the line check refused it
-	}
-	msg := message{ID: m.ID, Method: m.Method}
+func (r *runner) turnOf(m envelope) error {
 	pid := r.promptID.Load()
 	switch {
 	case m.Method == "" && pid != 0 && !r.turnOver && sameID(m.ID, pid):
 		r.turnOver = true
-	case m.Method == sdk.ClientMethodSessionUpdate && msg.hasID():
+	case m.Method == sdk.ClientMethodSessionUpdate && m.hasID():
 		return fmt.Errorf("%w: a session/update sent as a request (it is a notification)", ErrMalformed)
 	case m.Method == sdk.ClientMethodSessionUpdate:
 		var n sdk.SessionNotification
@@ -1182,7 +1173,7 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 		}
 		if len(line) > 0 {
 			if t := bytes.TrimSpace(line); len(t) > 0 {
-				why, request := notMessage(t)
+				why, request, m := notMessage(t)
 				if why != "" {
 					r.logWords("a line that is "+why, cut(string(t), 4096))
 					r.abort(fmt.Errorf("%w: the agent wrote a line that is %s (%d bytes; the line is %s)", ErrMalformed, why, len(t), inLog))
@@ -1194,7 +1185,7 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 					dst.CloseWithError(errors.New("malformed ACP"))
 					return
 				}
-				if err := r.turnOf(t); err != nil {
+				if err := r.turnOf(m); err != nil {
 					r.abort(err)
 					dst.CloseWithError(errors.New("malformed ACP"))
 					return
@@ -1323,17 +1314,16 @@ func callKey(session, toolCall string) string { return session + "\x00" + toolCa
 // JSON, or JSON that is not an object with a method (a request or notification) or an id
 // (a response) — or "" when it is one, and then whether it is a request (a method and an
 // id), which the SDK answers. The SDK logs a line that is no message and skips it.
-func notMessage(t []byte) (why string, request bool) {
-	var m envelope
+func notMessage(t []byte) (why string, request bool, m envelope) {
 	err := json.Unmarshal(t, &m)
 	var syntax *json.SyntaxError
 	switch {
 	case errors.As(err, &syntax):
-		return "not JSON", false
+		return "not JSON", false, m
 	case err != nil, t[0] != '{', m.Method == "" && !m.hasID():
-		return "not a JSON-RPC message", false
+		return "not a JSON-RPC message", false, m
 	}
-	return "", m.Method != "" && m.hasID()
+	return "", m.Method != "" && m.hasID(), m
 }
 
 // sdkLog takes the SDK's diagnostics. The SDK drops, with a log line and no answer, a
@@ -1397,11 +1387,12 @@ func (m message) hasID() bool { return len(m.ID) > 0 && string(m.ID) != "null" }
 // envelope is a message read as the SDK reads one (its anyMessage): a line that does not
 // decode so — "jsonrpc" a number, "error" not an object — the SDK logs and skips, and the
 // check refuses it first. (anyMessage's params and result are raw JSON, which any value
-// is: they are not read here.)
+// is: params are kept for turnOf, result is not read.)
 type envelope struct {
 	message
 	JSONRPC string            `json:"jsonrpc"`
 	Error   *sdk.RequestError `json:"error"`
+	Params  json.RawMessage   `json:"params"`
 }
 
 func probe(b []byte) (message, error) {
