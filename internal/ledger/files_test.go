@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"symbi/internal/errcode"
-	"symbi/internal/journal"
 )
 
 // TestSymbiontDirChecked: .symbiont holds the project ledger and governed/; one that
@@ -47,20 +46,12 @@ func TestSymbiontDirChecked(t *testing.T) {
 	} {
 		for fn, openIt := range open {
 			t.Run(tc.name+"/"+fn, func(t *testing.T) {
-				dir := t.TempDir()
+				dir, root := newRoot(t)
 				sym := filepath.Join(dir, ".symbiont")
-				if err := os.Mkdir(sym, 0o700); err != nil {
-					t.Fatal(err)
-				}
 				if err := tc.prep(sym); err != nil {
 					t.Skipf("cannot set up (chown needs root): %v", err)
 				}
-				root, err := os.Open(dir)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer root.Close()
-				err = openIt(root)
+				err := openIt(root)
 				if err == nil {
 					t.Fatalf(".symbiont %s was accepted", tc.name)
 				}
@@ -80,21 +71,11 @@ func TestSymbiontDirChecked(t *testing.T) {
 // (audit_unavailable), as ReadLog, VerifyProject and the writer refuse it — not reported
 // as a failed fsync.
 func TestCheckpointFIFOLedger(t *testing.T) {
-	dir := t.TempDir()
-	root, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	store, err := journal.OpenStore(root, journal.StoreOptions{Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store.Close()
+	dir, root := newRoot(t)
 	if err := syscall.Mkfifo(filepath.Join(dir, ".symbiont", FileName), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err = ReadDurable(root)
+	_, err := ReadDurable(root)
 	if errcode.Of(err) != errcode.AuditUnavailable || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("ReadDurable of a FIFO ledger: %v; want audit_unavailable, not a regular file", err)
 	}
