@@ -256,10 +256,10 @@ func newRunner(cfg Config) *runner {
 const outOfTurnKind = "agent_message out_of_turn"
 
 // turnOf notes, in the order of the agent's output — m is a line not yet handed to the
-// SDK, as notMessage read it — where the prompt turn is: an agent_message_chunk is of the turn when read after
-// the session/prompt request began to be written and before its answer was read. (A chunk
-// the agent sent before it read the prompt but read here after the write began counts as
-// of the turn: it cannot be told apart.) SessionUpdate takes the notes in the same order,
+// SDK, as notMessage read it — where the prompt turn is: an agent_message_chunk is of the
+// turn when read after the session/prompt request began to be written and before its
+// answer was read. (A chunk the agent sent before it read the prompt but read here after
+// the write began counts as of the turn: it cannot be told apart.) SessionUpdate takes the notes in the same order,
 // as the SDK hands it the notifications: a line is decoded here as the SDK decodes it (its
 // envelope, then the notification's params, validated), so that each chunk the SDK hands
 // over has its note. A session/update sent as a request — which the SDK would hand over
