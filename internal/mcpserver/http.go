@@ -99,6 +99,7 @@ func NewHTTPHandler(s *mcp.Server, o HTTPOptions) http.Handler {
 	h = http.NewCrossOriginProtection().Handler(h)
 	mux := http.NewServeMux()
 	if o.Verifier != nil {
+		h = streamUntilExpiry(h)
 		base := strings.TrimSuffix(o.PublicURL, "/")
 		origin, prefix := splitURL(base)
 		meta := sdkauth.ProtectedResourceMetadataHandler(auth.Metadata(base+MCPPath, o.AuthorizationServers))
@@ -132,6 +133,25 @@ func bodyDeadline(next http.Handler, timeout time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength != 0 { // a declared length, or -1: chunked, or unknown
 			http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// streamUntilExpiry ends a session's event stream (the GET that carries its notifications)
+// when the JWT that opened it expires (its exp, plus the Leeway the verifier allows): the
+// stream would otherwise go on sending for as long as the session lives, to a caller whose
+// credential has lapsed. The client opens the stream again with a token that is valid, and
+// is authenticated anew. A request with a body (a POST) is answered under the token it was
+// authenticated with, and is not cut short. A static token does not expire (its
+// TokenInfo's Expiration is the middleware's re-check interval, not the token's).
+func streamUntilExpiry(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ti := sdkauth.TokenInfoFromContext(r.Context()); r.Method == http.MethodGet && ti != nil &&
+			ti.Extra[auth.ExtraMethod] == auth.MethodJWT && !ti.Expiration.IsZero() {
+			ctx, cancel := context.WithDeadline(r.Context(), ti.Expiration.Add(auth.Leeway))
+			defer cancel()
+			r = r.WithContext(ctx)
 		}
 		next.ServeHTTP(w, r)
 	})
