@@ -271,6 +271,10 @@ const (
 // ErrCallerGone is the cause given Cancel when the request waiting for the run has ended.
 var ErrCallerGone = errors.New("the caller cancelled the request")
 
+// ErrNotRecorded is wrapped by the error of a run whose end the project ledger could not
+// record: its journal ended with audit_failed, and nothing was released.
+var ErrNotRecorded = errors.New("the project ledger could not record the run")
+
 // ErrKeyChanged refuses a run when the signing key read before it is not the key the
 // project ledger was opened with (the key file was replaced while the server ran).
 var ErrKeyChanged = errors.New("the signing key changed while the server was running")
@@ -302,7 +306,8 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 		return nil, &Error{Err: errcode.Errorf(errcode.AuditUnavailable, "the project ledger is unavailable, so no run is recorded or released: %v", r.cfg.LedgerErr)}
 	}
 	if r.cfg.Ledger != nil {
-		// A full ledger could record no end of the run: it is refused before it starts.
+		// A full or stopped ledger could record no end of the run: it is refused before
+		// it starts.
 		if err := r.cfg.Ledger.Room(ledger.RunRoom); err != nil {
 			return nil, &Error{Err: err}
 		}
@@ -475,6 +480,10 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 	}
 	r.at("releasing")
 	if err := r.endRun(w, p, journal.Terminated{Reason: reasonCompleted, Released: true, DurationMS: ms(time.Since(start))}); err != nil {
+		if errors.Is(err, ErrNotRecorded) {
+			// The journal ended, saying audit_failed: the ledger failed, not the journal.
+			return nil, &Error{Err: errcode.Errorf(errcode.AuditUnavailable, "nothing released: %w", err), Audit: audit()}
+		}
 		return journalFailed(err)
 	}
 	return &Result{Agent: p.name, AgentID: p.agentID, Text: out.Text, Audit: audit()}, nil
@@ -523,7 +532,7 @@ func (r *Runner) endRun(w *journal.Writer, p *prepared, t journal.Terminated) er
 		})
 	}
 	if ledgerErr != nil {
-		ledgerErr = errcode.Errorf(errcode.AuditUnavailable, "the project ledger could not record the run: %w", ledgerErr)
+		ledgerErr = errcode.Errorf(errcode.AuditUnavailable, "%w: %w", ErrNotRecorded, ledgerErr)
 		failed := journal.Terminated{Reason: reasonAuditFailed, DurationMS: t.DurationMS,
 			Error: fmt.Sprintf("%v; the run had ended as %s: %s", ledgerErr, t.Reason, t.Error)}
 		if prep, err = w.Prepare(clampError(failed)); err != nil {

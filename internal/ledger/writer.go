@@ -469,13 +469,18 @@ func endsRun(r Record) bool {
 	return false
 }
 
-// Room refuses (audit_unavailable, ErrFull) when the ledger has less than need bytes left
-// before MaxLedgerBytes: a run is refused before it starts, rather than ending unrecorded
-// once its journal is written. Append keeps the last RunRoom bytes for the entries that
-// end runs, so that what Room found is not taken by other entries meanwhile.
+// Room refuses (audit_unavailable) when the ledger could record no run: its writer has
+// stopped at a failure (ErrStopped: every later append is refused), or it has less than
+// need bytes left before MaxLedgerBytes (ErrFull). A run is refused before it starts,
+// rather than ending unrecorded once its journal is written and its model called. Append
+// keeps the last RunRoom bytes for the entries that end runs, so that what Room found is
+// not taken by other entries meanwhile.
 func (w *Writer) Room(need int64) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.failed != nil {
+		return errcode.Errorf(errcode.AuditUnavailable, "%w (first failure: %w), so no run can be recorded until the server is restarted", ErrStopped, w.failed)
+	}
 	if w.size+need > w.max {
 		return errcode.Errorf(errcode.AuditUnavailable, "ledger: %d bytes, within %d of the %d a ledger may hold (a verifier reads no more), so no run can be recorded: %w (start a new project ledger)",
 			w.size, need, w.max, ErrFull)
