@@ -98,9 +98,10 @@ func cheapMatch(r *run, f Filter, agentIDs map[string]bool) bool {
 		return false
 	}
 	// A finished run's status is its ledger reason, except that a run whose journal never
-	// got the terminated record its ledger entry names is audit_failed (build): only its
-	// journal tells, so audit_failed is never ruled out here.
-	if f.Status != "" && f.Status != StatusAuditFailed && r.ended && r.reason != "" && r.live == nil && r.reason != f.Status {
+	// got the terminated record its ledger entry names is audit_failed, and one whose
+	// writer, another server's, is writing that record still is running (build): only its
+	// journal tells, so neither is ruled out here.
+	if f.Status != "" && f.Status != StatusAuditFailed && f.Status != StatusRunning && r.ended && r.reason != "" && r.live == nil && r.reason != f.Status {
 		return false
 	}
 	return true

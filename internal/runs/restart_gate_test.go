@@ -102,6 +102,45 @@ func TestHeldExternalRunEventsStatus(t *testing.T) {
 	}
 }
 
+// TestHeldStoppedRunNotDone: a run held at a gate when its server stopped (its journal ends
+// with approval_requested, its text in clear, the ledger has no entry) reads as abandoned
+// while no server runs, but run_events does not say done: the next server to start on the
+// project resumes it, and its journal goes on — here with the approval's events.
+func TestHeldStoppedRunNotDone(t *testing.T) {
+	model := echoModel(t)
+	dir, runID := heldThenStopped(t, model, 0) // the project as kill -9 leaves it
+
+	// symbi runs events, while no server runs: the files alone.
+	root, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	offline, err := runs.Open(runs.Config{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := offline.Events(context.Background(), runID, 0, runs.MaxLimit, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if page.Status != runs.StatusAbandoned || page.Done {
+		t.Fatalf("run_events of the held run while no server runs: status %s, done %v; want abandoned, not done (a server resumes it)", page.Status, page.Done)
+	}
+
+	second := startRestartServer(t, dir, model, 0)
+	if _, err := second.m.Approve(context.Background(), runs.Caller{ID: "bob", Auth: "token"}, runID, "", invoke.ApprovalApprove, "checked"); err != nil {
+		t.Fatalf("approve_run of the resumed run: %v", err)
+	}
+	more, err := second.m.Events(context.Background(), runID, page.NextCursor, runs.MaxLimit, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(more.Events) == 0 || !more.Done || more.Status != runs.StatusCompleted {
+		t.Fatalf("run_events after the resumed run was approved: %d events, done %v, status %s; want its approval's events, done, completed", len(more.Events), more.Done, more.Status)
+	}
+}
+
 // ---- a server fixture: project, ledger, runner and Manager, as symbi mcp builds them ----
 
 // gateFiles is a project whose answers naming ACME are held for a person.

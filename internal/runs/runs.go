@@ -146,6 +146,9 @@ type Status struct {
 	JournalProblem string `json:"journal_problem,omitempty" jsonschema:"why the journal could not be read or does not verify, if so"`
 
 	unended bool // the ledger recorded an end the journal, whole and verified, lacks
+	// resumable: no server holds the run, but the next to start on the project resumes it
+	// (held at a gate, its text in clear, unknown to the ledger), and its journal goes on.
+	resumable bool
 	// heldTitle is the title of a delegated agent's held permission request, kept out of
 	// Approval until the run released its text: StatusFor shows it to an approver while
 	// the request waits.

@@ -963,6 +963,46 @@ func boolInt(b bool) int64 {
 }
 
 // TestRecovered: a recovered ledger entry (the file as found at start-up) is told as its
+
+// TestEndingExternalRunListedRunning: another server's run whose ledger entry is written but
+// whose journal's terminated record is not yet (its writer holds the journal) is running,
+// and list_runs {status: running} lists it, as run_status says.
+func TestEndingExternalRunListedRunning(t *testing.T) {
+	p := newTestProject(t, nil)
+	id := newRunID(t)
+	all := records("helper", runs.StatusCompleted, "the answer", true)
+	w := p.journalRun(t, "helper", id, all[:len(all)-1], true) // the other server's writer holds it
+	prevHead := w.Receipt().Head
+	prep, err := w.Prepare(all[len(all)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.lw.Append(ledger.Run{RunID: id, AgentID: policy.AgentID("helper"), Agent: "helper",
+		File: journal.FileName(policy.AgentID("helper"), id), Reason: runs.StatusCompleted, Released: true,
+		Records: int64(prep.Receipt.Records), Head: prep.Receipt.Head, PrevHead: prevHead, Caller: "stdio"}); err != nil {
+		t.Fatal(err)
+	}
+	m := p.open(t)
+	if st, err := m.Status(id); err != nil || st.Status != runs.StatusRunning {
+		t.Fatalf("run_status: %+v, %v; want running", st, err)
+	}
+	listed := map[string]bool{}
+	for _, s := range runs.Statuses {
+		page, err := m.List(runs.Filter{Status: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range page.Runs {
+			if r.RunID == id {
+				listed[s] = true
+			}
+		}
+	}
+	if !listed[runs.StatusRunning] || len(listed) != 1 {
+		t.Errorf("list_runs lists the run under %v, want running only", listed)
+	}
+}
+
 // journal says: its terminated reason, or abandoned without one.
 func TestRecovered(t *testing.T) {
 	tests := []struct {

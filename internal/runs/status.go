@@ -118,6 +118,9 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 		st.Status, st.Released = f.reason, released
 	default:
 		st.Status = StatusAbandoned
+		// A run held at a gate when its server stopped is resumed by the next server to
+		// start on the project (invoke.ReopenHeld): its journal is not at its end.
+		st.resumable = snap.external && snap.resolution == nil && f.problem == nil && f.waiting && f.approval != nil && f.approval.RequestID == "" && f.textRetained
 	}
 	if snap.external && f.terminated && !running && st.JournalProblem == "" {
 		// The ledger entry of a run is written before its terminated record: a finished
@@ -285,7 +288,7 @@ func (m *Manager) events(snap *run, after int64, limit int) (*Events, error) {
 		// Every line verifies, but the journal is not what the ledger recorded of the run.
 		return nil, errcode.Errorf(errcode.AuditUnavailable, "run %s: %s; nothing after it is served", snap.id, st.JournalProblem)
 	}
-	out.Done = ended && out.NextCursor >= all && err == nil && !problem
+	out.Done = ended && out.NextCursor >= all && err == nil && !problem && !st.resumable
 	return out, nil
 }
 
