@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"symbi/internal/digest"
 	"symbi/internal/journal"
 	"symbi/internal/ledger"
@@ -226,5 +228,30 @@ func TestPruneRunIDNotPruned(t *testing.T) {
 	code, out, errOut := runCLI(t, "", "audit", "prune", "--project", dir, "--run-id", "no-such-run")
 	if code != 1 || !strings.Contains(errOut, "no journal of run no-such-run to prune") {
 		t.Fatalf("prune --run-id no-such-run exited %d though that run was not pruned:\n%s%s", code, out, errOut)
+	}
+}
+
+// TestPruneHeldJournalSaysHeld: audit prune --run-id of a run whose journal its writer
+// still holds (a server ending the run) fails saying so — the journal is there, for a
+// later prune — not that there is no journal.
+func TestPruneHeldJournalSaysHeld(t *testing.T) {
+	dir, _, files, _ := ledgerProject(t, 1)
+	fd, err := unix.Open(files[0], unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil { // what the run's journal writer holds
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, "", "audit", "prune", "--project", dir, "--run-id", "run-a")
+	if code != 1 || !strings.Contains(errOut, "the journal of run run-a is still held by its writer") || strings.Contains(errOut, "no journal of run") {
+		t.Fatalf("prune of a journal its writer holds: exit %d, out %q, err %q", code, out, errOut)
+	}
+	if !strings.Contains(out, "left the journal of run run-a: its writer still holds it") {
+		t.Errorf("prune does not list the journal it left: %q", out)
+	}
+	if _, err := os.Lstat(files[0]); err != nil {
+		t.Errorf("the held journal: %v", err)
 	}
 }

@@ -180,7 +180,7 @@ func runAuditPrune(e *env, args []string) int {
 	}
 	defer root.Close()
 	cutoff := time.Now().Add(-*olderThan)
-	pruned, err := ledger.Prune(root, e.getenv("SYMBI_AUDIT_KEY_FILE"), func(id string, mod time.Time) bool {
+	pruned, held, err := ledger.PruneHeld(root, e.getenv("SYMBI_AUDIT_KEY_FILE"), func(id string, mod time.Time) bool {
 		if *runID != "" {
 			return id == *runID
 		}
@@ -193,6 +193,9 @@ func runAuditPrune(e *env, args []string) int {
 	for _, p := range pruned {
 		fmt.Fprintf(e.stdout, "%s %s (run %s, %d records)\n", verb, nameText(p.File), nameText(p.RunID), p.Records)
 	}
+	for _, id := range held {
+		fmt.Fprintf(e.stdout, "left the journal of run %s: its writer still holds it (a server ending the run); a later prune takes it\n", nameText(id))
+	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "symbi audit prune: %s\n", errcode.Text(err))
 		return 1
@@ -200,7 +203,11 @@ func runAuditPrune(e *env, args []string) int {
 	// Every prune also finishes one a stop cut short, whatever it selects: what it
 	// pruned is not the run asked for unless that run is among it.
 	if *runID != "" && !slices.ContainsFunc(pruned, func(p ledger.Pruned) bool { return p.RunID == *runID }) {
-		fmt.Fprintf(e.stderr, "symbi audit prune: no journal of run %s to prune\n", nameText(*runID))
+		if slices.Contains(held, *runID) {
+			fmt.Fprintf(e.stderr, "symbi audit prune: the journal of run %s is still held by its writer (a server ending the run): prune it later\n", nameText(*runID))
+		} else {
+			fmt.Fprintf(e.stderr, "symbi audit prune: no journal of run %s to prune\n", nameText(*runID))
+		}
 		return 1
 	}
 	return 0

@@ -125,12 +125,19 @@ type Recovered struct {
 	CallerAuth string `json:"caller_auth,omitempty"`
 }
 
-// Pruned is appended before a journal is deliberately removed (symbi audit prune).
+// Pruned is appended before a journal is deliberately removed (symbi audit prune): the
+// journal as it was removed, verified. Its receipt is the one the run was recorded with,
+// or — for a run whose server stopped after its run entry and before the journal's
+// terminated line — that entry's prev_head, one record fewer. Reason and Released are
+// what the journal's terminated record said (absent when it had none): once the file is
+// gone, how a run the ledger recorded only as found ended is known from them.
 type Pruned struct {
-	RunID   string `json:"run_id"`
-	File    string `json:"file"`
-	Records int64  `json:"records"`
-	Head    string `json:"head"`
+	RunID    string `json:"run_id"`
+	File     string `json:"file"`
+	Records  int64  `json:"records"`
+	Head     string `json:"head"`
+	Reason   string `json:"reason,omitempty"`
+	Released bool   `json:"released,omitempty"`
 }
 
 // Type names.

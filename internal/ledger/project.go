@@ -61,6 +61,8 @@ type entryFacts struct {
 	Head     string `json:"head"`
 	PrevHead string `json:"prev_head"`
 	State    string `json:"state"`
+	Reason   string `json:"reason"`
+	Released bool   `json:"released"`
 }
 
 // VerifyProject verifies the project at dir with its public key: the ledger's chain and
@@ -169,6 +171,7 @@ type known struct {
 	entry    string     // its last entry: run, recovered or pruned
 	recorded string     // the run or recovered entry the run was recorded with
 	facts    entryFacts // that entry's
+	stopped  bool       // pruned one line short of its run entry: it never got its terminated line
 }
 
 // recordedRuns returns what the ledger's entries say of each run, and the run ids in
@@ -197,8 +200,15 @@ func recordedRuns(entries []Line, problem func(string, ...any)) (map[string]*kno
 			order = append(order, f.RunID)
 			continue
 		case l.Type == TypePruned && k.entry != TypePruned:
-			if f.File != k.facts.File || f.Records != k.facts.Records || f.Head != k.facts.Head {
+			// The journal removed is the one recorded, or one line short of a run entry
+			// (its server stopped before the terminated line): the prune says which.
+			k.stopped = k.recorded == TypeRun && f.File == k.facts.File && f.Records == k.facts.Records-1 && f.Head == k.facts.PrevHead && f.Reason == ""
+			switch {
+			case k.stopped:
+			case f.File != k.facts.File || f.Records != k.facts.Records || f.Head != k.facts.Head:
 				problem("ledger line %d: run %s is pruned with another receipt than it was recorded with", l.Seq+1, f.RunID)
+			case f.Reason != "" && k.recorded == TypeRun && (f.Reason != k.facts.Reason || f.Released != k.facts.Released):
+				problem("ledger line %d: run %s is pruned as having ended %s (released %t); it was recorded as %s (released %t)", l.Seq+1, f.RunID, f.Reason, f.Released, k.facts.Reason, k.facts.Released)
 			}
 		default:
 			problem("ledger line %d: run %s appears twice (%s after %s)", l.Seq+1, f.RunID, l.Type, k.entry)
@@ -225,6 +235,8 @@ func findRun(id string, k *known, jr *journal.Report) RunFinding {
 		} else {
 			f.Problem = "pruned, but the journal is still on disk: a prune stopped before removing it (symbi audit prune removes it)"
 		}
+	case k.entry == TypePruned && k.stopped:
+		f.Note = "pruned; it had " + stoppedNote + ", which never reached anyone"
 	case k.entry == TypePruned:
 	case jr == nil:
 		f.Problem = "the journal is missing: deleted, or renamed away"

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -45,8 +46,10 @@ func TestPruneFinishesInterrupted(t *testing.T) {
 }
 
 // TestPruneLeavesJournalInProgress: a run whose entry is durable and whose writer still
-// holds its journal, about to write its terminated line, is the writer's: prune leaves it
-// and records nothing; once the writer lets go, prune takes it.
+// holds its journal, about to write its terminated line, is the writer's: prune leaves it,
+// says so (PruneHeld) and records nothing. Once the writer lets go without that line (its
+// server stopped), prune takes it and records the journal as it removes it — one line
+// short of the run entry, with no ending — and verification says so of the pruned run.
 func TestPruneLeavesJournalInProgress(t *testing.T) {
 	p := newProjectRuns(t, 0)
 	store := p.store(t)
@@ -76,15 +79,71 @@ func TestPruneLeavesJournalInProgress(t *testing.T) {
 		t.Fatal("the journal's writer does not hold it")
 	}
 	all := func(string, time.Time) bool { return true }
-	pr, err := Prune(p.root(t), "", all, false)
-	if _, serr := os.Lstat(w.Path()); serr != nil || len(pr) != 0 || err != nil {
-		t.Fatalf("prune of a journal its writer holds: pruned %+v, %v; the file: %v", pr, err, serr)
+	pr, held, err := PruneHeld(p.root(t), "", all, false)
+	if _, serr := os.Lstat(w.Path()); serr != nil || len(pr) != 0 || err != nil || len(held) != 1 || held[0] != "live" {
+		t.Fatalf("prune of a journal its writer holds: pruned %+v, held %v, %v; the file: %v", pr, held, err, serr)
 	}
 	if err := w.Close(); err != nil { // the server stopped before the last line
 		t.Fatal(err)
 	}
-	if pr, err := Prune(p.root(t), "", all, false); err != nil || len(pr) != 1 {
-		t.Errorf("prune once the writer let go: %+v, %v", pr, err)
+	pr, err = Prune(p.root(t), "", all, false)
+	if err != nil || len(pr) != 1 {
+		t.Fatalf("prune once the writer let go: %+v, %v", pr, err)
+	}
+	if want := (Pruned{RunID: "live", File: filepath.Base(w.Path()), Records: int64(prep.Receipt.Records) - 1, Head: w.Receipt().Head}); pr[0] != want {
+		t.Errorf("the pruned entry of a journal one line short of its run entry: %+v, want %+v (the journal as removed, no ending)", pr[0], want)
+	}
+	r := VerifyProject(p.dir, p.pub, nil)
+	if r.ExitCode() != 0 || len(r.Runs) != 1 || !strings.Contains(r.Runs[0].Note, "pruned; it had stopped before its terminated line") {
+		t.Errorf("verify --project after the prune: exit %d, problems %q, runs %+v", r.ExitCode(), r.Problems, r.Runs)
+	}
+}
+
+// TestPrunedEntryChecks: verification takes a pruned entry for the journal the run was
+// recorded with (its receipt, and the ending its run entry names), or for one one line
+// short of a run entry that never got its terminated line (no ending); any other is a
+// problem.
+func TestPrunedEntryChecks(t *testing.T) {
+	tests := []struct {
+		name   string
+		pruned func(run Run) Pruned
+		want   string // "" when verification accepts it
+	}{
+		{"the recorded journal", func(r Run) Pruned {
+			return Pruned{RunID: r.RunID, File: r.File, Records: r.Records, Head: r.Head, Reason: r.Reason, Released: r.Released}
+		}, ""},
+		{"one line short, no ending", func(r Run) Pruned {
+			return Pruned{RunID: r.RunID, File: r.File, Records: r.Records - 1, Head: r.PrevHead}
+		}, ""},
+		{"one line short, with an ending", func(r Run) Pruned {
+			return Pruned{RunID: r.RunID, File: r.File, Records: r.Records - 1, Head: r.PrevHead, Reason: r.Reason}
+		}, "pruned with another receipt"},
+		{"another ending", func(r Run) Pruned {
+			return Pruned{RunID: r.RunID, File: r.File, Records: r.Records, Head: r.Head, Reason: "completed", Released: true}
+		}, "pruned as having ended completed (released true); it was recorded as cancelled (released false)"},
+		{"two lines short", func(r Run) Pruned {
+			return Pruned{RunID: r.RunID, File: r.File, Records: r.Records - 2, Head: r.PrevHead}
+		}, "pruned with another receipt"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newProjectRuns(t, 1)
+			run := p.runEntry(t, "run-0")
+			if _, err := p.lw.Append(tt.pruned(run)); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(p.files[0]); err != nil {
+				t.Fatal(err)
+			}
+			r := VerifyProject(p.dir, p.pub, nil)
+			got := strings.Join(r.Problems, "; ")
+			switch {
+			case tt.want == "" && r.ExitCode() != 0:
+				t.Errorf("exit %d, problems %q, runs %+v; want accepted", r.ExitCode(), r.Problems, r.Runs)
+			case tt.want != "" && (r.ExitCode() != 1 || !strings.Contains(got, tt.want)):
+				t.Errorf("exit %d, problems %q; want 1 and %q", r.ExitCode(), got, tt.want)
+			}
+		})
 	}
 }
 
@@ -174,4 +233,17 @@ func TestReconcileSkipsDiscardedJournal(t *testing.T) {
 	if rec, err := RecordAsFound(p.lw, w.Path(), "agent", "discarded"); rec == nil || err != nil || rec.State != journal.StatusInvalid {
 		t.Errorf("RecordAsFound of a run's journal gone: %+v, %v; want it recorded, invalid", rec, err)
 	}
+}
+
+// runEntry returns the run entry the project's ledger holds of runID.
+func (p *project) runEntry(t *testing.T, runID string) Run {
+	t.Helper()
+	for _, l := range Verify(ledgerFile(t, p), p.pub).Entries {
+		var r Run
+		if l.Type == TypeRun && l.RunID() == runID && json.Unmarshal(l.Data, &r) == nil {
+			return r
+		}
+	}
+	t.Fatalf("no run entry of %s", runID)
+	return Run{}
 }

@@ -172,13 +172,21 @@ func OpenProjectResuming(root *os.File, keyFile string, resume func(store *journ
 // opened for writing. select is given the run id and the journal file's modification
 // time.
 func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Time) bool, dryRun bool) ([]Pruned, error) {
+	pruned, _, err := PruneHeld(root, keyFile, choose, dryRun)
+	return pruned, err
+}
+
+// PruneHeld is Prune, and also returns the ids of the chosen runs whose journals it left
+// because their writers still hold them (a server ending the run): a later prune takes
+// them.
+func PruneHeld(root *os.File, keyFile string, choose func(runID string, mod time.Time) bool, dryRun bool) (pruned []Pruned, held []string, err error) {
 	// No ledger, no recorded run: nothing may be pruned, and prune creates no ledger.
 	if err := Present(root); err != nil {
-		return nil, fmt.Errorf("%w, so none can be pruned", err)
+		return nil, nil, fmt.Errorf("%w, so none can be pruned", err)
 	}
 	store, err := journal.OpenStore(root, journal.StoreOptions{KeyFile: keyFile})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer store.Close()
 	ledgerPath := filepath.Join(filepath.Dir(store.Dir()), FileName)
@@ -189,18 +197,18 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 	if dryRun {
 		data, err := readLedger(ledgerPath)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		ver := Verify(data, store.PublicKey())
 		if len(ver.Problems) > 0 {
-			return nil, errcode.Errorf(errcode.AuditUnavailable, "ledger: cannot prune from an invalid ledger: line %d: %s", ver.Problems[0].Line, ver.Problems[0].Message)
+			return nil, nil, errcode.Errorf(errcode.AuditUnavailable, "ledger: cannot prune from an invalid ledger: line %d: %s", ver.Problems[0].Line, ver.Problems[0].Message)
 		}
 		lines = ver.Entries
 	} else {
 		// Open takes the writers' lock and verifies the ledger whole: its lines are the
 		// durable ones the writer continues.
 		if w, err = Open(root, store.SigningKey()); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		defer w.Close()
 		if o := w.TakeOpened(); o != nil {
@@ -247,6 +255,7 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 		// A recorded run's journal is held only by the writer ending that run (no server
 		// resumes a run the ledger knows): once it is not held, it never is again.
 		if journal.InProgress(path) {
+			held = append(held, id)
 			continue
 		}
 		rep := journal.Verify(path, store.PublicKey(), journal.VerifyOptions{RunID: id})
@@ -257,19 +266,23 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 			kept = append(kept, fmt.Errorf("ledger: %s: %s: %w", f.File, problem, ErrEvidence))
 			continue
 		}
-		p := Pruned{RunID: id, File: filepath.Base(f.File), Records: f.Records, Head: f.Head}
+		// What is removed: the receipt judge accepted — the entry's, or one line short of
+		// a run entry's when its server stopped before the terminated line — and how the
+		// journal ended, if it did.
+		p := Pruned{RunID: id, File: filepath.Base(f.File), Records: int64(rep.Records), Head: rep.Head,
+			Reason: rep.TerminalReason, Released: rep.TerminalReason != "" && rep.Released}
 		if !dryRun {
 			if !e.pruned {
 				if _, err := w.Append(p); errors.Is(err, ErrPruned) {
 					continue // another prune recorded it, and removes the file
 				} else if err != nil {
-					return out, err
+					return out, held, err
 				}
 			}
 			if err := os.Remove(path); errors.Is(err, fs.ErrNotExist) && e.pruned {
 				continue // another prune finished it
 			} else if err != nil {
-				return out, fmt.Errorf("ledger: %s was recorded as pruned but could not be removed (symbi audit prune removes it): %w", p.File, err)
+				return out, held, fmt.Errorf("ledger: %s was recorded as pruned but could not be removed (symbi audit prune removes it): %w", p.File, err)
 			}
 		}
 		out = append(out, p)
@@ -280,7 +293,7 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 			d.Close()
 		}
 	}
-	return out, errors.Join(kept...)
+	return out, held, errors.Join(kept...)
 }
 
 // offer calls resume for each journal of the governed directory that the ledger has no

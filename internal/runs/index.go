@@ -31,9 +31,14 @@ type run struct {
 	prevHead string // a run entry's: the journal's head before its last line
 	endedAt  string
 
-	recovered  string // a recovered entry's state: complete, incomplete or invalid
-	pruned     bool
-	resolution *Resolution
+	recovered string // a recovered entry's state: complete, incomplete or invalid
+	pruned    bool
+	// Of the pruned entry: the journal removed had no terminated line, one line short of
+	// its run entry (prunedShort); or how it ended, by its terminated record.
+	prunedShort    bool
+	prunedReason   string
+	prunedReleased bool
+	resolution     *Resolution
 
 	live     *invoke.Run // this process's run, until it has ended
 	ownEnd   bool        // this process's run ended here: its watcher recorded how
@@ -215,7 +220,8 @@ func (m *Manager) apply(l *ledger.Line) (added string, err error) {
 		var e ledger.Pruned
 		if json.Unmarshal(l.Data, &e) == nil {
 			if r := m.runs[e.RunID]; r != nil {
-				r.pruned = true
+				r.pruned, r.prunedReason, r.prunedReleased = true, e.Reason, e.Released
+				r.prunedShort = r.reason != "" && r.recovered == "" && e.Reason == "" && e.Records == r.records-1 && e.Head == r.prevHead
 			}
 		}
 	case ledger.TypeResolution:

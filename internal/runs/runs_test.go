@@ -872,6 +872,49 @@ func TestPruned(t *testing.T) {
 
 // TestExternal: a journal the ledger does not know is another process's run while a
 // writer holds it, and otherwise a crash: abandoned without a terminated record, as its
+
+// TestPrunedRecoveredKeepsItsEnding: a journal the ledger recorded as found, complete (here
+// ending policy_denied), keeps its status once pruned — the pruned entry records how it
+// ended — and is not taken for abandoned, which is a journal with no terminated record.
+func TestPrunedRecoveredKeepsItsEnding(t *testing.T) {
+	p := newTestProject(t, nil)
+	id := newRunID(t)
+	p.journalRun(t, "alpha", id, records("alpha", runs.StatusPolicyDenied, "the answer", true), false)
+	if rec, err := ledger.Reconcile(p.lw, p.store.Dir(), p.pub); err != nil || len(rec) != 1 || rec[0].State != "complete" {
+		t.Fatalf("reconcile: %v %+v", err, rec)
+	}
+	if pruned, err := ledger.Prune(p.root, "", func(r string, _ time.Time) bool { return r == id }, false); err != nil || len(pruned) != 1 {
+		t.Fatalf("prune: %v %+v", err, pruned)
+	}
+	st, err := p.open(t).Status(id)
+	if err != nil || st.Status != runs.StatusPolicyDenied || st.Released || !st.JournalPruned {
+		t.Fatalf("the pruned run recovered as complete: %+v, %v; want policy_denied, not released, pruned", st, err)
+	}
+}
+
+// TestPrunedUnendedStaysAuditFailed: a run whose ledger entry says completed, released, but
+// whose journal never got its terminated line released nothing (audit_failed); pruning
+// that journal — recorded one line short, no ending — leaves it so.
+func TestPrunedUnendedStaysAuditFailed(t *testing.T) {
+	p := newTestProject(t, nil)
+	id := newRunID(t)
+	p.journalRun(t, "alpha", id, records("alpha", runs.StatusCompleted, "the answer", true), false)
+	p.recordRun(t, "alpha", id, runs.StatusCompleted)
+	path := p.journalPath("alpha", id)
+	ls := completeLines(readFile(t, path))
+	writeFile(t, path, bytes.Join(ls[:len(ls)-1], nil)) // the terminated line never became durable
+	if st, err := p.open(t).Status(id); err != nil || st.Status != runs.StatusAuditFailed || st.Released {
+		t.Fatalf("before the prune: %+v, %v; want audit_failed, not released", st, err)
+	}
+	if pruned, err := ledger.Prune(p.root, "", func(r string, _ time.Time) bool { return r == id }, false); err != nil || len(pruned) != 1 {
+		t.Fatalf("prune: %v %+v", err, pruned)
+	}
+	st, err := p.open(t).Status(id)
+	if err != nil || st.Status != runs.StatusAuditFailed || st.Released || !strings.Contains(st.JournalProblem, "had no terminated record") {
+		t.Fatalf("after the prune: %+v, %v; want audit_failed, not released, saying why", st, err)
+	}
+}
+
 // terminated record says with one.
 func TestExternal(t *testing.T) {
 	p := newTestProject(t, nil)

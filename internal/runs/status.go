@@ -106,6 +106,13 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 		st.Status = StatusAwaitingApproval
 	case running:
 		st.Status = StatusRunning
+	case snap.pruned && snap.prunedShort:
+		// Pruned as it was: one line short of its run entry, the end never written.
+		st.Status = StatusAuditFailed
+		st.JournalProblem = "the ledger recorded this run as " + snap.reason + ", but its journal, pruned since, had no terminated record: the end was never written, and nothing was released"
+	case snap.pruned && snap.reason == "" && snap.prunedReason != "":
+		// Recorded as found, then pruned: the prune recorded how its journal ended.
+		st.Status, st.Released = snap.prunedReason, snap.prunedReleased
 	case snap.ended && snap.reason != "" && !f.terminated && f.problem == nil && !snap.pruned:
 		// The ledger recorded the run's end, but its journal has no terminated record: the
 		// end was never written (a failed write, or a crash just after the ledger entry).
