@@ -120,7 +120,7 @@ func CheckPlace(ws, project, keyFile string) error {
 		return nil
 	}
 	for _, c := range strings.Split(strings.TrimPrefix(dir[len(ws):], "/"), "/") {
-		if strings.EqualFold(c, ".symbiont") {
+		if sameName(c, ".symbiont") {
 			return nil
 		}
 	}
@@ -468,7 +468,7 @@ func (w *Workspace) checkPolicies(rel string) error {
 // symbi's own file access (CheckNames) refuses them all.
 func (w *Workspace) CheckGoverned(rel string) error {
 	for _, c := range strings.Split(rel, "/") {
-		if strings.EqualFold(c, ".symbiont") {
+		if sameName(c, ".symbiont") {
 			return refuse(errcode.ProtectedPath, rel, ErrAuditStore, nil)
 		}
 	}
@@ -492,20 +492,27 @@ func (w *Workspace) HoldsGoverned(rel string) bool {
 }
 
 // underFold reports whether the slash-separated path rel is dir or lies under it, its
-// names compared without regard to case: on a case-insensitive file system (casefold
-// ext4, vfat, SMB) "Policies" is the policies directory, and a protected name is
-// protected in every case.
+// names compared as sameName compares them.
 func underFold(rel, dir string) bool {
 	rs, ds := strings.Split(rel, "/"), strings.Split(dir, "/")
 	if len(rs) < len(ds) {
 		return false
 	}
 	for i, d := range ds {
-		if !strings.EqualFold(rs[i], d) {
+		if !sameName(rs[i], d) {
 			return false
 		}
 	}
 	return true
+}
+
+// sameName reports whether the names a and b may be one directory entry on some file
+// system: compared without regard to case (casefold ext4, vfat, exFAT, SMB: "Policies" is
+// the policies directory) and without trailing dots and spaces (vfat and exFAT look
+// "policies." up as "policies", and Windows servers behind SMB drop both). A protected
+// name is protected in every spelling that can reach it, whatever the file system here.
+func sameName(a, b string) bool {
+	return strings.EqualFold(strings.TrimRight(a, ". "), strings.TrimRight(b, ". "))
 }
 
 // openDir opens the directory made of parts beneath dirfd without following a symbolic

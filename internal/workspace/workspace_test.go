@@ -710,3 +710,42 @@ func TestProtectedNamesFoldCase(t *testing.T) {
 		t.Errorf("CheckPlace(<project>/POLICIES) = %v, want ErrWorkspaceGoverned", err)
 	}
 }
+
+// TestProtectedNamesTrailingDots: vfat and exFAT look a name up without its trailing dots
+// ("policies." is the policies directory there), and Windows servers behind SMB drop
+// trailing dots and spaces: the protected names are refused in those spellings too, by
+// the agent's gate, symbi's own writer and the workspace's place.
+func TestProtectedNamesTrailingDots(t *testing.T) {
+	dir := realTempDir(t)
+	w, err := Open(dir)
+	must(t, err)
+	defer w.Close()
+	for _, tt := range []struct {
+		rel  string
+		want error
+	}{
+		{"policies./respond.cedar", ErrPolicies},
+		{"policies../respond.cedar", ErrPolicies},
+		{"Policies. /respond.cedar", ErrPolicies},
+		{".symbiont./governed/audit-signing.key", ErrAuditStore},
+		{".SYMBIONT./ledger.jsonl", ErrAuditStore},
+		{"sub/.symbiont /x", ErrAuditStore},
+	} {
+		if err := w.CheckGoverned(tt.rel); !errors.Is(err, tt.want) {
+			t.Errorf("CheckGoverned(%q) = %v, want %v", tt.rel, err, tt.want)
+		}
+	}
+	for _, ok := range []string{"policies.d/x", "policy./x", "src/symbiont./x"} {
+		if err := w.CheckGoverned(ok); err != nil {
+			t.Errorf("CheckGoverned(%q) = %v, want nil: not a protected name in any spelling", ok, err)
+		}
+	}
+	if _, _, err := w.WriteText("policies./evil.cedar", "permit(principal, action, resource);\n", 1<<20); !errors.Is(err, ErrPolicies) {
+		t.Errorf("WriteText(\"policies./evil.cedar\") = %v, want ErrPolicies", err)
+	}
+	proj := filepath.Join(dir, "proj")
+	must(t, os.MkdirAll(filepath.Join(proj, "policies."), 0o755))
+	if err := CheckPlace(filepath.Join(proj, "policies."), proj, ""); !errors.Is(err, ErrWorkspaceGoverned) {
+		t.Errorf("CheckPlace(<project>/policies.) = %v, want ErrWorkspaceGoverned", err)
+	}
+}
