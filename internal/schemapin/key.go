@@ -34,7 +34,7 @@ func parsePublicKeyPEM(text []byte) (*publicKey, error) {
 	case n > 1:
 		return nil, errcode.Errorf(errcode.InvalidRequest, "public key: %d PEM blocks (a broken one is skipped by decoders), want exactly one", n)
 	}
-	block, rest := pem.Decode(text)
+	block, rest := pem.Decode(t) // from its first byte: white space before it is no data
 	if block == nil {
 		return nil, errcode.Errorf(errcode.InvalidRequest, "public key: no PEM block found")
 	}
@@ -101,9 +101,10 @@ func parseKeyBody(body []byte) (*keySource, error) {
 	if !ok {
 		return nil, errcode.Errorf(errcode.InvalidRequest, "key document: not a JSON object")
 	}
-	pemText, ok := doc["public_key_pem"].(string)
+	raw, present := doc["public_key_pem"]
+	pemText, ok := raw.(string)
 	switch {
-	case doc["public_key_pem"] == nil:
+	case !present:
 		return nil, errcode.Errorf(errcode.InvalidRequest, `key document: no "public_key_pem" member`)
 	case !ok:
 		return nil, errcode.Errorf(errcode.InvalidRequest, `key document: "public_key_pem" is not a string`)
@@ -114,7 +115,7 @@ func parseKeyBody(body []byte) (*keySource, error) {
 	}
 	src := &keySource{key: k, revoked: map[string]bool{}}
 	var revoked []any
-	if r, present := doc["revoked_keys"]; present && r != nil {
+	if r, present := doc["revoked_keys"]; present { // null is not an array either
 		if revoked, ok = r.([]any); !ok {
 			return nil, errcode.Errorf(errcode.InvalidRequest, `key document: "revoked_keys" is not an array`)
 		}

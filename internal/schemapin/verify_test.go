@@ -105,6 +105,11 @@ func TestKeyDocuments(t *testing.T) {
 		"/revocation-folded": `{"public_key_pem":"` + quoted + `","revoked_keys":["` + fingerprintOf(t) + `"],"Revoked_Keys":[]}`,
 		"/junk-before-pem":   "<html>hello\n" + pem,
 		"/broken-pem-first":  "-----BEGIN PUBLIC KEY-----\n!!\n-----END PUBLIC KEY-----\n" + pem,
+		// null is neither absent nor the member's type.
+		"/key-null":     `{"public_key_pem":null}`,
+		"/revoked-null": `{"public_key_pem":"` + quoted + `","revoked_keys":null}`,
+		// White space before the block, on its line, is white space.
+		"/space-before-key": `{"public_key_pem":" \t` + quoted + `"}`,
 	}
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(docs[r.URL.Path]))
@@ -116,6 +121,9 @@ func TestKeyDocuments(t *testing.T) {
 		path, msg string
 		revoked   bool
 	}{
+		{"/key-null", `"public_key_pem" is not a string`, false},
+		{"/revoked-null", `"revoked_keys" is not an array`, false},
+		{"/space-before-key", "", false},
 		{"/no-key", `no "public_key_pem" member`, false},
 		{"/key-not-string", `"public_key_pem" is not a string`, false},
 		{"/key-in-capitals", `no "public_key_pem" member`, false},
@@ -134,6 +142,12 @@ func TestKeyDocuments(t *testing.T) {
 			if tt.revoked {
 				if err != nil || res.Verified || !res.Revoked || !strings.Contains(res.Message, "revoked") {
 					t.Fatalf("got %+v, %v; want revoked", res, err)
+				}
+				return
+			}
+			if tt.msg == "" {
+				if err != nil || !res.Verified {
+					t.Fatalf("got %+v, %v; want verified", res, err)
 				}
 				return
 			}
@@ -188,6 +202,20 @@ func TestSignatureBase64WithLineBreaksRefused(t *testing.T) {
 		}
 		if res.Verified || !strings.Contains(res.Message, "not valid standard base64") {
 			t.Errorf("%q: %+v; want verified:false, not valid standard base64", bad, res)
+		}
+	}
+}
+
+// TestKeyWhiteSpaceBeforeBlock: a key is one PEM block with nothing but white space around
+// it; a space or tab before the block on its first line is white space too.
+func TestKeyWhiteSpaceBeforeBlock(t *testing.T) {
+	key := string(readVector(t, "signer.pub.pem"))
+	v := schemapin.NewVerifier(env(nil))
+	for _, lead := range []string{"\n", " ", "\t", "  \t\n "} {
+		res, err := v.Verify(context.Background(), schemapin.Request{Schema: string(readVector(t, "schema.json")),
+			Signature: strings.TrimSpace(string(readVector(t, "schema.sig.b64"))), PublicKeyPEM: lead + key})
+		if err != nil || !res.Verified {
+			t.Errorf("the key preceded by %q: %+v, %v; want verified", lead, res, err)
 		}
 	}
 }
