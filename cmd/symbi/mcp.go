@@ -229,9 +229,8 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	if prov != nil {
 		attrs = append(attrs, "provider", prov.Name(), "model", prov.Model())
 	}
-	// The registry is read in the background (initialize does not need it): over stdio
-	// once the client has its answer to initialize, over HTTP at once; a call that needs
-	// it first starts it and waits.
+	// The registry is read in the background (initialize does not need it), begun as the
+	// server starts serving; a call that needs it waits for it.
 	// The collector's start-up target (startupGC) is raised when the load starts here and
 	// restored when it ends, or when the server ends first; it is never raised after that.
 	var gc struct {
@@ -274,7 +273,9 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 		load()
 		return serveHTTP(e, o.http, cfg, runner, log, attrs, o.watch)
 	}
-	cfg.Initialized = load
+	// The snapshot is taken at start-up, whatever the client does: begun here, beside the
+	// answer to initialize, not when the client says it is initialized.
+	load()
 	server := mcpserver.New(cfg)
 	// From here a stop signal shuts the server down in order (before, it ends the
 	// process): armed before "serving" is logged, which a client may act on.

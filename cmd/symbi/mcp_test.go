@@ -914,3 +914,87 @@ func TestMCPExitCodes(t *testing.T) {
 // hangGuard bounds a wait that only a hang reaches. It is never an expectation of speed:
 // under -race on a busy machine the work it guards may take far longer than on an idle one.
 const hangGuard = 5 * time.Minute
+
+// TestE2ERegistrySnapshotAtStartup: the registry is a snapshot taken at start-up, whatever
+// the client does: it is read without the client's notifications/initialized (here never
+// sent until after the change), and a file changed once it was read is served as it was.
+func TestE2ERegistrySnapshotAtStartup(t *testing.T) {
+	dir := newE2EProject(t)
+	const original = "agent helper {\n  capabilities = [\"answer\"]\n}\n"
+	writeFile(t, filepath.Join(dir, "agents/helper.symbi"), original)
+	cmd := exec.Command(symbiBin, "mcp", "--project", dir)
+	cmd.Env = modelEnv(nil)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
+	loaded := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "registry loaded") {
+				close(loaded)
+				break
+			}
+		}
+		io.Copy(io.Discard, stderr)
+	}()
+	answers := make(chan map[string]any, 4)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m["id"] != nil {
+				answers <- m
+			}
+		}
+		close(answers)
+	}()
+	send := func(s string) {
+		if _, err := io.WriteString(stdin, s+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func() map[string]any {
+		select {
+		case m, ok := <-answers:
+			if !ok {
+				t.Fatal("symbi closed stdout")
+			}
+			return m
+		case <-time.After(hangGuard): // a failure guard
+			t.Fatal("no answer")
+		}
+		return nil
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}}`)
+	if r := next(); r["result"] == nil {
+		t.Fatalf("initialize: %v", r)
+	}
+	select {
+	case <-loaded:
+	case <-time.After(hangGuard): // a failure guard
+		t.Fatal("the registry was not read at start-up: the server waits for the client before taking its snapshot")
+	}
+	writeFile(t, filepath.Join(dir, "agents/helper.symbi"), "agent helper {\n  capabilities = [\"changed\"]\n}\n")
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"get_agent_dsl","arguments":{"agent":"helper"}}}`)
+	res, _ := next()["result"].(map[string]any)
+	sc, _ := res["structuredContent"].(map[string]any)
+	if got, _ := sc["source"].(string); got != original {
+		t.Errorf("get_agent_dsl after the file changed once the snapshot was taken:\n got %q\nwant %q", got, original)
+	}
+}

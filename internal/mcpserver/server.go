@@ -55,9 +55,6 @@ type Config struct {
 	Rate float64
 	// Now is the clock of the rate limiter (default time.Now).
 	Now func() time.Time
-	// Initialized, when set, is called each time a client has been initialized (its
-	// notifications/initialized, sent once it has the answer to initialize).
-	Initialized func()
 }
 
 // Surface is the surface runs asked for over MCP are recorded under.
@@ -104,12 +101,7 @@ func New(cfg Config) (s *mcp.Server) {
 		Logger:             cfg.Log,
 		SubscribeHandler:   h.subscribe,
 		UnsubscribeHandler: h.unsubscribe,
-		InitializedHandler: func(context.Context, *mcp.InitializedRequest) {
-			if cfg.Initialized != nil {
-				cfg.Initialized()
-			}
-		},
-		Instructions: "Governed agent invocation: invoke_agent asks one of this project's registered agents for a policy-checked text answer and returns it with a signed journal receipt. list_agents shows what can be invoked.",
+		Instructions:       "Governed agent invocation: invoke_agent asks one of this project's registered agents for a policy-checked text answer and returns it with a signed journal receipt. list_agents shows what can be invoked.",
 	})
 	no, yes := false, true
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}
