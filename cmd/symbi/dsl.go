@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"symbi/internal/dsl"
 )
 
 var cmdDslCheck = &command{name: "dsl check", args: "FILE...", summary: "check agent definitions; print file:line:col: message for each error"}
-var cmdDslParse = &command{name: "dsl parse", args: "FILE|-", summary: "print the JSON views of an agent definition (- reads standard input)"}
+var cmdDslParse = &command{name: "dsl parse", args: "FILE...", summary: "print the JSON views of agent definitions (- reads standard input; several files: an array)"}
 
 func init() {
 	cmdDslCheck.run = runDSLCheck
@@ -67,34 +68,51 @@ func runDSLCheck(e *env, args []string) int {
 	return 0
 }
 
-// runDSLParse runs symbi dsl parse.
+// runDSLParse runs symbi dsl parse: the views of one file (or of standard input, "-"),
+// or a JSON array of them, one per file in the order given, for several. A file that
+// cannot be read is said on standard error and has no element; the exit status is 1 when
+// any file could not be read or does not parse.
 func runDSLParse(e *env, args []string) int {
 	fs := newFlags(e, cmdDslParse)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if fs.NArg() != 1 {
+	if fs.NArg() == 0 {
 		fs.Usage()
 		return 2
 	}
-	name := fs.Arg(0)
-	src, err := readSource(e, name)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "%s: %v\n", nameText(name), err)
-		return 1
+	if i := slices.Index(fs.Args(), "-"); i >= 0 && slices.Contains(fs.Args()[i+1:], "-") {
+		fmt.Fprintln(e.stderr, "symbi dsl parse: - (standard input) can be given once")
+		return 2
 	}
-	source := name
-	if name == "-" {
-		source = "inline"
-	}
-	r := dsl.Analyze(source, src)
-	if !printJSON(e, "dsl parse", r) {
-		return 1
-	}
-	if !r.Valid {
+	results := []*dsl.Result{}
+	failed := false
+	for _, name := range fs.Args() {
+		src, err := readSource(e, name)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "%s: %v\n", nameText(name), err)
+			failed = true
+			continue
+		}
+		source := name
+		if name == "-" {
+			source = "inline"
+		}
+		r := dsl.Analyze(source, src)
+		results = append(results, r)
 		for _, pe := range r.Errors {
 			fmt.Fprintf(e.stderr, "%s:%d:%d: %s\n", nameText(source), pe.Line, pe.Column, cellText(pe.Message))
 		}
+		failed = failed || !r.Valid
+	}
+	var out any = results
+	if fs.NArg() == 1 {
+		if len(results) == 0 {
+			return 1
+		}
+		out = results[0]
+	}
+	if !printJSON(e, "dsl parse", out) || failed {
 		return 1
 	}
 	return 0

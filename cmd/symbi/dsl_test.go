@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -138,7 +140,42 @@ func TestDSLParse(t *testing.T) {
 	if code != 1 || !strings.Contains(out, `"valid": false`) || errOut != "inline:1:7: unexpected \"{\", expected an identifier\n" {
 		t.Errorf("syntax error: code %d, out %q, err %q", code, out, errOut)
 	}
-	if code, _, _ := runCLI(t, "", "dsl", "parse", "a", "b"); code != 2 {
-		t.Errorf("two arguments: code %d, want 2", code)
+	if code, _, errOut := runCLI(t, "", "dsl", "parse", "-", "-"); code != 2 || !strings.Contains(errOut, "can be given once") {
+		t.Errorf("standard input twice: code %d, err %q, want 2", code, errOut)
+	}
+}
+
+// TestDSLParseSeveralFiles: dsl parse FILE... prints a JSON array of the views, one per file
+// in the order given; a file that does not parse or cannot be read makes the exit status 1,
+// the others' views still printed (an unreadable one has no element).
+func TestDSLParseSeveralFiles(t *testing.T) {
+	dir := t.TempDir()
+	a, b, bad := filepath.Join(dir, "a.symbi"), filepath.Join(dir, "b.symbi"), filepath.Join(dir, "bad.symbi")
+	writeFile(t, a, "agent a {}\n")
+	writeFile(t, b, "agent b {}\n")
+	writeFile(t, bad, "agent {}\n")
+	read := func(out string) []string {
+		t.Helper()
+		var rs []struct {
+			Source string `json:"source"`
+			Valid  bool   `json:"valid"`
+		}
+		if err := json.Unmarshal([]byte(out), &rs); err != nil {
+			t.Fatalf("output is not a JSON array: %v\n%s", err, out)
+		}
+		var got []string
+		for _, r := range rs {
+			got = append(got, fmt.Sprintf("%s %v", filepath.Base(r.Source), r.Valid))
+		}
+		return got
+	}
+	code, out, errOut := runCLI(t, "", "dsl", "parse", a, b)
+	if got := read(out); code != 0 || errOut != "" || !slices.Equal(got, []string{"a.symbi true", "b.symbi true"}) {
+		t.Errorf("dsl parse a b: code %d, views %v, err %q", code, got, errOut)
+	}
+	code, out, errOut = runCLI(t, "", "dsl", "parse", bad, filepath.Join(dir, "missing.symbi"), a)
+	if got := read(out); code != 1 || !slices.Equal(got, []string{"bad.symbi false", "a.symbi true"}) ||
+		!strings.Contains(errOut, "bad.symbi:1:7: ") || !strings.Contains(errOut, "missing.symbi") {
+		t.Errorf("dsl parse bad missing a: code %d, views %v, err %q", code, got, errOut)
 	}
 }
