@@ -80,3 +80,42 @@ func TestCheckpointFIFOLedger(t *testing.T) {
 		t.Fatalf("ReadDurable of a FIFO ledger: %v; want audit_unavailable, not a regular file", err)
 	}
 }
+
+// TestLedgerFileMode: the ledger is created 0600 whatever the umask (no test of this
+// package runs in parallel: the umask is the process's), and a ledger others may read or
+// write is not continued (audit_unavailable, naming its mode).
+func TestLedgerFileMode(t *testing.T) {
+	old := syscall.Umask(0)
+	dir, root := newRoot(t)
+	w, err := Open(root, testKey())
+	syscall.Umask(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Append(runEntry(0)); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	path := filepath.Join(dir, ".symbiont", FileName)
+	st, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 || !st.Mode().IsRegular() {
+		t.Fatalf("the ledger was created with mode %v, want a regular file 0600", st.Mode())
+	}
+	for _, mode := range []os.FileMode{0o640, 0o604, 0o660} {
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		w, err := Open(root, testKey())
+		if err == nil {
+			w.Close()
+			t.Errorf("a ledger of mode %04o was opened for appending", mode)
+			continue
+		}
+		if errcode.Of(err) != errcode.AuditUnavailable || !strings.Contains(err.Error(), "mode") {
+			t.Errorf("a ledger of mode %04o: %v; want audit_unavailable naming its mode", mode, err)
+		}
+	}
+}

@@ -567,3 +567,55 @@ func TestListRunsCursorExactlyIssued(t *testing.T) {
 		})
 	}
 }
+
+// TestResolutionNotifies: a subscriber to a run's resource is notified at each resolution
+// made through this server, as at each durable event and at the end: subscribed once the
+// run has ended, resolve_run brings one notification, and the resource then carries the
+// resolution.
+func TestResolutionNotifies(t *testing.T) {
+	model := newGatedModel(t)
+	updated := make(chan string, 100)
+	cs := serve(t, testProject(t, nil), serveOpts{env: model.env(), version: "2025-11-25", client: &mcp.ClientOptions{
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+			updated <- req.Params.URI
+		},
+	}})
+	model.open()
+	var st startContent
+	callOK(t, cs, "start_run", map[string]any{"agent": "helper", "prompt": "answer"}, &st)
+	uri := mcpserver.RunURIPrefix + st.RunID
+	// Wait for the end (run_events long poll), then subscribe: what comes next is only the
+	// resolution's notification.
+	var cursor int64
+	for {
+		var page runs.Events
+		callOK(t, cs, "run_events", map[string]any{"run_id": st.RunID, "after": cursor, "wait_ms": 30000}, &page)
+		cursor = page.NextCursor
+		if page.Done {
+			break
+		}
+	}
+	ctx := context.Background()
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	var resolved runs.Status
+	callOK(t, cs, "resolve_run", map[string]any{"run_id": st.RunID, "resolution": "accepted", "note": "ok"}, &resolved)
+	select {
+	case got := <-updated:
+		if got != uri {
+			t.Fatalf("notification for %s, want %s", got, uri)
+		}
+	case <-time.After(hangGuard): // a failure guard
+		t.Fatal("no notification after resolve_run")
+	}
+	res, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status runs.Status
+	decodeStrict(t, []byte(res.Contents[0].Text), &status)
+	if status.Resolution == nil || status.Resolution.Value != "accepted" || status.Status != runs.StatusCompleted {
+		t.Fatalf("the resource after the notification: %+v", status)
+	}
+}
