@@ -168,3 +168,47 @@ func TestRateLimitRetryBounded(t *testing.T) {
 		t.Fatalf("the refusal says retry in %s; want the bound, %s (not an overflowed, negative wait)", wait.Round(time.Millisecond), maxRetry)
 	}
 }
+
+// TestDeleteEndsCallsBegunMeanwhile: a tools/call of a session that begins while a DELETE
+// of that session is being served — after the DELETE scanned the calls in flight, before
+// the session is closed — is cancelled at once, as the calls found in flight are; one of
+// another user, or naming another protocol version, is not, and once the DELETE has been
+// served a call is registered as usual.
+func TestDeleteEndsCallsBegunMeanwhile(t *testing.T) {
+	c := &sessionCalls{}
+	entered, release := make(chan struct{}), make(chan struct{})
+	h := c.endOnDelete(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		close(entered)
+		<-release // the SDK closing the session, waiting for its requests
+	}))
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		r := httptest.NewRequest(http.MethodDelete, "http://127.0.0.1/mcp", nil)
+		r.Header.Set(sessionHeader, "s1")
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}()
+	<-entered
+	call := func(user, version string) (context.Context, func()) {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		unregister := c.register("s1", &sessionCall{user: user, version: version, cancel: cancel})
+		return ctx, func() { unregister(); cancel(nil) }
+	}
+	ctx, done := call("", "2025-11-25")
+	defer done()
+	if !errors.Is(context.Cause(ctx), ErrSessionEnded) {
+		t.Errorf("a call begun while its session's DELETE is served: cause %v, want ErrSessionEnded", context.Cause(ctx))
+	}
+	other, doneOther := call("mallory", "2025-11-25")
+	defer doneOther()
+	if other.Err() != nil {
+		t.Errorf("another user's call was cancelled by the DELETE: %v", context.Cause(other))
+	}
+	close(release)
+	<-served
+	after, doneAfter := call("", "2025-11-25")
+	defer doneAfter()
+	if after.Err() != nil {
+		t.Errorf("a call after the DELETE was served was cancelled: %v", context.Cause(after))
+	}
+}
