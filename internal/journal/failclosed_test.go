@@ -3,13 +3,12 @@ package journal
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -44,16 +43,13 @@ func TestAppendRefusesLinkedFile(t *testing.T) {
 // audit prune) probes a journal by taking its lock shared for a moment; a probe is no
 // writer. Reopen of a held run while a probe holds the lock waits for the probe to let go,
 // not refused as "another writer holds it" — which would leave the run to be recorded as
-// found, and never resumed. The probe lets go once Reopen waits for it (its lock request
-// pending in /proc/locks).
+// found, and never resumed. The probe lets go once Reopen waits for it (lockForWriting
+// waits for shared locks to be let go). A shared lock that is never let go is refused once
+// writerLockWait has passed, naming the wait, and the file is left as it was.
 func TestReopenNotRefusedByProbe(t *testing.T) {
 	s := storeWithSeed(t, bytes.Repeat([]byte{7}, 32))
 	name := heldJournal(t, s, "run-probed")
 	path := filepath.Join(s.Dir(), name)
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
 	// The probe, as InProgress takes it: a shared lock on a descriptor of its own.
 	probe, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -66,6 +62,9 @@ func TestReopenNotRefusedByProbe(t *testing.T) {
 		w   *Writer
 		err error
 	}
+	waits := make(chan struct{}, 1)
+	testLockWaits = func() { waits <- struct{}{} }
+	defer func() { testLockWaits = nil }()
 	done := make(chan result, 1)
 	go func() {
 		w, _, err := s.Reopen(name)
@@ -74,7 +73,7 @@ func TestReopenNotRefusedByProbe(t *testing.T) {
 	var res result
 	select {
 	case res = <-done: // refused at once
-	case <-blockedOnFlock(t, st.Ino):
+	case <-waits:
 		unix.Close(probe)
 		res = <-done
 	}
@@ -83,30 +82,27 @@ func TestReopenNotRefusedByProbe(t *testing.T) {
 		t.Fatalf("Reopen of a held run while a status probe held the journal's lock shared: %v", res.err)
 	}
 	res.w.Close()
-}
 
-// blockedOnFlock returns a channel closed once a flock request on the inode ino waits
-// ("->" in /proc/locks).
-func blockedOnFlock(t *testing.T, ino uint64) <-chan struct{} {
-	t.Helper()
-	ch := make(chan struct{})
-	suffix := fmt.Sprintf(":%d ", ino)
-	go func() {
-		defer close(ch)
-		for {
-			b, err := os.ReadFile("/proc/locks")
-			if err != nil {
-				return
-			}
-			for _, l := range strings.Split(string(b), "\n") {
-				if strings.Contains(l, "-> FLOCK") && strings.Contains(l, suffix) {
-					return
-				}
-			}
-			runtime.Gosched()
+	// A shared lock kept: refused once the wait has passed.
+	if probe, err = unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(probe)
+	if err := unix.Flock(probe, unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	defer func(wait time.Duration) { writerLockWait = wait }(writerLockWait)
+	writerLockWait = 50 * time.Millisecond
+	before, _ := os.ReadFile(path)
+	if w, _, err := s.Reopen(name); !errors.Is(err, ErrNotResumable) || !strings.Contains(err.Error(), "was not let go within 50ms") {
+		if w != nil {
+			w.Close()
 		}
-	}()
-	return ch
+		t.Fatalf("Reopen while another process keeps a shared lock on the journal: %v, want ErrNotResumable naming the wait", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Error("the refused Reopen changed the journal")
+	}
 }
 
 // TestConcurrentAppends: appends are serialized: Append prepares and writes under one

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -138,10 +139,19 @@ func (w *Writer) replay(data []byte, pub []byte) ([]Read, error) {
 	return entries, nil
 }
 
+// writerLockWait bounds how long lockForWriting waits for shared locks to be let go.
+var writerLockWait = 10 * time.Second
+
+// testLockWaits, when a test sets it, is called once lockForWriting begins to wait for
+// shared locks to be let go.
+var testLockWaits func()
+
 // lockForWriting takes the exclusive lock of the journal open as fd, which its writer
 // holds for the run's lifetime. A shared lock held for an instant (InProgress, asked by
 // another process) does not make it another writer's: when no exclusive lock is held —
-// a shared one can be had on another descriptor — it waits for the probes to let go.
+// a shared one can be had on another descriptor — it waits for the probes to let go, for
+// writerLockWait at most: a shared lock held longer (a process that took one and keeps
+// it) is refused, rather than hold the server's start for ever.
 func lockForWriting(fd int, path string) error {
 	err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
 	if !errors.Is(err, unix.EWOULDBLOCK) {
@@ -156,5 +166,18 @@ func lockForWriting(fd int, path string) error {
 	if shared != nil {
 		return err // an exclusive lock: another writer
 	}
-	return unix.Flock(fd, unix.LOCK_EX)
+	deadline := time.Now().Add(writerLockWait)
+	if testLockWaits != nil {
+		testLockWaits()
+	}
+	for {
+		time.Sleep(10 * time.Millisecond) // a probe holds it for an instant
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		switch {
+		case !errors.Is(err, unix.EWOULDBLOCK):
+			return err
+		case time.Now().After(deadline):
+			return fmt.Errorf("a lock another process holds on it was not let go within %v: %w", writerLockWait, err)
+		}
+	}
 }
