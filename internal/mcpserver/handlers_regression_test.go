@@ -6,6 +6,7 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"symbi/internal/mcpserver"
@@ -258,5 +260,28 @@ func recoverPanicsChild(t *testing.T) {
 		t.Log("ANSWERED internal")
 	} else {
 		t.Logf("answered %v, %v", res, err)
+	}
+}
+
+// TestProtocolErrorsClipped: a protocol error's message is at most MaxErrorMessage bytes
+// and says how long the text was, its code kept: the SDK's own refusals (an unknown tool
+// or prompt) quote the caller's text whole, here 100,000 bytes of it.
+func TestProtocolErrorsClipped(t *testing.T) {
+	cs := serve(t, testProject(t, nil), serveOpts{})
+	long := strings.Repeat("x", 100000)
+	ctx := context.Background()
+	_, toolErr := cs.CallTool(ctx, &mcp.CallToolParams{Name: long, Arguments: map[string]any{}})
+	_, promptErr := cs.GetPrompt(ctx, &mcp.GetPromptParams{Name: long})
+	for what, err := range map[string]error{"an unknown tool": toolErr, "an unknown prompt": promptErr} {
+		var we *jsonrpc.Error
+		if !errors.As(err, &we) {
+			t.Fatalf("%s: %v, want a JSON-RPC error", what, err)
+		}
+		if len(we.Message) > mcpserver.MaxErrorMessage+64 || !strings.Contains(we.Message, "(100") || we.Code == 0 {
+			t.Errorf("%s: code %d, %d bytes of message: %.120s…", what, we.Code, len(we.Message), we.Message)
+		}
+	}
+	if err := cs.Ping(ctx, nil); err != nil {
+		t.Fatalf("the session after the refusals: %v", err)
 	}
 }

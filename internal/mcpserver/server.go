@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"symbi/internal/auth"
@@ -137,6 +138,7 @@ func New(cfg Config) (s *mcp.Server) {
 	// Added last, so it is outermost (each middleware added wraps the handler built so
 	// far): a panic in any request's handling is that request's failure, not the server's
 	// end.
+	s.AddReceivingMiddleware(clipErrors)
 	s.AddReceivingMiddleware(recoverPanics(cfg.Log))
 	s.AddSendingMiddleware(h.notifyReaders)
 	u := &updater{s: s, h: h}
@@ -362,6 +364,31 @@ func errorResult(err error) *mcp.CallToolResult {
 // recoverPanics answers a request whose handling panicked (a bug) with an internal error
 // — a tool error for a tool call, a JSON-RPC error otherwise — and logs the stack: the
 // server keeps serving its other requests and runs.
+// MaxErrorMessage bounds the bytes of a protocol error's message.
+const MaxErrorMessage = 1024
+
+// clipErrors bounds the message of every protocol error a request is answered with at
+// MaxErrorMessage bytes, its length said: the SDK's own refusals quote the caller's text
+// whole (an unknown tool or prompt name of megabytes), where symbi's messages quote at
+// most errcode.MaxQuoted bytes of it. The error's code and data are kept.
+func clipErrors(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		if err == nil || len(err.Error()) <= MaxErrorMessage {
+			return res, err
+		}
+		msg := errcode.ClipTo(err.Error(), MaxErrorMessage)
+		var we *jsonrpc.Error
+		switch {
+		case errors.As(err, &we) && we == err:
+			return res, &jsonrpc.Error{Code: we.Code, Message: msg, Data: we.Data}
+		case errors.As(err, &we):
+			return res, &jsonrpc.Error{Code: we.Code, Message: msg}
+		}
+		return res, errors.New(msg)
+	}
+}
+
 func recoverPanics(log *slog.Logger) mcp.Middleware {
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
