@@ -190,15 +190,21 @@ func (h *handlers) readRun(ctx context.Context, req *mcp.ReadResourceRequest) (*
 		Contents: []*mcp.ResourceContents{{URI: req.Params.URI, MIMEType: "application/json", Text: string(raw)}}}, nil
 }
 
-// subscribe accepts a subscription to a run resource that exists.
-func (h *handlers) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
-	id, ok := strings.CutPrefix(req.Params.URI, RunURIPrefix)
-	if req.Params.URI == AgentsMDURI {
+// notFollowed refuses a subscription, or its end, to a URI that is not a run resource's:
+// AGENTS.md exists but is not followed, anything else is not found.
+func notFollowed(uri string) error {
+	if uri == AgentsMDURI {
 		// It exists, but changes only when the file is regenerated: not a resource to follow.
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "only run resources (" + RunURITemplate + ") can be subscribed to; read " + AgentsMDURI + " again to see a change"}
 	}
+	return mcp.ResourceNotFoundError(uri)
+}
+
+// subscribe accepts a subscription to a run resource that exists.
+func (h *handlers) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
+	id, ok := strings.CutPrefix(req.Params.URI, RunURIPrefix)
 	if !ok {
-		return mcp.ResourceNotFoundError(req.Params.URI)
+		return notFollowed(req.Params.URI)
 	}
 	by := h.cfg.caller(req.Extra)
 	if _, err := h.cfg.Runs.Authorize(by, policy.ActionReadRun, id); err != nil {
@@ -228,7 +234,12 @@ func (h *handlers) subscribe(ctx context.Context, req *mcp.SubscribeRequest) err
 	return nil
 }
 
+// unsubscribe ends a subscription to a run resource; ending one that was never made is no
+// error, but a URI no subscription can name is refused as subscribe refuses it.
 func (h *handlers) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
+	if !strings.HasPrefix(req.Params.URI, RunURIPrefix) {
+		return notFollowed(req.Params.URI)
+	}
 	h.subsMu.Lock()
 	defer h.subsMu.Unlock()
 	h.drop(req.Params.URI, req.Session)

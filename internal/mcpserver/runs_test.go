@@ -389,6 +389,17 @@ func TestRunResourceSubscription(t *testing.T) {
 	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: mcpserver.AgentsMDURI}); err == nil || !strings.Contains(err.Error(), "only run resources") {
 		t.Errorf("subscribing to %s: %v", mcpserver.AgentsMDURI, err)
 	}
+	// Ending a subscription is refused as making it is, for a URI none can name; a run
+	// resource never subscribed to is no error.
+	if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: mcpserver.AgentsMDURI}); err == nil || !strings.Contains(err.Error(), "only run resources") {
+		t.Errorf("unsubscribing from %s: %v", mcpserver.AgentsMDURI, err)
+	}
+	if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: "symbi://other/1"}); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Errorf("unsubscribing from symbi://other/1: %v", err)
+	}
+	if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: mcpserver.RunURIPrefix + "0190a000-0000-7000-8000-000000000000"}); err != nil {
+		t.Errorf("unsubscribing from a run resource never subscribed to: %v", err)
+	}
 	model.open()
 	// Wait for the notification of the run's end: the resource then reads as completed.
 	for {
