@@ -1013,18 +1013,7 @@ func boolInt(b bool) int64 {
 func TestEndingExternalRunListedRunning(t *testing.T) {
 	p := newTestProject(t, nil)
 	id := newRunID(t)
-	all := records("helper", runs.StatusCompleted, "the answer", true)
-	w := p.journalRun(t, "helper", id, all[:len(all)-1], true) // the other server's writer holds it
-	prevHead := w.Receipt().Head
-	prep, err := w.Prepare(all[len(all)-1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.lw.Append(ledger.Run{RunID: id, AgentID: policy.AgentID("helper"), Agent: "helper",
-		File: journal.FileName(policy.AgentID("helper"), id), Reason: runs.StatusCompleted, Released: true,
-		Records: int64(prep.Receipt.Records), Head: prep.Receipt.Head, PrevHead: prevHead, Caller: "stdio"}); err != nil {
-		t.Fatal(err)
-	}
+	p.endingExternalRun(t, id)
 	m := p.open(t)
 	if st, err := m.Status(id); err != nil || st.Status != runs.StatusRunning {
 		t.Fatalf("run_status: %+v, %v; want running", st, err)
@@ -1703,6 +1692,27 @@ func TestScanAfterFailedFirstRead(t *testing.T) {
 	}
 }
 
+// endingExternalRun is another server's run of helper, completed, in the moment between
+// its ledger entry and its journal's terminated line (invoke's endRun): the journal holds
+// started … policy_evaluated allow and its writer (returned) holds it; the terminated
+// line is signed (prep), not yet written.
+func (p *testProject) endingExternalRun(t *testing.T, id string) (*journal.Writer, *journal.Prepared) {
+	t.Helper()
+	all := records("helper", runs.StatusCompleted, "the answer", true)
+	w := p.journalRun(t, "helper", id, all[:len(all)-1], true)
+	prevHead := w.Receipt().Head
+	prep, err := w.Prepare(all[len(all)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.lw.Append(ledger.Run{RunID: id, AgentID: policy.AgentID("helper"), Agent: "helper",
+		File: journal.FileName(policy.AgentID("helper"), id), Reason: runs.StatusCompleted, Released: true,
+		Records: int64(prep.Receipt.Records), Head: prep.Receipt.Head, PrevHead: prevHead, Caller: "stdio"}); err != nil {
+		t.Fatal(err)
+	}
+	return w, prep
+}
+
 // TestOtherProcessEndingIsRunning: another server makes a run's ledger entry durable just
 // before it writes the journal's terminated record (invoke's endRun). In between, with
 // its writer still holding the journal, the run is running and run_events is not done:
@@ -1710,19 +1720,7 @@ func TestScanAfterFailedFirstRead(t *testing.T) {
 func TestOtherProcessEndingIsRunning(t *testing.T) {
 	p := newTestProject(t, nil)
 	id := newRunID(t)
-	all := records("helper", runs.StatusCompleted, "the answer", true)
-	w := p.journalRun(t, "helper", id, all[:len(all)-1], true) // started … policy_evaluated allow; the writer holds it
-	prevHead := w.Receipt().Head
-	prep, err := w.Prepare(all[len(all)-1]) // the terminated line, signed, not yet written
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The other server's run entry, durable before its terminated line (endRun).
-	if _, err := p.lw.Append(ledger.Run{RunID: id, AgentID: policy.AgentID("helper"), Agent: "helper",
-		File: journal.FileName(policy.AgentID("helper"), id), Reason: runs.StatusCompleted, Released: true,
-		Records: int64(prep.Receipt.Records), Head: prep.Receipt.Head, PrevHead: prevHead, Caller: "stdio"}); err != nil {
-		t.Fatal(err)
-	}
+	w, prep := p.endingExternalRun(t, id)
 	m := p.open(t) // this server (or `symbi runs`) reads the project meanwhile
 	evs, err := m.Events(context.Background(), id, 0, 100, 0)
 	if err != nil {
