@@ -122,8 +122,12 @@ type facts struct {
 	textRetained       bool      // the response text is in the journal
 	approval           *Approval // the gate's request and decision, when the run was held
 	waiting            bool      // approval's wait is open: no decision, and not ended otherwise
-	problem            error
-	size, ino          int64 // of the file the facts were read from (fileID)
+	// heldAtEnd: the journal ends with a held answer's approval_requested, or with
+	// policy_reevaluated records after it — what a server starting resumes (invoke's
+	// ReopenHeld), to wait again or to end as the last judgement says.
+	heldAtEnd bool
+	problem   error
+	size, ino int64 // of the file the facts were read from (fileID)
 }
 
 // current reports whether the journal at path is still the file, of the same size, the
@@ -151,6 +155,9 @@ func readFacts(data []byte, runID, agentID string, max int64, pub ed25519.Public
 	for _, l := range lines {
 		d := l.data
 		f.records, f.head = l.seq+1, l.hash
+		if l.typ != journal.TypePolicyReevaluated {
+			f.heldAtEnd = false
+		}
 		switch l.typ {
 		case journal.TypeStarted:
 			var s struct {
@@ -176,6 +183,7 @@ func readFacts(data []byte, runID, agentID string, max int64, pub ed25519.Public
 			json.Unmarshal(d, &a)
 			f.approval = &Approval{Gate: a.Gate, RequestID: a.RequestID, Title: a.Title, RequestedAt: l.time}
 			f.waiting = true
+			f.heldAtEnd = a.RequestID == ""
 			if t, err := time.Parse(journal.TimeLayout, l.time); err == nil && a.TimeoutMS > 0 {
 				f.approval.Deadline = formatTime(t.Add(time.Duration(a.TimeoutMS) * time.Millisecond))
 			}

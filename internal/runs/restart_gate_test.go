@@ -141,6 +141,76 @@ func TestHeldStoppedRunNotDone(t *testing.T) {
 	}
 }
 
+// TestOverruledHeldRunNotDone: a run held at a gate whose journal ends with
+// approval_requested and then a policy_reevaluated that denied the answer at no gate (a
+// resuming server judged it again under changed policies and stopped before its
+// terminated line) is resumed by the next server (invoke.ReopenHeld), which ends it
+// policy_denied: while no server runs, run_events does not say done.
+func TestOverruledHeldRunNotDone(t *testing.T) {
+	model := echoModel(t)
+	dir, runID := heldThenStopped(t, model, 0)
+	name := journal.FileName(policy.AgentID("helper"), runID)
+
+	// The journal as a resuming server that judged the held answer again, denied at no
+	// gate, leaves it when it stops before its terminated line.
+	root, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	store, err := journal.OpenStore(root, journal.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, recs, err := store.Reopen(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req struct {
+		TextSHA256 string `json:"text_sha256"`
+	}
+	if last := recs[len(recs)-1]; last.Type != journal.TypeApprovalRequested || json.Unmarshal(last.Data, &req) != nil {
+		t.Fatalf("the held journal ends with %s", last.Type)
+	}
+	if err := w.Append(journal.PolicyReevaluated{PolicyMode: "cedar", PolicyDigest: "changed", Decision: "deny",
+		PolicyIDs: []string{"no-acme"}, Errors: []string{}, Gate: "", TextSHA256: req.TextSHA256}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	// Premise: the next server resumes this journal (and then ends it policy_denied).
+	h, err := invoke.ReopenHeld(store, name)
+	if err != nil || h == nil {
+		t.Fatalf("premise: ReopenHeld of the overruled journal: %v, %v; want it resumed", h, err)
+	}
+	h.Close()
+	store.Close()
+
+	offline, err := runs.Open(runs.Config{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := offline.Events(context.Background(), runID, 0, runs.MaxLimit, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if page.Done {
+		t.Fatalf("run_events of the overruled held run while no server runs: status %s, done; want not done (a server resumes it)", page.Status)
+	}
+
+	second := startRestartServer(t, dir, model, 0)
+	awaitStatus(t, second.m, runID, runs.StatusPolicyDenied)
+	more, err := second.m.Events(context.Background(), runID, page.NextCursor, runs.MaxLimit, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(more.Events) == 0 || !more.Done {
+		t.Fatalf("run_events once the next server ended the run: %d events, done %v; want its terminated, done", len(more.Events), more.Done)
+	}
+}
+
 // ---- a server fixture: project, ledger, runner and Manager, as symbi mcp builds them ----
 
 // gateFiles is a project whose answers naming ACME are held for a person.

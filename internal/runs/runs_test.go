@@ -870,9 +870,6 @@ func TestPruned(t *testing.T) {
 	}
 }
 
-// TestExternal: a journal the ledger does not know is another process's run while a
-// writer holds it, and otherwise a crash: abandoned without a terminated record, as its
-
 // TestPrunedRecoveredKeepsItsEnding: a journal the ledger recorded as found, complete (here
 // ending policy_denied), keeps its status once pruned — the pruned entry records how it
 // ended — and is not taken for abandoned, which is a journal with no terminated record.
@@ -915,6 +912,8 @@ func TestPrunedUnendedStaysAuditFailed(t *testing.T) {
 	}
 }
 
+// TestExternal: a journal the ledger does not know is another process's run while a
+// writer holds it, and otherwise a crash: abandoned without a terminated record, as its
 // terminated record says with one.
 func TestExternal(t *testing.T) {
 	p := newTestProject(t, nil)
@@ -1005,8 +1004,6 @@ func boolInt(b bool) int64 {
 	return 0
 }
 
-// TestRecovered: a recovered ledger entry (the file as found at start-up) is told as its
-
 // TestEndingExternalRunListedRunning: another server's run whose ledger entry is written but
 // whose journal's terminated record is not yet (its writer holds the journal) is running,
 // and list_runs {status: running} lists it, as run_status says.
@@ -1035,6 +1032,7 @@ func TestEndingExternalRunListedRunning(t *testing.T) {
 	}
 }
 
+// TestRecovered: a recovered ledger entry (the file as found at start-up) is told as its
 // journal says: its terminated reason, or abandoned without one.
 func TestRecovered(t *testing.T) {
 	tests := []struct {

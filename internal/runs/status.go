@@ -127,7 +127,7 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 		st.Status = StatusAbandoned
 		// A run held at a gate when its server stopped is resumed by the next server to
 		// start on the project (invoke.ReopenHeld): its journal is not at its end.
-		st.resumable = snap.external && snap.resolution == nil && f.problem == nil && f.waiting && f.approval != nil && f.approval.RequestID == "" && f.textRetained
+		st.resumable = snap.external && snap.resolution == nil && f.problem == nil && f.heldAtEnd && f.textRetained
 	}
 	if snap.external && f.terminated && !running && st.JournalProblem == "" {
 		// The ledger entry of a run is written before its terminated record: a finished
