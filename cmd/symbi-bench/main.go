@@ -267,6 +267,9 @@ var targets = []target{
 	{"parser throughput vs the previous parser", "BenchmarkParse", "x-baseline", atLeast, 1.25, ratio, "allocs/file"},
 	{"start-up to initialize, 1,024 files, idle", "BenchmarkStartupRealistic/hogs=0", "ms-to-initialize", atMost, 50, ms, ""},
 	{"the same with two CPU hogs", "BenchmarkStartupRealistic/hogs=2", "ms-to-initialize", atMost, 50, ms, ""},
+	{"journal append + fsync vs raw write + fsync", "BenchmarkAppendSync", "journal/raw", atMost, 1.2, ratio, ""},
+	{"governed throughput with the ledger vs without, c=1", "BenchmarkLedger/c=1", "throughput-ratio", atLeast, 0.9, ratio, ""},
+	{"the same, c=64", "BenchmarkLedger/c=64", "throughput-ratio", atLeast, 0.9, ratio, ""},
 }
 
 // others are the other side-by-side ratios, printed when the input holds them: each
@@ -276,12 +279,10 @@ var others = []struct {
 	metrics []string
 }{
 	{"BenchmarkInvoke", []string{"ratio", "ratio-p50-combined"}},
-	{"BenchmarkLedger", []string{"throughput-ratio"}},
-	{"BenchmarkAppendSync", []string{"journal/raw"}},
 	{"BenchmarkParseRegistryFiles", []string{"x-baseline"}},
 	{"BenchmarkStartRun", []string{"ratio", "ratio-p50"}},
 	{"BenchmarkRunEvents", []string{"warm/floor"}},
-	{"BenchmarkListRuns", []string{"open/floor"}},
+	{"BenchmarkListRuns", []string{"open/floor", "server-start/floor"}},
 	{"BenchmarkHTTPThroughput", []string{"http/stdio", "http-pool/stdio", "stdio/mem"}},
 }
 

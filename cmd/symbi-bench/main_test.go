@@ -295,7 +295,10 @@ PASS
 	// parser throughput vs the previous parser                     1.28× [0.64–1.32]  3     ≥ 1.25×  met      731 allocs/file
 	// start-up to initialize, 1,024 files, idle                    -                        ≤ 50 ms  not run  no BenchmarkStartupRealistic/hogs=0 in the input
 	// the same with two CPU hogs                                   -                        ≤ 50 ms  not run  no BenchmarkStartupRealistic/hogs=2 in the input
-	// 1 of 8 met, 7 not run
+	// journal append + fsync vs raw write + fsync                  -                        ≤ 1.2×   not run  no BenchmarkAppendSync in the input
+	// governed throughput with the ledger vs without, c=1          -                        ≥ 0.9×   not run  no BenchmarkLedger/c=1 in the input
+	// the same, c=64                                               -                        ≥ 0.9×   not run  no BenchmarkLedger/c=64 in the input
+	// 1 of 11 met, 10 not run
 	//
 	// Other side-by-side ratios
 	// BENCHMARK                    METRIC      VALUE  RUNS
