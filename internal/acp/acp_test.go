@@ -1073,3 +1073,14 @@ func TestPermissionKeepsToolCallKind(t *testing.T) {
 	}
 	e.finishAndVerify(res)
 }
+
+// TestAnswerLimitNamed: a delegated agent's answer is at most 128 KiB; an agent that
+// sends more ends the run in error naming the limit.
+func TestAnswerLimitNamed(t *testing.T) {
+	e := newEnv(t, map[string]any{"steps": []any{map[string]any{"message": strings.Repeat("y", 1000), "repeat": 140}}})
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeError)
+	if res.Err == nil || !strings.Contains(res.Err.Error(), "the agent's answer exceeds 131072 bytes") {
+		t.Fatalf("error %v, want the answer limit named", res.Err)
+	}
+}

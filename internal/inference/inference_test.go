@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -418,5 +420,29 @@ func TestRequestAsksForIdentityEncoding(t *testing.T) {
 		if ae := s.Requests()[0].Header.Get("Accept-Encoding"); ae != "identity" {
 			t.Errorf("%s: Accept-Encoding %q, want \"identity\" (ask for no compression)", format, ae)
 		}
+	}
+}
+
+// TestResponseHeaderLimit: a provider's response headers are at most 64 KiB; more is a
+// connection failure that says the headers were too large.
+func TestResponseHeaderLimit(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Padding", strings.Repeat("h", 80<<10))
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"choices":[{"message":{"content":"hi"}}]}`))
+	}))
+	defer srv.Close()
+	p, err := inference.NewOpenAI(srv.URL, "", "test-model")
+	if err != nil {
+		t.Fatal(err)
+	}
+	call, err := p.Prepare(conv, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = call.Do(context.Background())
+	var e *inference.Error
+	if !errors.As(err, &e) || e.Kind != inference.KindConnection || !strings.Contains(err.Error(), "header") {
+		t.Fatalf("error %v, want a connection failure naming the headers' size", err)
 	}
 }
