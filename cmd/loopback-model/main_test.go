@@ -9,12 +9,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"symbi/internal/syncbuf"
 )
 
 func TestServe(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	var stderr strings.Builder
+	var stderr syncbuf.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"-reply", "fallback", "-when", "secret=I cannot say.", "-when", "hello=Hi there.", "-hang-when", "wait forever"}, pw, &stderr)
@@ -50,13 +52,38 @@ func TestServe(t *testing.T) {
 			t.Errorf("prompt %q: %v %+v, want %q", tt.prompt, err, out, tt.want)
 		}
 	}
-	// A -hang-when request is never answered: the client's own deadline ends it.
-	hctx, hcancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	// A -hang-when request is never answered: once the server has it (logged), a request
+	// sent after it is answered and it is not; the client's cancellation ends it.
+	hctx, hcancel := context.WithCancel(context.Background())
 	defer hcancel()
-	req, _ := http.NewRequestWithContext(hctx, "POST", base+"/chat/completions", strings.NewReader(`{"model":"demo","messages":[{"role":"user","content":"please wait forever"}]}`))
-	if resp, err := c.Do(req); err == nil {
-		resp.Body.Close()
-		t.Errorf("a -hang-when request was answered: %s", resp.Status)
+	hung := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(hctx, "POST", base+"/chat/completions", strings.NewReader(`{"model":"demo","messages":[{"role":"user","content":"please wait forever"}]}`))
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		hung <- err
+	}()
+	for guard := time.Now().Add(5 * time.Minute); strings.Count(stderr.String(), "msg=request") < len(tests)+1; { // a failure guard
+		if time.Now().After(guard) {
+			t.Fatal("the -hang-when request never reached the server")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	resp, err := c.Post(base+"/chat/completions", "application/json", strings.NewReader(`{"model":"demo","messages":[{"role":"user","content":"hello"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	select {
+	case err := <-hung:
+		t.Errorf("a -hang-when request was answered before one sent after it: %v", err)
+	default:
+	}
+	hcancel()
+	if err := <-hung; err == nil {
+		t.Error("a -hang-when request was answered")
 	}
 	cancel()
 	if code := <-done; code != 0 {

@@ -178,6 +178,18 @@ func TestRateLimitCountsListenSubscriptions(t *testing.T) {
 	// A frozen clock: the bucket (one request) never refills.
 	frozen := time.Now()
 	srv, runID := rateServer(t, dir, model.env(), func() time.Time { return frozen })
+	// The answer to each subscriptions/listen: the stream the 2026-07-28 client opens in
+	// the background for a subscription.
+	listened := make(chan error, 10)
+	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			res, err := next(ctx, method, req)
+			if method == "subscriptions/listen" {
+				listened <- err
+			}
+			return res, err
+		}
+	})
 	for _, version := range []string{"2025-11-25", "2026-07-28"} {
 		t.Run(version, func(t *testing.T) {
 			updated := make(chan string, 10)
@@ -195,21 +207,23 @@ func TestRateLimitCountsListenSubscriptions(t *testing.T) {
 			defer cs.Close()
 			// The caller (stdio) spent its one request starting the run: it is over its rate.
 			wantToolError(t, call(t, cs, "list_agents", map[string]any{}), "rate_limited")
-			subErr := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: mcpserver.RunURIPrefix + runID})
-			// A listen stream is set up in the background: watch for it a while.
-			for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-				if ok, _ := zzSubscribed(srv, runID); ok {
-					t.Fatalf("a caller over its rate subscribed (protocol %s, Subscribe error %v): the subscription was not counted", version, subErr)
+			err = cs.Subscribe(ctx, &mcp.SubscribeParams{URI: mcpserver.RunURIPrefix + runID})
+			if version != "2025-11-25" {
+				// The listen stream is opened in the background: its answer is the refusal.
+				select {
+				case err = <-listened:
+				case <-time.After(hangGuard): // a failure guard
+					t.Fatal("the subscriptions/listen request was not answered")
 				}
+			}
+			if err == nil || !strings.Contains(err.Error(), "rate_limited") {
+				t.Errorf("a caller over its rate subscribing (protocol %s): %v, want rate_limited", version, err)
+			}
+			if sessions, _ := mcpserver.Subscriptions(srv); sessions != 0 {
+				t.Fatalf("a caller over its rate subscribed (protocol %s): the subscription was not counted", version)
 			}
 		})
 	}
-}
-
-// zzSubscribed reports whether some session of srv is subscribed to the run's resource.
-func zzSubscribed(srv *mcp.Server, runID string) (bool, int) {
-	s, _ := mcpserver.Subscriptions(srv)
-	return s > 0, s
 }
 
 // rateServer serves dir with Config.Rate 1 on clock now, starts one held run of helper
