@@ -592,9 +592,13 @@ func (r *runner) handle(u sdk.SessionUpdate, outOfTurn bool) error {
 		if err != nil {
 			return err
 		}
-		return r.record(journal.ToolCall{ToolCallID: cut(string(tc.ToolCallId), journal.MaxTitleBytes), Kind: kindOf(&tc.Kind),
+		rec := journal.ToolCall{ToolCallID: cut(string(tc.ToolCallId), journal.MaxTitleBytes), Kind: kindOf(&tc.Kind),
 			Title: cut(tc.Title, journal.MaxTitleBytes), Status: cut(string(tc.Status), journal.MaxTitleBytes),
-			Paths: capPaths(slices.Concat(l.Paths, l.Outside, l.Bad)), RawInputSHA256: in, RawInputBytes: inN}, false)
+			Paths: capPaths(slices.Concat(l.Paths, l.Outside, l.Bad)), RawInputSHA256: in, RawInputBytes: inN}
+		if tc.RawOutput != nil {
+			rec.RawOutputSHA256, rec.RawOutputBytes, rec.Excerpt = r.rawOutput(tc.RawOutput)
+		}
+		return r.record(rec, false)
 	case u.ToolCallUpdate != nil:
 		tu := u.ToolCallUpdate
 		rec := journal.ToolCallUpdate{ToolCallID: cut(string(tu.ToolCallId), journal.MaxTitleBytes)}
@@ -618,15 +622,7 @@ func (r *runner) handle(u sdk.SessionUpdate, outOfTurn bool) error {
 			rec.RawInputSHA256, rec.RawInputBytes = rawDigest(tu.RawInput)
 		}
 		if tu.RawOutput != nil {
-			b, _ := json.Marshal(tu.RawOutput)
-			rec.RawOutputSHA256, rec.RawOutputBytes = sha(string(b)), int64(len(b))
-			ex := string(b)
-			if s, ok := tu.RawOutput.(string); ok {
-				ex = s
-			}
-			if !r.cfg.HashesOnly {
-				rec.Excerpt = cut(ex, journal.MaxExcerptBytes)
-			}
+			rec.RawOutputSHA256, rec.RawOutputBytes, rec.Excerpt = r.rawOutput(tu.RawOutput)
 		}
 		return r.record(rec, false)
 	case u.Plan != nil:
@@ -644,8 +640,34 @@ func (r *runner) handle(u sdk.SessionUpdate, outOfTurn bool) error {
 			r.logWords("the mode it switched to", string(u.CurrentModeUpdate.CurrentModeId))
 			return fmt.Errorf("the agent left the pinned mode %q for another (its name is %s)", pin, inLog)
 		}
+	case u.ConfigOptionUpdate != nil:
+		// The session's config options carry the mode too: a select of category "mode"
+		// whose value is not the pin has left it, as a current_mode_update would.
+		pin := r.cfg.Executor.PinMode
+		for _, o := range u.ConfigOptionUpdate.ConfigOptions {
+			if sel := o.Select; pin != "" && sel != nil && sel.Category != nil &&
+				*sel.Category == sdk.SessionConfigOptionCategoryMode && string(sel.CurrentValue) != pin {
+				r.logWords("the mode it switched to", string(sel.CurrentValue))
+				return fmt.Errorf("the agent left the pinned mode %q for another by its mode option (its name is %s)", pin, inLog)
+			}
+		}
 	}
 	return nil
+}
+
+// rawOutput is what the journal keeps of a tool call's raw output: the digest and length
+// of its JSON, and an excerpt of it (of the string itself when it is one; none when only
+// digests are kept).
+func (r *runner) rawOutput(v any) (sum string, n int64, excerpt string) {
+	b, _ := json.Marshal(v)
+	ex := string(b)
+	if s, ok := v.(string); ok {
+		ex = s
+	}
+	if !r.cfg.HashesOnly {
+		excerpt = cut(ex, journal.MaxExcerptBytes)
+	}
+	return sha(string(b)), int64(len(b)), excerpt
 }
 
 func (r *runner) run(ctx context.Context) Result {

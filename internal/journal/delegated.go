@@ -48,15 +48,19 @@ type AgentMessage struct {
 type AgentThought AgentMessage
 
 // ToolCall is a tool call the agent reports (its content blocks are not journaled; the
-// raw input only by digest).
+// raw input only by digest). A call announced with its raw output already (one that ran)
+// has the output's digest and excerpt, as a tool_call_update's.
 type ToolCall struct {
-	ToolCallID     string   `json:"tool_call_id"`
-	Kind           string   `json:"kind"`
-	Title          string   `json:"title"`
-	Status         string   `json:"status"`
-	Paths          []string `json:"paths"` // its locations, relative to the workspace
-	RawInputSHA256 string   `json:"raw_input_sha256"`
-	RawInputBytes  int64    `json:"raw_input_bytes"`
+	ToolCallID      string   `json:"tool_call_id"`
+	Kind            string   `json:"kind"`
+	Title           string   `json:"title"`
+	Status          string   `json:"status"`
+	Paths           []string `json:"paths"` // its locations, relative to the workspace
+	RawInputSHA256  string   `json:"raw_input_sha256"`
+	RawInputBytes   int64    `json:"raw_input_bytes"`
+	RawOutputSHA256 string   `json:"raw_output_sha256,omitempty"`
+	RawOutputBytes  int64    `json:"raw_output_bytes,omitempty"`
+	Excerpt         string   `json:"excerpt,omitempty"` // at most MaxExcerptBytes of the raw output
 }
 
 // ToolCallUpdate is a change the agent reports to a tool call. What the update leaves
