@@ -88,6 +88,14 @@ func runAuditVerify(e *env, args []string) int {
 	if (*head == "") != (*records == 0) {
 		return usageErr("--head and --records go together (the receipt of the run)")
 	}
+	if h, err := hex.DecodeString(*head); *head != "" && (err != nil || len(h) != 32 || strings.ToLower(*head) != *head) {
+		// A head in capitals would be reported as a receipt that does not match: a false
+		// sign of tampering.
+		return usageErr("--head must be 64 lowercase hex digits (a SHA-256, as the receipt gives it)")
+	}
+	if *records < 0 {
+		return usageErr("--records must be a positive number")
+	}
 	opts := journal.VerifyOptions{RunID: *runID, Head: *head, Records: *records}
 	var st unix.Stat_t
 	if unix.Lstat(pos[0], &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
@@ -239,6 +247,9 @@ func printReport(w io.Writer, r *journal.Report) {
 			} else {
 				fmt.Fprintf(w, "  line %d: %s\n", p.Line, cellText(p.Message))
 			}
+		}
+		if r.TailBytes > 0 {
+			fmt.Fprintf(w, "  and a torn tail of %d unverified bytes after the last line\n", r.TailBytes)
 		}
 	}
 }

@@ -344,17 +344,9 @@ func check(f *File) ErrorList {
 // left out.
 const MaxErrors = 100
 
-// assignable reports whether e is a name followed only by field accesses and indexes.
+// assignable reports whether e is what the grammar assigns to: a postfix — a primary
+// followed by field accesses, calls and indexes (`a.b`, `items.get(0).name`, `g().x`) —
+// with no unary or binary operator.
 func assignable(e *Expr) bool {
-	u := e.Left
-	p := u.Primary
-	if len(e.Ops) > 0 || len(u.Ops) > 0 || p.Name == nil || p.Lambda != nil || p.Typed != nil {
-		return false
-	}
-	for _, s := range u.Suffix {
-		if s.Call {
-			return false
-		}
-	}
-	return true
+	return len(e.Ops) == 0 && len(e.Left.Ops) == 0
 }
