@@ -248,8 +248,6 @@ func runAuditVerifyProject(e *env, dir string, pub ed25519.PublicKey, checkpoint
 	return r.ExitCode()
 }
 
-// checkpointFlag collects repeated --checkpoint FILE flags.
-
 // noteVerifierKey is the ledger's note verifier key for the key in hex.
 func noteVerifierKey(pubHex string) string {
 	pub, _ := hex.DecodeString(pubHex)

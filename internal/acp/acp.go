@@ -27,7 +27,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -49,6 +48,7 @@ import (
 	sdk "github.com/coder/acp-go-sdk"
 	"golang.org/x/sys/unix"
 
+	"symbi/internal/digest"
 	"symbi/internal/errcode"
 	"symbi/internal/executors"
 	"symbi/internal/journal"
@@ -2005,10 +2005,8 @@ func (c *client) WaitForTerminalExit(context.Context, sdk.WaitForTerminalExitReq
 
 // ---------------------------------------------------------------------------------------
 
-func sha(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
-}
+// sha returns the hex SHA-256 of s.
+func sha(s string) string { return digest.SHA256Hex([]byte(s)) }
 
 // rawDigest is the SHA-256 and size of json.Marshal(v); "" and 0 when v is nil.
 func rawDigest(v any) (string, int64) {

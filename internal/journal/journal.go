@@ -61,10 +61,7 @@
 // lines are read in order, each only if its signature verified.
 package journal
 
-import (
-	"crypto/sha256"
-	"encoding/hex"
-)
+import "symbi/internal/digest"
 
 // Format constants.
 const (
@@ -248,10 +245,7 @@ type Receipt struct {
 }
 
 // lineHash returns the hex SHA-256 of a line.
-func lineHash(line []byte) string {
-	h := sha256.Sum256(line)
-	return hex.EncodeToString(h[:])
-}
+func lineHash(line []byte) string { return digest.SHA256Hex(line) }
 
 // nonNil makes each nil list empty: a record's lists are written [] rather than null.
 func nonNil(lists ...*[]string) {

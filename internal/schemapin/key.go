@@ -6,13 +6,13 @@ import (
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rsa"
-	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
 	"strings"
 
+	"symbi/internal/digest"
 	"symbi/internal/errcode"
 )
 
@@ -58,8 +58,7 @@ func parsePublicKeyPEM(text []byte) (*publicKey, error) {
 	if ec.Curve != elliptic.P256() {
 		return nil, errcode.Errorf(errcode.InvalidRequest, "public key: ECDSA %s key, want ECDSA P-256", ec.Curve.Params().Name)
 	}
-	sum := sha256.Sum256(block.Bytes)
-	return &publicKey{key: ec, fingerprint: "sha256:" + hex.EncodeToString(sum[:])}, nil
+	return &publicKey{key: ec, fingerprint: "sha256:" + digest.SHA256Hex(block.Bytes)}, nil
 }
 
 func keyKind(pub any) string {

@@ -2,7 +2,6 @@ package workspace
 
 import (
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"symbi/internal/digest"
 	"symbi/internal/errcode"
 	"symbi/internal/project"
 )
@@ -121,8 +121,7 @@ func (w *Workspace) ReadText(path string, line, limit *int, maxBytes int64) (con
 	if !utf8.Valid(data) {
 		return "", 0, "", refuse(errcode.InvalidRequest, rel, ErrNotUTF8, nil)
 	}
-	sum := sha256.Sum256(data)
-	return sliceLines(string(data), line, limit), int64(len(data)), hex.EncodeToString(sum[:]), nil
+	return sliceLines(string(data), line, limit), int64(len(data)), digest.SHA256Hex(data), nil
 }
 
 func show(n *int) string {
@@ -196,8 +195,7 @@ func (w *Workspace) WriteTextRecorded(path string, content string, maxBytes int6
 	if !utf8.ValidString(content) {
 		return 0, "", refuse(errcode.InvalidRequest, rel, ErrNotUTF8, nil)
 	}
-	digest := sha256.Sum256([]byte(content))
-	size, sha256hex = int64(len(content)), hex.EncodeToString(digest[:])
+	size, sha256hex = int64(len(content)), digest.SHA256Hex([]byte(content))
 	commit := func() error {
 		if record == nil {
 			return nil
