@@ -180,7 +180,7 @@ func runAuditPrune(e *env, args []string) int {
 	}
 	defer root.Close()
 	cutoff := time.Now().Add(-*olderThan)
-	pruned, held, err := ledger.PruneHeld(root, e.getenv("SYMBI_AUDIT_KEY_FILE"), func(id string, mod time.Time) bool {
+	pruned, held, err := ledger.Prune(root, e.getenv("SYMBI_AUDIT_KEY_FILE"), func(id string, mod time.Time) bool {
 		if *runID != "" {
 			return id == *runID
 		}

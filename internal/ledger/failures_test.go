@@ -117,7 +117,7 @@ func TestPruneKeepsEvidence(t *testing.T) {
 	}
 	p.lw.Close()
 	before := fileSize(t, p.ledgerPath())
-	pr, err := Prune(p.root(t), "", func(id string, _ time.Time) bool { return id == "orphan" }, false)
+	pr, _, err := Prune(p.root(t), "", func(id string, _ time.Time) bool { return id == "orphan" }, false)
 	if !errors.Is(err, ErrEvidence) || len(pr) != 0 {
 		t.Fatalf("pruned %+v, %v; want ErrEvidence", pr, err)
 	}
@@ -131,7 +131,7 @@ func TestPruneKeepsEvidence(t *testing.T) {
 		t.Fatalf("exit %d, want 1", r.ExitCode())
 	}
 	// The intact run is still prunable.
-	if pr, err := Prune(p.root(t), "", func(id string, _ time.Time) bool { return id == "run-0" }, false); err != nil || len(pr) != 1 {
+	if pr, _, err := Prune(p.root(t), "", func(id string, _ time.Time) bool { return id == "run-0" }, false); err != nil || len(pr) != 1 {
 		t.Fatalf("pruning an intact run: %+v, %v", pr, err)
 	}
 }
@@ -148,7 +148,7 @@ func TestPruneDryRunChangesNothing(t *testing.T) {
 	f.Write([]byte(`{"payload":{"v":1`))
 	f.Close()
 	before, _ := os.ReadFile(p.ledgerPath())
-	pr, err := Prune(p.root(t), "", func(string, time.Time) bool { return true }, true)
+	pr, _, err := Prune(p.root(t), "", func(string, time.Time) bool { return true }, true)
 	if err != nil || len(pr) != 1 || pr[0].RunID != "run-0" {
 		t.Fatalf("dry run: %+v, %v; want run-0 listed", pr, err)
 	}
@@ -162,7 +162,7 @@ func TestPruneDryRunChangesNothing(t *testing.T) {
 	// and creates none.
 	os.Remove(p.ledgerPath())
 	for _, dry := range []bool{true, false} {
-		if _, err := Prune(p.root(t), "", func(string, time.Time) bool { return true }, dry); errcode.Of(err) != errcode.NotFound {
+		if _, _, err := Prune(p.root(t), "", func(string, time.Time) bool { return true }, dry); errcode.Of(err) != errcode.NotFound {
 			t.Fatalf("prune (dry run %v) without a ledger: %v, want not_found", dry, err)
 		}
 		if _, err := os.Lstat(p.ledgerPath()); !os.IsNotExist(err) {
@@ -502,7 +502,7 @@ func TestPruneOthersAfterEvidence(t *testing.T) {
 	b, _ = os.ReadFile(p.files[1])
 	b[40] ^= 1
 	os.WriteFile(p.files[1], b, 0o600) // tampered: evidence
-	pruned, err := Prune(p.root(t), "", func(string, time.Time) bool { return true }, false)
+	pruned, _, err := Prune(p.root(t), "", func(string, time.Time) bool { return true }, false)
 	if !errors.Is(err, ErrEvidence) || !strings.Contains(err.Error(), filepath.Base(p.files[1])) || len(pruned) != 2 || pruned[0].RunID != "run-0" || pruned[1].RunID != "run-2" {
 		t.Fatalf("pruned %+v, %v; want run-0 and run-2, run-1 kept as evidence", pruned, err)
 	}
@@ -531,7 +531,7 @@ func TestConcurrentPrune(t *testing.T) {
 			p.lw.Close()
 			rep := journal.Verify(p.files[0], p.pub, journal.VerifyOptions{})
 			pruned := Pruned{RunID: "run-0", File: filepath.Base(p.files[0]), Records: int64(rep.Records), Head: rep.Head}
-			out, err := Prune(p.root(t), "", func(id string, _ time.Time) bool {
+			out, _, err := Prune(p.root(t), "", func(id string, _ time.Time) bool {
 				if id != "run-0" {
 					return false
 				}

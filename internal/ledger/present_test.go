@@ -27,7 +27,7 @@ func TestPresentSymlinkedSymbiont(t *testing.T) {
 	if err := ledger.Present(root); errcode.Of(err) == errcode.NotFound {
 		t.Errorf("Present: %v; a symlinked .symbiont is not a project without a ledger (the store refuses it by its rule)", err)
 	}
-	_, err = ledger.Prune(root, "", func(string, time.Time) bool { return true }, true)
+	_, _, err = ledger.Prune(root, "", func(string, time.Time) bool { return true }, true)
 	if err == nil || errcode.Of(err) == errcode.NotFound {
 		t.Errorf("Prune of a project whose .symbiont is a symlink: %v; want the governed directory's refusal, not not_found", err)
 	}

@@ -29,7 +29,7 @@ func TestPruneFinishesInterrupted(t *testing.T) {
 	}
 	before := len(ledgerFile(t, p))
 	for _, dry := range []bool{true, false} {
-		pr, err := Prune(p.root(t), "", func(string, time.Time) bool { return false }, dry)
+		pr, _, err := Prune(p.root(t), "", func(string, time.Time) bool { return false }, dry)
 		if err != nil || len(pr) != 1 || pr[0].RunID != "run-0" {
 			t.Fatalf("prune (dry run %v) of an interrupted prune: %+v, %v", dry, pr, err)
 		}
@@ -47,7 +47,7 @@ func TestPruneFinishesInterrupted(t *testing.T) {
 
 // TestPruneLeavesJournalInProgress: a run whose entry is durable and whose writer still
 // holds its journal, about to write its terminated line, is the writer's: prune leaves it,
-// says so (PruneHeld) and records nothing. Once the writer lets go without that line (its
+// says so (held) and records nothing. Once the writer lets go without that line (its
 // server stopped), prune takes it and records the journal as it removes it — one line
 // short of the run entry, with no ending — and verification says so of the pruned run.
 func TestPruneLeavesJournalInProgress(t *testing.T) {
@@ -79,14 +79,14 @@ func TestPruneLeavesJournalInProgress(t *testing.T) {
 		t.Fatal("the journal's writer does not hold it")
 	}
 	all := func(string, time.Time) bool { return true }
-	pr, held, err := PruneHeld(p.root(t), "", all, false)
+	pr, held, err := Prune(p.root(t), "", all, false)
 	if _, serr := os.Lstat(w.Path()); serr != nil || len(pr) != 0 || err != nil || len(held) != 1 || held[0] != "live" {
 		t.Fatalf("prune of a journal its writer holds: pruned %+v, held %v, %v; the file: %v", pr, held, err, serr)
 	}
 	if err := w.Close(); err != nil { // the server stopped before the last line
 		t.Fatal(err)
 	}
-	pr, err = Prune(p.root(t), "", all, false)
+	pr, _, err = Prune(p.root(t), "", all, false)
 	if err != nil || len(pr) != 1 {
 		t.Fatalf("prune once the writer let go: %+v, %v", pr, err)
 	}
@@ -174,7 +174,7 @@ func TestPruneKeepsWhatVerifyRefuses(t *testing.T) {
 			t.Fatalf("run %s has no problem: %+v", f.RunID, f)
 		}
 	}
-	pr, err := Prune(p.root(t), "", func(string, time.Time) bool { return true }, false)
+	pr, _, err := Prune(p.root(t), "", func(string, time.Time) bool { return true }, false)
 	if len(pr) != 0 || !errors.Is(err, ErrEvidence) {
 		t.Errorf("pruned %+v (err %v): want ErrEvidence and none pruned", pr, err)
 	}

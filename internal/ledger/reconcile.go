@@ -163,7 +163,7 @@ func OpenProjectResuming(root *os.File, keyFile string, resume func(store *journ
 // journal one line short, its last line never written); a journal it does not accept is
 // evidence and is left in place, the other chosen runs still pruned, and the error joins
 // one ErrEvidence for each. A journal whose writer still holds it (a server ending its
-// run) is left for a later prune. A journal whose pruned entry is durable but which is
+// run) is left for a later prune, its run id returned in held. A journal whose pruned entry is durable but which is
 // still on disk — a prune stopped between its two writes — is removed whatever select
 // says, without a second entry, under the same rules. A run another prune has recorded
 // meanwhile is left to it (the writer refuses a second pruned entry: ErrPruned). The
@@ -171,15 +171,7 @@ func OpenProjectResuming(root *os.File, keyFile string, resume func(store *journ
 // that are durable. With dryRun nothing is changed: the ledger is read and verified, not
 // opened for writing. select is given the run id and the journal file's modification
 // time.
-func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Time) bool, dryRun bool) ([]Pruned, error) {
-	pruned, _, err := PruneHeld(root, keyFile, choose, dryRun)
-	return pruned, err
-}
-
-// PruneHeld is Prune, and also returns the ids of the chosen runs whose journals it left
-// because their writers still hold them (a server ending the run): a later prune takes
-// them.
-func PruneHeld(root *os.File, keyFile string, choose func(runID string, mod time.Time) bool, dryRun bool) (pruned []Pruned, held []string, err error) {
+func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Time) bool, dryRun bool) (pruned []Pruned, held []string, err error) {
 	// No ledger, no recorded run: nothing may be pruned, and prune creates no ledger.
 	if err := Present(root); err != nil {
 		return nil, nil, fmt.Errorf("%w, so none can be pruned", err)

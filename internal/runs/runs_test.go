@@ -880,7 +880,7 @@ func TestPrunedRecoveredKeepsItsEnding(t *testing.T) {
 	if rec, err := ledger.Reconcile(p.lw, p.store.Dir(), p.pub); err != nil || len(rec) != 1 || rec[0].State != "complete" {
 		t.Fatalf("reconcile: %v %+v", err, rec)
 	}
-	if pruned, err := ledger.Prune(p.root, "", func(r string, _ time.Time) bool { return r == id }, false); err != nil || len(pruned) != 1 {
+	if pruned, _, err := ledger.Prune(p.root, "", func(r string, _ time.Time) bool { return r == id }, false); err != nil || len(pruned) != 1 {
 		t.Fatalf("prune: %v %+v", err, pruned)
 	}
 	st, err := p.open(t).Status(id)
@@ -903,7 +903,7 @@ func TestPrunedUnendedStaysAuditFailed(t *testing.T) {
 	if st, err := p.open(t).Status(id); err != nil || st.Status != runs.StatusAuditFailed || st.Released {
 		t.Fatalf("before the prune: %+v, %v; want audit_failed, not released", st, err)
 	}
-	if pruned, err := ledger.Prune(p.root, "", func(r string, _ time.Time) bool { return r == id }, false); err != nil || len(pruned) != 1 {
+	if pruned, _, err := ledger.Prune(p.root, "", func(r string, _ time.Time) bool { return r == id }, false); err != nil || len(pruned) != 1 {
 		t.Fatalf("prune: %v %+v", err, pruned)
 	}
 	st, err := p.open(t).Status(id)
