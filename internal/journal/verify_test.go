@@ -438,3 +438,9 @@ func TestPayloadTrailingWhitespace(t *testing.T) {
 		}
 	}
 }
+
+// signedMessage is the message a line's signature covers: the context, then P.
+func signedMessage(p []byte) []byte {
+	m := make([]byte, 0, len(SignatureContext)+len(p))
+	return append(append(m, SignatureContext...), p...)
+}

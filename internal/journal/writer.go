@@ -566,11 +566,6 @@ const (
 	sigB64Len  = 88 // base64 of 64 bytes, padded
 )
 
-func signedMessage(p []byte) []byte {
-	m := make([]byte, 0, len(SignatureContext)+len(p))
-	return append(append(m, SignatureContext...), p...)
-}
-
 // Sync makes every appended line durable (fsync). A failure stops the writer.
 func (w *Writer) Sync() error {
 	w.mu.Lock()
