@@ -1,12 +1,12 @@
 package mcpserver
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -45,13 +45,14 @@ type sessionCaps struct {
 	anonymous      string // the caller of a request without a token
 
 	mu       sync.Mutex
-	owner    map[string]string    // session id → caller id
-	used     map[string]time.Time // session id → its latest request
-	busy     map[string]int       // session id → its POSTs in flight (a GET is its stream)
-	pending  map[int]reservation  // sessions being opened
-	marked   map[string]bool      // sessions a pending reservation will close
-	evicting map[string]bool      // sessions being closed: their requests are answered 404
-	next     int                  // the next pending key
+	owner    map[string]string   // session id → caller id
+	used     map[string]uint64   // session id → when it was last used, by clock
+	clock    uint64              // counts the uses of sessions: a clock no two uses share
+	busy     map[string]int      // session id → its POSTs in flight (a GET is its stream)
+	pending  map[int]reservation // sessions being opened
+	marked   map[string]bool     // sessions a pending reservation will close
+	evicting map[string]bool     // sessions being closed: their requests are answered 404
+	next     int                 // the next pending key
 }
 
 // reservation is a session being opened by caller, which closes victim ("" for none) once
@@ -69,7 +70,7 @@ func newSessionCaps(srv *mcp.Server, max, perCaller int) *sessionCaps {
 		perCaller = DefaultMaxSessionsPerCaller
 	}
 	return &sessionCaps{srv: srv, max: max, perCaller: perCaller, anonymous: auth.Anonymous.ID,
-		owner: map[string]string{}, used: map[string]time.Time{}, busy: map[string]int{},
+		owner: map[string]string{}, used: map[string]uint64{}, busy: map[string]int{},
 		pending: map[int]reservation{}, marked: map[string]bool{}, evicting: map[string]bool{}}
 }
 
@@ -90,7 +91,8 @@ func (c *sessionCaps) wrap(next http.Handler) http.Handler {
 			owned := known && by == callerOf(r, c.anonymous)
 			counted := owned && r.Method == http.MethodPost
 			if owned {
-				c.used[id] = time.Now()
+				c.clock++
+				c.used[id] = c.clock
 			}
 			if counted {
 				c.busy[id]++
@@ -191,7 +193,7 @@ func (c *sessionCaps) reserve(caller string) (key, status int, err error) {
 	// last session opened was not closed).
 	var victims []string
 	if need := mine - c.perCaller + 1; need > 0 && len(idle) > 0 {
-		slices.SortFunc(idle, func(a, b string) int { return c.used[a].Compare(c.used[b]) })
+		slices.SortFunc(idle, func(a, b string) int { return cmp.Compare(c.used[a], c.used[b]) })
 		victims = idle[:min(need, len(idle))]
 		mine, n = mine-len(victims), n-len(victims)
 	}
@@ -229,7 +231,8 @@ func (c *sessionCaps) opened(key int, id string) {
 	if id == "" {
 		return
 	}
-	c.owner[id], c.used[id] = p.caller, time.Now()
+	c.clock++
+	c.owner[id], c.used[id] = p.caller, c.clock
 	live := c.live()
 	if ss := live[id]; ss != nil && ss.InitializeParams() == nil {
 		// An answer naming a session that did not initialize (an initialize that failed:
@@ -252,7 +255,7 @@ func (c *sessionCaps) evict(live map[string]*mcp.ServerSession, caller, id, vict
 	if !c.idle(victim) {
 		victim = ""
 		for other, by := range c.owner {
-			if by == caller && other != id && !c.marked[other] && !c.evicting[other] && c.idle(other) && (victim == "" || c.used[other].Before(c.used[victim])) {
+			if by == caller && other != id && !c.marked[other] && !c.evicting[other] && c.idle(other) && (victim == "" || c.used[other] < c.used[victim]) {
 				victim = other
 			}
 		}

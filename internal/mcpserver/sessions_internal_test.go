@@ -119,9 +119,8 @@ func TestSessionVictimsReplaced(t *testing.T) {
 	caller := caps.anonymous
 
 	caps.mu.Lock()
-	caps.perCaller = 2 // the caller now holds one session more than its cap, all idle
-	base := time.Now().Add(-time.Hour)
-	caps.used[s1], caps.used[s2], caps.used[s3] = base, base.Add(time.Second), base.Add(2*time.Second)
+	caps.perCaller = 2                                    // the caller now holds one session more than its cap, all idle
+	caps.used[s1], caps.used[s2], caps.used[s3] = 1, 2, 3 // used in that order, before anything since
 	caps.mu.Unlock()
 
 	key, status, err := caps.reserve(caller) // a fourth initialize arrives
