@@ -11,77 +11,81 @@ import (
 	"symbi/internal/schemapin"
 )
 
+var cmdSchemaVerify = &command{
+	name:    "schema verify",
+	args:    "SCHEMA.json (--key PEMFILE | --key-url URL) [--signature B64] [--json]",
+	summary: "verify the SchemaPin signature of a tool schema (exit 0 verified, 1 not verified or error)",
+}
+
 func init() {
-	c := &command{
-		name:    "schema verify",
-		args:    "SCHEMA.json (--key PEMFILE | --key-url URL) [--signature B64] [--json]",
-		summary: "verify the SchemaPin signature of a tool schema (exit 0 verified, 1 not verified or error)",
+	cmdSchemaVerify.run = runSchemaVerify
+	register(cmdSchemaVerify)
+}
+
+// runSchemaVerify runs symbi schema verify.
+func runSchemaVerify(e *env, args []string) int {
+	fs := newFlags(e, cmdSchemaVerify)
+	keyFile := fs.String("key", "", "`PEMFILE` holding the ECDSA P-256 public key (offline)")
+	keyURL := fs.String("key-url", "", "`URL` of a PEM key or a .well-known/schemapin.json-style key document")
+	sig := fs.String("signature", "", "`B64` signature, if the schema has no signature member")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	// Flags may come before or after the schema file.
+	var files []string
+	for {
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		args = fs.Args()[1:]
 	}
-	c.run = func(e *env, args []string) int {
-		fs := newFlags(e, c)
-		keyFile := fs.String("key", "", "`PEMFILE` holding the ECDSA P-256 public key (offline)")
-		keyURL := fs.String("key-url", "", "`URL` of a PEM key or a .well-known/schemapin.json-style key document")
-		sig := fs.String("signature", "", "`B64` signature, if the schema has no signature member")
-		asJSON := fs.Bool("json", false, "print the result as JSON")
-		// Flags may come before or after the schema file.
-		var files []string
-		for {
-			if code, ok := parseFlags(fs, args); !ok {
-				return code
-			}
-			if fs.NArg() == 0 {
-				break
-			}
-			files = append(files, fs.Arg(0))
-			args = fs.Args()[1:]
+	if len(files) != 1 || (*keyFile == "") == (*keyURL == "") {
+		msg := "give exactly one of --key and --key-url"
+		if len(files) != 1 {
+			msg = "want exactly one SCHEMA.json"
 		}
-		if len(files) != 1 || (*keyFile == "") == (*keyURL == "") {
-			msg := "give exactly one of --key and --key-url"
-			if len(files) != 1 {
-				msg = "want exactly one SCHEMA.json"
-			}
-			fmt.Fprintf(e.stderr, "symbi schema verify: %s\n\n", msg)
-			fs.Usage()
-			return 2
-		}
-		fail := func(err error) int {
-			fmt.Fprintf(e.stderr, "symbi schema verify: %s\n", errcode.Text(err))
-			return 1
-		}
-		schema, err := readBounded(files[0], schemapin.MaxSchemaBytes, "schema")
-		if err != nil {
+		fmt.Fprintf(e.stderr, "symbi schema verify: %s\n\n", msg)
+		fs.Usage()
+		return 2
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(e.stderr, "symbi schema verify: %s\n", errcode.Text(err))
+		return 1
+	}
+	schema, err := readBounded(files[0], schemapin.MaxSchemaBytes, "schema")
+	if err != nil {
+		return fail(err)
+	}
+	req := schemapin.Request{Schema: schema, Signature: *sig, PublicKeyURL: *keyURL}
+	if *keyFile != "" {
+		if req.PublicKeyPEM, err = readBounded(*keyFile, schemapin.MaxKeyDocBytes, "key"); err != nil {
 			return fail(err)
 		}
-		req := schemapin.Request{Schema: schema, Signature: *sig, PublicKeyURL: *keyURL}
-		if *keyFile != "" {
-			if req.PublicKeyPEM, err = readBounded(*keyFile, schemapin.MaxKeyDocBytes, "key"); err != nil {
-				return fail(err)
-			}
-		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-		defer stop()
-		res, err := schemapin.NewVerifier(e.getenv).Verify(ctx, req)
-		if err != nil {
-			return fail(err)
-		}
-		if *asJSON {
-			if !printJSON(e, "schema verify", res) {
-				return 1
-			}
-		} else {
-			status := "NOT VERIFIED"
-			if res.Verified {
-				status = "verified"
-			}
-			fmt.Fprintf(e.stdout, "%s: %s\nschema_hash: %s\nkey_fingerprint: %s\nrevoked: %v\n",
-				status, res.Message, res.SchemaHash, res.KeyFingerprint, res.Revoked)
-		}
-		if !res.Verified {
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	res, err := schemapin.NewVerifier(e.getenv).Verify(ctx, req)
+	if err != nil {
+		return fail(err)
+	}
+	if *asJSON {
+		if !printJSON(e, "schema verify", res) {
 			return 1
 		}
-		return 0
+	} else {
+		status := "NOT VERIFIED"
+		if res.Verified {
+			status = "verified"
+		}
+		fmt.Fprintf(e.stdout, "%s: %s\nschema_hash: %s\nkey_fingerprint: %s\nrevoked: %v\n",
+			status, res.Message, res.SchemaHash, res.KeyFingerprint, res.Revoked)
 	}
-	register(c)
+	if !res.Verified {
+		return 1
+	}
+	return 0
 }
 
 // readBounded reads at most limit+1 bytes of the named file, so that an oversized file
