@@ -12,51 +12,55 @@ import (
 	"symbi/internal/project"
 )
 
+var cmdAgentsList = &command{name: "agents list", summary: "list the project's agent files: which are invocable, and why the others are refused"}
+
 func init() {
-	c := &command{name: "agents list", summary: "list the project's agent files: which are invocable, and why the others are refused"}
-	c.run = func(e *env, args []string) int {
-		fs := newFlags(e, c)
-		dir := fs.String("project", ".", "the project `DIR`")
-		asJSON := fs.Bool("json", false, "print the entries as a JSON array")
-		execFile := fs.String("executors", "", executorsUsage)
-		if code, ok := parseNoArgs(fs, args); !ok {
-			return code
-		}
-		opts, err := executorOptions(e, *execFile)
-		if err != nil {
-			fmt.Fprintf(e.stderr, "symbi agents list: %s\n", errcode.Text(err))
+	cmdAgentsList.run = runAgentsList
+	register(cmdAgentsList)
+}
+
+// runAgentsList runs symbi agents list.
+func runAgentsList(e *env, args []string) int {
+	fs := newFlags(e, cmdAgentsList)
+	dir := fs.String("project", ".", "the project `DIR`")
+	asJSON := fs.Bool("json", false, "print the entries as a JSON array")
+	execFile := fs.String("executors", "", executorsUsage)
+	if code, ok := parseNoArgs(fs, args); !ok {
+		return code
+	}
+	opts, err := executorOptions(e, *execFile)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "symbi agents list: %s\n", errcode.Text(err))
+		return 1
+	}
+	entries, err := registryEntries(e, *dir, opts...)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "symbi agents list: %s\n", errcode.Text(err))
+		return 1
+	}
+	if *asJSON {
+		if !printJSON(e, "agents list", entries) {
 			return 1
 		}
-		entries, err := registryEntries(e, *dir, opts...)
-		if err != nil {
-			fmt.Fprintf(e.stderr, "symbi agents list: %s\n", errcode.Text(err))
-			return 1
-		}
-		if *asJSON {
-			if !printJSON(e, "agents list", entries) {
-				return 1
-			}
-			return 0
-		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tINVOCABLE\tFILE\tAGENTS\tDESCRIPTION OR REASON")
-		for _, en := range entries {
-			inv, detail := "yes", en.Description
-			if en.Mode == project.ModeDelegated {
-				inv = "delegated (" + en.Executor + ")"
-			}
-			if !en.Invocable {
-				inv, detail = "no", en.Reason
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cellText(en.Name), inv, cellText(en.File), cellText(strings.Join(en.Agents, ",")), cellText(detail))
-			for _, more := range en.Reasons[min(1, len(en.Reasons)):] { // every reason, one a line
-				fmt.Fprintf(tw, "\t\t\t\t%s\n", cellText(more))
-			}
-		}
-		tw.Flush()
 		return 0
 	}
-	register(c)
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tINVOCABLE\tFILE\tAGENTS\tDESCRIPTION OR REASON")
+	for _, en := range entries {
+		inv, detail := "yes", en.Description
+		if en.Mode == project.ModeDelegated {
+			inv = "delegated (" + en.Executor + ")"
+		}
+		if !en.Invocable {
+			inv, detail = "no", en.Reason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cellText(en.Name), inv, cellText(en.File), cellText(strings.Join(en.Agents, ",")), cellText(detail))
+		for _, more := range en.Reasons[min(1, len(en.Reasons)):] { // every reason, one a line
+			fmt.Fprintf(tw, "\t\t\t\t%s\n", cellText(more))
+		}
+	}
+	tw.Flush()
+	return 0
 }
 
 // executorsUsage is the --executors flag's of the commands that take the registry

@@ -9,31 +9,35 @@ import (
 	"symbi/internal/project"
 )
 
+var cmdInit = &command{name: "init", args: "[DIR]", summary: "create a starter project: an invocable agent, a respond policy, AGENTS.md and a README"}
+
 func init() {
-	c := &command{name: "init", args: "[DIR]", summary: "create a starter project: an invocable agent, a respond policy, AGENTS.md and a README"}
-	c.run = func(e *env, args []string) int {
-		fs := newFlags(e, c)
-		if code, ok := parseFlags(fs, args); !ok {
-			return code
-		}
-		if fs.NArg() > 1 {
-			fs.Usage()
-			return 2
-		}
-		dir := "."
-		if fs.NArg() == 1 {
-			dir = fs.Arg(0)
-		}
-		created, err := project.Init(dir, slog.New(slog.NewTextHandler(e.stderr, nil)))
-		for _, rel := range created {
-			fmt.Fprintf(e.stdout, "created %s\n", filepath.Join(dir, rel))
-		}
-		if err != nil {
-			fmt.Fprintf(e.stderr, "symbi init: %s\n", errcode.Text(err))
-			return 1
-		}
-		fmt.Fprintf(e.stdout, "\nnext: symbi agents list --project %s\n", dir)
-		return 0
+	cmdInit.run = runInit
+	register(cmdInit)
+}
+
+// runInit runs symbi init.
+func runInit(e *env, args []string) int {
+	fs := newFlags(e, cmdInit)
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
-	register(c)
+	if fs.NArg() > 1 {
+		fs.Usage()
+		return 2
+	}
+	dir := "."
+	if fs.NArg() == 1 {
+		dir = fs.Arg(0)
+	}
+	created, err := project.Init(dir, slog.New(slog.NewTextHandler(e.stderr, nil)))
+	for _, rel := range created {
+		fmt.Fprintf(e.stdout, "created %s\n", filepath.Join(dir, rel))
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "symbi init: %s\n", errcode.Text(err))
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "\nnext: symbi agents list --project %s\n", dir)
+	return 0
 }
