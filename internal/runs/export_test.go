@@ -3,3 +3,7 @@ package runs
 // SetTestAfterRead sets the hook build runs between the reading of a journal and the
 // reading of its facts; nil removes it.
 func SetTestAfterRead(f func()) { testAfterRead = f }
+
+// SetTestExternalWait sets the hook called once a long poll of another process's run
+// begins to look at its journal.
+func SetTestExternalWait(f func()) { testExternalWait = f }

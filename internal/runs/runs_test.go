@@ -912,6 +912,43 @@ func TestPrunedUnendedStaysAuditFailed(t *testing.T) {
 	}
 }
 
+// TestExternalLongPoll: run_events with wait_ms on another process's run in flight waits
+// for its journal to change — looked at every ExternalPoll, there being no writer here to
+// wake it — and answers with the new event, not at once with none.
+func TestExternalLongPoll(t *testing.T) {
+	p := newTestProject(t, nil)
+	id := newRunID(t)
+	all := records("helper", runs.StatusCompleted, "the answer", true)
+	w := p.journalRun(t, "helper", id, all[:2], true) // started, inference_requested; the writer holds it
+	m := p.open(t)
+	waiting := make(chan struct{})
+	runs.SetTestExternalWait(func() { close(waiting) })
+	defer runs.SetTestExternalWait(nil)
+	got := make(chan *runs.Events, 1)
+	go func() {
+		evs, err := m.Events(context.Background(), id, 2, runs.MaxLimit, runs.MaxWait)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- evs
+	}()
+	select {
+	case <-waiting: // the call found no event and waits: the event comes after
+	case evs := <-got:
+		t.Fatalf("a long poll of another process's run answered at once: %+v", evs)
+	}
+	if err := w.Append(all[2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	evs := <-got
+	if evs == nil || len(evs.Events) != 1 || evs.Events[0].Type != journal.TypeInferenceFinished || evs.Done {
+		t.Fatalf("a long poll of another process's run: %+v; want its next event, not done", evs)
+	}
+}
+
 // TestExternal: a journal the ledger does not know is another process's run while a
 // writer holds it, and otherwise a crash: abandoned without a terminated record, as its
 // terminated record says with one.

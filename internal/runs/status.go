@@ -205,6 +205,12 @@ func (m *Manager) Events(ctx context.Context, runID string, after int64, limit i
 		defer t.Stop()
 		timer = t.C
 	}
+	var poll *time.Ticker // another process's run: its journal is looked at, not waited on
+	defer func() {
+		if poll != nil {
+			poll.Stop()
+		}
+	}()
 	for {
 		snap, err := m.lookup(runID)
 		if err != nil {
@@ -214,9 +220,31 @@ func (m *Manager) Events(ctx context.Context, runID string, after int64, limit i
 		if lr := snap.live; lr != nil {
 			changed, done = lr.Changed(), lr.Done() // taken before reading: no event is missed
 		}
+		path := m.journalPath(snap)
+		size, ino := fileID(path) // taken before reading, as changed is
 		evs, err := m.events(snap, after, limit)
-		if err != nil || len(evs.Events) > 0 || evs.Done || timer == nil || changed == nil {
+		if err != nil || len(evs.Events) > 0 || evs.Done || timer == nil {
 			return evs, err
+		}
+		if changed == nil {
+			// Another process writes the run (or none does yet): no writer here to wake
+			// this call, so its journal is looked at every ExternalPoll until it changes.
+			if poll == nil {
+				poll = time.NewTicker(ExternalPoll)
+				if testExternalWait != nil {
+					testExternalWait()
+				}
+			}
+			for now, now2 := fileID(path); now == size && now2 == ino; now, now2 = fileID(path) {
+				select {
+				case <-poll.C:
+				case <-timer:
+					return evs, nil
+				case <-ctx.Done():
+					return evs, nil
+				}
+			}
+			continue
 		}
 		select {
 		case <-changed:
@@ -228,6 +256,13 @@ func (m *Manager) Events(ctx context.Context, runID string, after int64, limit i
 		}
 	}
 }
+
+// testExternalWait, when a test sets it, is called once a long poll of another process's
+// run begins to look at its journal.
+var testExternalWait func()
+
+// ExternalPoll is how often a long poll of another process's run looks at its journal.
+const ExternalPoll = 50 * time.Millisecond
 
 // events reads one page of snap's events.
 func (m *Manager) events(snap *run, after int64, limit int) (*Events, error) {
