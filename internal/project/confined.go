@@ -30,7 +30,15 @@ var (
 	ErrUnreadable = errors.New(`refused by rule "readable": the file cannot be opened or read`)
 	ErrTooLarge   = errors.New(`refused by rule "size limit": the file is larger than the limit`)
 	ErrNotExist   = errors.New("no such file in the project")
+	// ErrReplaced is wrapped, with ErrUnreadable, by the error of a file that has no link
+	// left once opened: it was replaced (renamed over) or removed while it was read. A
+	// reader that opens it by name again reads the file now there (ReadAt, Project.Read
+	// and the workspace do, a few times).
+	ErrReplaced = errors.New("the file was replaced or removed while it was read")
 )
+
+// maxReadAttempts bounds the reads of a file replaced while it is read.
+const maxReadAttempts = 16
 
 // refuse builds the error for rel refused by rule, with the rule's errcode.
 func refuse(rel string, rule error, detail error) error {
@@ -235,13 +243,20 @@ func (p *Project) Read(rel string, limit int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd, err := p.open(rel, parts, unix.O_RDONLY|unix.O_NONBLOCK)
-	if err != nil {
-		return nil, err
-	}
-	data, err := ReadOpened(fd, rel, limit)
-	if err != nil {
-		return nil, err
+	var data []byte
+	for attempt := 1; ; attempt++ {
+		fd, err := p.open(rel, parts, unix.O_RDONLY|unix.O_NONBLOCK)
+		if err != nil {
+			return nil, err
+		}
+		data, err = ReadOpened(fd, rel, limit)
+		if errors.Is(err, ErrReplaced) && attempt < maxReadAttempts {
+			continue // replaced after the open (as agents-md generate replaces AGENTS.md): read the name again
+		}
+		if err != nil {
+			return nil, err
+		}
+		break
 	}
 	if !utf8.Valid(data) {
 		return nil, refuse(rel, ErrNotUTF8, nil)
@@ -259,17 +274,25 @@ func ReadAt(dirfd int, name, rel string, limit int64) ([]byte, error) {
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
 		return nil, refuse(rel, ErrBadPath, nil)
 	}
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
-	if err != nil {
-		return nil, openErr(rel, err)
+	for attempt := 1; ; attempt++ {
+		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+		if err != nil {
+			return nil, openErr(rel, err)
+		}
+		data, err := ReadOpened(fd, rel, limit)
+		if errors.Is(err, ErrReplaced) && attempt < maxReadAttempts {
+			continue // replaced after the open: read the name again
+		}
+		return data, err
 	}
-	return ReadOpened(fd, rel, limit)
 }
 
 // ReadOpened checks the opened descriptor fd — a regular file with one link, at most
 // limit bytes — and reads it; it closes fd in every case. rel names the file in errors,
 // which wrap the rule that refused (ErrSymlink, ErrNotRegular, ErrHardLink, ErrTooLarge
-// or ErrUnreadable) with its errcode. It does not check UTF-8.
+// or ErrUnreadable; ErrReplaced too for a file with no link left) with its errcode. It
+// never returns more than limit bytes, however the file grows while it is read. It does
+// not check UTF-8.
 func ReadOpened(fd int, rel string, limit int64) ([]byte, error) {
 	defer unix.Close(fd)
 	var st unix.Stat_t
@@ -281,6 +304,8 @@ func ReadOpened(fd int, rel string, limit int64) ([]byte, error) {
 		return nil, refuse(rel, ErrSymlink, nil)
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		return nil, refuse(rel, ErrNotRegular, fmt.Errorf("file type %s", fileType(st.Mode)))
+	case st.Nlink == 0:
+		return nil, errcode.Errorf(errcode.ProtectedPath, "%s: %w (%w)", errcode.Quote(rel), ErrUnreadable, ErrReplaced)
 	case st.Nlink != 1:
 		return nil, refuse(rel, ErrHardLink, fmt.Errorf("%d links", st.Nlink))
 	case st.Size > limit:
@@ -293,13 +318,16 @@ func ReadOpened(fd int, rel string, limit int64) ([]byte, error) {
 	// file of unchanged size costs one read.
 	data := make([]byte, 0, min(st.Size, limit)+1)
 	for {
+		if int64(len(data)) > limit {
+			return nil, refuse(rel, ErrTooLarge, fmt.Errorf("more than %d bytes", limit))
+		}
 		if len(data) == cap(data) {
-			if int64(len(data)) > limit {
-				return nil, refuse(rel, ErrTooLarge, fmt.Errorf("more than %d bytes", limit))
-			}
 			data = slices.Grow(data, int(min(int64(len(data)), limit+1-int64(len(data)))))
 		}
-		n, err := unix.Read(fd, data[len(data):cap(data)])
+		// Never past limit+1, whatever capacity Grow gave: one byte more is all it takes
+		// to know the file is too large.
+		end := int(min(int64(cap(data)), limit+1))
+		n, err := unix.Read(fd, data[len(data):end])
 		switch {
 		case err == unix.EINTR:
 			continue
@@ -309,7 +337,7 @@ func ReadOpened(fd int, rel string, limit int64) ([]byte, error) {
 			return data, nil
 		}
 		data = data[:len(data)+n]
-		if int64(len(data)) == st.Size && len(data) < cap(data) {
+		if int64(len(data)) == st.Size && len(data) < end {
 			return data, nil
 		}
 	}

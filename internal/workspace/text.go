@@ -102,15 +102,10 @@ func (w *Workspace) ReadText(path string, line, limit *int, maxBytes int64) (con
 				return openErr(rel, err, ErrNotExist)
 			}
 			// A file replaced (renamed over, as WriteText does) after the open has no
-			// link left: read the name again rather than refuse it as a hard link.
-			var st unix.Stat_t
-			if unix.Fstat(fd, &st) == nil && st.Nlink == 0 && attempt < maxAttempts {
-				unix.Close(fd)
-				continue
-			}
+			// link left: read the name again rather than refuse it.
 			data, err = project.ReadOpened(fd, rel, maxBytes)
-			if errors.Is(err, ErrHardLink) && st.Nlink == 1 && attempt < maxAttempts {
-				continue // the replacement came between the two fstat calls
+			if errors.Is(err, project.ErrReplaced) && attempt < maxAttempts {
+				continue
 			}
 			return err
 		}
