@@ -2,6 +2,7 @@ package runs
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"symbi/internal/invoke"
 	"symbi/internal/journal"
 	"symbi/internal/ledger"
+	"symbi/internal/project"
 )
 
 // run is what the index knows of one run. Fields are guarded by Manager.mu.
@@ -71,17 +73,18 @@ func (m *Manager) ledgerTail() (err error) {
 			m.scanned = err == nil
 		}
 	}()
-	fd, err := unix.Open(m.ledgerPath, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0) // a FIFO does not block
-	if os.IsNotExist(err) {
+	f, err := m.openInProject(".symbiont", ledger.FileName) // a FIFO does not block
+	switch {
+	case errors.Is(err, unix.ENOENT):
 		if m.ledgerLines > 0 {
 			return m.stopLedger(fmt.Errorf("the file was removed after %d lines were read", m.ledgerLines))
 		}
 		return nil // no run has ended yet
-	}
-	if err != nil {
+	case errors.Is(err, unix.ELOOP):
+		return errcode.Errorf(errcode.AuditUnavailable, "the project ledger: .symbiont or the ledger is a symbolic link (the project's own files are read without following one)")
+	case err != nil:
 		return errcode.Errorf(errcode.AuditUnavailable, "the project ledger: open: %v", err)
 	}
-	f := os.NewFile(uintptr(fd), m.ledgerPath)
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
@@ -277,7 +280,12 @@ func (m *Manager) insert(ids ...string) {
 // scanJournals adds the journals on disk the ledger does not know: another process's
 // runs in flight, or a crash no server has reconciled yet.
 func (m *Manager) scanJournals() error {
-	ents, err := os.ReadDir(m.gov)
+	d, err := m.openInProject(".symbiont", "governed")
+	if err != nil {
+		return errcode.Errorf(errcode.AuditUnavailable, "reading the governed directory: %v", err)
+	}
+	ents, err := d.ReadDir(-1)
+	d.Close()
 	if err != nil {
 		return errcode.Errorf(errcode.AuditUnavailable, "reading the governed directory: %v", err)
 	}
@@ -319,9 +327,26 @@ func (m *Manager) journalPath(r *run) string {
 	return filepath.Join(m.gov, r.file)
 }
 
+// openInProject opens the path made of parts beneath the project's pinned directory,
+// without following a symbolic link anywhere in it (ELOOP): a .symbiont or governed/
+// replaced by a link to another project's is not read through, as the journal writer and
+// the store refuse it.
+func (m *Manager) openInProject(parts ...string) (*os.File, error) {
+	fd, err := project.OpenBeneath(int(m.cfg.Root.Fd()), parts, unix.O_RDONLY|unix.O_NONBLOCK, false)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(append([]string{filepath.Dir(m.gov)}, parts[1:]...)...)), nil
+}
+
 // readJournal reads r's journal (at most journal.MaxFileBytes), without following links.
 func (m *Manager) readJournal(r *run) ([]byte, error) {
-	data, err := journal.ReadLog(m.journalPath(r), journal.MaxFileBytes)
+	f, err := m.openInProject(".symbiont", "governed", filepath.Base(m.journalPath(r)))
+	var data []byte
+	if err == nil {
+		data, err = journal.ReadLogFile(f, journal.MaxFileBytes)
+		f.Close()
+	}
 	if err != nil {
 		if r.pruned {
 			return nil, errcode.Errorf(errcode.NotFound, "run %s: its journal was pruned (symbi audit prune); the ledger keeps its entry", r.id)

@@ -1841,3 +1841,47 @@ func TestReevaluatedDenyEndsWait(t *testing.T) {
 		t.Fatalf("run_status %s, run_events %s (done %v); want both running", st.Status, evs.Status, evs.Done)
 	}
 }
+
+// TestIndexRefusesSymbiontSymlink: someone with write access to project A's directory,
+// but none to A/.symbiont, renames .symbiont away (a rename within its parent needs no
+// permission on .symbiont) and leaves a symbolic link to another project's in its place,
+// the two sharing a signing key. The run index reads the ledger and the journals from the
+// pinned project directory without following a link, as the journal writer and the store
+// do: A's server lists and serves none of B's runs, and says why.
+func TestIndexRefusesSymbiontSymlink(t *testing.T) {
+	seed := bytes.Repeat([]byte{9}, ed25519.SeedSize)
+	a := newTestProject(t, seed)
+	b := newTestProject(t, seed)
+	secret := b.run(t, "alpha", runs.StatusCompleted) // "the answer", in clear, in B only
+
+	m := a.open(t) // A's server: no run has ended in A yet
+	if page, err := m.List(runs.Filter{}); err != nil || len(page.Runs) != 0 {
+		t.Fatalf("A before the swap: %+v, %v", page, err)
+	}
+
+	sym := filepath.Join(a.dir, ".symbiont")
+	if err := os.Rename(sym, filepath.Join(a.dir, ".symbiont-old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(b.dir, ".symbiont"), sym); err != nil {
+		t.Fatal(err)
+	}
+
+	page, err := m.List(runs.Filter{})
+	if err == nil && len(page.Runs) > 0 {
+		t.Errorf("A's list_runs, after A/.symbiont became a symlink to B's, lists %d run(s) of project B (%s)", len(page.Runs), page.Runs[0].RunID)
+	} else if err != nil {
+		wantCode(t, err, errcode.AuditUnavailable, "symbolic link")
+	}
+	st, err := m.Status(secret)
+	if err == nil {
+		text := ""
+		if st.Text != nil {
+			text = *st.Text
+		}
+		t.Errorf("A's run_status serves project B's run %s: status %s, text %q", secret, st.Status, text)
+	}
+	if evs, err := events(t, m, secret, 0, 10); err == nil {
+		t.Errorf("A's run_events serves %d signed events of project B's run", len(evs.Events))
+	}
+}
