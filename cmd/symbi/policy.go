@@ -13,6 +13,7 @@ import (
 
 	"symbi/internal/acp"
 	"symbi/internal/auth"
+	"symbi/internal/dsl"
 	"symbi/internal/errcode"
 	"symbi/internal/invoke"
 	"symbi/internal/policy"
@@ -92,8 +93,14 @@ func runPolicyEval(e *env, args []string) int {
 	fs.Var(&paths, "path", "use_tool: a `PATH` the call names, relative to the workspace or absolute (repeatable)")
 	workspace := fs.String("workspace", "", "use_tool: the workspace `DIR` (default: the project directory)")
 	asJSON := fs.Bool("json", false, "print a JSON object instead of text")
+	execFile := fs.String("executors", "", executorsUsage+" (a delegated agent is refused without it, as the server refuses it)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
+	}
+	opts, err := executorOptions(e, *execFile)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
+		return 1
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -127,7 +134,7 @@ func runPolicyEval(e *env, args []string) int {
 		return 2
 	}
 	if slices.Contains(policy.AccessActions, *action) {
-		return runAccessEval(e, set, fs.Args(), *dir, *asJSON, policy.AccessRequest{Action: *action, Caller: *caller, CallerAuth: *callerAuth},
+		return runAccessEval(e, set, fs.Args(), *dir, opts, *asJSON, policy.AccessRequest{Action: *action, Caller: *caller, CallerAuth: *callerAuth},
 			*agent, &policy.RunResource{ID: policyDryRunID, Owner: *runOwner, Agent: *runAgent, Status: *runStatus})
 	}
 	useTool := *action == policy.ActionUseTool
@@ -172,7 +179,7 @@ func runPolicyEval(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(errcode.Errorf(errcode.InvalidRequest, "the answer is not valid UTF-8: no answer the server judges is")))
 		return 1
 	}
-	p, reg, err := openRegistry(*dir, slog.New(slog.NewTextHandler(e.stderr, nil)))
+	p, reg, err := openRegistry(*dir, slog.New(slog.NewTextHandler(e.stderr, nil)), opts...)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
 		return 1
@@ -455,7 +462,7 @@ func openDryRunWorkspace(dir, project string) (*symbiws.Workspace, error) {
 }
 
 // runAccessEval dry-runs a run-access decision against the project's policies/access.
-func runAccessEval(e *env, set map[string]bool, args []string, dir string, asJSON bool, req policy.AccessRequest, agent string, run *policy.RunResource) int {
+func runAccessEval(e *env, set map[string]bool, args []string, dir string, opts []dsl.Options, asJSON bool, req policy.AccessRequest, agent string, run *policy.RunResource) int {
 	isStart := req.Action == policy.ActionStartRun
 	switch {
 	case len(args) != 0:
@@ -474,7 +481,7 @@ func runAccessEval(e *env, set map[string]bool, args []string, dir string, asJSO
 		fmt.Fprintf(e.stderr, "symbi policy eval: --agent goes with start_run; name the run's agent with --run-agent\n")
 		return 2
 	}
-	p, reg, err := openRegistry(dir, slog.New(slog.NewTextHandler(e.stderr, nil)))
+	p, reg, err := openRegistry(dir, slog.New(slog.NewTextHandler(e.stderr, nil)), opts...)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
 		return 1

@@ -291,7 +291,7 @@ func TestProtocolErrorsClipped(t *testing.T) {
 		if !errors.As(err, &we) {
 			t.Fatalf("%s: %v, want a JSON-RPC error", what, err)
 		}
-		if len(we.Message) > mcpserver.MaxErrorMessage+64 || !strings.Contains(we.Message, "(100") || we.Code == 0 {
+		if len(we.Message) > mcpserver.MaxErrorMessage || !strings.Contains(we.Message, "(100") || we.Code == 0 {
 			t.Errorf("%s: code %d, %d bytes of message: %.120s…", what, we.Code, len(we.Message), we.Message)
 		}
 	}

@@ -377,7 +377,9 @@ func clipErrors(next mcp.MethodHandler) mcp.MethodHandler {
 		if err == nil || len(err.Error()) <= MaxErrorMessage {
 			return res, err
 		}
-		msg := errcode.ClipTo(err.Error(), MaxErrorMessage)
+		full := err.Error()
+		// The cut text and the note of its length together fit MaxErrorMessage.
+		msg := errcode.ClipTo(full, MaxErrorMessage-len(fmt.Sprintf("…(%d bytes in all)", len(full))))
 		var we *jsonrpc.Error
 		switch {
 		case errors.As(err, &we) && we == err:

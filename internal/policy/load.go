@@ -66,6 +66,9 @@ func (l *loader) finish() *Set {
 	case len(s.policies) == 0:
 		s.Mode = ModeDenyAll
 		s.Reason = "the policy files hold no policies: " + strings.Join(s.Files, ", ")
+		for _, f := range s.Files {
+			s.Problems = append(s.Problems, Problem{File: f, Message: "holds no policy, and no other file of the set does: a set of none is unusable"})
+		}
 	default:
 		s.Mode = ModeCedar
 	}
