@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
-	"sync"
 	"syscall"
 	"time"
 
@@ -233,53 +232,13 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 	if prov != nil {
 		attrs = append(attrs, "provider", prov.Name(), "model", prov.Model())
 	}
-	// The registry is read in the background (initialize does not need it), begun as the
-	// server starts serving; a call that needs it waits for it.
-	// The collector's start-up target (startupGC) is raised when the load starts here and
-	// restored when it ends, or when the server ends first; it is never raised after that.
-	var gc struct {
-		sync.Mutex
-		restore func()
-	}
-	var loading time.Time
-	load := func() {
-		gc.Lock()
-		if gc.restore == nil {
-			gc.restore, loading = startupGC(e.getenv), time.Now()
-		}
-		gc.Unlock()
-		reg.Load()
-	}
-	go func() {
-		defer func() {
-			gc.Lock()
-			if gc.restore != nil {
-				gc.restore()
-			}
-			gc.restore = func() {}
-			gc.Unlock()
-		}()
-		select {
-		case <-reg.Ready():
-		case <-served: // never needed, or still loading at exit: Stop settles it
-			return
-		}
-		gc.Lock()
-		began := loading
-		gc.Unlock()
-		attrs := []any{"agents", len(reg.Entries())}
-		if !began.IsZero() { // else a call that needed it started the load
-			attrs = append(attrs, "took", time.Since(began).Round(time.Millisecond))
-		}
-		log.Info("registry loaded", attrs...)
-	}()
+	// The registry is read in the background (initialize does not need it), begun here,
+	// as the server starts serving, whatever the client does; a call that needs it waits
+	// for it.
+	loadRegistry(reg, e.getenv, log, served)
 	if o.http.addr != "" {
-		load()
 		return serveHTTP(e, o.http, cfg, runner, log, attrs, o.watch)
 	}
-	// The snapshot is taken at start-up, whatever the client does: begun here, beside the
-	// answer to initialize, not when the client says it is initialized.
-	load()
 	server := mcpserver.New(cfg)
 	// From here a stop signal shuts the server down in order (before, it ends the
 	// process): armed before "serving" is logged, which a client may act on.
@@ -350,6 +309,22 @@ func serveMCP(e *env, o serveOptions, log *slog.Logger) error {
 // allocates much and keeps little (each file's parse is garbage once admitted), so fewer
 // collections make it faster, at a heap of a few tens of MB.
 const startupGCPercent = 400
+
+// loadRegistry starts taking the registry snapshot in the background, the collector's
+// start-up target (startupGC) raised until it is taken or the server ends first (served
+// closed), and logs when it is taken.
+func loadRegistry(reg *project.Registry, getenv func(string) string, log *slog.Logger, served <-chan struct{}) {
+	restore, began := startupGC(getenv), time.Now()
+	reg.Load()
+	go func() {
+		defer restore()
+		select {
+		case <-reg.Ready():
+			log.Info("registry loaded", "agents", len(reg.Entries()), "took", time.Since(began).Round(time.Millisecond))
+		case <-served: // still loading at exit: Stop settles it
+		}
+	}()
+}
 
 // startupGC raises the collector's target for start-up unless GOGC is set, and returns
 // what restores it.
