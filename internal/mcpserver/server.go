@@ -361,11 +361,17 @@ func errorResult(err error) *mcp.CallToolResult {
 	}
 }
 
-// recoverPanics answers a request whose handling panicked (a bug) with an internal error
-// — a tool error for a tool call, a JSON-RPC error otherwise — and logs the stack: the
-// server keeps serving its other requests and runs.
 // MaxErrorMessage bounds the bytes of a protocol error's message.
 const MaxErrorMessage = 1024
+
+// clipMessage is msg cut so that it and the note of its length ("…(N bytes in all)")
+// together fit MaxErrorMessage bytes; msg itself when it fits.
+func clipMessage(msg string) string {
+	if len(msg) <= MaxErrorMessage {
+		return msg
+	}
+	return errcode.ClipTo(msg, MaxErrorMessage-len(fmt.Sprintf("…(%d bytes in all)", len(msg))))
+}
 
 // clipErrors bounds the message of every protocol error a request is answered with at
 // MaxErrorMessage bytes, its length said: the SDK's own refusals quote the caller's text
@@ -377,9 +383,7 @@ func clipErrors(next mcp.MethodHandler) mcp.MethodHandler {
 		if err == nil || len(err.Error()) <= MaxErrorMessage {
 			return res, err
 		}
-		full := err.Error()
-		// The cut text and the note of its length together fit MaxErrorMessage.
-		msg := errcode.ClipTo(full, MaxErrorMessage-len(fmt.Sprintf("…(%d bytes in all)", len(full))))
+		msg := clipMessage(err.Error())
 		var we *jsonrpc.Error
 		switch {
 		case errors.As(err, &we) && we == err:
@@ -391,6 +395,9 @@ func clipErrors(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
+// recoverPanics answers a request whose handling panicked (a bug) with an internal error
+// — a tool error for a tool call, a JSON-RPC error otherwise — and logs the stack: the
+// server keeps serving its other requests and runs.
 func recoverPanics(log *slog.Logger) mcp.Middleware {
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {

@@ -97,16 +97,44 @@ type lockedWriter struct {
 	inflight map[string]bool // idKey of each request passed on and not answered
 }
 
+// clipErrorLine is the SDK's error response line with its message cut as clipMessage
+// cuts it (the SDK refuses an unknown method before any middleware, quoting its name
+// whole); line itself when it is no error response or its message fits.
+func clipErrorLine(line []byte) []byte {
+	msg, err := jsonrpc.DecodeMessage(bytes.TrimSuffix(line, []byte("\n")))
+	res, ok := msg.(*jsonrpc.Response)
+	if err != nil || !ok || res.Error == nil {
+		return line
+	}
+	var we *jsonrpc.Error
+	if !errors.As(res.Error, &we) || len(we.Message) <= MaxErrorMessage {
+		return line
+	}
+	res.Error = &jsonrpc.Error{Code: we.Code, Message: clipMessage(we.Message), Data: we.Data}
+	out, err := jsonrpc.EncodeMessage(res)
+	if err != nil {
+		return line
+	}
+	return append(out, '\n')
+}
+
 // Write writes one line of the SDK's; a response ends its request's flight, before the
 // client can read it (and reuse its id).
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	key, response := responseKey(p)
+	line := p
+	if response && len(p) > MaxErrorMessage+256 && bytes.Contains(p, []byte(`"error"`)) {
+		line = clipErrorLine(p)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if response {
 		delete(l.inflight, key)
 	}
-	return l.w.Write(p)
+	if _, err := l.w.Write(line); err != nil {
+		return 0, err
+	}
+	return len(p), nil // the SDK's line, written (cut or whole)
 }
 
 func (l *lockedWriter) Close() error { return nil }
@@ -279,7 +307,9 @@ type screened struct {
 	key  string // for a request passed on, the idKey of its id; "" otherwise
 }
 
-func refused(id any, code int, msg string) screened { return screened{id: id, code: code, msg: msg} }
+func refused(id any, code int, msg string) screened {
+	return screened{id: id, code: code, msg: clipMessage(msg)} // a decoder's message may quote the line
+}
 
 // check says whether a line is one JSON-RPC message the server can take. The rules, in
 // order: UTF-8 (RFC 8259 §8.1), JSON, nesting at most MaxMessageDepth, no batch, an id

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"strconv"
 	"strings"
 	"symbi/internal/syncbuf"
@@ -402,5 +403,70 @@ func TestProgressTokenExact(t *testing.T) {
 		if r := call(20+i, token); r.Error != nil {
 			t.Errorf("progress token %s refused: %+v", token, r.Error)
 		}
+	}
+}
+
+// TestUnknownMethodClippedStdio: a JSON-RPC error's message is at most MaxErrorMessage
+// bytes also when the SDK refuses an unknown method over stdio before any middleware runs,
+// quoting its name whole (over HTTP, methodNotFound quotes it with errcode.Quote): the
+// transport cuts the error line it writes. The session goes on.
+func TestUnknownMethodClippedStdio(t *testing.T) {
+	w := startWire(t, testProject(t, nil))
+	w.initialize(t)
+	long := strings.Repeat("x", 100000)
+	w.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":%q,"params":{}}`, long))
+	r := w.next(t)
+	if r.Error == nil {
+		t.Fatalf("an unknown method was not refused: %+v", r)
+	}
+	if len(r.Error.Message) > mcpserver.MaxErrorMessage || r.Error.Code != -32601 || !strings.Contains(r.Error.Message, "(100") {
+		t.Errorf("unknown method over stdio: code %d, a message of %d bytes (> %d): %.80s…", r.Error.Code, len(r.Error.Message), mcpserver.MaxErrorMessage, r.Error.Message)
+	}
+	w.listAgents(t, 8)
+}
+
+// versionTagLine is a request whose "jsonrpc" member is 100,000 bytes: the SDK's
+// DecodeMessage refuses it with `invalid message version tag %q`, which the transport's
+// screening (check) passes on whole as "invalid request: …".
+func versionTagLine(id int) string {
+	return fmt.Sprintf(`{"jsonrpc":%q,"id":%d,"method":"ping"}`, strings.Repeat("v", 100000), id)
+}
+
+// TestVersionTagClippedStdio: the same rule, for a line the stdio transport
+// itself refuses.
+func TestVersionTagClippedStdio(t *testing.T) {
+	w := startWire(t, testProject(t, nil))
+	w.initialize(t)
+	w.send(t, versionTagLine(9))
+	r := w.next(t)
+	if r.Error == nil {
+		t.Fatalf("not refused: %+v", r)
+	}
+	if len(r.Error.Message) > mcpserver.MaxErrorMessage {
+		t.Errorf("a 100,000-byte jsonrpc member over stdio: code %d, a message of %d bytes (> %d): %.80s…", r.Error.Code, len(r.Error.Message), mcpserver.MaxErrorMessage, r.Error.Message)
+	}
+	w.listAgents(t, 10)
+}
+
+// TestVersionTagClippedHTTP: the same line as an HTTP POST body (screenHTTP
+// shares check).
+func TestVersionTagClippedHTTP(t *testing.T) {
+	url, cs := bareHTTPSession(t, mcpserver.HTTPOptions{})
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(versionTagLine(11)))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	var r response
+	if err := json.Unmarshal(body, &r); err != nil || r.Error == nil {
+		t.Fatalf("%s: %.200s (%v); want a JSON-RPC error", res.Status, body, err)
+	}
+	if len(r.Error.Message) > mcpserver.MaxErrorMessage {
+		t.Errorf("a 100,000-byte jsonrpc member over HTTP: %s, code %d, a message of %d bytes (> %d): %.80s…", res.Status, r.Error.Code, len(r.Error.Message), mcpserver.MaxErrorMessage, r.Error.Message)
 	}
 }
