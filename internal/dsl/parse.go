@@ -302,8 +302,8 @@ func (f *File) AgentNames() []string {
 
 // check enforces what the hand-written statement parser leaves wide: only a bare
 // expression ending a block may omit its ";" (the grammar's block is "{" statement* expr?
-// "}", and an assignment is a statement), and an assignment's target must be a name with
-// field accesses or indexes.
+// "}", and an assignment is a statement), and an assignment's target must be a postfix,
+// with no operator at its top level (assignable).
 func check(f *File) ErrorList {
 	var errs ErrorList
 	visitBlocks(f, func(b *Block) {

@@ -81,7 +81,7 @@ func (m *Manager) ledgerTail() (err error) {
 		}
 		return nil // no run has ended yet
 	case errors.Is(err, unix.ELOOP):
-		return errcode.Errorf(errcode.AuditUnavailable, "the project ledger: .symbiont or the ledger is a symbolic link (the project's own files are read without following one)")
+		return errcode.Errorf(errcode.AuditUnavailable, "the project ledger: %v", linkErr(err))
 	case err != nil:
 		return errcode.Errorf(errcode.AuditUnavailable, "the project ledger: open: %v", err)
 	}
@@ -282,7 +282,7 @@ func (m *Manager) insert(ids ...string) {
 func (m *Manager) scanJournals() error {
 	d, err := m.openInProject(".symbiont", "governed")
 	if err != nil {
-		return errcode.Errorf(errcode.AuditUnavailable, "reading the governed directory: %v", err)
+		return errcode.Errorf(errcode.AuditUnavailable, "reading the governed directory: %v", linkErr(err))
 	}
 	ents, err := d.ReadDir(-1)
 	d.Close()
@@ -339,6 +339,15 @@ func (m *Manager) openInProject(parts ...string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), filepath.Join(append([]string{filepath.Dir(m.gov)}, parts[1:]...)...)), nil
 }
 
+// linkErr names the rule for an open that met a symbolic link (ELOOP): the kernel's
+// message does not say it was refused on purpose.
+func linkErr(err error) error {
+	if errors.Is(err, unix.ELOOP) {
+		return errors.New("a symbolic link in its path (.symbiont, governed/ or the file itself), refused: the project's own files are read without following one")
+	}
+	return err
+}
+
 // readJournal reads r's journal (at most journal.MaxFileBytes), without following links.
 func (m *Manager) readJournal(r *run) ([]byte, error) {
 	f, err := m.openInProject(".symbiont", "governed", filepath.Base(m.journalPath(r)))
@@ -351,7 +360,7 @@ func (m *Manager) readJournal(r *run) ([]byte, error) {
 		if r.pruned {
 			return nil, errcode.Errorf(errcode.NotFound, "run %s: its journal was pruned (symbi audit prune); the ledger keeps its entry", r.id)
 		}
-		return nil, errcode.Errorf(errcode.AuditUnavailable, "run %s: reading its journal: %v", r.id, err)
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "run %s: reading its journal: %v", r.id, linkErr(err))
 	}
 	return data, nil
 }

@@ -1885,3 +1885,68 @@ func TestIndexRefusesSymbiontSymlink(t *testing.T) {
 		t.Errorf("A's run_events serves %d signed events of project B's run", len(evs.Events))
 	}
 }
+
+// TestExternalLongPollWriterGone: a long poll waits until an event is durable, the run
+// ends, or wait_ms passes. Another process's run whose process stops (its writer lets go
+// of the journal without a terminated record) has ended — abandoned, done — though its
+// journal did not change: the long poll answers so then, not at the end of its wait.
+func TestExternalLongPollWriterGone(t *testing.T) {
+	p := newTestProject(t, nil)
+	id := newRunID(t)
+	all := records("helper", runs.StatusCompleted, "the answer", true)
+	w := p.journalRun(t, "helper", id, all[:2], true) // started, inference_requested; the writer holds it
+	m := p.open(t)
+	waiting := make(chan struct{})
+	runs.SetTestExternalWait(func() { close(waiting) })
+	defer runs.SetTestExternalWait(nil)
+	type answer struct {
+		evs *runs.Events
+		err error
+	}
+	got := make(chan answer, 1)
+	const wait = runs.MaxWait // a bound only: the assertion is on the answer
+	go func() {
+		evs, err := m.Events(context.Background(), id, 2, runs.MaxLimit, wait)
+		got <- answer{evs, err}
+	}()
+	select {
+	case <-waiting:
+	case a := <-got:
+		t.Fatalf("answered before waiting: %+v, %v", a.evs, a.err)
+	}
+	// The other process stops: its writer lets go, no terminated record written.
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := m.Status(id); err != nil || st.Status != runs.StatusAbandoned {
+		t.Fatalf("after the writer let go: %+v, %v; want abandoned", st, err)
+	}
+	a := <-got
+	if a.err != nil || a.evs == nil || !a.evs.Done || a.evs.Status != runs.StatusAbandoned {
+		t.Fatalf("the long poll of a run that ended (abandoned) while it waited answered %+v, %v; want done, abandoned", a.evs, a.err)
+	}
+}
+
+// TestJournalSymlinkNamed: a journal replaced by a symbolic link is refused without
+// following it, and the refusal names the rule, not only the kernel's "too many levels of
+// symbolic links".
+func TestJournalSymlinkNamed(t *testing.T) {
+	p := newTestProject(t, nil)
+	id := p.run(t, "alpha", runs.StatusCompleted)
+	path := p.journalPath("alpha", id)
+	moved := filepath.Join(p.dir, "elsewhere.jsonl")
+	if err := os.Rename(path, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(moved, path); err != nil {
+		t.Fatal(err)
+	}
+	m := p.open(t)
+	_, err := events(t, m, id, 0, 10)
+	if err == nil {
+		t.Fatal("run_events read through a symlinked journal")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "symbolic link") || !strings.Contains(msg, "without following") {
+		t.Errorf("run_events of a journal replaced by a symbolic link: %q; want the rule named (a symbolic link, not followed)", msg)
+	}
+}

@@ -222,20 +222,22 @@ func (m *Manager) Events(ctx context.Context, runID string, after int64, limit i
 		}
 		path := m.journalPath(snap)
 		size, ino := fileID(path) // taken before reading, as changed is
+		held := changed == nil && journal.InProgress(path)
 		evs, err := m.events(snap, after, limit)
 		if err != nil || len(evs.Events) > 0 || evs.Done || timer == nil {
 			return evs, err
 		}
 		if changed == nil {
 			// Another process writes the run (or none does yet): no writer here to wake
-			// this call, so its journal is looked at every ExternalPoll until it changes.
+			// this call, so its journal is looked at every ExternalPoll until it changes
+			// or its writer lets go of it (that process stopped: the run has ended).
 			if poll == nil {
 				poll = time.NewTicker(ExternalPoll)
 				if testExternalWait != nil {
 					testExternalWait()
 				}
 			}
-			for now, now2 := fileID(path); now == size && now2 == ino; now, now2 = fileID(path) {
+			for now, now2 := fileID(path); now == size && now2 == ino && journal.InProgress(path) == held; now, now2 = fileID(path) {
 				select {
 				case <-poll.C:
 				case <-timer:
