@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -132,34 +134,93 @@ func runAuditShow(e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "symbi audit show: want exactly one JOURNAL")
 		return 2
 	}
-	entries, tail, err := journal.ReadEntries(pos[0])
+	if *asJSON {
+		return auditShowJSON(e, pos[0])
+	}
+	// Each line is printed as it is read: what a file holds costs its size, not a record
+	// per line held until the end. The heading comes once the file could be read.
+	headed := false
+	heading := func() error {
+		if headed {
+			return nil
+		}
+		headed = true
+		_, err := fmt.Fprintf(e.stdout, "%s (not verified; use symbi audit verify)\n", nameText(pos[0]))
+		return err
+	}
+	tail, err := journal.EachEntry(pos[0], func(en journal.Entry) error {
+		if err := heading(); err != nil {
+			return err
+		}
+		var err error
+		if en.Problem != "" {
+			_, err = fmt.Fprintf(e.stdout, "line %d: %s\n", en.Line, cellText(en.Problem))
+		} else {
+			// Nothing here is verified: no field of a forged line prints a line of its own.
+			_, err = fmt.Fprintf(e.stdout, "%-4s %-24s %-20s %s\n", cellText(en.Seq), cellText(en.Time), cellText(en.Type), cellText(en.Facts()))
+		}
+		return err
+	})
+	if err == nil {
+		err = heading()
+	}
 	if err != nil {
 		fmt.Fprintf(e.stderr, "symbi audit show: %v\n", err)
 		return 1
 	}
-	if *asJSON {
-		if entries == nil {
-			entries = []journal.Entry{}
-		}
-		printJSON(e, "audit show", struct {
-			Path      string          `json:"path"`
-			Verified  bool            `json:"verified"`
-			Entries   []journal.Entry `json:"entries"`
-			TailBytes int             `json:"tail_bytes"`
-		}{pos[0], false, entries, tail})
-		return 0
-	}
-	fmt.Fprintf(e.stdout, "%s (not verified; use symbi audit verify)\n", nameText(pos[0]))
-	for _, en := range entries {
-		if en.Problem != "" {
-			fmt.Fprintf(e.stdout, "line %d: %s\n", en.Line, cellText(en.Problem))
-			continue
-		}
-		// Nothing here is verified: no field of a forged line prints a line of its own.
-		fmt.Fprintf(e.stdout, "%-4s %-24s %-20s %s\n", cellText(en.Seq), cellText(en.Time), cellText(en.Type), cellText(en.Facts()))
-	}
 	if tail > 0 {
 		fmt.Fprintf(e.stdout, "(torn tail of %d bytes, not shown)\n", tail)
+	}
+	return 0
+}
+
+// auditShowJSON prints symbi audit show --json: {"path", "verified": false, "entries":
+// [...], "tail_bytes"}, as printJSON would indent it, each entry written as it is read.
+func auditShowJSON(e *env, path string) int {
+	name, _ := json.Marshal(path)
+	headed := false
+	heading := func() error { // once the file could be read
+		if headed {
+			return nil
+		}
+		headed = true
+		_, err := fmt.Fprintf(e.stdout, "{\n  \"path\": %s,\n  \"verified\": false,\n  \"entries\": [", name)
+		return err
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("    ", "  ")
+	enc.SetEscapeHTML(false)
+	sep := "\n    "
+	tail, err := journal.EachEntry(path, func(en journal.Entry) error {
+		if err := heading(); err != nil {
+			return err
+		}
+		buf.Reset()
+		if err := enc.Encode(en); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(e.stdout, "%s%s", sep, bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+		sep = ",\n    "
+		return err
+	})
+	if err == nil {
+		err = heading()
+	}
+	if err != nil {
+		if headed {
+			fmt.Fprintf(e.stdout, "\n")
+		}
+		fmt.Fprintf(e.stderr, "symbi audit show: %v\n", err)
+		return 1
+	}
+	end := "]"
+	if sep != "\n    " {
+		end = "\n  ]"
+	}
+	if _, err := fmt.Fprintf(e.stdout, "%s,\n  \"tail_bytes\": %d\n}\n", end, tail); err != nil {
+		fmt.Fprintf(e.stderr, "symbi audit show: %v\n", err)
+		return 1
 	}
 	return 0
 }

@@ -85,9 +85,15 @@ func runCommand(e *env, c *command, args []string) int {
 	if c.name == "mcp" {
 		return c.run(e, args)
 	}
-	safe, flush := e.forPeople()
-	defer flush()
-	return c.run(safe, args)
+	safe, finish := e.forPeople()
+	code := c.run(safe, args)
+	if err := finish(); err != nil && code == 0 {
+		// A command whose output could not be written (a full disk, a closed pipe) did
+		// not do its job: `symbi audit key > pub.hex` must not leave an empty file and 0.
+		fmt.Fprintf(e.stderr, "symbi %s: writing the output: %v\n", c.name, err)
+		return 1
+	}
+	return code
 }
 
 func firstArg(args []string) string {

@@ -27,11 +27,15 @@ func printJSON(e *env, cmd string, v any) bool {
 // when the command is done. Every command but symbi mcp (whose stdout is the protocol)
 // prints through it, so text that came from a file, a journal or a provider cannot act on
 // the terminal that shows it.
-func (e *env) forPeople() (*env, func()) {
+func (e *env) forPeople() (*env, func() error) {
 	out, errw := &terminalSafe{w: e.stdout}, &terminalSafe{w: e.stderr}
 	safe := *e
 	safe.stdout, safe.stderr = out, errw
-	return &safe, func() { out.flush(); errw.flush() }
+	return &safe, func() error {
+		out.flush()
+		errw.flush()
+		return out.err
+	}
 }
 
 // terminalSafe escapes the characters a terminal would act on instead of showing: C0
@@ -41,6 +45,7 @@ func (e *env) forPeople() (*env, func()) {
 type terminalSafe struct {
 	w       io.Writer
 	pending []byte // the start of a rune cut by the end of the last write
+	err     error  // the first write that failed: the output is not whole
 }
 
 func (t *terminalSafe) Write(p []byte) (int, error) {
@@ -58,6 +63,9 @@ func (t *terminalSafe) Write(p []byte) (int, error) {
 	out := escapeForTerminal(buf[:end])
 	t.pending = append([]byte(nil), buf[end:]...)
 	if _, err := t.w.Write(out); err != nil {
+		if t.err == nil {
+			t.err = err
+		}
 		return 0, err
 	}
 	return len(p), nil
@@ -65,7 +73,9 @@ func (t *terminalSafe) Write(p []byte) (int, error) {
 
 func (t *terminalSafe) flush() {
 	if len(t.pending) > 0 {
-		t.w.Write(escapeForTerminal(t.pending))
+		if _, err := t.w.Write(escapeForTerminal(t.pending)); err != nil && t.err == nil {
+			t.err = err
+		}
 		t.pending = nil
 	}
 }

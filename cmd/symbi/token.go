@@ -3,6 +3,9 @@ package main
 import (
 	"crypto/rand"
 	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"symbi/internal/auth"
 	"symbi/internal/errcode"
@@ -33,12 +36,19 @@ func runTokenAdd(e *env, args []string) int {
 		return 2
 	}
 	name := pos[0]
-	token, err := auth.AddToken(*file, name, rand.Reader)
+	// A closed stdout then fails the write (EPIPE) instead of killing the process between
+	// the entry's append and its cut (SIGPIPE).
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	defer signal.Stop(sigpipe)
+	_, err := auth.AddToken(*file, name, rand.Reader, func(token string) error {
+		_, err := fmt.Fprintln(e.stdout, token)
+		return err
+	})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "symbi token add: %s\n", errcode.Text(err))
 		return 1
 	}
-	fmt.Fprintln(e.stdout, token)
 	fmt.Fprintf(e.stderr, "symbi token add: the token of %q is shown only this once; %s keeps only its hash\n", name, *file)
 	return 0
 }

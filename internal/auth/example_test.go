@@ -18,7 +18,7 @@ func ExampleAddToken() {
 	path := filepath.Join(dir, "tokens")
 
 	// In real use the random source is crypto/rand.Reader.
-	token, err := auth.AddToken(path, "ci-bot", bytes.NewReader(make([]byte, 32)))
+	token, err := auth.AddToken(path, "ci-bot", bytes.NewReader(make([]byte, 32)), nil)
 	if err != nil {
 		fmt.Println(err)
 		return

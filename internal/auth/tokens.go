@@ -173,8 +173,10 @@ func (t *Tokens) Verify(_ context.Context, token string, _ *http.Request) (*sdka
 // path (created with mode 0600 when absent), syncs it and returns the token. random is
 // the source of the token's 32 bytes (crypto/rand.Reader). It refuses an invalid or
 // reserved name, a name already in the file, and a file LoadTokens would refuse for
-// anything but having no entry.
-func AddToken(path, name string, random io.Reader) (string, error) {
+// anything but having no entry. deliver, when set, hands the token over (prints it) once
+// its entry is durable, the file still locked: when it fails, the entry is cut off again
+// (ErrNotDelivered) — a token no one was given must not hold the name.
+func AddToken(path, name string, random io.Reader, deliver func(token string) error) (string, error) {
 	if err := checkCallerID(name); err != nil {
 		return "", errcode.Errorf(errcode.InvalidRequest, "%v", err)
 	}
@@ -229,8 +231,23 @@ func AddToken(path, name string, random io.Reader) (string, error) {
 			return "", errcode.Errorf(errcode.Internal, "%s: sync directory: %v", path, err)
 		}
 	}
+	if deliver != nil {
+		if err := deliver(token); err != nil {
+			if terr := f.Truncate(int64(len(data))); terr != nil {
+				return "", errcode.Errorf(errcode.Internal, "%w: %v; and its entry for %q could not be cut off (%v): delete that line of %s", ErrNotDelivered, err, name, terr, path)
+			}
+			if serr := f.Sync(); serr != nil {
+				return "", errcode.Errorf(errcode.Internal, "%w: %v; and the file's sync after cutting its entry off failed (%v)", ErrNotDelivered, err, serr)
+			}
+			return "", errcode.Errorf(errcode.Internal, "%w: %v; its entry was cut off again, so no token holds %q", ErrNotDelivered, err, name)
+		}
+	}
 	return token, nil
 }
+
+// ErrNotDelivered is wrapped by AddToken's error when the new token could not be handed
+// over: it was not added.
+var ErrNotDelivered = errors.New("the new token could not be handed over, so it was not added")
 
 // openTokenFile opens path as an operator file (opfile.Open: no symbolic link, regular,
 // not writable by group or others; created 0600 when flags say so).

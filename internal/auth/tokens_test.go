@@ -135,14 +135,14 @@ func fixedRandom(b byte) *bytes.Reader {
 
 func TestAddLoadVerify(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tokens")
-	alice, err := auth.AddToken(path, "alice", fixedRandom(0))
+	alice, err := auth.AddToken(path, "alice", fixedRandom(0), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := "symbi_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"; alice != want {
 		t.Fatalf("token %q, want %q", alice, want)
 	}
-	bob, err := auth.AddToken(path, "auth0|bob", fixedRandom(100))
+	bob, err := auth.AddToken(path, "auth0|bob", fixedRandom(100), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,11 +193,11 @@ func TestAddLoadVerify(t *testing.T) {
 		{"", "is not a caller id"},
 	}
 	for _, r := range refusals {
-		if _, err := auth.AddToken(path, r.name, fixedRandom(7)); err == nil || !strings.Contains(err.Error(), r.msg) {
+		if _, err := auth.AddToken(path, r.name, fixedRandom(7), nil); err == nil || !strings.Contains(err.Error(), r.msg) {
 			t.Errorf("AddToken(%q): error %v, want %q", r.name, err, r.msg)
 		}
 	}
-	if _, err := auth.AddToken(path, "carol", bytes.NewReader(make([]byte, 31))); err == nil || !strings.Contains(err.Error(), "random") {
+	if _, err := auth.AddToken(path, "carol", bytes.NewReader(make([]byte, 31)), nil); err == nil || !strings.Contains(err.Error(), "random") {
 		t.Errorf("AddToken with a short random source: %v", err)
 	}
 	if after, _ := os.ReadFile(path); !bytes.Equal(after, data) {
@@ -209,7 +209,7 @@ func TestAddTokenToExistingFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "tokens")
 	os.WriteFile(path, []byte("# ops\nalice "+hashA), 0o600) // no final newline
-	if _, err := auth.AddToken(path, "bob", fixedRandom(1)); err != nil {
+	if _, err := auth.AddToken(path, "bob", fixedRandom(1), nil); err != nil {
 		t.Fatal(err)
 	}
 	data, _ := os.ReadFile(path)
@@ -219,7 +219,7 @@ func TestAddTokenToExistingFile(t *testing.T) {
 	// A malformed file is not appended to.
 	bad := filepath.Join(dir, "bad")
 	os.WriteFile(bad, []byte("alice sha256:00\n"), 0o600)
-	if _, err := auth.AddToken(bad, "bob", fixedRandom(1)); !errors.Is(err, auth.ErrInvalidTokenFile) || !strings.Contains(err.Error(), "line 1") {
+	if _, err := auth.AddToken(bad, "bob", fixedRandom(1), nil); !errors.Is(err, auth.ErrInvalidTokenFile) || !strings.Contains(err.Error(), "line 1") {
 		t.Fatalf("AddToken to a malformed file: %v", err)
 	}
 }
@@ -227,7 +227,7 @@ func TestAddTokenToExistingFile(t *testing.T) {
 func TestTokenFileRefused(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good")
-	if _, err := auth.AddToken(good, "alice", fixedRandom(0)); err != nil {
+	if _, err := auth.AddToken(good, "alice", fixedRandom(0), nil); err != nil {
 		t.Fatal(err)
 	}
 	groupWritable := filepath.Join(dir, "group")
@@ -255,7 +255,7 @@ func TestTokenFileRefused(t *testing.T) {
 			if tt.name == "missing" {
 				return // AddToken creates it
 			}
-			if _, err := auth.AddToken(tt.path, "bob", fixedRandom(1)); !errors.Is(err, auth.ErrInvalidTokenFile) || !strings.Contains(err.Error(), tt.msg) {
+			if _, err := auth.AddToken(tt.path, "bob", fixedRandom(1), nil); !errors.Is(err, auth.ErrInvalidTokenFile) || !strings.Contains(err.Error(), tt.msg) {
 				t.Errorf("AddToken: error %v, want %q", err, tt.msg)
 			}
 		})
@@ -275,7 +275,7 @@ func TestAddTokenConcurrent(t *testing.T) {
 	errs := make([]error, n)
 	for i := range n {
 		wg.Go(func() {
-			_, errs[i] = auth.AddToken(path, fmt.Sprintf("c%d", i), fixedRandom(byte(i)))
+			_, errs[i] = auth.AddToken(path, fmt.Sprintf("c%d", i), fixedRandom(byte(i)), nil)
 		})
 	}
 	wg.Wait()
@@ -334,5 +334,25 @@ func TestTokenFileLimitsAreLimitExceeded(t *testing.T) {
 		if code := errcode.Of(err); code != errcode.LimitExceeded {
 			t.Errorf("%s: LoadTokens refused it with %s (%v); want limit_exceeded, as the README's Limits table says and as symbi token add reports the same limit", filepath.Base(path), code, err)
 		}
+	}
+}
+
+// TestAddTokenNotDelivered: a token whose delivery fails is not added: its entry is cut
+// off again, the entries before it kept, and the name is free.
+func TestAddTokenNotDelivered(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	if _, err := auth.AddToken(path, "alice", fixedRandom(0), nil); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(path)
+	_, err := auth.AddToken(path, "bob", fixedRandom(1), func(string) error { return errors.New("stdout is full") })
+	if !errors.Is(err, auth.ErrNotDelivered) || !strings.Contains(err.Error(), "stdout is full") {
+		t.Fatalf("AddToken with a failed delivery: %v, want ErrNotDelivered saying why", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Fatalf("the token file after a failed delivery: %q, want it as before: %q", after, before)
+	}
+	if _, err := auth.AddToken(path, "bob", fixedRandom(2), nil); err != nil {
+		t.Fatalf("bob's name after a failed delivery: %v", err)
 	}
 }

@@ -23,15 +23,27 @@ type Entry struct {
 // ReadEntries reads the lines of the journal at path (without following a symlink) for
 // display, and returns them with the byte count of a torn tail.
 func ReadEntries(path string) ([]Entry, int, error) {
-	data, err := readJournal(path)
+	var out []Entry
+	tail, err := EachEntry(path, func(e Entry) error { out = append(out, e); return nil })
 	if err != nil {
 		return nil, 0, err
 	}
-	var out []Entry
+	return out, tail, nil
+}
+
+// EachEntry reads the journal at path (without following a symlink) as ReadEntries does,
+// and calls fn with each line's Entry in turn, holding none of them: what it costs beyond
+// the file's bytes is one line's. It stops at fn's first error, and returns the byte count
+// of a torn tail.
+func EachEntry(path string, fn func(Entry) error) (int, error) {
+	data, err := readJournal(path)
+	if err != nil {
+		return 0, err
+	}
 	for n := 1; len(data) > 0; n++ {
 		i := bytes.IndexByte(data, '\n')
 		if i < 0 {
-			return out, len(data), nil
+			return len(data), nil
 		}
 		line := data[:i]
 		data = data[i+1:]
@@ -49,9 +61,11 @@ func ReadEntries(path string) ([]Entry, int, error) {
 		} else {
 			e.Seq, e.Time, e.Type, e.Data = string(l.Payload.Seq), l.Payload.Time, l.Payload.Type, l.Payload.Data
 		}
-		out = append(out, e)
+		if err := fn(e); err != nil {
+			return 0, err
+		}
 	}
-	return out, 0, nil
+	return 0, nil
 }
 
 // clearText names the data members that hold clear text; Facts shows only their length.

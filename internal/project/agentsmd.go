@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
@@ -136,9 +137,18 @@ func agentsTable(entries []Entry) string {
 }
 
 // cell makes s safe inside one Markdown table cell: one line, no column breaks, and
-// no "<" so that no text can forge a section marker.
+// no "<" so that no text can forge a section marker. Every control character and every
+// other character some reader takes for a line break (U+0085, U+2028, U+2029) becomes a
+// space: the section is guidance every model run receives, and a description must not
+// start a line of its own there.
 func cell(s string) string {
-	return strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ", "|", `\|`, "<", "&lt;").Replace(s)
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+			return ' '
+		}
+		return r
+	}, s)
+	return strings.NewReplacer("|", `\|`, "<", "&lt;").Replace(s)
 }
 
 // UpdateAgentsMD regenerates the section of the project's AGENTS.md from entries and
