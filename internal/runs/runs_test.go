@@ -912,43 +912,6 @@ func TestPrunedUnendedStaysAuditFailed(t *testing.T) {
 	}
 }
 
-// TestExternalLongPoll: run_events with wait_ms on another process's run in flight waits
-// for its journal to change — looked at every ExternalPoll, there being no writer here to
-// wake it — and answers with the new event, not at once with none.
-func TestExternalLongPoll(t *testing.T) {
-	p := newTestProject(t, nil)
-	id := newRunID(t)
-	all := records("helper", runs.StatusCompleted, "the answer", true)
-	w := p.journalRun(t, "helper", id, all[:2], true) // started, inference_requested; the writer holds it
-	m := p.open(t)
-	waiting := make(chan struct{})
-	runs.SetTestExternalWait(func() { close(waiting) })
-	defer runs.SetTestExternalWait(nil)
-	got := make(chan *runs.Events, 1)
-	go func() {
-		evs, err := m.Events(context.Background(), id, 2, runs.MaxLimit, runs.MaxWait)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- evs
-	}()
-	select {
-	case <-waiting: // the call found no event and waits: the event comes after
-	case evs := <-got:
-		t.Fatalf("a long poll of another process's run answered at once: %+v", evs)
-	}
-	if err := w.Append(all[2]); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	evs := <-got
-	if evs == nil || len(evs.Events) != 1 || evs.Events[0].Type != journal.TypeInferenceFinished || evs.Done {
-		t.Fatalf("a long poll of another process's run: %+v; want its next event, not done", evs)
-	}
-}
-
 // TestExternal: a journal the ledger does not know is another process's run while a
 // writer holds it, and otherwise a crash: abandoned without a terminated record, as its
 // terminated record says with one.
@@ -1886,44 +1849,63 @@ func TestIndexRefusesSymbiontSymlink(t *testing.T) {
 	}
 }
 
-// TestExternalLongPollWriterGone: a long poll waits until an event is durable, the run
-// ends, or wait_ms passes. Another process's run whose process stops (its writer lets go
-// of the journal without a terminated record) has ended — abandoned, done — though its
-// journal did not change: the long poll answers so then, not at the end of its wait.
-func TestExternalLongPollWriterGone(t *testing.T) {
-	p := newTestProject(t, nil)
-	id := newRunID(t)
+// TestExternalLongPoll: run_events with wait_ms on another process's run in flight waits —
+// looked at every ExternalPoll, there being no writer here to wake it — until an event is
+// durable (it answers with the event), or the run ends though its journal does not change
+// (its process stops: the writer lets go without a terminated record; it answers done,
+// abandoned), not at once with nothing, nor at the end of its wait.
+func TestExternalLongPoll(t *testing.T) {
 	all := records("helper", runs.StatusCompleted, "the answer", true)
-	w := p.journalRun(t, "helper", id, all[:2], true) // started, inference_requested; the writer holds it
-	m := p.open(t)
-	waiting := make(chan struct{})
-	runs.SetTestExternalWait(func() { close(waiting) })
-	defer runs.SetTestExternalWait(nil)
-	type answer struct {
-		evs *runs.Events
-		err error
-	}
-	got := make(chan answer, 1)
-	const wait = runs.MaxWait // a bound only: the assertion is on the answer
-	go func() {
-		evs, err := m.Events(context.Background(), id, 2, runs.MaxLimit, wait)
-		got <- answer{evs, err}
-	}()
-	select {
-	case <-waiting:
-	case a := <-got:
-		t.Fatalf("answered before waiting: %+v, %v", a.evs, a.err)
-	}
-	// The other process stops: its writer lets go, no terminated record written.
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if st, err := m.Status(id); err != nil || st.Status != runs.StatusAbandoned {
-		t.Fatalf("after the writer let go: %+v, %v; want abandoned", st, err)
-	}
-	a := <-got
-	if a.err != nil || a.evs == nil || !a.evs.Done || a.evs.Status != runs.StatusAbandoned {
-		t.Fatalf("the long poll of a run that ended (abandoned) while it waited answered %+v, %v; want done, abandoned", a.evs, a.err)
+	for _, tt := range []struct {
+		name   string
+		change func(t *testing.T, w *journal.Writer)
+		want   func(evs *runs.Events) bool
+	}{
+		{"an event", func(t *testing.T, w *journal.Writer) {
+			if err := w.Append(all[2]); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Sync(); err != nil {
+				t.Fatal(err)
+			}
+		}, func(evs *runs.Events) bool {
+			return len(evs.Events) == 1 && evs.Events[0].Type == journal.TypeInferenceFinished && !evs.Done
+		}},
+		{"the writer gone", func(t *testing.T, w *journal.Writer) {
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}, func(evs *runs.Events) bool {
+			return len(evs.Events) == 0 && evs.Done && evs.Status == runs.StatusAbandoned
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newTestProject(t, nil)
+			id := newRunID(t)
+			w := p.journalRun(t, "helper", id, all[:2], true) // started, inference_requested; the writer holds it
+			m := p.open(t)
+			waiting := make(chan struct{})
+			runs.SetTestExternalWait(func() { close(waiting) })
+			defer runs.SetTestExternalWait(nil)
+			type answer struct {
+				evs *runs.Events
+				err error
+			}
+			got := make(chan answer, 1)
+			go func() {
+				evs, err := m.Events(context.Background(), id, 2, runs.MaxLimit, runs.MaxWait) // a bound only
+				got <- answer{evs, err}
+			}()
+			select {
+			case <-waiting: // the call found nothing and waits: the change comes after
+			case a := <-got:
+				t.Fatalf("a long poll of another process's run answered at once: %+v, %v", a.evs, a.err)
+			}
+			tt.change(t, w)
+			if a := <-got; a.err != nil || a.evs == nil || !tt.want(a.evs) {
+				t.Fatalf("the long poll after %s: %+v, %v", tt.name, a.evs, a.err)
+			}
+		})
 	}
 }
 
