@@ -123,7 +123,9 @@ func clipErrorLine(line []byte) []byte {
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	key, response := responseKey(p)
 	line := p
-	if response && len(p) > MaxErrorMessage+256 && bytes.Contains(p, []byte(`"error"`)) {
+	// An error response's "error" member follows its id at the start of the line (the SDK
+	// writes jsonrpc, id, error); a result that merely holds the word is not decoded.
+	if response && len(p) > MaxErrorMessage+256 && bytes.Contains(p[:min(len(p), 2*MaxErrorMessage)], []byte(`"error":`)) {
 		line = clipErrorLine(p)
 	}
 	l.mu.Lock()
