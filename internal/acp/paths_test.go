@@ -539,3 +539,37 @@ func TestFSPathEndingInSlashRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestOutsideDeniedWhateverTheDecider: a permission request naming a path outside the
+// workspace is denied whatever the decider says, and never held at a gate: here the
+// decider allows everything, or names a gate (the package's other deciders refuse such a
+// request themselves, so they could not tell).
+func TestOutsideDeniedWhateverTheDecider(t *testing.T) {
+	for _, gate := range []string{"", "human"} {
+		t.Run("gate="+gate, func(t *testing.T) {
+			e := newEnv(t, map[string]any{"steps": []any{
+				map[string]any{"permission": map[string]any{"tool_call_id": "p1", "kind": "edit", "title": "Edit", "locations": []string{"$CWD/up/elsewhere.txt"}}},
+				map[string]any{"message": "done"},
+			}})
+			if err := os.Symlink("..", filepath.Join(e.dir, "up")); err != nil {
+				t.Fatal(err)
+			}
+			e.cfg.Decide = func(policy.ToolUse) policy.Decision {
+				if gate != "" {
+					return policy.Decision{Policies: []string{"g"}, Gate: "g"}
+				}
+				return policy.Decision{Allow: true, Policies: []string{"allow-everything"}}
+			}
+			res := e.run(nil)
+			mustOutcome(t, res, OutcomeCompleted)
+			pd := data[journal.PermissionDecided](t, ofType(e.entries(), journal.TypePermissionDecided)[0])
+			if pd.Decision != "deny" || len(pd.Outside) != 1 {
+				t.Fatalf("permission_decided %+v: a path outside the workspace was not denied by acp whatever the decider said", pd)
+			}
+			if ah := ofType(e.entries(), journal.TypeApprovalRequested); len(ah) != 0 {
+				t.Fatalf("a request with a path outside the workspace was held at a gate: %d approval_requested", len(ah))
+			}
+			e.finishAndVerify(res)
+		})
+	}
+}

@@ -273,3 +273,37 @@ func TestSessionStartedAfterSessionFinished(t *testing.T) {
 		t.Errorf("a session opened after its run recorded that none could be: want invalid at line 3, got %s", reportJSON(r))
 	}
 }
+
+// TestMachineMoreImpossible: two stories the state machine refuses that TestMachine does
+// not tell: session_finished in a run that made a model request (with an outcome allowed
+// without a session), and a held permission decided after session_finished.
+func TestMachineMoreImpossible(t *testing.T) {
+	for name, steps := range map[string][]Step{
+		"session_finished after inference_requested": {
+			{Type: TypeStarted}, {Type: TypeInferenceRequested, CallID: "c1"},
+			{Type: TypeSessionFinished, Outcome: "error"},
+		},
+		"a held permission decided after session_finished": {
+			{Type: TypeStarted}, {Type: TypeSessionStarted},
+			{Type: TypeApprovalRequested, Gate: "g", RequestID: "p1"},
+			{Type: TypeSessionFinished, Outcome: "cancelled"},
+			{Type: TypeApprovalDecided, RequestID: "p1", Decision: "approve"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var m Machine
+			for i, s := range steps {
+				err := m.Next(s)
+				if i < len(steps)-1 {
+					if err != nil {
+						t.Fatalf("step %d (%s): %v", i, s.Type, err)
+					}
+					continue
+				}
+				if !errors.Is(err, ErrImpossible) {
+					t.Fatalf("step %d (%s) accepted: %v", i, s.Type, err)
+				}
+			}
+		})
+	}
+}

@@ -449,3 +449,39 @@ func findingOf(r *ProjectReport, runID string) *RunFinding {
 	}
 	return nil
 }
+
+// TestVerifyProjectMoreThreats: the two threats of docs/ledger.md TestVerifyProjectThreats
+// leaves out — a run recorded twice, a torn last ledger line — are caught too.
+func TestVerifyProjectMoreThreats(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		act  func(t *testing.T, p *project)
+		want string
+	}{
+		{"a run recorded twice", func(t *testing.T, p *project) {
+			data := Verify(ledgerFile(t, p), p.pub).Entries[1].Data
+			appendSigned(t, p, TypeRun, string(data))
+		}, "appears twice"},
+		{"a torn last ledger line", func(t *testing.T, p *project) {
+			f, err := os.OpenFile(p.ledgerPath(), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.WriteString(`{"payload":{"v":1,"seq":3,`); err != nil {
+				t.Fatal(err)
+			}
+		}, "not a whole line"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newProjectRuns(t, 3)
+			p.lw.Close()
+			tt.act(t, p)
+			r := VerifyProject(p.dir, p.pub, nil)
+			all := strings.Join(r.Problems, "\n")
+			if r.Status != journal.StatusInvalid || !strings.Contains(all, tt.want) {
+				t.Fatalf("status %s, problems:\n%s\nwant invalid with %q", r.Status, all, tt.want)
+			}
+		})
+	}
+}

@@ -38,7 +38,9 @@ func TestApproveDenialKeepsStatus(t *testing.T) {
 	if _, err := s.m.StatusFor(mallory, st.RunID); err == nil {
 		t.Fatal("mallory may read alice's run: the premise does not hold")
 	}
-	_, errRunning := s.m.Approve(ctx, mallory, st.RunID, "", "approve", "")
+	// A reason is given: a blank one is refused before any access decision, the same for
+	// every run, and the comparison below would hold whatever the access rules do.
+	_, errRunning := s.m.Approve(ctx, mallory, st.RunID, "", "approve", "checked the text")
 	if errRunning == nil {
 		t.Fatal("mallory approved a running run")
 	}
@@ -54,9 +56,12 @@ func TestApproveDenialKeepsStatus(t *testing.T) {
 		}
 		cursor = evs.NextCursor
 	}
-	_, errEnded := s.m.Approve(ctx, mallory, st.RunID, "", "approve", "")
+	_, errEnded := s.m.Approve(ctx, mallory, st.RunID, "", "approve", "checked the text")
 	if errEnded == nil {
 		t.Fatal("mallory approved a finished run")
+	}
+	if strings.Contains(errRunning.Error(), "blank") {
+		t.Fatalf("the refusal is the blank reason's, not an access decision: %v", errRunning)
 	}
 	if errRunning.Error() != errEnded.Error() {
 		t.Fatalf("approve_run by mallory, who may not read alice's run, tells a running run from a finished one:\n  running:  %v\n  finished: %v", errRunning, errEnded)

@@ -497,7 +497,7 @@ func TestWaitEndedLiveDelegatedRun(t *testing.T) {
 			got.Status, got.Approval, page.Status)
 	}
 	if got.Approval != nil && got.Approval.RequestID != "" {
-		_, err := m.Approve(context.Background(), runs.Caller{ID: "stdio", Auth: "stdio"}, st.RunID, got.Approval.RequestID, "approve", "")
+		_, err := m.Approve(context.Background(), runs.Caller{ID: "stdio", Auth: "stdio"}, st.RunID, got.Approval.RequestID, "approve", "checked the request")
 		if got.Status == runs.StatusAwaitingApproval && err != nil {
 			t.Errorf("run_status says the run awaits approval of %s, and approve_run of it answers: %v", got.Approval.RequestID, err)
 		}
