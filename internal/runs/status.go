@@ -221,8 +221,8 @@ func (m *Manager) Events(ctx context.Context, runID string, after int64, limit i
 			changed, done = lr.Changed(), lr.Done() // taken before reading: no event is missed
 		}
 		path := m.journalPath(snap)
-		size, ino := fileID(path) // taken before reading, as changed is
-		held := changed == nil && journal.InProgress(path)
+		size, ino := fileID(path)                                          // taken before reading, as changed is
+		held := changed == nil && timer != nil && journal.InProgress(path) // probed only for a wait
 		evs, err := m.events(snap, after, limit)
 		if err != nil || len(evs.Events) > 0 || evs.Done || timer == nil {
 			return evs, err
