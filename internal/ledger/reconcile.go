@@ -231,7 +231,6 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	var out []Pruned
 	var kept []error // journals left in place as evidence: the others are still pruned
 	for _, id := range ids {
 		e := recorded[id]
@@ -268,24 +267,24 @@ func Prune(root *os.File, keyFile string, choose func(runID string, mod time.Tim
 				if _, err := w.Append(p); errors.Is(err, ErrPruned) {
 					continue // another prune recorded it, and removes the file
 				} else if err != nil {
-					return out, held, err
+					return pruned, held, err
 				}
 			}
 			if err := os.Remove(path); errors.Is(err, fs.ErrNotExist) && e.pruned {
 				continue // another prune finished it
 			} else if err != nil {
-				return out, held, fmt.Errorf("ledger: %s was recorded as pruned but could not be removed (symbi audit prune removes it): %w", p.File, err)
+				return pruned, held, fmt.Errorf("ledger: %s was recorded as pruned but could not be removed (symbi audit prune removes it): %w", p.File, err)
 			}
 		}
-		out = append(out, p)
+		pruned = append(pruned, p)
 	}
-	if !dryRun && len(out) > 0 {
+	if !dryRun && len(pruned) > 0 {
 		if d, err := os.Open(store.Dir()); err == nil {
 			d.Sync()
 			d.Close()
 		}
 	}
-	return out, held, errors.Join(kept...)
+	return pruned, held, errors.Join(kept...)
 }
 
 // offer calls resume for each journal of the governed directory that the ledger has no

@@ -243,20 +243,9 @@ func (p *Project) Read(rel string, limit int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var data []byte
-	for attempt := 1; ; attempt++ {
-		fd, err := p.open(rel, parts, unix.O_RDONLY|unix.O_NONBLOCK)
-		if err != nil {
-			return nil, err
-		}
-		data, err = ReadOpened(fd, rel, limit)
-		if errors.Is(err, ErrReplaced) && attempt < maxReadAttempts {
-			continue // replaced after the open (as agents-md generate replaces AGENTS.md): read the name again
-		}
-		if err != nil {
-			return nil, err
-		}
-		break
+	data, err := ReadName(func() (int, error) { return p.open(rel, parts, unix.O_RDONLY|unix.O_NONBLOCK) }, rel, limit)
+	if err != nil {
+		return nil, err
 	}
 	if !utf8.Valid(data) {
 		return nil, refuse(rel, ErrNotUTF8, nil)
@@ -274,14 +263,28 @@ func ReadAt(dirfd int, name, rel string, limit int64) ([]byte, error) {
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
 		return nil, refuse(rel, ErrBadPath, nil)
 	}
-	for attempt := 1; ; attempt++ {
+	return ReadName(func() (int, error) {
 		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 		if err != nil {
-			return nil, openErr(rel, err)
+			return -1, openErr(rel, err)
+		}
+		return fd, nil
+	}, rel, limit)
+}
+
+// ReadName reads a file by its name: open opens it (its errors returned as they are), and
+// ReadOpened reads the descriptor. A file replaced (renamed over, as agents-md generate
+// replaces AGENTS.md) or removed after the open has no link left (ErrReplaced): its name
+// is opened and read again, up to maxReadAttempts times.
+func ReadName(open func() (int, error), rel string, limit int64) ([]byte, error) {
+	for attempt := 1; ; attempt++ {
+		fd, err := open()
+		if err != nil {
+			return nil, err
 		}
 		data, err := ReadOpened(fd, rel, limit)
 		if errors.Is(err, ErrReplaced) && attempt < maxReadAttempts {
-			continue // replaced after the open: read the name again
+			continue
 		}
 		return data, err
 	}

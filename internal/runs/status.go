@@ -220,9 +220,16 @@ func (m *Manager) Events(ctx context.Context, runID string, after int64, limit i
 		if lr := snap.live; lr != nil {
 			changed, done = lr.Changed(), lr.Done() // taken before reading: no event is missed
 		}
-		path := m.journalPath(snap)
-		size, ino := fileID(path)                                          // taken before reading, as changed is
-		held := changed == nil && timer != nil && journal.InProgress(path) // probed only for a wait
+		// Another process's run is looked at, for a call that waits: its journal's identity
+		// and whether its writer holds it, taken before reading, as changed is.
+		var path string
+		var size, ino int64
+		var held bool
+		if changed == nil && timer != nil {
+			path = m.journalPath(snap)
+			size, ino = fileID(path)
+			held = journal.InProgress(path)
+		}
 		evs, err := m.events(snap, after, limit)
 		if err != nil || len(evs.Events) > 0 || evs.Done || timer == nil {
 			return evs, err

@@ -16,9 +16,6 @@ import (
 	"symbi/internal/project"
 )
 
-// maxAttempts bounds the reads of a file that is replaced while it is read.
-const maxAttempts = 16
-
 // newFileMode is the mode of a file WriteText creates, whatever the umask.
 const newFileMode = 0o644
 
@@ -95,20 +92,18 @@ func (w *Workspace) ReadText(path string, line, limit *int, maxBytes int64) (con
 	}
 	var data []byte
 	err = w.withDir(func(dirfd int) error {
-		for attempt := 1; ; attempt++ {
+		// A file replaced (renamed over, as WriteText does) after the open is read again
+		// by its name rather than refused.
+		var err error
+		data, err = project.ReadName(func() (int, error) {
 			// O_NONBLOCK: opening a FIFO must not wait for a writer; fstat refuses it next.
 			fd, err := project.OpenBeneath(dirfd, parts, unix.O_RDONLY|unix.O_NONBLOCK, w.walk)
 			if err != nil {
-				return openErr(rel, err, ErrNotExist)
+				return -1, openErr(rel, err, ErrNotExist)
 			}
-			// A file replaced (renamed over, as WriteText does) after the open has no
-			// link left: read the name again rather than refuse it.
-			data, err = project.ReadOpened(fd, rel, maxBytes)
-			if errors.Is(err, project.ErrReplaced) && attempt < maxAttempts {
-				continue
-			}
-			return err
-		}
+			return fd, nil
+		}, rel, maxBytes)
+		return err
 	})
 	if err != nil {
 		return "", 0, "", err
