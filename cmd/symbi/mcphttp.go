@@ -1,23 +1,15 @@
 package main
 
 import (
-	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"net/url"
-	"strings"
-	"time"
 
-	"symbi/internal/auth"
-	"symbi/internal/invoke"
 	"symbi/internal/mcpserver"
-	"symbi/internal/runs"
+	"symbi/internal/serve"
 )
 
 // httpFlags are symbi mcp's flags for serving Streamable HTTP (docs/http.md).
@@ -100,90 +92,11 @@ func (h *httpFlags) check() error {
 
 func (h *httpFlags) authenticated() bool { return h.tokens != "" || h.jwks != "" }
 
-// serveHTTP serves cfg over Streamable HTTP until SIGTERM, SIGINT or SIGHUP: it then stops
-// accepting, cancels the runs in flight, waits for their journals to end, and closes.
-func serveHTTP(e *env, h httpFlags, cfg mcpserver.Config, runner *invoke.Runner, log *slog.Logger, attrs []any, watch *shutdownWatch) error {
-	opts := mcpserver.HTTPOptions{Log: log, MaxSessions: h.maxSessions, MaxSessionsPerCaller: h.maxSessionsCaller}
-	method := "none"
-	switch {
-	case h.tokens != "":
-		tokens, err := auth.LoadTokens(h.tokens)
-		if err != nil {
-			return fmt.Errorf("--auth-tokens: %w", err)
-		}
-		opts.Verifier, method = tokens.Verify, auth.MethodToken
-		attrs = append(attrs, "tokens", tokens.Len())
-	case h.jwks != "":
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		jwt, err := auth.NewJWT(ctx, auth.JWTConfig{JWKSURL: h.jwks, Issuer: h.issuer, Audience: h.aud, Claim: h.claim,
-			AllowPrivate: h.jwksAllowPrivate, AllowInsecure: h.jwksAllowInsecure, Log: log})
-		cancel()
-		if err != nil {
-			return fmt.Errorf("--auth-jwks: %w", err)
-		}
-		opts.Verifier, opts.AuthorizationServers, method = jwt.Verify, []string{h.issuer}, auth.MethodJWT
-	default:
-		// Everyone who can reach a loopback address is one caller.
-		cfg.Caller = runs.Caller{ID: auth.Anonymous.ID, Auth: auth.Anonymous.Method}
-	}
-	cfg.Authenticated = opts.Verifier != nil
-	// The certificate is loaded before listening, so that one that cannot be used stops
-	// the server at start, before it says it serves.
-	var tlsConfig *tls.Config
-	scheme := "http"
-	if h.tlsCert != "" {
-		cert, err := tls.LoadX509KeyPair(h.tlsCert, h.tlsKey)
-		if err != nil {
-			return fmt.Errorf("--tls-cert %s, --tls-key %s: %w", h.tlsCert, h.tlsKey, err)
-		}
-		tlsConfig, scheme = &tls.Config{Certificates: []tls.Certificate{cert}}, "https"
-	}
-	ln, err := net.Listen("tcp", h.addr)
-	if err != nil {
-		return fmt.Errorf("--http %s: %w", h.addr, err)
-	}
-	// A trailing slash would double the one of the paths below.
-	opts.PublicURL = strings.TrimSuffix(h.publicURL, "/")
-	if opts.PublicURL == "" {
-		opts.PublicURL = scheme + "://" + ln.Addr().String()
-	}
-	server := mcpserver.New(cfg)
-	srv := mcpserver.NewHTTPServer(mcpserver.NewHTTPHandler(server, opts), mcpserver.ConnIdle, log)
-	srv.TLSConfig = tlsConfig
-	watch.setHurry(runner.Hurry)
-	serveDone := make(chan error, 1)
-	go func() {
-		if tlsConfig != nil {
-			serveDone <- srv.ServeTLS(ln, "", "") // the certificate of srv.TLSConfig
-		} else {
-			serveDone <- srv.Serve(ln)
-		}
-	}()
-	// listen is the address bound (the port chosen for ":0"); http the URL clients use.
-	log.Info("serving", append(attrs, "listen", ln.Addr().String(), "http", opts.PublicURL+mcpserver.MCPPath, "auth", method)...)
-	var serveErr error
-	select {
-	case serveErr = <-serveDone:
-		watch.begin(fmt.Sprintf("the HTTP server stopped: %v", serveErr))
-	case <-watch.Context().Done():
-	}
-	// Stop accepting at once; cancel the runs and let each write terminated; then give
-	// the requests still open (long polls, event streams) transportGrace to end.
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace+transportGrace)
-	defer cancel()
-	shut := make(chan struct{})
-	go func() { mcpserver.ShutdownHTTP(ctx, srv); close(shut) }()
-	shutdownRuns(runner, log)
-	select {
-	case <-shut:
-	case <-time.After(transportGrace):
-		srv.Close()
-		<-shut
-	}
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
-		return fmt.Errorf("HTTP server: %w", serveErr)
-	}
-	return nil
+// options are the flags as package serve takes them.
+func (h *httpFlags) options() serve.HTTPOptions {
+	return serve.HTTPOptions{Addr: h.addr, TLSCert: h.tlsCert, TLSKey: h.tlsKey, PublicURL: h.publicURL, Tokens: h.tokens,
+		JWKS: h.jwks, Issuer: h.issuer, Audience: h.aud, Claim: h.claim, JWKSAllowPrivate: h.jwksAllowPrivate,
+		JWKSAllowInsecure: h.jwksAllowInsecure, MaxSessions: h.maxSessions, MaxSessionsCaller: h.maxSessionsCaller}
 }
 
 // wildcardHost reports whether addr (HOST:PORT) listens on every address: an empty host,

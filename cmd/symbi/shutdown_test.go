@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,74 +15,6 @@ import (
 	"symbi/internal/loopback"
 	"symbi/internal/syncbuf"
 )
-
-// TestShutdownWatch: the first signal begins the shutdown (the watch's context is done) and
-// does not hurry it; a signal once the shutdown has begun — by a signal or for another
-// reason — hurries it, each time. The signals are sent to the test process itself, which
-// the watch's signal.Notify keeps alive: no other test may run beside it (no t.Parallel).
-func TestShutdownWatch(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		begin bool // the shutdown begins for another reason before the first signal
-		sigs  []syscall.Signal
-		want  int // hurries
-	}{
-		{"one signal", false, []syscall.Signal{syscall.SIGHUP}, 0},
-		{"two signals", false, []syscall.Signal{syscall.SIGHUP, syscall.SIGINT}, 1},
-		{"begun, then a signal", true, []syscall.Signal{syscall.SIGHUP}, 1},
-		{"begun, then two signals", true, []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM}, 2},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			hurried := make(chan struct{}, 4)
-			w := watchShutdown(slog.New(slog.DiscardHandler), func() { hurried <- struct{}{} })
-			defer w.end()
-			if c.begin {
-				w.begin("the test")
-			}
-			got := 0
-			for i, s := range c.sigs {
-				if err := syscall.Kill(syscall.Getpid(), s); err != nil {
-					t.Fatal(err)
-				}
-				// Each signal is seen before the next is sent: the first, if it begins the
-				// shutdown, by the context; any other by a hurry.
-				if i == 0 && !c.begin {
-					select {
-					case <-w.Context().Done():
-					case <-time.After(time.Minute):
-						t.Fatal("the first signal did not begin the shutdown")
-					}
-					continue
-				}
-				select {
-				case <-hurried:
-					got++
-				case <-time.After(time.Minute):
-					t.Fatalf("signal %d (%v) did not hurry the shutdown", i, s)
-				}
-			}
-			if c.begin && w.Context().Err() != nil {
-				t.Fatal("a shutdown begun for another reason made the signals' context done")
-			}
-			w.end() // waits for the watch to end: every hurry is counted
-			if got += len(hurried); got != c.want {
-				t.Fatalf("%d hurries, want %d", got, c.want)
-			}
-			// Hurried — what cuts the last log lines' flush short — is closed by a hurrying
-			// signal only: the signal that begins an ordinary shutdown leaves the flush whole.
-			select {
-			case <-w.Hurried():
-				if c.want == 0 {
-					t.Fatal("the signal that began the shutdown closed Hurried")
-				}
-			default:
-				if c.want > 0 {
-					t.Fatal("a signal that hurried the shutdown left Hurried open")
-				}
-			}
-		})
-	}
-}
 
 // waitPipeFull waits until the pipe whose read end is r has less room than one more
 // answer line (each get_agents_md answer here is about 32 KB): the writer (symbi) is then
@@ -115,7 +46,7 @@ func waitPipeFull(t *testing.T, r *os.File) {
 // what TypeScript-SDK clients do to stop their server. The server exits by itself, 0:
 // docs/runs.md, "Ownership, cancellation and shutdown": stdin closing cancels every live
 // run, the server waits (up to 15 s) until each has written terminated, then exits; a
-// call blocked writing to a client that no longer reads gets transportGrace and is then
+// call blocked writing to a client that no longer reads gets serve.TransportGrace and is then
 // left behind, after stdin closed as after a signal.
 func TestSIGTERMAfterStdinClosedWhileStdoutBlocked(t *testing.T) {
 	dir := newE2EProject(t)

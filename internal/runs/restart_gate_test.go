@@ -258,7 +258,7 @@ type restartServer struct {
 	stop   func()
 }
 
-// startRestartServer serves dir as cmd/symbi's serveMCP does: the ledger opened and
+// startRestartServer serves dir as package serve does: the ledger opened and
 // reconciled, held runs reopened and resumed, a Manager over the runner.
 func startRestartServer(t *testing.T, dir string, model *loopback.Server, maxPerCaller int) *restartServer {
 	t.Helper()

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"context"
@@ -9,17 +9,17 @@ import (
 	"syscall"
 )
 
-// stopSignals are the signals that shut symbi mcp down.
+// stopSignals are the signals that shut the server down.
 var stopSignals = []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP}
 
-// shutdownWatch catches the stop signals for a server's life. A signal that arrives before
+// Watch catches the stop signals for a server's life. A signal that arrives before
 // the shutdown has begun begins it: the watch's context is done. Once the shutdown has
 // begun — by that signal, or by begin for another reason (the client closed stdin or
 // stopped reading, the HTTP server stopped) — every further signal hurries it. MCP
 // clients close their server's input, then send SIGTERM after a moment and SIGKILL after
 // another (the TypeScript SDK waits 2 s for each): a signal during a shutdown says
 // little time is left, and a run's terminated record must be written before the kill.
-type shutdownWatch struct {
+type Watch struct {
 	log     *slog.Logger
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -35,11 +35,11 @@ type shutdownWatch struct {
 	hurry func()
 }
 
-// watchShutdown starts catching the stop signals; hurry is called at each signal that
-// comes once the shutdown has begun. With hurry nil (start-up, until setHurry) a signal
+// WatchSignals starts catching the stop signals; hurry is called at each signal that
+// comes once the shutdown has begun. With hurry nil (start-up, until SetHurry) a signal
 // ends the process as it would uncaught.
-func watchShutdown(log *slog.Logger, hurry func()) *shutdownWatch {
-	w := &shutdownWatch{log: log, hurry: hurry, sigs: make(chan os.Signal, 4), quit: make(chan struct{}), done: make(chan struct{}), hurried: make(chan struct{})}
+func WatchSignals(log *slog.Logger, hurry func()) *Watch {
+	w := &Watch{log: log, hurry: hurry, sigs: make(chan os.Signal, 4), quit: make(chan struct{}), done: make(chan struct{}), hurried: make(chan struct{})}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	for _, s := range stopSignals {
 		// SIGHUP or SIGINT ignored when the server started (nohup, a background job) stays
@@ -52,7 +52,7 @@ func watchShutdown(log *slog.Logger, hurry func()) *shutdownWatch {
 	return w
 }
 
-func (w *shutdownWatch) watch() {
+func (w *Watch) watch() {
 	defer close(w.done)
 	for {
 		select {
@@ -90,7 +90,7 @@ func (w *shutdownWatch) watch() {
 }
 
 // start marks the shutdown begun and reports whether this call began it.
-func (w *shutdownWatch) start() bool {
+func (w *Watch) start() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	first := !w.begun
@@ -98,28 +98,28 @@ func (w *shutdownWatch) start() bool {
 	return first
 }
 
-// setHurry sets what a signal calls once the shutdown has begun.
-func (w *shutdownWatch) setHurry(hurry func()) {
+// SetHurry sets what a signal calls once the shutdown has begun.
+func (w *Watch) SetHurry(hurry func()) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.hurry = hurry
 }
 
 // Hurried is closed at the first signal that comes once the shutdown has begun.
-func (w *shutdownWatch) Hurried() <-chan struct{} { return w.hurried }
+func (w *Watch) Hurried() <-chan struct{} { return w.hurried }
 
 // Context is done when a signal began the shutdown.
-func (w *shutdownWatch) Context() context.Context { return w.ctx }
+func (w *Watch) Context() context.Context { return w.ctx }
 
-// begin says the shutdown has begun, for the reason why unless it had already.
-func (w *shutdownWatch) begin(why string) {
+// Begin says the shutdown has begun, for the reason why unless it had already.
+func (w *Watch) Begin(why string) {
 	if w.start() {
 		w.log.Info("shutting down", "cause", why)
 	}
 }
 
-// end ends the watch: the signals are no longer caught. It may be called again.
-func (w *shutdownWatch) end() {
+// End ends the watch: the signals are no longer caught. It may be called again.
+func (w *Watch) End() {
 	w.ended.Do(func() {
 		signal.Stop(w.sigs)
 		close(w.quit)
