@@ -1544,7 +1544,10 @@ func TestConformanceGoSDK(t *testing.T) {
 		return v
 	}
 	id, _ := check("start_run", map[string]any{"agent": "helper", "prompt": "hello"}, false)["run_id"].(string)
-	for done := false; !done; {
+	for done, polls := false, 0; !done; polls++ {
+		if polls == 100 {
+			t.Fatalf("run %s not done after %d long polls", id, polls)
+		}
 		done, _ = check("run_events", map[string]any{"run_id": id, "wait_ms": 30000, "limit": 1000}, false)["done"].(bool)
 	}
 	check("run_events", map[string]any{"run_id": id, "after": 2, "limit": 2}, false)

@@ -35,7 +35,10 @@ func TestRunsCLI(t *testing.T) {
 			t.Fatalf("start_run %d: %s", i, text(res))
 		}
 		// Wait for the run's end through the long poll.
-		for done := false; !done; {
+		for done, polls := false, 0; !done; polls++ {
+			if polls == 100 {
+				t.Fatalf("run %s not done after %d long polls", st.RunID, polls)
+			}
 			res := s.call(t, "run_events", map[string]any{"run_id": st.RunID, "after": 0, "wait_ms": 30000, "limit": 1000})
 			var page runs.Events
 			raw, _ := json.Marshal(res.StructuredContent)

@@ -237,7 +237,10 @@ func finishedRun(t *testing.T, cs *mcp.ClientSession) string {
 	var st startContent
 	callOK(t, cs, "start_run", map[string]any{"agent": "helper", "prompt": "hi"}, &st)
 	var cursor int64
-	for {
+	for polls := 0; ; polls++ {
+		if polls == 100 {
+			t.Fatalf("run %s not done after %d long polls", st.RunID, polls)
+		}
 		var ev runs.Events
 		callOK(t, cs, "run_events", map[string]any{"run_id": st.RunID, "after": cursor, "wait_ms": 30000}, &ev)
 		cursor = ev.NextCursor
@@ -432,11 +435,14 @@ func TestHTTPForeignRequestTouchesNoSession(t *testing.T) {
 	}
 
 	// alice, at her cap, opens a third session: her least recently used one must go.
-	for {
+	for opened := time.Now(); ; {
 		if _, err := connect("alice"); err == nil {
 			break
 		} else if !strings.Contains(err.Error(), "Too Many Requests") {
 			t.Fatal(err)
+		}
+		if time.Since(opened) > hangGuard {
+			t.Fatal("alice could not open a third session: none of hers became idle")
 		}
 	}
 	deadline := time.Now().Add(hangGuard)

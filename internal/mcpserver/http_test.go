@@ -155,13 +155,16 @@ func TestHTTPSessionCaps(t *testing.T) {
 	// (a new one meanwhile is refused, 429).
 	connectIdle := func(t *testing.T, s *server) *mcp.ClientSession {
 		t.Helper()
-		for {
+		for began := time.Now(); ; {
 			cs, err := s.connect()
 			if err == nil {
 				return cs
 			}
 			if !strings.Contains(err.Error(), "Too Many Requests") {
 				t.Fatal(err)
+			}
+			if time.Since(began) > hangGuard {
+				t.Fatalf("no session could be opened: %v", err)
 			}
 		}
 	}

@@ -403,8 +403,13 @@ func TestRunResourceSubscription(t *testing.T) {
 	model.open()
 	// Wait for the notification of the run's end: the resource then reads as completed.
 	for {
-		if got := <-updated; got != uri {
-			t.Fatalf("notification for %s, want %s", got, uri)
+		select {
+		case got := <-updated:
+			if got != uri {
+				t.Fatalf("notification for %s, want %s", got, uri)
+			}
+		case <-time.After(hangGuard):
+			t.Fatal("never notified of the run's end")
 		}
 		res, err := cs.ReadResource(ctx, &mcp.ReadResourceParams{URI: uri})
 		if err != nil {
