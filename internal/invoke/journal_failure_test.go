@@ -1,28 +1,27 @@
 package invoke
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"golang.org/x/sys/unix"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"golang.org/x/sys/unix"
 
 	"symbi/internal/errcode"
 	"symbi/internal/inference"
 	"symbi/internal/journal"
 	"symbi/internal/ledger"
 	"symbi/internal/loopback"
+	"symbi/internal/proctest"
 )
 
 // linkAtReleasing runs one allowed run whose journal file gains a second hard link just
@@ -149,30 +148,6 @@ func TestEchoedAPIKeyNotJournaled(t *testing.T) {
 	}
 }
 
-// waitFlockWaiter waits until some process is blocked on a flock of the file with inode
-// ino (/proc/locks lists a blocked waiter with "->"), or fails the test after hangGuard.
-func waitFlockWaiter(t *testing.T, ino uint64) {
-	t.Helper()
-	suffix := fmt.Sprintf(":%d ", ino)
-	deadline := time.Now().Add(hangGuard)
-	for time.Now().Before(deadline) {
-		fh, err := os.Open("/proc/locks")
-		if err != nil {
-			t.Skipf("no /proc/locks: %v", err)
-		}
-		sc := bufio.NewScanner(fh)
-		for sc.Scan() {
-			if l := sc.Text(); strings.Contains(l, "->") && strings.Contains(l, suffix) {
-				fh.Close()
-				return
-			}
-		}
-		fh.Close()
-		time.Sleep(2 * time.Millisecond)
-	}
-	t.Fatal("the run never blocked on the ledger's lock")
-}
-
 // TestRunEntryNamesDurableJournal: a run's ledger entry names the journal's head before
 // terminated (prev_head); those lines are durable before the entry is, so that a stop
 // between the entry and the journal's end — a power loss included — leaves the journal
@@ -213,36 +188,18 @@ func TestRunEntryNamesDurableJournal(t *testing.T) {
 			unlock()
 		}
 	}()
-	waitFlockWaiter(t, st.Ino) // the run is in ledger.Append, its entry not yet written
+	proctest.WaitFlockWaiter(t, st.Ino, hangGuard) // the run is in ledger.Append, its entry not yet written
 	durable := run.Durable()
 	unlock()
 	fh = nil
 	if _, err := run.Await(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(ledgerPath)
-	if err != nil {
-		t.Fatal(err)
+	entries := ledgerRunEntries(t, f.dir, run.Audit().RunID)
+	if len(entries) != 1 {
+		t.Fatalf("%d run entries in the ledger, want 1", len(entries))
 	}
-	var entry ledger.Run
-	found := false
-	for _, line := range bytes.SplitAfter(data, []byte("\n")) {
-		var env struct {
-			Payload struct {
-				Type string          `json:"type"`
-				Data json.RawMessage `json:"data"`
-			} `json:"payload"`
-		}
-		if json.Unmarshal(line, &env) == nil && env.Payload.Type == ledger.TypeRun {
-			if err := json.Unmarshal(env.Payload.Data, &entry); err != nil {
-				t.Fatal(err)
-			}
-			found = true
-		}
-	}
-	if !found {
-		t.Fatal("no run entry in the ledger")
-	}
+	entry := entries[0]
 	if int64(durable.Records) != entry.Records-1 || durable.Head != entry.PrevHead {
 		t.Fatalf("when the run entry was appended the journal had %d durable records (head %s); the entry names %d records with prev_head %s: "+
 			"a crash then leaves the journal %d lines short of the entry, which verify --project calls tampering (exit 1), not a crash (exit 2)",
@@ -312,4 +269,33 @@ func TestAbandonedCallerAndJournalAgree(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ledgerRunEntries returns the project ledger's run entries of runID.
+func ledgerRunEntries(t *testing.T, dir, runID string) []ledger.Run {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, ".symbiont", ledger.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []ledger.Run
+	for _, line := range bytes.SplitAfter(data, []byte("\n")) {
+		var env struct {
+			Payload struct {
+				Type string          `json:"type"`
+				Data json.RawMessage `json:"data"`
+			} `json:"payload"`
+		}
+		if json.Unmarshal(line, &env) != nil || env.Payload.Type != ledger.TypeRun {
+			continue
+		}
+		var e ledger.Run
+		if err := json.Unmarshal(env.Payload.Data, &e); err != nil {
+			t.Fatal(err)
+		}
+		if e.RunID == runID {
+			out = append(out, e)
+		}
+	}
+	return out
 }

@@ -449,6 +449,11 @@ func (r *Runner) execute(ctx context.Context, p *prepared, progress func(Stage))
 		return journalFailed(err)
 	}
 	progress(StagePolicyDecided)
+	// A run cancelled before its decision is acted on ends cancelled, whatever the
+	// decision (journaled above): it is neither held for a person nor denied.
+	if ctx.Err() != nil {
+		return fail(reasonCancelled, cancelledError(ctx, "before the answer was released or held"))
+	}
 	if !decision.Allow && decision.Gate != "" {
 		// The wait is the agent's with timeout or, when longer, --approval-timeout — not the
 		// provider call's deadline (at most MaxDeadline), which bounds only the model call.

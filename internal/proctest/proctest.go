@@ -1,14 +1,19 @@
 // Package proctest reads from /proc what the tests and the reliability harnesses need to
 // know of the processes they start: whether one is still alive, its state, group and
-// command name, and the pid a pid file names. It is for tests and harnesses only.
+// command name, the pid a pid file names, and whether one waits for a file's lock. It is
+// for tests and harnesses only.
 package proctest
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Stat reads a process's state, process group and command name from /proc/PID/stat
@@ -61,4 +66,51 @@ func PID(tb testing.TB, path string) int {
 		tb.Fatal(err)
 	}
 	return pid
+}
+
+// LockFile takes an exclusive flock of the file at path, as another process would, and
+// returns what lets it go (which may be called again).
+func LockFile(tb testing.TB, path string) (unlock func()) {
+	tb.Helper()
+	fh, err := os.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := unix.Flock(int(fh.Fd()), unix.LOCK_EX); err != nil {
+		fh.Close()
+		tb.Fatal(err)
+	}
+	unlocked := false
+	return func() {
+		if !unlocked {
+			unlocked = true
+			unix.Flock(int(fh.Fd()), unix.LOCK_UN)
+			fh.Close()
+		}
+	}
+}
+
+// WaitFlockWaiter waits until something is blocked on a flock of the file with inode ino
+// (/proc/locks lists a blocked waiter with "->"), or fails the test after guard — a hang
+// guard, not an expectation. It skips the test where /proc/locks cannot be read.
+func WaitFlockWaiter(tb testing.TB, ino uint64, guard time.Duration) {
+	tb.Helper()
+	suffix := fmt.Sprintf(":%d ", ino)
+	deadline := time.Now().Add(guard)
+	for time.Now().Before(deadline) {
+		fh, err := os.Open("/proc/locks")
+		if err != nil {
+			tb.Skipf("no /proc/locks: %v", err)
+		}
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			if l := sc.Text(); strings.Contains(l, "->") && strings.Contains(l, suffix) {
+				fh.Close()
+				return
+			}
+		}
+		fh.Close()
+		time.Sleep(2 * time.Millisecond)
+	}
+	tb.Fatalf("nothing blocked on the lock of inode %d within %v", ino, guard)
 }
