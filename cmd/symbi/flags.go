@@ -94,6 +94,7 @@ func (o *onceValue) Set(s string) error {
 			if !isDecimal(s) {
 				return fmt.Errorf("%q: want a decimal number", s)
 			}
+			s = trimLeadingZeros(s)
 		case float64:
 			// Likewise 0x1p4, 1_0.5, Inf and NaN: digits, a point, a decimal exponent.
 			if !isDecimalFloat(s) {
@@ -110,6 +111,19 @@ func isDecimal(s string) bool {
 		s = s[1:]
 	}
 	return s != "" && strings.Trim(s, "0123456789") == ""
+}
+
+// trimLeadingZeros drops the leading zeros of a decimal number (isDecimal), which the
+// flag package would take to mean octal: 010 is ten, 00 zero.
+func trimLeadingZeros(s string) string {
+	sign := ""
+	if s[0] == '+' || s[0] == '-' {
+		sign, s = s[:1], s[1:]
+	}
+	if s = strings.TrimLeft(s, "0"); s == "" {
+		s = "0"
+	}
+	return sign + s
 }
 
 // isDecimalFloat reports whether s is a decimal number with an optional sign, fraction

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"flag"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -60,5 +63,60 @@ func TestFlagGivenTwiceRefused(t *testing.T) {
 	code, out, errOut := runCLI(t, "", "policy", "eval", "--project", dir, "--agent", "helper", "--action", "use_tool", "--tool", "read", "--path", "a.txt", "--path", "b.txt")
 	if code != 0 || !strings.Contains(out, "a.txt, b.txt") {
 		t.Errorf("a repeatable flag given twice: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestIntegerFlagLeadingZero: an integer flag written with leading zeros is read in
+// decimal, as docs/errors.md gives it — the flag package alone reads 010 as octal (8), so
+// a receipt count, a cursor or a limit copied with a leading zero meant another number.
+func TestIntegerFlagLeadingZero(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+	}{{"010", 10}, {"-010", -10}, {"+007", 7}, {"0", 0}, {"000", 0}, {"0009", 9}} {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		fs.SetOutput(new(strings.Builder))
+		n := fs.Int("records", -1, "")
+		m := fs.Int64("after", -1, "")
+		u := fs.Uint64("limit", 1, "")
+		args := []string{"--records", c.in, "--after", c.in}
+		unsigned := c.in[0] != '+' && c.in[0] != '-'
+		if unsigned {
+			args = append(args, "--limit", c.in)
+		}
+		if code, ok := parseFlags(fs, args); !ok {
+			t.Errorf("%q refused (exit %d)", c.in, code)
+			continue
+		}
+		if int64(*n) != c.want || *m != c.want || (unsigned && *u != uint64(c.want)) {
+			t.Errorf("%q read as %d, %d, %d; want %d", c.in, *n, *m, *u, c.want)
+		}
+	}
+}
+
+// TestReceiptCountLeadingZero: `audit verify --records 010` of an 8-record journal cut
+// from a longer one, with the 8th line's head, is a receipt mismatch (ten records were
+// promised): read as octal the receipt matched and the cut journal was merely incomplete.
+func TestReceiptCountLeadingZero(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "journal", "delegated.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	if len(lines) < 11 {
+		t.Fatalf("setup: delegated.jsonl has %d lines, want more than 10", len(lines))
+	}
+	file := filepath.Join(t.TempDir(), "cut.jsonl")
+	if err := os.WriteFile(file, []byte(strings.Join(lines[:8], "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const key = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a" // the vectors' key
+	head := sha256Hex(lines[7])
+	if code, out, errOut := runCLI(t, "", "audit", "verify", file, "--public-key", key, "--records", "8", "--head", head); code != 2 {
+		t.Fatalf("setup: --records 8 of the cut journal: exit %d, want 2 (incomplete, the receipt matching)\n%s%s", code, out, errOut)
+	}
+	code, out, errOut := runCLI(t, "", "audit", "verify", file, "--public-key", key, "--records", "010", "--head", head)
+	if code != 1 || !strings.Contains(out+errOut, "receipt") {
+		t.Errorf("audit verify --records 010 of an 8-record journal: exit %d, want 1 (a receipt of ten records does not match)\n%s%s", code, out, errOut)
 	}
 }
