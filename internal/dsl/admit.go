@@ -474,11 +474,13 @@ func policyRule(f *File, ag *Agent, a *Admission) []*refusal {
 	seen := map[string]*Policy{}
 	rules := 0
 	for _, p := range inSource {
+		// A repeated name is refused, and the repeated policy's rules are checked still:
+		// every failure is reported at once.
 		if first := seen[p.Name]; first != nil {
 			rs = append(rs, refuse("rule 6", p.Pos, "policy %q is declared more than once (first at %d:%d)", p.Name, first.Pos.Line, first.Pos.Column))
-			continue
+		} else {
+			seen[p.Name] = p
 		}
-		seen[p.Name] = p
 		for _, r := range p.Rules {
 			rules++
 			if rules == MaxPolicyRules+1 {
@@ -489,11 +491,10 @@ func policyRule(f *File, ag *Agent, a *Admission) []*refusal {
 			}
 			if r.Kind != "allow" && r.Kind != "deny" {
 				rs = append(rs, refuse("rule 6", r.Pos, "unsupported policy: %q rule in policy %q (only allow and deny)", r.Kind, p.Name))
-				continue
+				continue // its selector and condition are not an allow's or a deny's
 			}
 			if rf := f.selector(r.Selector); rf != nil {
 				rs = append(rs, rf)
-				continue
 			}
 			if r.Condition != nil {
 				if rf := f.condition(r.Condition); rf != nil {

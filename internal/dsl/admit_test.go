@@ -574,3 +574,27 @@ func TestPolicyRefusalsInSourceOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestAdmitReportsEveryPolicyFailure: rule 6 reports every failure of a policy rule at
+// once, as docs/dsl.md promises of admission — a bad selector does not hide the same
+// rule's bad condition, nor a repeated policy name the failures of that policy's rules.
+func TestAdmitReportsEveryPolicyFailure(t *testing.T) {
+	src := `agent p {
+  policy q { allow: [1] if foo(1) }
+  policy q { deny: true if context.n > 1.5 }
+}`
+	a := dsl.AdmitSource("agents/p.symbi", "p", []byte(src))
+	if a.Admitted {
+		t.Fatal("admitted")
+	}
+	all := strings.Join(a.Reasons, "\n")
+	for _, want := range []string{
+		"rule selector element 1 is not a string", // reported
+		"foo", // the call in the same rule's condition
+		"1.5", // the second q's non-integer comparison
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("refusals do not report %q; got:\n%s", want, all)
+		}
+	}
+}
