@@ -210,8 +210,8 @@ func (l *loader) list(dir *os.File, rel string) (names []string, hasSurface, ok 
 			// what looks like a policy but would not be loaded stops the set.
 			l.fail(rel+"/"+name, "looks like a policy file but is not loaded: only names ending in \".cedar\" (lower case) are read; rename it, or move it out of %s", Dir)
 		case e.Type()&(fs.ModeDir|fs.ModeSymlink) != 0:
-			l.fail(rel+"/"+name, "is a %s the loader does not read: policies are read only from %s/*.cedar and %s/*.cedar; move its policies there, or it out of %s",
-				entryKind(e.Type()), Dir, SurfaceDir, Dir)
+			l.fail(rel+"/"+name, "is a %s the loader does not read: policies are read only from %s/*.cedar and %s/*.cedar (run-access policies from %s/*.cedar); move its policies there, or it out of %s",
+				entryKind(e.Type()), Dir, SurfaceDir, AccessDir, Dir)
 		}
 	}
 	slices.Sort(names)

@@ -119,7 +119,7 @@ func TestLoadModes(t *testing.T) {
 		// Entries that look like policies but would not be loaded stop the set: a forbid
 		// moved or renamed by mistake must not open the gate.
 		{name: "policy moved into a subdirectory", files: map[string]string{"policies/respond.cedar": permitAll, "policies/secrets/secrets.cedar": forbidKeys},
-			mode: ModeDenyAll, problem: "policies/secrets: is a directory the loader does not read"},
+			mode: ModeDenyAll, problem: "policies/secrets: is a directory the loader does not read: policies are read only from policies/*.cedar and policies/mcp-server/*.cedar (run-access policies from policies/access/*.cedar)"},
 		{name: "policy renamed in upper case", files: map[string]string{"policies/respond.cedar": permitAll, "policies/secrets.CEDAR": forbidKeys},
 			mode: ModeDenyAll, problem: `policies/secrets.CEDAR: looks like a policy file but is not loaded: only names ending in ".cedar" (lower case)`},
 		{name: "policy renamed in mixed case", files: map[string]string{"policies/respond.cedar": permitAll, "policies/secrets.Cedar": forbidKeys},
