@@ -85,7 +85,7 @@ func runMCP(e *env, args []string) int {
 	// included (until serving begins, a signal ends the process as uncaught): a client
 	// that closes stdin and then sends SIGTERM, while stderr is not read, cuts the
 	// flush short and sees exit 0, not a kill.
-	watch := serve.WatchSignals(log, nil)
+	watch := serve.WatchSignals(log)
 	defer watch.End()
 	o := serve.Options{Dir: *dir, MaxRuns: *maxRuns, MinFree: uint64(minFree), Executors: *execFile, Roots: roots,
 		ApprovalTimeout: *approvalTimeout, MaxRunsPerCaller: h.maxPerCaller, Rate: h.rate, Getenv: e.getenv, Log: log, Watch: watch}

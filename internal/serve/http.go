@@ -15,8 +15,9 @@ import (
 	"symbi/internal/runs"
 )
 
-// HTTPOptions are the operator's choices for serving Streamable HTTP (docs/http.md),
-// checked for consistency by the command before.
+// HTTPOptions are the operator's choices for serving Streamable HTTP (docs/http.md). The
+// command checks the flags' consistency; HTTP itself refuses what would be unsafe: an
+// address other than loopback without authentication (mcpserver.CheckListenAddr).
 type HTTPOptions struct {
 	Addr              string // HOST:PORT
 	TLSCert, TLSKey   string // PEM files; both or neither
@@ -33,18 +34,19 @@ type HTTPOptions struct {
 
 // HTTP serves the project over Streamable HTTP until a stop signal (o.Watch) or the HTTP
 // server's failure: it then stops accepting, cancels the runs in flight, waits for their
-// journals to end, and closes.
+// journals to end, and closes. What the operator gave that can fail — the tokens file, the
+// JWK set, the certificate, the address — is taken before the server is assembled, so
+// that such a failure leaves the project as it found it (the runs waiting at a gate stay
+// waiting, for the next server).
 func HTTP(o Options, h HTTPOptions) error {
-	catchSIGPIPE()
-	s, err := open(o)
-	if err != nil {
+	if err := mcpserver.CheckListenAddr(h.Addr, h.Tokens != "" || h.JWKS != ""); err != nil {
 		return err
 	}
-	defer s.close()
-	s.loadRegistry()
-	log, watch, cfg, attrs := o.Log, o.Watch, s.cfg, s.attrs
+	catchSIGPIPE()
+	log := o.Log
 	opts := mcpserver.HTTPOptions{Log: log, MaxSessions: h.MaxSessions, MaxSessionsPerCaller: h.MaxSessionsCaller}
 	method := "none"
+	var authAttrs []any
 	switch {
 	case h.Tokens != "":
 		tokens, err := auth.LoadTokens(h.Tokens)
@@ -52,7 +54,7 @@ func HTTP(o Options, h HTTPOptions) error {
 			return fmt.Errorf("--auth-tokens: %w", err)
 		}
 		opts.Verifier, method = tokens.Verify, auth.MethodToken
-		attrs = append(attrs, "tokens", tokens.Len())
+		authAttrs = append(authAttrs, "tokens", tokens.Len())
 	case h.JWKS != "":
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		jwt, err := auth.NewJWT(ctx, auth.JWTConfig{JWKSURL: h.JWKS, Issuer: h.Issuer, Audience: h.Audience, Claim: h.Claim,
@@ -62,11 +64,7 @@ func HTTP(o Options, h HTTPOptions) error {
 			return fmt.Errorf("--auth-jwks: %w", err)
 		}
 		opts.Verifier, opts.AuthorizationServers, method = jwt.Verify, []string{h.Issuer}, auth.MethodJWT
-	default:
-		// Everyone who can reach a loopback address is one caller.
-		cfg.Caller = runs.Caller{ID: auth.Anonymous.ID, Auth: auth.Anonymous.Method}
 	}
-	cfg.Authenticated = opts.Verifier != nil
 	// The certificate is loaded before listening, so that one that cannot be used stops
 	// the server at start, before it says it serves.
 	var tlsConfig *tls.Config
@@ -82,6 +80,19 @@ func HTTP(o Options, h HTTPOptions) error {
 	if err != nil {
 		return fmt.Errorf("--http %s: %w", h.Addr, err)
 	}
+	s, err := open(o)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer s.close()
+	s.loadRegistry()
+	watch, cfg, attrs := o.Watch, s.cfg, append(s.attrs, authAttrs...)
+	if opts.Verifier == nil {
+		// Everyone who can reach a loopback address is one caller.
+		cfg.Caller = runs.Caller{ID: auth.Anonymous.ID, Auth: auth.Anonymous.Method}
+	}
+	cfg.Authenticated = opts.Verifier != nil
 	// A trailing slash would double the one of the paths below.
 	opts.PublicURL = strings.TrimSuffix(h.PublicURL, "/")
 	if opts.PublicURL == "" {
@@ -104,7 +115,7 @@ func HTTP(o Options, h HTTPOptions) error {
 	var serveErr error
 	select {
 	case serveErr = <-serveDone:
-		watch.Begin(fmt.Sprintf("the HTTP server stopped: %v", serveErr))
+		watch.begin(fmt.Sprintf("the HTTP server stopped: %v", serveErr))
 	case <-watch.Context().Done():
 	}
 	// Stop accepting at once; cancel the runs and let each write terminated; then give

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"sync"
 	"syscall"
 	"time"
 
@@ -40,7 +41,8 @@ const ShutdownGrace = 15 * time.Second
 // blocked (the client stopped reading).
 const TransportGrace = 5 * time.Second
 
-// Options are the operator's choices for one server (symbi mcp's flags and environment).
+// Options are the operator's choices for one server (symbi mcp's flags and environment),
+// and what it needs of its process: Getenv, Log and Watch are required.
 type Options struct {
 	Dir       string   // the project directory
 	MaxRuns   int      // runs in flight at most
@@ -72,8 +74,8 @@ type server struct {
 }
 
 // open assembles the server: the executors, the project and its registry (listed now,
-// read once serving begins), the policy sets, the provider, the project ledger and the
-// runs it resumes. A failure here is the operator's to fix; the ledger's alone does not
+// read once serving begins, or at once when a resumed run's answer is judged again), the
+// policy sets, the provider, the project ledger and the runs it resumes. A failure here is the operator's to fix; the ledger's alone does not
 // stop the server (every run is refused, the authoring tools still serve).
 func open(o Options) (*server, error) {
 	log := o.Log
@@ -171,9 +173,10 @@ func (s *server) loadRegistry() { loadRegistry(s.reg, s.o.Getenv, s.o.Log, s.ser
 
 // armShutdown makes a stop signal shut the server down in order (before, it ends the
 // process): armed before "serving" is logged, which a client may act on.
-func (s *server) armShutdown() { s.o.Watch.SetHurry(s.runner.Hurry) }
+func (s *server) armShutdown() { s.o.Watch.setHurry(s.runner.Hurry) }
 
 // close lets go of what open took: the ledger writer, then the registry and the project.
+// The runs are ended before (shutdownRuns).
 func (s *server) close() {
 	if s.lw != nil {
 		s.lw.Close()
@@ -189,7 +192,11 @@ func (s *server) close() {
 // answered, so it ends the session like a signal does. Caught, not ignored: an ignored
 // signal stays ignored in the programs started (delegated agents and what they run),
 // where a closed pipe must end a writer as usual.
-func catchSIGPIPE() { signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE) }
+func catchSIGPIPE() {
+	sigpipe.Do(func() { signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE) })
+}
+
+var sigpipe sync.Once
 
 // startupGCPercent is the garbage collector's target while the registry loads: start-up
 // allocates much and keeps little (each file's parse is garbage once admitted), so fewer

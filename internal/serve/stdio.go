@@ -42,7 +42,7 @@ func Stdio(o Options, stdin io.Reader, stdout io.Writer) error {
 		if !errors.Is(err, io.EOF) {
 			why = fmt.Sprintf("reading stdin: %v", err)
 		}
-		watch.Begin(why)
+		watch.begin(why)
 		close(stdinEnded)
 	})
 	runDone := make(chan error, 1)
@@ -62,7 +62,7 @@ func Stdio(o Options, stdin io.Reader, stdout io.Writer) error {
 		// then waits for the calls; a call blocked writing to a client that no longer
 		// reads would hold it forever, so it gets TransportGrace and is then left behind:
 		// every journal is finished by then, and exiting loses no record.
-		watch.Begin(context.Cause(ctx).Error())
+		watch.begin(context.Cause(ctx).Error())
 		shutdownRuns(runner, log)
 		runErr = awaitSession(runDone, s)
 	}

@@ -35,11 +35,11 @@ type Watch struct {
 	hurry func()
 }
 
-// WatchSignals starts catching the stop signals; hurry is called at each signal that
-// comes once the shutdown has begun. With hurry nil (start-up, until SetHurry) a signal
-// ends the process as it would uncaught.
-func WatchSignals(log *slog.Logger, hurry func()) *Watch {
-	w := &Watch{log: log, hurry: hurry, sigs: make(chan os.Signal, 4), quit: make(chan struct{}), done: make(chan struct{}), hurried: make(chan struct{})}
+// WatchSignals starts catching the stop signals. Until the server it is given to starts
+// serving, a signal ends the process as it would uncaught; from then on the first begins
+// the shutdown in order, and each further one hurries it.
+func WatchSignals(log *slog.Logger) *Watch {
+	w := &Watch{log: log, sigs: make(chan os.Signal, 4), quit: make(chan struct{}), done: make(chan struct{}), hurried: make(chan struct{})}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	for _, s := range stopSignals {
 		// SIGHUP or SIGINT ignored when the server started (nohup, a background job) stays
@@ -98,8 +98,8 @@ func (w *Watch) start() bool {
 	return first
 }
 
-// SetHurry sets what a signal calls once the shutdown has begun.
-func (w *Watch) SetHurry(hurry func()) {
+// setHurry sets what a signal calls once the shutdown has begun.
+func (w *Watch) setHurry(hurry func()) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.hurry = hurry
@@ -111,8 +111,8 @@ func (w *Watch) Hurried() <-chan struct{} { return w.hurried }
 // Context is done when a signal began the shutdown.
 func (w *Watch) Context() context.Context { return w.ctx }
 
-// Begin says the shutdown has begun, for the reason why unless it had already.
-func (w *Watch) Begin(why string) {
+// begin says the shutdown has begun, for the reason why unless it had already.
+func (w *Watch) begin(why string) {
 	if w.start() {
 		w.log.Info("shutting down", "cause", why)
 	}

@@ -25,10 +25,11 @@ func TestShutdownWatch(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			hurried := make(chan struct{}, 4)
-			w := WatchSignals(slog.New(slog.DiscardHandler), func() { hurried <- struct{}{} })
+			w := WatchSignals(slog.New(slog.DiscardHandler))
+			w.setHurry(func() { hurried <- struct{}{} })
 			defer w.End()
 			if c.begin {
-				w.Begin("the test")
+				w.begin("the test")
 			}
 			got := 0
 			for i, s := range c.sigs {
