@@ -240,7 +240,7 @@ func newRunner(cfg Config) *runner {
 		cfg.MaxTextBytes = DefaultMaxTextBytes
 	}
 	r := &runner{cfg: cfg, aborted: make(chan struct{}), cancelled: make(chan struct{}), ended: make(chan struct{}),
-		updates: make(chan update, updateQueue), prompted: &promptWatch{written: make(chan struct{})}}
+		updates: make(chan update, updateQueue), prompted: &promptWatch{written: make(chan struct{})}, notesPoke: make(chan struct{}, 1)}
 	r.prompted.sending = func(b []byte) {
 		if m, err := probe(b); err == nil {
 			if id, err := strconv.ParseInt(string(m.ID), 10, 64); err == nil && id > 0 {
@@ -263,7 +263,9 @@ const outOfTurnKind = "agent_message out_of_turn"
 // as the SDK hands it the notifications: a line is decoded here as the SDK decodes it (its
 // envelope, then the notification's params, validated), so that each chunk the SDK hands
 // over has its note. A session/update sent as a request — which the SDK would hand over
-// on a goroutine of its own, out of order — is malformed ACP.
+// on a goroutine of its own, out of order — is malformed ACP; so is a request sent as a
+// notification, which cannot be answered: a permission decided for it would be journaled
+// as answered to an agent that heard nothing.
 func (r *runner) turnOf(m envelope) error {
 	pid := r.promptID.Load()
 	switch {
@@ -271,6 +273,8 @@ func (r *runner) turnOf(m envelope) error {
 		r.turnOver = true
 	case m.Method == sdk.ClientMethodSessionUpdate && m.hasID():
 		return fmt.Errorf("%w: a session/update sent as a request (it is a notification)", ErrMalformed)
+	case !m.hasID() && isRequestMethod(m.Method):
+		return fmt.Errorf("%w: a %s sent as a notification (it is a request, and a notification cannot be answered)", ErrMalformed, cut(m.Method, 64))
 	case m.Method == sdk.ClientMethodSessionUpdate:
 		var n sdk.SessionNotification
 		if json.Unmarshal(m.Params, &n) == nil && n.Validate() == nil && n.Update.AgentMessageChunk != nil {
@@ -282,9 +286,16 @@ func (r *runner) turnOf(m envelope) error {
 	return nil
 }
 
+// isRequestMethod reports whether method is one the agent sends the client as a request
+// (one with an id, answered): a permission request, an fs or a terminal request.
+func isRequestMethod(method string) bool {
+	return method == sdk.ClientMethodSessionRequestPermission || strings.HasPrefix(method, "fs/") || strings.HasPrefix(method, "terminal/")
+}
+
 // sameID reports whether the JSON-RPC id raw is the number id as the SDK matches ids: by
 // their canonical digits and exponent (3, 3.0 and 30e-1 are one id; "3" and
-// 3.0000000000000001 are others).
+// 3.0000000000000001 are others), within the SDK's bounds — past them (maxIDDigits) the
+// SDK keys an id by its text, which is then no number's.
 func sameID(raw json.RawMessage, id int64) bool {
 	raw = bytes.TrimSpace(raw)
 	var n json.Number
@@ -305,13 +316,16 @@ func canonicalNumber(s string) (digits string, exp int, ok bool) {
 	mant := s
 	if i := strings.IndexAny(s, "eE"); i >= 0 {
 		e, err := strconv.Atoi(s[i+1:])
-		if err != nil || e > 1<<20 || e < -(1<<20) {
+		if err != nil || e > maxIDDigits || e < -maxIDDigits {
 			return "", 0, false
 		}
 		mant, exp = s[:i], e
 	}
 	whole, frac, _ := strings.Cut(mant, ".")
 	digits, exp = strings.TrimLeft(whole+frac, "0"), exp-len(frac)
+	if len(digits) > maxIDDigits {
+		return "", 0, false
+	}
 	for strings.HasSuffix(digits, "0") {
 		digits, exp = digits[:len(digits)-1], exp+1
 	}
@@ -320,6 +334,11 @@ func canonicalNumber(s string) (digits string, exp int, ok bool) {
 	}
 	return digits, exp, true
 }
+
+// maxIDDigits is the SDK's bound on a numeric JSON-RPC id it canonicalises: its
+// significant digits, and its exponent's magnitude (acp-go-sdk's
+// maxCanonicalJSONRPCIDKeyLen and maxCanonicalJSONRPCIDAbsExp10).
+const maxIDDigits = 4096
 
 type update struct {
 	n         sdk.SessionNotification
@@ -343,8 +362,16 @@ type runner struct {
 	died     bool        // the agent had exited before the final kill (set by kill)
 
 	abortOnce sync.Once
-	abortErr  error
-	aborted   chan struct{}
+	// notesRead counts the session/update notifications the line check passed to the SDK;
+	// notesHanded those the SDK has handed over (SessionUpdate) or dropped saying so
+	// (sdkLog). The SDK hands over what it read also after the agent's output ended or
+	// the line check ended the run: the session waits for them (handedOver) before it
+	// closes. notesLost: the SDK dropped some without a word (its queue overflowed).
+	notesRead, notesHanded atomic.Int64
+	notesPoke              chan struct{} // cap 1: notesHanded grew, or notesLost was set
+	notesLost              atomic.Bool
+	abortErr               error
+	aborted                chan struct{}
 
 	cancelOnce sync.Once
 	cancelled  chan struct{} // closed once session/cancel is under way
@@ -399,6 +426,38 @@ func (r *runner) abort(err error) {
 		r.abortErr = err
 		close(r.aborted)
 	})
+}
+
+// handedOne counts a session/update the SDK handed over or dropped saying so.
+func (r *runner) handedOne() {
+	r.notesHanded.Add(1)
+	r.pokeNotes()
+}
+
+func (r *runner) pokeNotes() {
+	select {
+	case r.notesPoke <- struct{}{}:
+	default:
+	}
+}
+
+// handedOver waits, within d, until the SDK has handed over every session/update the line
+// check had passed it when the wait began (or still has: one whose write to the SDK failed
+// was never passed), and reports whether it did. A hurry ends the wait.
+func (r *runner) handedOver(d time.Duration, hurry <-chan struct{}) bool {
+	target := r.notesRead.Load()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for r.notesHanded.Load() < min(target, r.notesRead.Load()) && !r.notesLost.Load() {
+		select {
+		case <-r.notesPoke:
+		case <-t.C:
+			return false
+		case <-hurry:
+			return false
+		}
+	}
+	return true
 }
 
 func (r *runner) abortedErr() error {
@@ -865,39 +924,35 @@ func (r *runner) run(ctx context.Context) Result {
 		}
 	}
 
-	// The turn is over (or abandoned): drain what the SDK has handed over, then close
-	// the session to further records. No wait here is without bound, since the agent can
-	// hold what is waited for — a path looked up, or a file read, on a file system its own
-	// daemon serves and never answers: the drain waits the grace period (an answer whose
-	// updates could not all be journaled is not released); then the agent's processes
-	// are killed, which ends such an access when its daemon was one of them; then the
-	// close waits the grace period for an access still under way, and abandons it.
-	if gotResp && r.abortedErr() == nil {
-		done := make(chan struct{})
-		drained := make(chan struct{})
-		go func() {
-			defer close(drained)
-			select {
-			case r.updates <- update{done: done}:
-				select {
-				case <-done:
-				case <-r.aborted:
-				case <-r.ended:
-				}
-			case <-r.aborted:
-			case <-r.ended:
-			}
-		}()
-		ok := waitWithin(drained, cfg.Grace, cfg.Hurry)
+	// The turn is over (or abandoned): wait for the SDK to hand over what it read of the
+	// agent's output — it does so also after that output ended (an agent that exited
+	// mid-turn) or the line check ended the run (a malformed line: only what follows it is
+	// never read) — and drain it into the journal, then close the session to further
+	// records. No wait here is without bound, since the agent can hold what is waited
+	// for — a path looked up, or a file read, on a file system its own daemon serves and
+	// never answers: the drain waits the grace period (an answer whose updates could not
+	// all be journaled is not released, and the error of a run that fails anyway says what
+	// its journal lacks); then the agent's processes are killed, which ends such an access
+	// when its daemon was one of them; then the close waits the grace period for an access
+	// still under way, and abandons it. A journal that failed takes no more records.
+	lackNote := ""
+	if !errors.Is(r.abortedErr(), ErrJournal) {
+		ok := r.handedOver(cfg.Grace, cfg.Hurry) && r.drain(cfg.Grace, cfg.Hurry, jdone)
 		if !ok && isClosed(cfg.Hurry) {
 			// A hurried session does not wait on the agent: its processes are killed
 			// first (ending a hold by its own daemon), and the drain — of our own
 			// journaler, a matter of microseconds unless held — has the grace period.
 			r.kill()
-			ok = waitWithin(drained, cfg.Grace, nil)
+			ok = r.handedOver(cfg.Grace, nil) && r.drain(cfg.Grace, nil, jdone)
 		}
-		if !ok {
-			r.abort(fmt.Errorf("the agent's updates could not all be journaled within the grace period (%v): one was held by a file system operation the agent can hold (a tool_call's location looked up)", cfg.Grace))
+		// (A journaler that ended has ended the run, on an update it refused: what follows
+		// that update is not journaled, as what follows a malformed line is not read.)
+		if !ok && !isClosed(jdone) {
+			lackNote = fmt.Sprintf("the agent's updates could not all be journaled within the grace period (%v): the ACP SDK had not handed them all over, or one was held by a file system operation the agent can hold (a tool_call's location looked up)", cfg.Grace)
+			if gotResp && pr.err == nil && r.abortedErr() == nil {
+				r.abort(errors.New(lackNote))
+				lackNote = ""
+			}
 		}
 	}
 	r.kill()
@@ -950,6 +1005,14 @@ func (r *runner) run(ctx context.Context) Result {
 		if pr.resp.StopReason == sdk.StopReasonCancelled {
 			// symbi sent no session/cancel (that is the branch above): the agent's own.
 			res.Outcome, res.Err = OutcomeCancelled, ErrAgentCancelled
+		}
+	}
+	if lackNote != "" {
+		// The turn failed anyway; its error says what its journal lacks.
+		if res.Err == nil {
+			res.Outcome, res.Err = OutcomeError, errors.New(lackNote)
+		} else {
+			res.Err = fmt.Errorf("%w; %s", res.Err, lackNote)
 		}
 	}
 	if abandonedNote != "" && res.Err != nil {
@@ -1022,6 +1085,29 @@ func namesDir(p string) bool {
 
 // waitWithin waits until ch is closed, for at most d, or not at all once hurry is
 // closed. It reports whether ch was closed.
+// drain waits, within d, until every update queued before it has been journaled (the
+// journaler flushed past a marker), and reports whether it was; it fails at once when the
+// journaler has ended (jdone: its journal failed) or the session closed. A hurry ends the
+// wait.
+func (r *runner) drain(d time.Duration, hurry <-chan struct{}, jdone <-chan struct{}) bool {
+	done := make(chan struct{})
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		select {
+		case r.updates <- update{done: done}:
+			select {
+			case <-done:
+			case <-jdone:
+			case <-r.ended:
+			}
+		case <-jdone:
+		case <-r.ended:
+		}
+	}()
+	return waitWithin(drained, d, hurry) && isClosed(done)
+}
+
 func waitWithin(ch <-chan struct{}, d time.Duration, hurry <-chan struct{}) bool {
 	select {
 	case <-ch:
@@ -1171,6 +1257,10 @@ func (r *runner) start() error {
 	go func() {
 		<-r.conn.Done()
 		inW.Close()
+		// The SDK reads no more (the agent's output ended, or the SDK gave up on it — its
+		// notification queue overflowed): the line check, which may be writing the next
+		// line to it, ends too.
+		pr.CloseWithError(errors.New("the ACP connection closed"))
 	}()
 	return nil
 }
@@ -1194,6 +1284,7 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 			continue
 		}
 		if len(line) > 0 {
+			note := false // a session/update notification
 			if t := bytes.TrimSpace(line); len(t) > 0 {
 				why, request, m := notMessage(t)
 				if why != "" {
@@ -1217,8 +1308,15 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 					dst.CloseWithError(errors.New("malformed ACP"))
 					return
 				}
+				if note = m.Method == sdk.ClientMethodSessionUpdate && !m.hasID(); note {
+					r.notesRead.Add(1)
+				}
 			}
 			if _, werr := dst.Write(line); werr != nil {
+				if note {
+					r.notesRead.Add(-1) // not passed: the SDK reads no more
+					r.pokeNotes()
+				}
 				return
 			}
 			line = line[:0]
@@ -1231,12 +1329,23 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 	}
 }
 
+// checkPathLen refuses a path the agent sends of more than workspace.MaxPathBytes.
+func checkPathLen(p string) error {
+	if len(p) > workspace.MaxPathBytes {
+		return fmt.Errorf("%w: a path of %d bytes, more than the limit of %d (PATH_MAX)", ErrMalformed, len(p), workspace.MaxPathBytes)
+	}
+	return nil
+}
+
 // announced is what a session said of one tool call: its kind and title as last
-// announced, and every location it was ever announced with.
+// announced, and every location it was ever announced with (at most maxLocationBytes of
+// paths: a request naming more could only be refused).
 type announced struct {
 	kind      *sdk.ToolKind
 	title     *string
 	locations []sdk.ToolCallLocation
+	paths     map[string]bool // the locations' paths
+	pathBytes int
 }
 
 // announce remembers what the message t, a line of the agent's output not yet handed to
@@ -1289,9 +1398,20 @@ func (r *runner) announce(t []byte) error {
 		a.title = u.Title
 	}
 	for _, l := range u.Locations {
-		if !slices.ContainsFunc(a.locations, func(o sdk.ToolCallLocation) bool { return o.Path == l.Path }) {
-			a.locations = append(a.locations, sdk.ToolCallLocation{Path: l.Path})
+		if a.paths[l.Path] {
+			continue
 		}
+		if err := checkPathLen(l.Path); err != nil {
+			return err
+		}
+		if a.pathBytes += len(l.Path); a.pathBytes > maxLocationBytes {
+			return fmt.Errorf("%w: tool call %s announced with locations whose paths make more than %d bytes together", ErrMalformed, errcode.Quote(cut(u.ToolCallID, 64)), maxLocationBytes)
+		}
+		if a.paths == nil {
+			a.paths = map[string]bool{}
+		}
+		a.paths[l.Path] = true
+		a.locations = append(a.locations, sdk.ToolCallLocation{Path: l.Path})
 	}
 	return nil
 }
@@ -1369,6 +1489,11 @@ func (h sdkLog) Handle(ctx context.Context, rec slog.Record) error {
 		// to, the line is dropped without a word.
 		h.r.abort(fmt.Errorf("%w: the agent wrote a line the ACP SDK cannot read", ErrMalformed))
 	}
+	if strings.HasPrefix(rec.Message, "failed to queue notification") {
+		// Its queue overflowed: the SDK drops the notification and closes the connection.
+		h.r.notesLost.Store(true)
+		h.r.pokeNotes()
+	}
 	if rec.Message == "failed to handle notification" {
 		var method, why string
 		rec.Attrs(func(a slog.Attr) bool {
@@ -1380,8 +1505,11 @@ func (h sdkLog) Handle(ctx context.Context, rec slog.Record) error {
 			}
 			return true
 		})
-		if method == sdk.ClientMethodSessionUpdate && !strings.Contains(why, "no matching variant") {
-			h.r.abort(fmt.Errorf("%w: the agent sent a session/update symbi cannot read: %s", ErrMalformed, cut(why, 200)))
+		if method == sdk.ClientMethodSessionUpdate {
+			if !strings.Contains(why, "no matching variant") {
+				h.r.abort(fmt.Errorf("%w: the agent sent a session/update symbi cannot read: %s", ErrMalformed, cut(why, 200)))
+			}
+			h.r.handedOne() // dropped, saying so
 		}
 	}
 	if h.next.Enabled(ctx, rec.Level) {
@@ -1556,8 +1684,8 @@ func Locate(ws *workspace.Workspace, locs []string) (Located, error) {
 		return nil
 	}
 	for _, p := range locs {
-		if len(p) > workspace.MaxPathBytes {
-			return Located{}, fmt.Errorf("%w: a path of %d bytes, more than the limit of %d (PATH_MAX)", ErrMalformed, len(p), workspace.MaxPathBytes)
+		if err := checkPathLen(p); err != nil {
+			return Located{}, err
 		}
 		if err := add(p); err != nil {
 			return Located{}, err
@@ -1694,6 +1822,7 @@ var _ sdk.Client = (*client)(nil)
 
 func (c *client) SessionUpdate(_ context.Context, n sdk.SessionNotification) (err error) {
 	r := c.r
+	defer r.handedOne() // once queued for the journaler, or dropped (the session closed)
 	defer r.survive("session/update", &err)
 	if r.closed.Load() {
 		return nil

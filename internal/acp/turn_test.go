@@ -211,7 +211,10 @@ func TestTextAfterPromptAnswer(t *testing.T) {
 // (idAgent): with "prompt-named" it sends symbi a request whose method is "session/prompt"
 // (an agent-to-client request symbi does not serve) before symbi's own prompt, then, once
 // symbi has answered it, a message chunk — still before symbi sent its prompt; with
-// "odd-id" it answers the prompt first under an id the SDK does not match to it.
+// "odd-id" it answers the prompt first under an id the SDK does not match to it (the
+// prompt's id with a 1 in the 16th decimal place); with "long-id", under the prompt's id
+// followed by "." and 5,000 zeros — more digits than the SDK canonicalises (4,096), so that
+// it keys that answer by its text and drops it.
 const idAgentVar = "SYMBI_ACP_TEST_ID_AGENT"
 
 func init() {
@@ -236,7 +239,11 @@ func idAgent() int {
 	sc := bufio.NewScanner(os.Stdin)
 	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
 	answered := false
-	oddID := os.Getenv(idAgentVar) == "odd-id"
+	mode := os.Getenv(idAgentVar)
+	oddID, oddSuffix := mode == "odd-id" || mode == "long-id", ".0000000000000001"
+	if mode == "long-id" {
+		oddSuffix = "." + strings.Repeat("0", 5000)
+	}
 	var pendingNew json.RawMessage
 	for sc.Scan() {
 		var m struct {
@@ -262,7 +269,7 @@ func idAgent() int {
 			// An answer whose id the SDK does not take for the prompt's (it matches ids by
 			// their digits): dropped by the SDK, and not the end of the turn.
 			line(chunk("the answer "))
-			line(`{"jsonrpc":"2.0","id":` + string(m.ID) + `.0000000000000001,"result":{"stopReason":"end_turn"}}`)
+			line(`{"jsonrpc":"2.0","id":` + string(m.ID) + oddSuffix + `,"result":{"stopReason":"end_turn"}}`)
 			line(chunk("and more"))
 			line(`{"jsonrpc":"2.0","id":` + string(m.ID) + `,"result":{"stopReason":"end_turn"}}`)
 		case m.Method == "initialize":
@@ -320,15 +327,20 @@ func TestChunkNotesInStep(t *testing.T) {
 }
 
 // TestTurnEndsByThePromptsID: the turn ends with the answer the SDK matches to the prompt,
-// ids compared by their digits as the SDK compares them: an answer with id
-// <prompt id>.0000000000000001 is another id (the SDK drops it), and the text after it is
-// still the turn's.
+// ids compared by their digits as the SDK compares them, within its bounds: an answer with
+// id <prompt id>.0000000000000001, or <prompt id>.000… with more zeros than the SDK
+// canonicalises, is another id (the SDK drops it), and the text after it is still the
+// turn's.
 func TestTurnEndsByThePromptsID(t *testing.T) {
-	e := selfAgentEnv(t, idAgentVar+"=odd-id")
-	res := e.run(nil)
-	mustOutcome(t, res, OutcomeCompleted)
-	if res.Text != "the answer and more" {
-		t.Fatalf("answer %q, want the turn's text, \"the answer and more\" (out of turn: %q)", res.Text, journaledText(t, e.entries(), true))
+	for _, mode := range []string{"odd-id", "long-id"} {
+		t.Run(mode, func(t *testing.T) {
+			e := selfAgentEnv(t, idAgentVar+"="+mode)
+			res := e.run(nil)
+			mustOutcome(t, res, OutcomeCompleted)
+			if res.Text != "the answer and more" {
+				t.Fatalf("answer %q, want the turn's text, \"the answer and more\" (out of turn: %q)", res.Text, journaledText(t, e.entries(), true))
+			}
+		})
 	}
 }
 
@@ -340,6 +352,9 @@ func TestSameID(t *testing.T) {
 		{"3", true}, {" 3 ", true}, {"3.0", true}, {"30e-1", true}, {"0.3e1", true}, {"3E+0", true}, {"003", false},
 		{`"3"`, false}, {"3.0000000000000001", false}, {"-3", false}, {"4", false}, {"30", false}, {"null", false},
 		{"1e99999999999999999999", false}, {"", false}, {"{}", false},
+		{"3." + strings.Repeat("0", 4095), true}, {"3." + strings.Repeat("0", 4096), false}, // the SDK's 4,096 digits
+		{"3" + strings.Repeat("0", 4096) + "e-4096", false}, {"0.3e1", true}, {"3e4096", false}, {"3e4097", false},
+		{"3" + strings.Repeat("0", 4095) + "e-4095", true}, {"0.000003e6", true}, {"3e-4096", false},
 	} {
 		if got := sameID(json.RawMessage(tc.raw), 3); got != tc.want {
 			t.Errorf("sameID(%q, 3) = %v, want %v", tc.raw, got, tc.want)
