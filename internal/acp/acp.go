@@ -1909,8 +1909,9 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 	} else {
 		rec.Decision = "deny"
 	}
+	shared := sharedIDs(req.Options)
 	for _, o := range req.Options {
-		if o.Kind == want && len(o.OptionId) <= journal.MaxTitleBytes && !ambiguous(req.Options, o) {
+		if o.Kind == want && len(o.OptionId) <= journal.MaxTitleBytes && !shared[o.OptionId] {
 			rec.OptionID = string(o.OptionId)
 			break
 		}
@@ -1934,15 +1935,20 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 	return sdk.RequestPermissionResponse{Outcome: sdk.NewRequestPermissionOutcomeSelected(sdk.PermissionOptionId(rec.OptionID))}, nil
 }
 
-// ambiguous reports whether another of options shares o's id with another kind: the agent
-// could take that id for, say, allow_always, which symbi never answers.
-func ambiguous(options []sdk.PermissionOption, o sdk.PermissionOption) bool {
-	for _, other := range options {
-		if other.OptionId == o.OptionId && other.Kind != o.Kind {
-			return true
+// sharedIDs are the ids of options that share their id with an option of another kind:
+// the agent could take such an id for, say, allow_always, which symbi never answers. (One
+// pass: a request of many options costs no more than reading it.)
+func sharedIDs(options []sdk.PermissionOption) map[sdk.PermissionOptionId]bool {
+	kind := make(map[sdk.PermissionOptionId]sdk.PermissionOptionKind, len(options))
+	shared := map[sdk.PermissionOptionId]bool{}
+	for _, o := range options {
+		if k, ok := kind[o.OptionId]; !ok {
+			kind[o.OptionId] = o.Kind
+		} else if k != o.Kind {
+			shared[o.OptionId] = true
 		}
 	}
-	return false
+	return shared
 }
 
 // ending is the JSON-RPC error of an fs request the session no longer serves.

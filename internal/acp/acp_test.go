@@ -512,6 +512,11 @@ func TestPermissionWithoutOnceOption(t *testing.T) {
 			map[string]any{"id": "yes", "kind": "allow_once", "name": "Yes"},
 			map[string]any{"id": "yes", "kind": "allow_always", "name": "Always"},
 			map[string]any{"id": "no", "kind": "reject_once", "name": "No"}}},
+		{"an id shared with always, always first", []any{
+			map[string]any{"id": "no", "kind": "reject_once", "name": "No"},
+			map[string]any{"id": "yes", "kind": "allow_always", "name": "Always"},
+			map[string]any{"id": "yes", "kind": "allow_once", "name": "Yes"},
+			map[string]any{"id": "yes", "kind": "allow_once", "name": "Yes again"}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, map[string]any{"steps": []any{
