@@ -266,7 +266,7 @@ const outOfTurnKind = "agent_message out_of_turn"
 // on a goroutine of its own, out of order — is malformed ACP; so is a request sent as a
 // notification, which cannot be answered: a permission decided for it would be journaled
 // as answered to an agent that heard nothing.
-func (r *runner) turnOf(m envelope) error {
+func (r *runner) turnOf(m envelope, n *sdk.SessionNotification) error {
 	pid := r.promptID.Load()
 	switch {
 	case m.Method == "" && pid != 0 && !r.turnOver && sameID(m.ID, pid):
@@ -275,9 +275,8 @@ func (r *runner) turnOf(m envelope) error {
 		return fmt.Errorf("%w: a session/update sent as a request (it is a notification)", ErrMalformed)
 	case !m.hasID() && isRequestMethod(m.Method):
 		return fmt.Errorf("%w: a %s sent as a notification (it is a request, and a notification cannot be answered)", ErrMalformed, cut(m.Method, 64))
-	case m.Method == sdk.ClientMethodSessionUpdate:
-		var n sdk.SessionNotification
-		if json.Unmarshal(m.Params, &n) == nil && n.Validate() == nil && n.Update.AgentMessageChunk != nil {
+	case n != nil:
+		if n.Update.AgentMessageChunk != nil {
 			r.turnMu.Lock()
 			r.chunkTurns = append(r.chunkTurns, pid == 0 || r.turnOver)
 			r.turnMu.Unlock()
@@ -1293,12 +1292,13 @@ func (r *runner) checkLines(src io.Reader, dst *io.PipeWriter) {
 					dst.CloseWithError(errors.New("malformed ACP"))
 					return
 				}
-				if err := r.announce(t); err != nil {
+				n := notification(m)
+				if err := r.announce(n); err != nil {
 					r.abort(err)
 					dst.CloseWithError(errors.New("malformed ACP"))
 					return
 				}
-				if err := r.turnOf(m); err != nil {
+				if err := r.turnOf(m, n); err != nil {
 					r.abort(err)
 					dst.CloseWithError(errors.New("malformed ACP"))
 					return
@@ -1348,38 +1348,56 @@ type announced struct {
 	pathBytes int
 }
 
-// announce remembers what the message t, a line of the agent's output not yet handed to
-// the SDK, says of a tool call: a session/update tool_call or tool_call_update. It runs in
-// the order of the agent's output, before the SDK reads the line — a permission request
-// the SDK then serves on its own goroutine, ahead of the notifications it queues, finds
-// every tool call announced before it.
-func (r *runner) announce(t []byte) error {
-	if !bytes.Contains(t, []byte(`"tool_call`)) {
-		return nil // neither sessionUpdate value
+// notification is the session/update notification m, decoded as the SDK decodes it — its
+// params as a SessionNotification, validated, the update's kind told by the exact member
+// sessionUpdate after the JSON escapes are read — or nil when m is none, or one the SDK
+// cannot decode (which it drops, saying so: sdkLog).
+func notification(m envelope) *sdk.SessionNotification {
+	if m.Method != sdk.ClientMethodSessionUpdate || m.hasID() {
+		return nil
 	}
-	var m struct {
-		Method string `json:"method"`
-		Params struct {
-			SessionID string `json:"sessionId"`
-			Update    struct {
-				SessionUpdate string                 `json:"sessionUpdate"`
-				ToolCallID    string                 `json:"toolCallId"`
-				Kind          *sdk.ToolKind          `json:"kind"`
-				Title         *string                `json:"title"`
-				Locations     []sdk.ToolCallLocation `json:"locations"`
-			} `json:"update"`
-		} `json:"params"`
+	var n sdk.SessionNotification
+	if json.Unmarshal(m.Params, &n) != nil || n.Validate() != nil {
+		return nil
 	}
-	if json.Unmarshal(t, &m) != nil || m.Method != "session/update" {
-		return nil // what the SDK cannot decode it drops (sdkLog), journaled as malformed
+	return &n
+}
+
+// announce remembers what the notification n (nil: none), a line of the agent's output
+// not yet handed to the SDK, says of a tool call: a tool_call or tool_call_update, read
+// as the SDK reads it. It runs in the order of the agent's output, before the SDK reads
+// the line — a permission request the SDK then serves on its own goroutine, ahead of the
+// notifications it queues, finds every tool call announced before it.
+func (r *runner) announce(n *sdk.SessionNotification) error {
+	if n == nil {
+		return nil
 	}
-	u := m.Params.Update
-	if u.SessionUpdate != "tool_call" && u.SessionUpdate != "tool_call_update" || u.ToolCallID == "" {
+	var (
+		id        sdk.ToolCallId
+		kind      *sdk.ToolKind
+		title     *string
+		locations []sdk.ToolCallLocation
+	)
+	switch u := n.Update; {
+	case u.ToolCall != nil:
+		id, locations = u.ToolCall.ToolCallId, u.ToolCall.Locations
+		if u.ToolCall.Kind != "" {
+			kind = &u.ToolCall.Kind
+		}
+		if u.ToolCall.Title != "" {
+			title = &u.ToolCall.Title
+		}
+	case u.ToolCallUpdate != nil:
+		id, kind, title, locations = u.ToolCallUpdate.ToolCallId, u.ToolCallUpdate.Kind, u.ToolCallUpdate.Title, u.ToolCallUpdate.Locations
+	default:
+		return nil
+	}
+	if id == "" {
 		return nil
 	}
 	r.callsMu.Lock()
 	defer r.callsMu.Unlock()
-	key := callKey(m.Params.SessionID, u.ToolCallID) // another session's calls are not this one's
+	key := callKey(string(n.SessionId), string(id)) // another session's calls are not this one's
 	a := r.calls[key]
 	if a == nil {
 		if len(r.calls) >= maxToolCalls {
@@ -1391,13 +1409,15 @@ func (r *runner) announce(t []byte) error {
 		a = &announced{}
 		r.calls[key] = a
 	}
-	if u.Kind != nil {
-		a.kind = u.Kind
+	if kind != nil {
+		k := *kind
+		a.kind = &k
 	}
-	if u.Title != nil {
-		a.title = u.Title
+	if title != nil {
+		t := *title
+		a.title = &t
 	}
-	for _, l := range u.Locations {
+	for _, l := range locations {
 		if a.paths[l.Path] {
 			continue
 		}
@@ -1405,7 +1425,7 @@ func (r *runner) announce(t []byte) error {
 			return err
 		}
 		if a.pathBytes += len(l.Path); a.pathBytes > maxLocationBytes {
-			return fmt.Errorf("%w: tool call %s announced with locations whose paths make more than %d bytes together", ErrMalformed, errcode.Quote(cut(u.ToolCallID, 64)), maxLocationBytes)
+			return fmt.Errorf("%w: tool call %s announced with locations whose paths make more than %d bytes together", ErrMalformed, errcode.Quote(cut(string(id), 64)), maxLocationBytes)
 		}
 		if a.paths == nil {
 			a.paths = map[string]bool{}

@@ -189,7 +189,12 @@ func TestAnnouncedLocationsBounded(t *testing.T) {
 		if len(b) > maxLocationBytes {
 			t.Fatalf("message %d is %d bytes: over the per-request bound by itself", m, len(b))
 		}
-		if err := r.announce(b); err != nil {
+		_, _, msg := notMessage(b)
+		n := notification(msg)
+		if n == nil {
+			t.Fatalf("message %d is no session/update the SDK reads", m)
+		}
+		if err := r.announce(n); err != nil {
 			if !strings.Contains(err.Error(), "malformed ACP") || !strings.Contains(err.Error(), fmt.Sprint(maxLocationBytes)) {
 				t.Fatalf("refused with %v; want malformed ACP naming the bound", err)
 			}

@@ -1,0 +1,108 @@
+package acp
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	sdk "github.com/coder/acp-go-sdk"
+
+	"symbi/internal/journal"
+	"symbi/internal/policy"
+)
+
+// rawToolCall is a session/update tool_call line whose sessionUpdate value is written
+// with the JSON escapes esc (e.g. `tool\u005fcall`): the same message to every JSON
+// reader, the ACP SDK included.
+func rawToolCall(esc, kind, location string) json.RawMessage {
+	locations := ""
+	if location != "" {
+		locations = `,"locations":[{"path":"` + location + `"}]`
+	}
+	return json.RawMessage(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"fake-session-1",` +
+		`"update":{"sessionUpdate":"` + esc + `","toolCallId":"t1","title":"Edit file","kind":"` + kind + `","status":"pending"` +
+		locations + `}}}`)
+}
+
+// TestEscapedToolCallIsAnnounced: a permission request is decided on the tool call it
+// names as announced — its kind and every path it was announced with — however the
+// announcement is spelt, read as the SDK reads it: a sessionUpdate value written with
+// JSON escapes ("tool\u005fcall") is a tool_call, and a member named like sessionUpdate
+// but for case is not read. (The request was decided as Tool::"other" with no path, and
+// allowed, for an edit of /etc/passwd.)
+func TestEscapedToolCallIsAnnounced(t *testing.T) {
+	// The last case spells the value plainly but adds a member named like sessionUpdate
+	// but for case, which the SDK's discriminator (a map lookup) does not read.
+	for _, esc := range []string{`tool_call`, `tool\u005fcall`, `\u0074ool_call`, `tool_call","SessionUpdate":"plan`} {
+		t.Run(esc, func(t *testing.T) {
+			if got := sdkReads(t, rawToolCall(esc, "edit", "/etc/passwd")); got == nil {
+				t.Fatalf("the ACP SDK does not read %s as a tool_call", esc)
+			}
+			e := newEnv(t, map[string]any{"steps": []any{
+				map[string]any{"raw": rawToolCall(esc, "edit", "/etc/passwd")},
+				map[string]any{"permission": map[string]any{"tool_call_id": "t1", "title": "Edit file"}},
+				map[string]any{"message": "done"},
+			}})
+			var seen []policy.ToolUse
+			allow := allowKinds("other")
+			e.cfg.Decide = func(u policy.ToolUse) policy.Decision {
+				seen = append(seen, u)
+				return allow(u)
+			}
+			res := e.run(nil)
+			mustOutcome(t, res, OutcomeCompleted)
+			pds := ofType(e.entries(), journal.TypePermissionDecided)
+			if len(pds) != 1 {
+				t.Fatalf("%d permission_decided", len(pds))
+			}
+			pd := data[journal.PermissionDecided](t, pds[0])
+			if pd.Decision != "deny" {
+				t.Errorf("sessionUpdate %s: permission for t1, announced as an edit of /etc/passwd, decided %q as kind %q with paths %q outside %q (policies %q): the announcement was not read",
+					esc, pd.Decision, pd.Kind, pd.Paths, pd.Outside, pd.PolicyIDs)
+			}
+			for _, u := range seen {
+				if u.Kind == "other" && len(u.Paths) == 0 && len(u.Outside) == 0 {
+					t.Errorf("sessionUpdate %s: the policy was asked about Tool::%q with no paths", esc, u.Kind)
+				}
+			}
+		})
+	}
+}
+
+// TestEscapedToolCallKeepsKind: the rule "a tool call keeps its kind" holds
+// whatever the spelling of the announcement's sessionUpdate value.
+func TestEscapedToolCallKeepsKind(t *testing.T) {
+	for _, esc := range []string{`tool_call`, `tool\u005fcall`} {
+		t.Run(esc, func(t *testing.T) {
+			e := newEnv(t, map[string]any{"steps": []any{
+				map[string]any{"raw": rawToolCall(esc, "delete", "")},
+				map[string]any{"permission": map[string]any{"tool_call_id": "t1", "kind": "read", "title": "Read a", "locations": []string{"$CWD/a.txt"}}},
+				map[string]any{"message": "done"},
+			}})
+			e.cfg.Decide = allowKinds("read", "delete")
+			res := e.run(nil)
+			mustOutcome(t, res, OutcomeCompleted)
+			pds := ofType(e.entries(), journal.TypePermissionDecided)
+			if len(pds) != 1 {
+				t.Fatalf("%d permission_decided", len(pds))
+			}
+			pd := data[journal.PermissionDecided](t, pds[0])
+			if pd.Decision != "deny" || !slices.ContainsFunc(pd.Errors, func(s string) bool { return strings.Contains(s, "a tool call keeps its kind") }) {
+				t.Errorf("sessionUpdate %s: permission_decided %+v: want a refusal by rule \"a tool call keeps its kind\"", esc, pd)
+			}
+		})
+	}
+}
+
+// sdkReads returns the tool call the ACP SDK reads in the line (nil when none).
+func sdkReads(t *testing.T, line json.RawMessage) *sdk.SessionUpdateToolCall {
+	t.Helper()
+	var m struct {
+		Params sdk.SessionNotification `json:"params"`
+	}
+	if err := json.Unmarshal(line, &m); err != nil {
+		t.Fatalf("the SDK's types do not read the line: %v", err)
+	}
+	return m.Params.Update.ToolCall
+}
