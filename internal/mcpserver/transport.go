@@ -377,19 +377,20 @@ func check(line []byte) screened {
 			return refused(id, codeInvalidRequest, "invalid request: a response needs exactly one of result and error")
 		}
 	}
-	if request && bytes.Contains(line, []byte(`"progressToken"`)) {
+	if request && members["params"] != nil {
 		// The SDK reads a progress token as it reads an id, a number through a float64:
 		// notifications/progress would carry another token than the one the client sent.
-		var m struct {
-			Params struct {
-				Meta struct {
-					Token json.RawMessage `json:"progressToken"`
-				} `json:"_meta"`
-			} `json:"params"`
+		// The token is found as the SDK finds it — _meta a member of params as a struct
+		// field is, its key "progressToken" exact once the JSON escapes are read
+		// ("progress\u0054oken" is that key) — whatever the line's spelling.
+		var p struct {
+			Meta map[string]json.RawMessage `json:"_meta"`
 		}
-		if json.Unmarshal(line, &m) == nil && m.Params.Meta.Token != nil && string(m.Params.Meta.Token) != "null" {
-			if why := badID(m.Params.Meta.Token, true); why != "" {
-				return refused(id, codeInvalidRequest, "invalid request: the progress token: "+strings.ReplaceAll(why, "an id", "a progress token"))
+		if json.Unmarshal(members["params"], &p) == nil {
+			if token := p.Meta["progressToken"]; token != nil && string(token) != "null" {
+				if why := badID(token, true); why != "" {
+					return refused(id, codeInvalidRequest, "invalid request: the progress token: "+strings.ReplaceAll(why, "an id", "a progress token"))
+				}
 			}
 		}
 	}

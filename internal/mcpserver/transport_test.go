@@ -406,6 +406,31 @@ func TestProgressTokenExact(t *testing.T) {
 	}
 }
 
+// TestProgressTokenExactEscaped: the progress token is found as the SDK finds it, whatever
+// the spelling of its member's name: "progress\u0054oken", or _meta written
+// "\u005fmeta", is that member, and a token the server cannot echo exactly is refused
+// the same (the check looked for the bytes "progressToken" and let these through).
+func TestProgressTokenExactEscaped(t *testing.T) {
+	w := startWire(t, testProject(t, nil))
+	w.initialize(t)
+	id := 100
+	for _, form := range []string{`"_meta":{"%s":%s}`, `"\u005fmeta":{"%s":%s}`} {
+		for _, name := range []string{`progressToken`, `progress\u0054oken`, `\u0070rogressToken`} {
+			for _, token := range []string{"9007199254740993", "1.5", "true"} {
+				id++
+				meta := fmt.Sprintf(form, name, token)
+				w.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"list_agents","arguments":{},%s}}`, id, meta))
+				var r response
+				for r = w.next(t); string(r.ID) != strconv.Itoa(id); r = w.next(t) {
+				}
+				if r.Error == nil || r.Error.Code != -32600 || !strings.Contains(r.Error.Message, "progress token") {
+					t.Errorf("%s: error %+v, want -32600 naming the progress token", meta, r.Error)
+				}
+			}
+		}
+	}
+}
+
 // TestUnknownMethodClippedStdio: a JSON-RPC error's message is at most MaxErrorMessage
 // bytes also when the SDK refuses an unknown method over stdio before any middleware runs,
 // quoting its name whole (over HTTP, methodNotFound quotes it with errcode.Quote): the
