@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -192,6 +193,9 @@ func (s *keySet) fetch(ctx context.Context) ([]jose.JSONWebKey, error) {
 // parseJWKS parses a JWK set and keeps its public signature keys of supported types,
 // skipping the others (RFC 7517 §5).
 func parseJWKS(body []byte) ([]jose.JSONWebKey, error) {
+	if err := keysMemberExact(body); err != nil {
+		return nil, errcode.Errorf(errcode.InvalidRequest, "not a JWK set: %v", err)
+	}
 	var doc struct {
 		Keys []json.RawMessage `json:"keys"`
 	}
@@ -223,6 +227,38 @@ func parseJWKS(body []byte) ([]jose.JSONWebKey, error) {
 		return nil, errcode.Errorf(errcode.InvalidRequest, "%w among its %d keys%s", errNoUsableKey, len(doc.Keys), weak)
 	}
 	return keys, nil
+}
+
+// keysMemberExact refuses a JWK set whose "keys" member is named twice, or spelt otherwise
+// beside it or alone ("Keys": encoding/json would read it as keys, a reader going by RFC
+// 7517 would not): the set's keys would depend on who reads it. (A key's own members are
+// checked with the key: mayVerify.)
+func keysMemberExact(body []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return errors.New("not a JSON object")
+	}
+	seen := false
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		name, _ := t.(string)
+		switch {
+		case name == "keys" && seen:
+			return errors.New(`member "keys" appears twice`)
+		case name == "keys":
+			seen = true
+		case strings.EqualFold(name, "keys"):
+			return fmt.Errorf(`member %s is "keys" spelled otherwise`, errcode.Quote(name))
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // errNoUsableKey is a JWK set that parsed but holds no key symbi may verify tokens with.
