@@ -456,11 +456,19 @@ func FuzzObjectMembers(f *testing.F) {
 			}
 		}
 	}
-	for _, s := range []string{`{}`, ` { } `, "{\"a\" :\t1 ,\n\"b\":[ 1, {\"c\":\"]}\\\"\"} ] , \"d\":{\"e\":[[]]}}", `{"\u0061\n":"x\\","b":true,"c":null,"d":-1.5e3,"e":"é"}`, `{"a":"\ud800"}`} {
+	for _, s := range []string{`{}`, ` { } `, "{\"a\" :\t1 ,\n\"b\":[ 1, {\"c\":\"]}\\\"\"} ] , \"d\":{\"e\":[[]]}}", `{"\u0061\n":"x\\","b":true,"c":null,"d":-1.5e3,"e":"é"}`, `{"a":"\ud800"}`, `null`, ` [ ] `, `"{}"`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, text []byte) {
 		if !utf8.Valid(text) || !json.Valid(text) || strictjson.Check(text, strictjson.Options{Single: true}) != nil {
+			return
+		}
+		if v := bytes.TrimLeft(text, " \t\r\n"); v[0] != '{' {
+			// Not an object — which json.Unmarshal takes into a map when it is null —
+			// objectMembers refuses.
+			if got, _, err := objectMembers(text); err == nil {
+				t.Fatalf("%q, not an object: objectMembers %q", text, got)
+			}
 			return
 		}
 		var want map[string]json.RawMessage
