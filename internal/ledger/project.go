@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -259,20 +260,48 @@ const inProgressNote = "in progress: a server is writing its journal; the ledger
 // secondLook looks again, once, at each run r found a problem with, or found stopped
 // before its terminated line: a project a server serves changes while it is verified,
 // and a run that ends between the reading of the ledger and of its journal looks unknown
-// to the ledger, or cut short. Each is judged again against the ledger as it is now — the
-// lines appended since data was read, verified by rd, which read data and its entries —
-// and its journal read anew. A journal the ledger still does not know, incomplete, whose
-// writer holds it, is a run in progress: incomplete, not a problem. The ledger read anew
-// is used only for those runs: everything else stands as first read.
+// to the ledger, or cut short. First it decides, under the governed directory's lock (no
+// journal is then between its creation and its writer's lock), which of those journals a
+// writer holds; then it reads the ledger and each journal anew, so that a journal not
+// held is read after its end — a writer lets go only once the run's entry is durable.
+// Each run is judged again against the ledger as it is now (the lines appended since data
+// was read, verified by rd, which read data and its entries) and its journal read anew. A
+// journal the ledger still does not know whose writer held it — one just created and
+// still empty included, its run named by its file name — is a run in progress: not a
+// problem. The ledger read anew is used only for those runs: everything else stands as
+// first read.
 func secondLook(r *ProjectReport, ledgerPath, gov string, pub ed25519.PublicKey, rd *Reader, data []byte, entries []Line) {
 	var again []int
+	unknown := false // a run whose journal the ledger may not know
 	for i, f := range r.Runs {
-		if f.Problem != "" && f.RunID != "" && f.File != "" || f.Note == stoppedNote {
+		if f.Problem != "" && f.File != "" && lookID(f) != "" || f.Note == stoppedNote {
 			again = append(again, i)
+			unknown = unknown || f.Problem != ""
 		}
 	}
 	if len(again) == 0 {
 		return
+	}
+	held := map[int]bool{}
+	locked := "" // why the directory's lock could not be had
+	if unknown {
+		// Bounded: someone holding the directory's lock for good must not keep the
+		// auditor from a verdict. Not had, the first findings stand.
+		release, err := journal.TryLockScan(gov, scanLockWait)
+		if err != nil {
+			locked = "the governed directory stayed locked by another process"
+			if !errors.Is(err, journal.ErrScanLocked) {
+				locked = err.Error()
+			}
+		} else {
+			for _, i := range again {
+				held[i] = journal.InProgress(filepath.Join(gov, r.Runs[i].File))
+			}
+			release()
+		}
+	}
+	if testAfterHeld != nil {
+		testAfterHeld()
 	}
 	now, err := journal.ReadLog(ledgerPath, MaxLedgerBytes)
 	if err != nil || !bytes.HasPrefix(now, data) {
@@ -283,48 +312,47 @@ func secondLook(r *ProjectReport, ledgerPath, gov string, pub ed25519.PublicKey,
 		return
 	}
 	runs, _ := recordedRuns(append(entries[:len(entries):len(entries)], more.Entries...), func(string, ...any) {})
-	var release func()
-	locked := "" // why the directory's lock could not be had
-	defer func() {
-		if release != nil {
-			release()
-		}
-	}()
 	for _, i := range again {
 		f := r.Runs[i]
+		id := lookID(f)
 		path := filepath.Join(gov, f.File)
 		var jr *journal.Report
 		if _, err := os.Lstat(path); err == nil {
 			jr = journal.Verify(path, pub, journal.VerifyOptions{})
 		}
-		k := runs[f.RunID]
+		k := runs[id]
 		switch {
 		case k != nil && k.facts.File == f.File:
-			r.Runs[i] = findRun(f.RunID, k, jr)
-		case k == nil && jr != nil && jr.RunID == f.RunID && jr.Status == journal.StatusIncomplete:
-			// Whether a writer holds it is decided under the governed directory's lock, as
-			// reconciliation decides: no journal is then between its creation and its
-			// writer's lock. Taken once, only here: servers create no journal meanwhile.
-			if release == nil {
-				// Bounded: someone holding the directory's lock for good must not keep
-				// the auditor from a verdict. Not had, the first finding stands.
-				if release, err = journal.TryLockScan(gov, scanLockWait); err != nil {
-					release, locked = func() {}, "the governed directory stayed locked by another process"
-					if !errors.Is(err, journal.ErrScanLocked) {
-						locked = err.Error()
-					}
-				}
-			}
-			if locked != "" {
-				r.Runs[i].Note = "whether a writer holds this journal could not be decided: " + locked
-				continue
-			}
-			if journal.InProgress(path) {
-				r.Runs[i] = RunFinding{RunID: f.RunID, File: f.File, Journal: jr.Status, Note: inProgressNote}
-			}
+			r.Runs[i] = findRun(id, k, jr)
+		case k != nil || f.Problem == "":
+		case locked != "":
+			r.Runs[i].Note = "whether a writer holds this journal could not be decided: " + locked
+		case held[i] && jr != nil && (jr.RunID == id || jr.RunID == "") && jr.Status != journal.StatusInvalid:
+			// Held when looked at, and not yet in the ledger read after: the run was in
+			// progress (it may have ended since, its entry after that reading). An invalid
+			// journal stays a problem, held or not.
+			r.Runs[i] = RunFinding{RunID: id, File: f.File, Journal: jr.Status, Note: inProgressNote}
 		}
 	}
 }
+
+// lookID is the run a finding is of: its journal's run id, or, for a journal with no
+// record yet (just created), the run its file name names.
+func lookID(f RunFinding) string {
+	if f.RunID != "" {
+		return f.RunID
+	}
+	ids, ok := strings.CutSuffix(f.File, ".jsonl")
+	agent, run, two := strings.Cut(ids, ".")
+	if !ok || !two || !journal.ValidID(agent) || !journal.ValidID(run) {
+		return ""
+	}
+	return run
+}
+
+// testAfterHeld, when set by a test, runs in the second look between the decision of
+// which journals a writer holds and the reading anew of the ledger and the journals.
+var testAfterHeld func()
 
 // scanLockWait bounds how long verification waits for the governed directory's lock.
 var scanLockWait = 10 * time.Second
