@@ -14,12 +14,22 @@ import (
 // the reading of its facts.
 var testAfterRead func()
 
+// testBeforeBuild, when a test sets it, runs in build before anything else: after the
+// snapshot of the run was taken.
+var testBeforeBuild func()
+
 // abandonedReason explains the abandoned status.
 const abandonedReason = "the journal has no terminated record and no server is writing it: the server stopped before the run ended, or the journal failed before its end could be written"
 
 // build makes the Status of snap, reading (and, for a finished run, caching) its
 // journal's facts. withText adds the released text.
-func (m *Manager) build(snap *run, withText bool) *Status {
+func (m *Manager) build(snap *run, withText bool) *Status { return m.buildOnce(snap, withText, false) }
+
+// buildOnce is build; again says the ledger was read on already for this answer.
+func (m *Manager) buildOnce(snap *run, withText, again bool) *Status {
+	if testBeforeBuild != nil && !again {
+		testBeforeBuild()
+	}
 	st := &Status{RunID: snap.id, Agent: snap.agent, AgentID: snap.agentID, Caller: snap.caller, CallerAuth: snap.callerAuth,
 		Records: snap.records, Head: snap.head, Resolution: snap.resolution, Journal: m.journalPath(snap), JournalPruned: snap.pruned}
 	lr := snap.live
@@ -36,14 +46,30 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 		snap.released = snap.reason == StatusCompleted
 		st.Records, st.Head = int64(rc.Records), rc.Head
 	case snap.external:
-		running = journal.InProgress(st.Journal)
+		if running = journal.InProgress(st.Journal); !running && !again {
+			// No writer holds it: its run has ended, or its server stopped — and a run's
+			// ledger entry is durable before its writer lets go. The ledger is read on
+			// (lookup read it before that, perhaps before the entry): a run it records
+			// now is built from what it records.
+			if snap2, err := m.lookup(snap.id); err == nil && !snap2.external {
+				return m.buildOnce(snap2, withText, true)
+			}
+		}
 	}
 	f := snap.facts
 	if f != nil && !f.current(st.Journal) {
 		f = nil // the file changed since its facts were read: read it again
 	}
 	var data []byte
+	held := false // a writer held the journal before it was read
 	if f == nil && !snap.pruned {
+		if lr == nil && snap.ended {
+			// Another process's run the ledger recorded: its entry is durable just before
+			// its journal's terminated record, and its writer holds the journal until
+			// then. Whether it does is decided before the journal is read: a journal not
+			// held then is read whole, and one held may end while it is read.
+			held = journal.InProgress(st.Journal)
+		}
 		// The facts are of the bytes read: their size is those bytes', the inode the file's
 		// before they were read — a line appended while they are verified makes them not
 		// current, and they are read again.
@@ -76,7 +102,7 @@ func (m *Manager) build(snap *run, withText bool) *Status {
 	if f == nil {
 		f = &facts{}
 	}
-	if lr == nil && snap.ended && !f.terminated && f.problem == nil && !snap.pruned && journal.InProgress(st.Journal) {
+	if lr == nil && snap.ended && !f.terminated && f.problem == nil && !snap.pruned && (held || journal.InProgress(st.Journal)) {
 		// Another process's run is ending: its ledger entry is made durable just before
 		// its journal's terminated record, and its writer still holds the journal. It is
 		// running until that record is written or its writer lets go without it.
