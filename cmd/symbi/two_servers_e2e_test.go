@@ -16,7 +16,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"symbi/internal/ledger"
-	"symbi/internal/loopback"
 	"symbi/internal/runs"
 )
 
@@ -28,24 +27,6 @@ import (
 const twoGatePolicy = `@gate("human") @id("customer-names")
 forbid (principal, action == Action::"respond", resource) when { context.response like "*ACME*" };
 `
-
-// twoModel echoes prompts; "hang" is never answered (reported on hung), "deny" gets an
-// answer the project's policy forbids. An echoed "ACME" is held at the human gate.
-func twoModel(t *testing.T) (*loopback.Server, <-chan string) {
-	t.Helper()
-	hung := make(chan string, 10000)
-	m := startModel(t, loopback.WithResponder(func(r loopback.Request) loopback.Reply {
-		switch {
-		case strings.Contains(r.Prompt, "hang"):
-			hung <- r.Prompt
-			return loopback.Reply{Fault: loopback.FaultHang}
-		case strings.Contains(r.Prompt, "deny"):
-			return loopback.Reply{Text: "this is FORBIDDEN text"}
-		}
-		return loopback.Reply{Text: "echo: " + r.Prompt}
-	}))
-	return m, hung
-}
 
 // twoCall calls a tool without failing the test (safe from any goroutine).
 func twoCall(s *server, name string, args map[string]any) (*mcp.CallToolResult, error) {
@@ -238,7 +219,7 @@ func twoProblems(rep ledger.ProjectReport, out string) string {
 func TestTwoServersStress(t *testing.T) {
 	dir := newE2EProject(t)
 	writeFile(t, filepath.Join(dir, "policies", "gate.cedar"), twoGatePolicy)
-	model, hung := twoModel(t)
+	model, hung := runsModel(t)
 	env := modelEnv(model)
 	a, b := twoStartBoth(t, dir, env)
 
@@ -550,7 +531,7 @@ func TestTwoServersStress(t *testing.T) {
 // holds; done means no more events will come.)
 func TestTwoServersOtherServersStatus(t *testing.T) {
 	dir := newE2EProject(t)
-	model, _ := twoModel(t)
+	model, _ := runsModel(t)
 	a, b := twoStartBoth(t, dir, modelEnv(model))
 	ids := make(chan string, 1000)
 	errs := &twoErrs{}
@@ -609,7 +590,7 @@ func TestTwoServersOtherServersStatus(t *testing.T) {
 // run here ends normally and is recorded; no verification may exit 1.
 func TestTwoServersVerifyWhileServing(t *testing.T) {
 	dir := newE2EProject(t)
-	model, _ := twoModel(t)
+	model, _ := runsModel(t)
 	a, b := twoStartBoth(t, dir, modelEnv(model))
 	var out startRunOut
 	if err := twoInto(a, "start_run", map[string]any{"agent": "helper", "prompt": "first"}, &out); err != nil {
@@ -677,7 +658,7 @@ func TestTwoServersVerifyWhileServing(t *testing.T) {
 func TestTwoServersRestartTogether(t *testing.T) {
 	dir := newE2EProject(t)
 	writeFile(t, filepath.Join(dir, "policies", "gate.cedar"), twoGatePolicy)
-	model, _ := twoModel(t)
+	model, _ := runsModel(t)
 	env := modelEnv(model)
 	a, b := twoStartBoth(t, dir, env)
 	var held, killed []string

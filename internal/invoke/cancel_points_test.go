@@ -61,22 +61,7 @@ func checkEndedCancelled(t *testing.T, f *fixture, run *Run, res *Result, err er
 func TestCancelBetweenInferenceAndRelease(t *testing.T) {
 	f := newFixture(t, nil, nil, loopback.WithReply(loopback.Reply{Text: "the answer"}))
 	withLedger(t, f)
-	held, proceed := make(chan struct{}), make(chan struct{})
-	f.runner.hook = func(point string) {
-		if point == "inferred" {
-			close(held)
-			<-proceed
-		}
-	}
-	run, err := f.runner.Start(Request{Agent: "helper", Prompt: "q", Async: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-held
-	run.Cancel(ErrCancelRequested) // what cancel_run does
-	close(proceed)
-	<-run.Done()
-	res, err := run.Wait(context.Background())
+	run, res, err := cancelAt(t, f, "inferred")
 	checkEndedCancelled(t, f, run, res, err)
 	verifyComplete(t, run.Audit())
 }
@@ -215,22 +200,7 @@ func TestCancelBeforeGateInvokeAgent(t *testing.T) {
 func TestCancelWhileWritingRelease(t *testing.T) {
 	f := newFixture(t, nil, nil, loopback.WithReply(loopback.Reply{Text: "the answer"}))
 	withLedger(t, f)
-	held, proceed := make(chan struct{}), make(chan struct{})
-	f.runner.hook = func(point string) {
-		if point == "releasing" {
-			close(held)
-			<-proceed
-		}
-	}
-	run, err := f.runner.Start(Request{Agent: "helper", Prompt: "q", Async: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-held
-	run.Cancel(ErrCancelRequested)
-	close(proceed)
-	<-run.Done()
-	res, err := run.Wait(context.Background())
+	run, res, err := cancelAt(t, f, "releasing")
 	if err != nil || res == nil || res.Text != "the answer" || run.Reason() != reasonCompleted {
 		t.Fatalf("res %+v err %v reason %s; want the released text, completed", res, err, run.Reason())
 	}
@@ -255,9 +225,17 @@ func TestCancelBeforeDenyEndsCancelled(t *testing.T) {
 		"policies/respond.cedar": "@id(\"respond\") permit (principal, action == Action::\"respond\", resource);\n@id(\"no\") forbid (principal, action == Action::\"respond\", resource) when { context.response == \"FORBIDDEN\" };\n",
 	}, nil, loopback.WithReply(loopback.Reply{Text: "FORBIDDEN"}))
 	withLedger(t, f)
+	run, res, err := cancelAt(t, f, "inferred")
+	checkEndedCancelled(t, f, run, res, err)
+}
+
+// cancelAt starts a start_run run of f's helper, cancels it as cancel_run does when it
+// reaches the runner's test hook point, and waits for its end.
+func cancelAt(t *testing.T, f *fixture, point string) (*Run, *Result, error) {
+	t.Helper()
 	held, proceed := make(chan struct{}), make(chan struct{})
-	f.runner.hook = func(point string) {
-		if point == "inferred" {
+	f.runner.hook = func(p string) {
+		if p == point {
 			close(held)
 			<-proceed
 		}
@@ -271,5 +249,5 @@ func TestCancelBeforeDenyEndsCancelled(t *testing.T) {
 	close(proceed)
 	<-run.Done()
 	res, err := run.Wait(context.Background())
-	checkEndedCancelled(t, f, run, res, err)
+	return run, res, err
 }
