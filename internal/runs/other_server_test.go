@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	"symbi/internal/journal"
-	"symbi/internal/ledger"
-	"symbi/internal/policy"
 	"symbi/internal/runs"
 )
 
@@ -89,13 +87,7 @@ func TestOtherServerEndsDuringEvents(t *testing.T) {
 func TestOtherServerEndsAfterLookup(t *testing.T) {
 	p := newTestProject(t, nil)
 	id := newRunID(t)
-	all := records("helper", runs.StatusCompleted, "the answer", true)
-	w := p.journalRun(t, "helper", id, all[:len(all)-1], true)
-	prevHead := w.Receipt().Head
-	prep, err := w.Prepare(all[len(all)-1])
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, prep, entry := p.externalRunInFlight(t, id)
 	m := p.open(t)
 	ended := false
 	runs.SetTestBeforeBuild(func() {
@@ -103,9 +95,7 @@ func TestOtherServerEndsAfterLookup(t *testing.T) {
 			return
 		}
 		ended = true
-		if _, err := p.lw.Append(ledger.Run{RunID: id, AgentID: policy.AgentID("helper"), Agent: "helper",
-			File: journal.FileName(policy.AgentID("helper"), id), Reason: runs.StatusCompleted, Released: true,
-			Records: int64(prep.Receipt.Records), Head: prep.Receipt.Head, PrevHead: prevHead, Caller: "stdio"}); err != nil {
+		if _, err := p.lw.Append(entry); err != nil {
 			t.Error(err)
 		}
 		if err := w.AppendPrepared(prep); err != nil {

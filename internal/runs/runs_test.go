@@ -1696,6 +1696,18 @@ func TestScanAfterFailedFirstRead(t *testing.T) {
 // line is signed (prep), not yet written.
 func (p *testProject) endingExternalRun(t *testing.T, id string) (*journal.Writer, *journal.Prepared) {
 	t.Helper()
+	w, prep, entry := p.externalRunInFlight(t, id)
+	if _, err := p.lw.Append(entry); err != nil {
+		t.Fatal(err)
+	}
+	return w, prep
+}
+
+// externalRunInFlight is another process's run of helper in flight, completing: its
+// journal written but for its terminated record (prep, prepared) and held by its writer
+// w, and the run entry its server appends to the ledger when it ends.
+func (p *testProject) externalRunInFlight(t *testing.T, id string) (*journal.Writer, *journal.Prepared, ledger.Run) {
+	t.Helper()
 	all := records("helper", runs.StatusCompleted, "the answer", true)
 	w := p.journalRun(t, "helper", id, all[:len(all)-1], true)
 	prevHead := w.Receipt().Head
@@ -1703,12 +1715,9 @@ func (p *testProject) endingExternalRun(t *testing.T, id string) (*journal.Write
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.lw.Append(ledger.Run{RunID: id, AgentID: policy.AgentID("helper"), Agent: "helper",
+	return w, prep, ledger.Run{RunID: id, AgentID: policy.AgentID("helper"), Agent: "helper",
 		File: journal.FileName(policy.AgentID("helper"), id), Reason: runs.StatusCompleted, Released: true,
-		Records: int64(prep.Receipt.Records), Head: prep.Receipt.Head, PrevHead: prevHead, Caller: "stdio"}); err != nil {
-		t.Fatal(err)
-	}
-	return w, prep
+		Records: int64(prep.Receipt.Records), Head: prep.Receipt.Head, PrevHead: prevHead, Caller: "stdio"}
 }
 
 // TestOtherProcessEndingIsRunning: another server makes a run's ledger entry durable just
