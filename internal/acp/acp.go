@@ -1373,6 +1373,7 @@ func (r *runner) announce(n *sdk.SessionNotification) error {
 		return nil
 	}
 	var (
+		what      string
 		id        sdk.ToolCallId
 		kind      *sdk.ToolKind
 		title     *string
@@ -1380,7 +1381,7 @@ func (r *runner) announce(n *sdk.SessionNotification) error {
 	)
 	switch u := n.Update; {
 	case u.ToolCall != nil:
-		id, locations = u.ToolCall.ToolCallId, u.ToolCall.Locations
+		what, id, locations = "tool_call", u.ToolCall.ToolCallId, u.ToolCall.Locations
 		if u.ToolCall.Kind != "" {
 			kind = &u.ToolCall.Kind
 		}
@@ -1388,12 +1389,15 @@ func (r *runner) announce(n *sdk.SessionNotification) error {
 			title = &u.ToolCall.Title
 		}
 	case u.ToolCallUpdate != nil:
+		what = "tool_call_update"
 		id, kind, title, locations = u.ToolCallUpdate.ToolCallId, u.ToolCallUpdate.Kind, u.ToolCallUpdate.Title, u.ToolCallUpdate.Locations
 	default:
 		return nil
 	}
 	if id == "" {
-		return nil
+		// A call no request could name apart from any other: the journal would hold a
+		// tool call no permission is decided on.
+		return fmt.Errorf("%w: a %s with an empty toolCallId", ErrMalformed, what)
 	}
 	r.callsMu.Lock()
 	defer r.callsMu.Unlock()
@@ -1883,6 +1887,11 @@ func (c *client) RequestPermission(ctx context.Context, req sdk.RequestPermissio
 		return sdk.RequestPermissionResponse{}, sdk.NewInvalidParams(map[string]any{"error": "unknown session"})
 	}
 	tc := req.ToolCall
+	if tc.ToolCallId == "" {
+		// It names no tool call apart from any other (an announcement with an empty id is
+		// malformed too).
+		return sdk.RequestPermissionResponse{}, r.malformed(fmt.Errorf("%w: a permission request with an empty toolCallId", ErrMalformed))
+	}
 	// The request names a tool call announced before: what it leaves out is what was
 	// announced (ACP's ToolCallUpdate), and a path announced stays one the call may touch.
 	kind, ttl, locations, changed := r.toolCall(tc)

@@ -2,6 +2,7 @@ package acp
 
 import (
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -105,4 +106,46 @@ func sdkReads(t *testing.T, line json.RawMessage) *sdk.SessionUpdateToolCall {
 		t.Fatalf("the SDK's types do not read the line: %v", err)
 	}
 	return m.Params.Update.ToolCall
+}
+
+// TestEmptyToolCallID: a tool_call whose toolCallId is "" is read by the ACP SDK (and
+// would be journaled as a tool_call of kind edit with its paths), but no request can name
+// it apart from any other: it is malformed ACP — announce skipped it, and a permission
+// request naming toolCallId "" was decided without the announced kind and paths
+// (Tool::"other", no path). A permission request naming toolCallId "" is malformed too.
+func TestEmptyToolCallID(t *testing.T) {
+	line := json.RawMessage(`{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s1",` +
+		`"update":{"sessionUpdate":"tool_call","toolCallId":"","title":"Edit file","kind":"edit","status":"pending",` +
+		`"locations":[{"path":"/etc/passwd"}]}}}`)
+	if got := sdkReads(t, line); got == nil || got.Kind != sdk.ToolKindEdit {
+		t.Fatalf("the SDK does not read the line as an edit tool_call: %+v", got)
+	}
+	r := newRunner(Config{})
+	r.sid = "s1"
+	_, _, m := notMessage(line)
+	n := notification(m)
+	if n == nil {
+		t.Fatal("notification() does not read the line")
+	}
+	if err := r.announce(n); !errors.Is(err, ErrMalformed) {
+		kind, _, locs, _ := r.toolCall(sdk.ToolCallUpdate{ToolCallId: ""})
+		t.Errorf("announce: %v, want malformed ACP (a permission request for it is decided with kind %v and locations %v)", err, kind, locs)
+	}
+	e := newEnv(t, map[string]any{"steps": []any{
+		map[string]any{"raw": map[string]any{"jsonrpc": "2.0", "id": 900, "method": "session/request_permission", "params": map[string]any{
+			"sessionId": "fake-session-1", "toolCall": map[string]any{"toolCallId": "", "title": "Edit file"},
+			"options": []any{map[string]any{"optionId": "allow", "kind": "allow_once", "name": "Allow"},
+				map[string]any{"optionId": "reject", "kind": "reject_once", "name": "Reject"}}}}},
+		map[string]any{"message": "done"},
+	}})
+	e.cfg.Decide = allowKinds("other")
+	res := e.run(nil)
+	mustOutcome(t, res, OutcomeError)
+	if !errors.Is(res.Err, ErrMalformed) || !strings.Contains(res.Err.Error(), "empty toolCallId") {
+		t.Errorf("err %v; want malformed ACP naming the empty toolCallId", res.Err)
+	}
+	if x := ofType(e.entries(), journal.TypePermissionDecided); len(x) > 0 {
+		t.Errorf("permission_decided journaled: %s", x[0].Data)
+	}
+	e.finishAndVerify(res)
 }
