@@ -56,7 +56,10 @@ type Options struct {
 	// Rate is each caller's requests a second at most (0: no limit).
 	Rate   float64
 	Getenv func(string) string
-	Log    *slog.Logger
+	// Log takes the server's log lines; a call must not wait for its output to be read
+	// (symbi mcp's writes them on a goroutine of its own, dropping what stderr does not
+	// take): a client that does not read stderr must not hold a run or the shutdown.
+	Log *slog.Logger
 	// Watch catches the stop signals; the caller ends it.
 	Watch *Watch
 }

@@ -69,20 +69,21 @@ func (w *Watch) watch() {
 				}
 				continue
 			}
-			// Act, then log: a log write blocked on a stderr nobody reads must not hold
-			// the shutdown.
+			// Log, then act: acted on first, the shutdown could be over — and the last
+			// log lines flushed — before the line is logged, and it would be lost. A log
+			// call does not wait for stderr to be read (Options.Log).
 			if w.start() {
-				w.cancel()
 				w.log.Info("shutting down", "signal", s.String())
+				w.cancel()
 				continue
 			}
+			w.log.Warn("told again to stop: ending the runs in flight without the rest of their grace periods", "signal", s.String())
 			select {
 			case <-w.hurried:
 			default:
 				close(w.hurried)
 			}
 			hurry()
-			w.log.Warn("told again to stop: ending the runs in flight without the rest of their grace periods", "signal", s.String())
 		case <-w.quit:
 			return
 		}
