@@ -113,6 +113,22 @@ func newEnv(t *testing.T, script map[string]any) *env {
 	return e
 }
 
+// recording is d keeping every tool use it is asked about, which seen returns.
+func recording(d Decider) (_ Decider, seen func() []policy.ToolUse) {
+	var mu sync.Mutex
+	var uses []policy.ToolUse
+	return func(u policy.ToolUse) policy.Decision {
+			mu.Lock()
+			uses = append(uses, u)
+			mu.Unlock()
+			return d(u)
+		}, func() []policy.ToolUse {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(uses)
+		}
+}
+
 func allowKinds(kinds ...string) Decider {
 	return func(t policy.ToolUse) policy.Decision {
 		if slices.Contains(kinds, t.Kind) && len(t.Outside) == 0 {
@@ -449,15 +465,8 @@ func TestPermissions(t *testing.T) {
 		map[string]any{"permission": map[string]any{"tool_call_id": "p4", "kind": "bogus", "title": "?"}, "expect": "reject"},
 		map[string]any{"message": "ok"},
 	}})
-	var seen []policy.ToolUse
-	var mu sync.Mutex
-	inner := allowKinds("edit")
-	e.cfg.Decide = func(t policy.ToolUse) policy.Decision {
-		mu.Lock()
-		seen = append(seen, t)
-		mu.Unlock()
-		return inner(t)
-	}
+	var seenFn func() []policy.ToolUse
+	e.cfg.Decide, seenFn = recording(allowKinds("edit"))
 	oj := &orderJournal{Writer: e.w, e: e}
 	e.cfg.Journal = oj
 	res := e.run(nil)
@@ -491,11 +500,10 @@ func TestPermissions(t *testing.T) {
 	if p4.Kind != "other" || p4.OptionID != "reject" {
 		t.Fatalf("perm 4 %+v", p4)
 	}
-	mu.Lock()
+	seen := seenFn()
 	if seen[0].RawInputSHA256 != sha(`{"x":1}`) || seen[0].Workspace != e.dir || seen[0].Title != "Edit a" {
 		t.Fatalf("tool use %+v", seen[0])
 	}
-	mu.Unlock()
 	e.finishAndVerify(res)
 }
 
@@ -1024,12 +1032,8 @@ func TestPermissionInheritsToolCall(t *testing.T) {
 			// A broad policy: it permits what an adapter sends without a kind. That is every
 			// request of the Claude Code adapter, so an operator must permit it to get
 			// anything done.
-			var seen []policy.ToolUse
-			allow := allowKinds("other")
-			e.cfg.Decide = func(u policy.ToolUse) policy.Decision {
-				seen = append(seen, u)
-				return allow(u)
-			}
+			var seen func() []policy.ToolUse
+			e.cfg.Decide, seen = recording(allowKinds("other"))
 			res := e.run(nil)
 			mustOutcome(t, res, OutcomeCompleted)
 			perms := e.eventsNamed("permission")
@@ -1049,7 +1053,7 @@ func TestPermissionInheritsToolCall(t *testing.T) {
 			if !slices.ContainsFunc(pd.Errors, func(s string) bool { return strings.Contains(s, tt.rule) }) && len(pd.Outside) == 0 {
 				t.Errorf("permission_decided %+v: want a refusal by rule %q", pd, tt.rule)
 			}
-			for _, u := range seen {
+			for _, u := range seen() {
 				if u.Kind == "other" && len(u.Paths) == 0 && len(u.Outside) == 0 {
 					t.Errorf("the policy was asked about Tool::%q with no paths for a tool call announced as an edit of %s", u.Kind, tt.location)
 				}

@@ -45,12 +45,8 @@ func TestEscapedToolCallIsAnnounced(t *testing.T) {
 				map[string]any{"permission": map[string]any{"tool_call_id": "t1", "title": "Edit file"}},
 				map[string]any{"message": "done"},
 			}})
-			var seen []policy.ToolUse
-			allow := allowKinds("other")
-			e.cfg.Decide = func(u policy.ToolUse) policy.Decision {
-				seen = append(seen, u)
-				return allow(u)
-			}
+			var seen func() []policy.ToolUse
+			e.cfg.Decide, seen = recording(allowKinds("other"))
 			res := e.run(nil)
 			mustOutcome(t, res, OutcomeCompleted)
 			pds := ofType(e.entries(), journal.TypePermissionDecided)
@@ -62,7 +58,7 @@ func TestEscapedToolCallIsAnnounced(t *testing.T) {
 				t.Errorf("sessionUpdate %s: permission for t1, announced as an edit of /etc/passwd, decided %q as kind %q with paths %q outside %q (policies %q): the announcement was not read",
 					esc, pd.Decision, pd.Kind, pd.Paths, pd.Outside, pd.PolicyIDs)
 			}
-			for _, u := range seen {
+			for _, u := range seen() {
 				if u.Kind == "other" && len(u.Paths) == 0 && len(u.Outside) == 0 {
 					t.Errorf("sessionUpdate %s: the policy was asked about Tool::%q with no paths", esc, u.Kind)
 				}
