@@ -88,8 +88,8 @@ func runSchemaVerify(e *env, args []string) int {
 	return 0
 }
 
-// readBounded reads at most limit+1 bytes of the named file, so that an oversized file
-// reaches the verifier's own limit check without being read whole.
+// readBounded reads the named file, at most limit bytes: a larger one is refused with
+// limit_exceeded, naming its size, without being read whole.
 func readBounded(name string, limit int, what string) (string, error) {
 	f, err := os.Open(name)
 	if err != nil {
@@ -99,6 +99,14 @@ func readBounded(name string, limit int, what string) (string, error) {
 	b, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
 	if err != nil {
 		return "", errcode.Errorf(errcode.InvalidRequest, "%s: %w", what, err)
+	}
+	if len(b) > limit {
+		// Refused here, with the file's own size, as verify_schema names the size of the
+		// argument it was given; a pipe's size is not known beyond what was read.
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > int64(limit) {
+			return "", errcode.Errorf(errcode.LimitExceeded, "%s is %d bytes, over the %d-byte limit", what, st.Size(), limit)
+		}
+		return "", errcode.Errorf(errcode.LimitExceeded, "%s is more than %d bytes, over the %d-byte limit", what, limit, limit)
 	}
 	return string(b), nil
 }

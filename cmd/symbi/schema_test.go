@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"symbi/internal/errcode"
@@ -101,6 +102,10 @@ func TestSchemaVerifyCLI(t *testing.T) {
 	if err := os.WriteFile(big, bytes.Repeat([]byte(" "), schemapin.MaxSchemaBytes+10), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	bigKey := filepath.Join(t.TempDir(), "big.pem")
+	if err := os.WriteFile(bigKey, bytes.Repeat([]byte("\n"), schemapin.MaxKeyDocBytes+10), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name   string
 		vars   map[string]string
@@ -115,7 +120,8 @@ func TestSchemaVerifyCLI(t *testing.T) {
 		{"two keys", nil, []string{signed, "--key", key, "--key-url", "https://example.com/k"}, 2, "", "usage: symbi schema verify"},
 		{"two files", nil, []string{signed, signed, "--key", key}, 2, "", "usage: symbi schema verify"},
 		{"missing file", nil, []string{"--key", key, filepath.Join(t.TempDir(), "none.json")}, 1, "", "symbi schema verify: not_found: schema: open"},
-		{"schema too large", nil, []string{"--key", key, big}, 1, "", "limit_exceeded: schema is 1048577 bytes"},
+		{"schema too large", nil, []string{"--key", key, big}, 1, "", "limit_exceeded: schema is 1048586 bytes, over the 1048576-byte limit"},
+		{"key too large", nil, []string{"--key", bigKey, signed}, 1, "", "limit_exceeded: key is 65546 bytes, over the 65536-byte limit"},
 		{"plain http refused", nil, []string{"--key-url", "http://127.0.0.1:1/k", signed}, 1, "", "invalid_request: key URL: plain http is refused"},
 		{"loopback refused", map[string]string{"SYMBI_SCHEMAPIN_ALLOW_INSECURE": "1"}, []string{"--key-url", "http://127.0.0.1:1/k", signed}, 1, "", "is a loopback address"},
 		{"help", nil, []string{"--help"}, 0, "", "--key-url URL"},
@@ -127,5 +133,34 @@ func TestSchemaVerifyCLI(t *testing.T) {
 				t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 			}
 		})
+	}
+}
+
+// TestSchemaVerifyCLIPipeTooLarge: a schema read from a pipe, whose size is not known
+// beyond what was read, is refused as more than the limit, without being read whole.
+func TestSchemaVerifyCLIPipeTooLarge(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "schema.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			wrote <- err
+			return
+		}
+		defer w.Close()
+		// More than the limit: the reader stops at limit+1 bytes and closes its end, so
+		// this write ends with EPIPE once the reader has gone.
+		_, err = w.Write(bytes.Repeat([]byte(" "), 2*schemapin.MaxSchemaBytes))
+		wrote <- err
+	}()
+	code, stdout, stderr := runSchemaCLI(nil, "schema", "verify", "--key", filepath.Join(schemaVectorDir, "signer.pub.pem"), fifo)
+	if code != 1 || stdout != "" || !strings.Contains(stderr, "limit_exceeded: schema is more than 1048576 bytes, over the 1048576-byte limit") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if err := <-wrote; err == nil {
+		t.Fatal("the whole of an oversized pipe was read")
 	}
 }

@@ -175,14 +175,19 @@ func hint(h string) string {
 	return " (" + h + ")"
 }
 
-// fetchError gives a transport error its code, without the URL the client's error names
-// (a query may hold a secret; callers name what they fetched).
 // MaxHeaderBytes bounds the headers of an answer: more is refused as the transport
 // refuses it ("server response headers exceeded …").
 const MaxHeaderBytes = 64 << 10
 
+// MaxCauseBytes bounds the text of a transport error in a fetch's error: net/http quotes
+// a malformed status or header line whole, and the server chose those bytes.
+const MaxCauseBytes = 512
+
+// fetchError gives a transport error its code, without the URL the client's error names
+// (a query may hold a secret; callers name what they fetched), its text cut to
+// MaxCauseBytes (with its length).
 func fetchError(ctx context.Context, err error, timeout time.Duration) error {
-	err = urlCause(err)
+	err = clipped{urlCause(err)}
 	var ne net.Error
 	switch {
 	case errors.Is(err, ErrRefusedAddress):
@@ -194,3 +199,10 @@ func fetchError(ctx context.Context, err error, timeout time.Duration) error {
 	}
 	return errcode.Wrap(errcode.InvalidRequest, err)
 }
+
+// clipped is an error whose text is cut to MaxCauseBytes; errors.Is and errors.As see
+// the error it holds.
+type clipped struct{ err error }
+
+func (c clipped) Error() string { return errcode.ClipTo(c.err.Error(), MaxCauseBytes) }
+func (c clipped) Unwrap() error { return c.err }

@@ -1,9 +1,11 @@
 package safefetch_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -151,5 +153,58 @@ func TestRedirectLocationBounded(t *testing.T) {
 	err = fetch("https://elsewhere.example/" + strings.Repeat("a", 1<<20))
 	if errcode.Of(err) != errcode.InvalidRequest || !strings.Contains(err.Error(), "headers exceeded") || len(err.Error()) > 1<<10 {
 		t.Fatalf("a 1 MiB header: err = %.300v, want the headers refused", err)
+	}
+}
+
+// rawServer answers every request on a loopback listener with the bytes answer, whatever
+// they are: a server that does not speak HTTP as net/http's does.
+func rawServer(t *testing.T, answer string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					l, err := r.ReadString('\n')
+					if err != nil || l == "\r\n" {
+						break
+					}
+				}
+				c.Write([]byte(answer))
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String() + "/key"
+}
+
+// TestMalformedAnswerErrorBounded: net/http quotes a malformed status or header line
+// whole in its error; a fetch's error carries at most MaxCauseBytes of it, with its
+// length — the server chose those bytes, and the error reaches verify_schema's caller and
+// the log.
+func TestMalformedAnswerErrorBounded(t *testing.T) {
+	for name, answer := range map[string]string{
+		"header line without colon": "HTTP/1.1 200 OK\r\n" + strings.Repeat("b", 60000) + "\r\nContent-Length: 2\r\n\r\nok",
+		"not HTTP":                  strings.Repeat("c", 60000) + "\r\n\r\n",
+		"bad Content-Length":        "HTTP/1.1 200 OK\r\nContent-Length: " + strings.Repeat("9", 60000) + "\r\n\r\nok",
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := safefetch.Get(context.Background(), rawServer(t, answer), safefetch.Options{AllowPrivate: true, AllowInsecure: true, MaxBytes: 64 << 10, Timeout: time.Minute})
+			if errcode.Of(err) != errcode.InvalidRequest {
+				t.Fatalf("err = %.300v, want invalid_request", err)
+			}
+			if n := len(err.Error()); n > safefetch.MaxCauseBytes+256 || !strings.Contains(err.Error(), "bytes in all)") {
+				t.Errorf("error is %d bytes, the server's text not cut with its length: %.300s…", n, err.Error())
+			}
+		})
 	}
 }

@@ -201,27 +201,54 @@ func encodeString(b *bytes.Buffer, s string) {
 	b.WriteByte('"')
 }
 
-// splitSignature parses a schema document, which must be a JSON object, removes its
-// top-level "signature" member (which must be a string when present) and returns the
-// canonical bytes of the rest with the removed signature ("" when absent).
-func splitSignature(doc []byte) (canonical []byte, sig string, hasSig bool, err error) {
+// splitSignature parses a schema document, which must be a JSON object, and returns the
+// canonical bytes that are signed and the signature the document holds ("" when none).
+//
+// A document in SchemaPin's signed-schema file form — its members "schema" (an object),
+// "signature" (a string) and at most "signed_at" and "metadata" besides, nothing else — is
+// signed over its "schema" member alone (what SchemaPin's signer writes and its verifier
+// reads); signedFile says so. Any other document's top-level "signature" member (which
+// must be a string when present) is removed, and the rest is what is signed.
+func splitSignature(doc []byte) (canonical []byte, sig string, hasSig, signedFile bool, err error) {
 	v, err := parse(doc)
 	if err != nil {
-		return nil, "", false, err
+		return nil, "", false, false, err
 	}
 	obj, ok := v.(object)
 	if !ok {
-		return nil, "", false, errcode.Errorf(errcode.InvalidRequest, "schema is not a JSON object")
+		return nil, "", false, false, errcode.Errorf(errcode.InvalidRequest, "schema is not a JSON object")
 	}
 	if s, present := obj["signature"]; present {
 		str, ok := s.(string)
 		if !ok {
-			return nil, "", false, errcode.Errorf(errcode.InvalidRequest, `schema field "signature" is not a string`)
+			return nil, "", false, false, errcode.Errorf(errcode.InvalidRequest, `schema field "signature" is not a string`)
 		}
 		delete(obj, "signature")
 		sig, hasSig = strings.TrimSpace(str), true
 	}
+	var signed any = obj
+	if inner, ok := signedSchema(obj); ok && hasSig {
+		signed, signedFile = inner, true
+	}
 	var b bytes.Buffer
-	encode(&b, obj)
-	return b.Bytes(), sig, hasSig, nil
+	encode(&b, signed)
+	return b.Bytes(), sig, hasSig, signedFile, nil
+}
+
+// signedSchema returns the "schema" member of obj (a document without its "signature")
+// when obj is the rest of a SchemaPin signed-schema file: "schema", an object, and no
+// members but "signed_at" and "metadata" besides.
+func signedSchema(obj object) (object, bool) {
+	inner, ok := obj["schema"].(object)
+	if !ok {
+		return nil, false
+	}
+	for k := range obj {
+		switch k {
+		case "schema", "signed_at", "metadata":
+		default:
+			return nil, false
+		}
+	}
+	return inner, true
 }

@@ -13,8 +13,9 @@ import (
 // panics; it refuses what Canonicalize refuses, anything but an object, and a signature
 // member that is not a string (invalid_request or limit_exceeded); otherwise the signed
 // bytes are the canonical form of the object without its top-level "signature" member
-// (nested ones stay), and the signature is that member's string, trimmed — as the package
-// comment documents.
+// (nested ones stay) — or, for a document in the signed-schema file form, its "schema"
+// member —, and the signature is that member's string, trimmed — as the package comment
+// documents.
 func FuzzSplitSignature(f *testing.F) {
 	for _, s := range []string{
 		`{"name":"t","signature":"MEUCIQ=="}`,
@@ -26,6 +27,11 @@ func FuzzSplitSignature(f *testing.F) {
 		`{"sig\u006eature":"x","a":1}`,
 		`{"Signature":"x"}`,
 		`{"a":{"signature":"nested"},"signature":"top"}`,
+		`{"schema":{"name":"t"},"signature":"MEUCIQ==","signed_at":"2025-06-01T12:00:00+00:00"}`,
+		`{"schema":{"name":"t"},"signature":"x","signed_at":1,"metadata":{"k":"v"}}`,
+		`{"schema":{"name":"t"},"signature":"x","extra":1}`,
+		`{"schema":{"name":"t"},"signed_at":"now"}`,
+		`{"schema":[1],"signature":"x"}`,
 		`[{"signature":"x"}]`,
 		`"signature"`,
 		`{"b":1.50,"a":[1e2,-0],"<>&":"\u2028"}`,
@@ -35,7 +41,7 @@ func FuzzSplitSignature(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) {
-		canonical, sig, hasSig, err := splitSignature(doc)
+		canonical, sig, hasSig, signedFile, err := splitSignature(doc)
 		whole, cerr := Canonicalize(doc)
 		if cerr != nil {
 			if err == nil {
@@ -62,6 +68,18 @@ func FuzzSplitSignature(f *testing.F) {
 		}
 		delete(m, "signature")
 		rest, _ := json.Marshal(m)
+		// The signed-schema file form: a signature, an object "schema", and no members but
+		// "signed_at" and "metadata" besides; the "schema" member is what is signed.
+		fileForm := present && len(m["schema"]) > 0 && m["schema"][0] == '{'
+		for k := range m {
+			fileForm = fileForm && (k == "schema" || k == "signed_at" || k == "metadata")
+		}
+		if signedFile != fileForm {
+			t.Fatalf("%q: read as a signed-schema file %v, want %v", doc, signedFile, fileForm)
+		}
+		if fileForm {
+			rest = m["schema"]
+		}
 		want, werr := Canonicalize(rest)
 		if werr != nil || !bytes.Equal(canonical, want) {
 			t.Fatalf("%q: signed bytes %q, want %q (%v)", doc, canonical, want, werr)

@@ -3,7 +3,10 @@
 // A schema document is a JSON object. Its top-level "signature" member, when present,
 // must be a string holding the signature and is removed before canonicalizing; the
 // signature may instead (or also) be given separately. When both are given they must
-// be identical, else the request is malformed.
+// be identical, else the request is malformed. A document in SchemaPin's signed-schema
+// file form — {"schema": {...}, "signature": "...", "signed_at"?: ..., "metadata"?: ...},
+// no other member — is signed over its "schema" member alone, as SchemaPin's signer and
+// verifier have it; the result's message says that signed_at and metadata are not covered.
 //
 // Canonical form (compatible with SchemaPin's json.dumps(schema, sort_keys=True,
 // separators=(",", ":"), ensure_ascii=False) for the documents SchemaPin signs):
@@ -70,7 +73,7 @@ const (
 // Request asks for one schema to be verified. It is also the input of the
 // verify_schema tool.
 type Request struct {
-	Schema       string `json:"schema" jsonschema:"the tool schema JSON document; a top-level signature member is removed before canonicalizing"`
+	Schema       string `json:"schema" jsonschema:"the tool schema JSON document; a top-level signature member is removed before canonicalizing, and a SchemaPin signed-schema file ({schema, signature, signed_at, metadata}) is verified over its schema member"`
 	Signature    string `json:"signature,omitempty" jsonschema:"base64 ECDSA P-256 signature (DER or raw r||s); must equal the document's signature member if both are given"`
 	PublicKeyPEM string `json:"public_key_pem,omitempty" jsonschema:"PEM public key (works offline)"`
 	PublicKeyURL string `json:"public_key_url,omitempty" jsonschema:"https URL of a PEM key or a .well-known/schemapin.json-style key document"`
@@ -128,7 +131,7 @@ func (v *Verifier) Verify(ctx context.Context, r Request) (*Result, error) {
 		return nil, errcode.Errorf(errcode.InvalidRequest, "a key is required: public_key_pem or public_key_url")
 	}
 
-	canonical, docSig, hasDocSig, err := splitSignature([]byte(r.Schema))
+	canonical, docSig, hasDocSig, signedFile, err := splitSignature([]byte(r.Schema))
 	if err != nil {
 		return nil, fmt.Errorf("schema: %w", err)
 	}
@@ -184,8 +187,15 @@ func (v *Verifier) Verify(ctx context.Context, r Request) (*Result, error) {
 			res.Message = "signature does not match this schema and key"
 		}
 	}
+	if signedFile {
+		res.Message += signedFileNote
+	}
 	return res, nil
 }
+
+// signedFileNote ends the message of a result for a document in SchemaPin's signed-schema
+// file form: what its signature covers, and what it does not.
+const signedFileNote = `; the document is a SchemaPin signed-schema file: the signature covers its "schema" member only, not "signed_at" or "metadata"`
 
 // verifySignature accepts an ASN.1 DER signature or a raw 64-byte r||s.
 func verifySignature(key *ecdsa.PublicKey, digest, sig []byte) bool {

@@ -219,3 +219,50 @@ func TestKeyWhiteSpaceBeforeBlock(t *testing.T) {
 		}
 	}
 }
+
+// TestSignedSchemaFile: a document in SchemaPin's signed-schema file form — what its
+// signer writes, {"schema", "signature", "signed_at", "metadata"} — is verified over its
+// "schema" member alone, as SchemaPin's verifier does, and the message says that
+// signed_at and metadata are not covered; a document with any other member is an
+// ordinary schema whose signature covers everything but "signature".
+func TestSignedSchemaFile(t *testing.T) {
+	pem := string(readVector(t, "signer.pub.pem"))
+	sig := strings.TrimSpace(string(readVector(t, "schema.sig.digest.b64")))
+	schema := strings.TrimSpace(string(readVector(t, "schema.json")))
+	innerHash := loadVectors(t)[0].SchemaHash
+	file := func(rest string) string { return `{"schema":` + schema + `,"signature":"` + sig + `"` + rest + `}` }
+	tests := []struct {
+		name     string
+		doc      string
+		verified bool
+		note     bool // the message says what the signature covers
+	}{
+		{"schema and signature", file(``), true, true},
+		{"with signed_at and metadata", file(`,"signed_at":"2025-06-01T12:00:00+00:00","metadata":{"v":1}`), true, true},
+		{"another signed_at: not signed", file(`,"signed_at":"1999-01-01T00:00:00+00:00"`), true, true},
+		{"another member: an ordinary schema", file(`,"signed_by":"x"`), false, false},
+		{"a member of another case: an ordinary schema", file(`,"Signed_at":"x"`), false, false},
+	}
+	v := schemapin.NewVerifier(env(nil))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := v.Verify(context.Background(), schemapin.Request{Schema: tt.doc, PublicKeyPEM: pem})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Verified != tt.verified || strings.Contains(res.Message, `covers its "schema" member only`) != tt.note {
+				t.Fatalf("verified %v, message %q; want verified %v, the coverage said %v", res.Verified, res.Message, tt.verified, tt.note)
+			}
+			if tt.note != (res.SchemaHash == innerHash) {
+				t.Fatalf("schema_hash %s; the inner schema's is %s", res.SchemaHash, innerHash)
+			}
+		})
+	}
+	// The signature given separately as well must be the file's.
+	if _, err := v.Verify(context.Background(), schemapin.Request{Schema: file(``), Signature: sig, PublicKeyPEM: pem}); err != nil {
+		t.Fatalf("the same signature given twice: %v", err)
+	}
+	if _, err := v.Verify(context.Background(), schemapin.Request{Schema: file(``), Signature: strings.TrimSpace(string(readVector(t, "schema.sig.b64"))), PublicKeyPEM: pem}); errcode.Of(err) != errcode.InvalidRequest {
+		t.Fatalf("another signature given beside the file's: %v, want invalid_request", err)
+	}
+}

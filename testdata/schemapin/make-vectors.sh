@@ -71,6 +71,8 @@ fingerprints = {"signer.pub.pem": fp, "wrong.pub.pem": os.environ["WRONG_FINGERP
 def canonical_hash(name):
     doc = json.load(open(name, encoding="utf-8"))
     doc.pop("signature", None)
+    if isinstance(doc.get("schema"), dict) and set(doc) <= {"schema", "signed_at", "metadata"}:
+        doc = doc["schema"]  # a signed-schema file: its schema member is what is signed
     canon = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canon.encode("utf-8")).hexdigest()
 
@@ -108,6 +110,16 @@ tampered = json.dumps(signed, indent=2, ensure_ascii=False).replace("Current wea
 assert tampered != json.dumps(signed, indent=2, ensure_ascii=False)
 write("schema.tampered.json", tampered + "\n")
 
+# A signed-schema file as SchemaPin's signer writes it (create_signed_schema, json.dumps
+# with indent=2): the schema, its reference-form signature, when it was signed, metadata.
+def signed_file(schema):
+    return json.dumps({"schema": schema, "signature": open("schema.sig.digest.b64").read().strip(),
+        "signed_at": "2025-06-01T12:00:00.000000+00:00", "metadata": {"tool": "get_weather"}}, indent=2) + "\n"
+write("schema.signedfile.json", signed_file(schema))
+tampered_schema = json.loads(json.dumps(schema))
+tampered_schema["inputSchema"]["properties"]["days"]["maximum"] = 70
+write("schema.signedfile.tampered.json", signed_file(tampered_schema))
+
 pub = open("signer.pub.pem").read()
 write("keydoc.json", json.dumps({"schema_version": "1.1", "developer_name": "Example",
     "public_key_pem": pub, "revoked_keys": ["sha256:" + "0" * 64]}, indent=2) + "\n")
@@ -138,6 +150,8 @@ cases = [
     case("valid-raw-r-s", "schema.json", verified=True, signature="schema.sig.raw.b64"),
     case("valid-reference-form", "schema.json", verified=True, signature="schema.sig.digest.b64"),
     case("valid-key-document", "schema.signed.json", verified=True, key_url="keydoc.json"),
+    case("valid-signed-schema-file", "schema.signedfile.json", verified=True),
+    case("signed-schema-file-schema-changed", "schema.signedfile.tampered.json"),
     case("reordered-and-reformatted", "schema.reordered.json", verified=True),
     case("one-character-changed", "schema.tampered.json"),
     case("wrong-key", "schema.signed.json", key="wrong.pub.pem"),
