@@ -5,12 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"symbi/internal/errcode"
 )
 
 // TestCreateOpening: the opening records given to Create are written after the file, in
@@ -193,4 +198,54 @@ func TestCreateHoldsScanLock(t *testing.T) {
 		t.Fatalf("the scan lock after Create: %v", err)
 	}
 	release()
+}
+
+// TestCreateSyncsFileThenDirectory: Create fsyncs the new journal file and then its
+// directory before the file takes any line (journal.md: the file created, "then the file
+// and the directory fsynced"); either fsync failing refuses the run with
+// audit_unavailable and leaves no file behind.
+func TestCreateSyncsFileThenDirectory(t *testing.T) {
+	_, root := newProject(t)
+	s := openStore(t, root)
+	defer func() { syncCreated = (*os.File).Sync }()
+	recs := run{agent: "helper", prompt: "hi", text: "hello", allow: true}.records()
+	path := filepath.Join(s.Dir(), FileName(agentID("helper"), "synced"))
+
+	var synced []string
+	syncCreated = func(f *os.File) error {
+		if st, err := os.Stat(path); err != nil || st.Size() != 0 {
+			t.Errorf("fsync of %s with the journal %v (size %v), want it created and empty", f.Name(), err, st)
+		}
+		synced = append(synced, f.Name())
+		return f.Sync()
+	}
+	w, err := s.Create(agentID("helper"), "synced", recs[0], recs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if want := []string{path, s.Dir()}; !slices.Equal(synced, want) {
+		t.Fatalf("Create fsynced %q, want %q", synced, want)
+	}
+
+	for i, which := range []string{"the file", "the directory"} {
+		t.Run(which, func(t *testing.T) {
+			calls := 0
+			syncCreated = func(f *os.File) error {
+				calls++
+				if calls == i+1 {
+					return unix.EIO
+				}
+				return f.Sync()
+			}
+			run := "sync-fails-" + strconv.Itoa(i)
+			w, err := s.Create(agentID("helper"), run, recs[0], recs[1])
+			if w != nil || errcode.Of(err) != errcode.AuditUnavailable || !errors.Is(err, unix.EIO) {
+				t.Fatalf("Create with the fsync of %s failing: %v, %v; want audit_unavailable", which, w, err)
+			}
+			if _, err := os.Lstat(filepath.Join(s.Dir(), FileName(agentID("helper"), run))); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("the file of a refused creation: %v, want it removed", err)
+			}
+		})
+	}
 }

@@ -145,10 +145,10 @@ func (s *Store) Create(agentID, runID string, first ...Record) (*Writer, error) 
 	if err != nil {
 		return undo("journal: lock %s: %w", path, err)
 	}
-	if err := f.Sync(); err != nil {
+	if err := syncCreated(f); err != nil {
 		return undo("journal: sync %s: %w", path, err)
 	}
-	if err := s.dir.Sync(); err != nil {
+	if err := syncCreated(s.dir); err != nil {
 		return undo("journal: sync directory %s: %w", s.path, err)
 	}
 	w := newWriter(f, path, s.key, agentID, runID)
@@ -178,6 +178,11 @@ func (s *Store) Create(agentID, runID string, first ...Record) (*Writer, error) 
 
 // testCreating, set by tests, runs inside Create between the file's creation and its lock.
 var testCreating func()
+
+// syncCreated is the fsync Create makes of a new journal file and then of its directory,
+// before the file takes a line; tests replace it to see both made, in order, and to fail
+// either.
+var syncCreated = (*os.File).Sync
 
 // scanLock takes the governed directory's scan lock (how: unix.LOCK_SH or LOCK_EX) on a
 // descriptor of its own, so that concurrent holders in one process do not share it, and
