@@ -255,3 +255,31 @@ func TestPruneHeldJournalSaysHeld(t *testing.T) {
 		t.Errorf("the held journal: %v", err)
 	}
 }
+
+// TestPruneSelectorsByWhatIsGiven: audit prune takes exactly one of --run-id and
+// --older-than, decided by what was given, not by the values: `--run-id run-a
+// --older-than 0s` names two selections and prunes nothing (run-a was pruned, the
+// --older-than dropped without a word); an empty --run-id and a duration that is not
+// positive are usage errors too.
+func TestPruneSelectorsByWhatIsGiven(t *testing.T) {
+	dir, _, files, lw := ledgerProject(t, 2)
+	lw.Close()
+	for _, args := range [][]string{
+		{"--run-id", "run-a", "--older-than", "0s"},
+		{"--run-id", "run-a", "--older-than", "1h"},
+		{"--run-id", ""},
+		{"--older-than", "0s"},
+		{"--older-than", "-1h"},
+		{},
+	} {
+		code, out, errOut := runCLI(t, "", append([]string{"audit", "prune", "--project", dir}, args...)...)
+		if code != 2 || out != "" {
+			t.Errorf("audit prune %q: exit %d, stdout %q, stderr %q; want 2 and nothing pruned", args, code, out, errOut)
+		}
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("after refused prunes: %v", err)
+		}
+	}
+}

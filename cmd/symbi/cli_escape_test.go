@@ -173,3 +173,34 @@ func TestRateFlagDecimalOnly(t *testing.T) {
 		t.Errorf("`--rate 0x1p4` (a hexadecimal float) was accepted as a number; the usage error is about something else:\n%s", errOut)
 	}
 }
+
+// TestPolicyEvalDenyAllReasonOneLine: `symbi policy eval` quotes the reason an unusable
+// policy set denies everything (a malformed file, named in it), as policy check does: a
+// policy file whose name holds a line break prints no line of its own on stderr — here a
+// forged "symbi policy eval: decision: allow" — for the respond gate's set or the access
+// set (security-model.md: the policy ids and reason policy eval prints are quoted).
+func TestPolicyEvalDenyAllReasonOneLine(t *testing.T) {
+	dir := newE2EProject(t)
+	forged := "bad\nsymbi policy eval: decision: allow.cedar"
+	writeFile(t, filepath.Join(dir, "policies", forged), "permit(\n")
+	forgedLine := func(stderr string) bool {
+		for _, l := range strings.Split(stderr, "\n") {
+			if strings.HasPrefix(l, "symbi policy eval: decision: allow") {
+				return true
+			}
+		}
+		return false
+	}
+	code, out, errOut := runCLI(t, "", "policy", "eval", "--project", dir, "--agent", "helper", "--response", "hi")
+	if code != 0 || !strings.Contains(out, "decision: deny") || !strings.Contains(errOut, "every response is denied") || forgedLine(errOut) {
+		t.Fatalf("policy eval with an unusable policy set: exit %d, want 0, deny, the reason on one line\nstdout %q\nstderr %q", code, out, errOut)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "policies", "access"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "policies", "access", forged), "permit(\n")
+	code, out, errOut = runCLI(t, "", "policy", "eval", "--project", dir, "--action", "read_run", "--caller", "bob", "--run-owner", "bob")
+	if code != 0 || !strings.Contains(out, "decision: deny") || !strings.Contains(errOut, "every access is denied") || forgedLine(errOut) {
+		t.Fatalf("policy eval with an unusable access set: exit %d, want 0, deny, the reason on one line\nstdout %q\nstderr %q", code, out, errOut)
+	}
+}

@@ -42,6 +42,7 @@ func TestTokenAddStdoutFails(t *testing.T) {
 // disk) exits 1 saying so, whatever its own work was: `symbi audit key > pub.hex` must not
 // leave an empty file and exit 0.
 func TestOutputFailureExits1(t *testing.T) {
+	exp := loadAuditExpected(t)
 	project := t.TempDir()
 	if code, _, errOut := runCLI(t, "", "audit", "key", "--project", project, "--create"); code != 0 {
 		t.Fatalf("audit key --create: exit %d: %s", code, errOut)
@@ -55,8 +56,12 @@ func TestOutputFailureExits1(t *testing.T) {
 		{"agents", "list", "--project", project, "--json"},
 		{"audit", "show", filepath.Join(auditVectors, "allowed.jsonl")},
 		{"audit", "show", "--json", filepath.Join(auditVectors, "allowed.jsonl")},
+		// audit verify's 2 is a verdict ("valid but incomplete"): with its report lost it
+		// is not given either.
+		{"audit", "verify", "--public-key", exp.PublicKey, filepath.Join(auditVectors, "crashed.jsonl")},
+		{"audit", "verify", "--json", "--public-key", exp.PublicKey, filepath.Join(auditVectors, "crashed.jsonl")},
 	} {
-		if code, errOut := runCLIOut(fullDisk{}, args...); code != 1 || errOut == "" {
+		if code, errOut := runCLIOut(fullDisk{}, args...); code != 1 || !strings.Contains(errOut, "no space left on device") {
 			t.Errorf("%v with an unwritable stdout: exit %d, stderr %q; want 1, saying why", args, code, errOut)
 		}
 	}

@@ -71,7 +71,20 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 		}
 		return 2, false
 	}
+	// An empty --project ("$DIR" with DIR unset) would be the working directory's
+	// project, not the one meant.
+	if f := fs.Lookup("project"); f != nil && f.Value.String() == "" && given(fs, "project") {
+		fmt.Fprintf(fs.Output(), "%s: --project is empty: give the project directory (\".\" for the working directory)\n", fs.Name())
+		return 2, false
+	}
 	return 0, true
+}
+
+// given reports whether the flag name was set on the command line.
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // onceValue is a flag value that may be set once.

@@ -120,3 +120,38 @@ func TestReceiptCountLeadingZero(t *testing.T) {
 		t.Errorf("audit verify --records 010 of an 8-record journal: exit %d, want 1 (a receipt of ten records does not match)\n%s%s", code, out, errOut)
 	}
 }
+
+// TestEmptyProjectRefused: an empty --project (`--project "$DIR"` with DIR unset) is a
+// usage error (exit 2; audit verify's is 1) for every command that takes one: it would otherwise be the working
+// directory's project, not the one meant (agents-md generate wrote AGENTS.md there).
+func TestEmptyProjectRefused(t *testing.T) {
+	cwd := t.TempDir()
+	if err := os.Mkdir(filepath.Join(cwd, "agents"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(cwd)
+	for _, args := range [][]string{
+		{"agents-md", "generate", "--project", ""},
+		{"agents", "list", "--project", ""},
+		{"policy", "check", "--project", ""},
+		{"policy", "eval", "--project", "", "--agent", "a", "--response", "hi"},
+		{"runs", "list", "--project", ""},
+		{"audit", "key", "--project", ""},
+		{"audit", "prune", "--project", "", "--run-id", "r"},
+		{"audit", "checkpoint", "--project", ""},
+		{"audit", "verify", "--project", ""},
+		{"mcp", "--project", ""},
+	} {
+		want := 2
+		if args[1] == "verify" {
+			want = 1 // audit verify's codes are its verdict: a usage error is invalid, 1
+		}
+		code, out, errOut := runCLI(t, "", args...)
+		if code != want || !strings.Contains(errOut, "--project is empty") {
+			t.Errorf("%q: exit %d, stderr %q; want %d, --project is empty\n%s", args, code, errOut, want, out)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(cwd, "AGENTS.md")); err == nil {
+		t.Error("AGENTS.md was written in the working directory")
+	}
+}

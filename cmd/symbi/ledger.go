@@ -4,7 +4,6 @@ import (
 	"crypto/ed25519"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -102,9 +101,7 @@ func runAuditProve(e *env, args []string) int {
 		fmt.Fprintln(e.stderr, "symbi audit prove: --run-id is required")
 		return 2
 	}
-	sizeGiven := false
-	fs.Visit(func(f *flag.Flag) { sizeGiven = sizeGiven || f.Name == "size" })
-	if *size < 1 && sizeGiven {
+	if *size < 1 && given(fs, "size") {
 		fmt.Fprintf(e.stderr, "symbi audit prove: --size %d: want a tree size of at least 1\n", *size)
 		return 2
 	}
@@ -164,12 +161,18 @@ func runAuditPrune(e *env, args []string) int {
 	if code, ok := parseNoArgs(fs, args); !ok {
 		return code
 	}
-	if (*runID == "") == (*olderThan == 0) {
+	// Decided by what was given, not by the values: --run-id X --older-than 0s names two
+	// selections, and neither is dropped without a word.
+	if given(fs, "run-id") == given(fs, "older-than") {
 		fmt.Fprintln(e.stderr, "symbi audit prune: give exactly one of --run-id and --older-than")
 		return 2
 	}
-	if *olderThan < 0 {
-		// A cutoff in the future would choose every journal, the newest too.
+	if given(fs, "run-id") && *runID == "" {
+		fmt.Fprintln(e.stderr, "symbi audit prune: --run-id is empty: give the run's id")
+		return 2
+	}
+	if given(fs, "older-than") && *olderThan <= 0 {
+		// A cutoff in the future would choose every journal, the newest too; 0 is now.
 		fmt.Fprintf(e.stderr, "symbi audit prune: --older-than %v: want a positive duration\n", *olderThan)
 		return 2
 	}

@@ -87,9 +87,11 @@ func runCommand(e *env, c *command, args []string) int {
 	}
 	safe, finish := e.forPeople()
 	code := c.run(safe, args)
-	if err := finish(); err != nil && code == 0 {
+	if err := finish(); err != nil && code != 1 {
 		// A command whose output could not be written (a full disk, a closed pipe) did
-		// not do its job: `symbi audit key > pub.hex` must not leave an empty file and 0.
+		// not do its job: `symbi audit key > pub.hex` must not leave an empty file and 0,
+		// nor `symbi audit verify J > report` an empty report and 2, a verdict ("valid but
+		// incomplete") no report says.
 		fmt.Fprintf(e.stderr, "symbi %s: writing the output: %v\n", c.name, err)
 		return 1
 	}

@@ -192,7 +192,7 @@ func runPolicyEval(e *env, args []string) int {
 	}
 	pol := policy.Load(p.Root())
 	if pol.Mode == policy.ModeDenyAll {
-		fmt.Fprintf(e.stderr, "symbi policy eval: policies unusable, every response is denied: %s\n", pol.Reason)
+		fmt.Fprintf(e.stderr, "symbi policy eval: policies unusable, every response is denied: %s\n", cellText(pol.Reason))
 	}
 	req := policy.NewRequest(a, policyDryRunID, text, policy.Surface, *caller)
 	var pre *policy.Decision // the server's decision before any policy, for use_tool
@@ -480,6 +480,10 @@ func runAccessEval(e *env, set map[string]bool, args []string, dir string, opts 
 	case !isStart && set["agent"]:
 		fmt.Fprintf(e.stderr, "symbi policy eval: --agent goes with start_run; name the run's agent with --run-agent\n")
 		return 2
+	case !isStart && set["executors"]:
+		// No agent is resolved for a run action: the executors would change nothing.
+		fmt.Fprintf(e.stderr, "symbi policy eval: --executors goes with start_run and the respond gate, not --action %s\n", req.Action)
+		return 2
 	}
 	p, reg, err := openRegistry(dir, slog.New(slog.NewTextHandler(e.stderr, nil)), opts...)
 	if err != nil {
@@ -499,7 +503,7 @@ func runAccessEval(e *env, set map[string]bool, args []string, dir string, opts 
 	}
 	set2 := policy.LoadAccess(p.Root())
 	if set2.Mode == policy.ModeDenyAll {
-		fmt.Fprintf(e.stderr, "symbi policy eval: access policies unusable, every access is denied: %s\n", set2.Reason)
+		fmt.Fprintf(e.stderr, "symbi policy eval: access policies unusable, every access is denied: %s\n", cellText(set2.Reason))
 	}
 	d := set2.DecideAccess(req)
 	out := accessEvalOutput{Decision: d.Verdict(), Action: req.Action, Caller: req.Caller, CallerAuth: req.CallerAuth, Agent: req.Agent, Run: runJSON(req.Run),

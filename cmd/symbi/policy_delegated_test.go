@@ -77,6 +77,18 @@ func TestPolicyEvalDelegatedAgent(t *testing.T) {
 	}
 }
 
+// TestPolicyEvalExecutorsOnlyWithAnAgent: --executors goes with the actions that resolve an
+// agent (the respond gate, use_tool, start_run); with a run action nothing is resolved, so
+// it is a usage error (exit 2), as every other flag that does not go with the action is —
+// never ignored.
+func TestPolicyEvalExecutorsOnlyWithAnAgent(t *testing.T) {
+	dir, execFile := delegatedPolicyProject(t)
+	code, out, errOut := runCLI(t, "", "policy", "eval", "--project", dir, "--action", "read_run", "--caller", "bob", "--run-owner", "bob", "--executors", execFile)
+	if code != 2 || out != "" || !strings.Contains(errOut, "--executors goes with start_run") {
+		t.Fatalf("policy eval --action read_run --executors: exit %d, stdout %q, stderr %q; want 2", code, out, errOut)
+	}
+}
+
 // TestPolicyCheckEmptySetProblems: a policy set whose files hold no policy is deny_all,
 // and policy check lists the problem as every other: a `file: message` line on stderr,
 // an entry of --json's "problems".

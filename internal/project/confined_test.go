@@ -239,7 +239,8 @@ func TestOpenPinsDirectory(t *testing.T) {
 func TestOpenRefusesNonDirectory(t *testing.T) {
 	root := t.TempDir()
 	writeFile(t, root, "file", []byte("x"))
-	for _, dir := range []string{filepath.Join(root, "file"), filepath.Join(root, "missing")} {
+	// "" is refused too: filepath.Abs would make it the working directory.
+	for _, dir := range []string{filepath.Join(root, "file"), filepath.Join(root, "missing"), ""} {
 		if _, err := Open(dir); !errors.Is(err, errcode.NotFound) {
 			t.Errorf("Open(%q) error %v, want not_found", dir, err)
 		}

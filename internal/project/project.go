@@ -64,6 +64,10 @@ type Project struct {
 // Open pins dir: it is opened once as a directory descriptor (O_DIRECTORY), and
 // moving or replacing the directory later cannot redirect reads.
 func Open(dir string) (*Project, error) {
+	if dir == "" {
+		// filepath.Abs would make it the working directory: not the project meant.
+		return nil, errcode.Errorf(errcode.NotFound, "project directory not given (an empty path)")
+	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, errcode.Errorf(errcode.NotFound, "project %s: %w", dir, err)
