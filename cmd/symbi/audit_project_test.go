@@ -168,6 +168,18 @@ func TestAuditProveSizeZero(t *testing.T) {
 	}
 }
 
+// TestAuditProveSizeBeforeEntry: a --size whose tree ends before the run's entry is
+// refused naming the entry's line and the smallest tree that holds it, not a bare "no
+// line" of the tree.
+func TestAuditProveSizeBeforeEntry(t *testing.T) {
+	dir, _, _, lw := ledgerProject(t, 3)
+	lw.Close()
+	code, out, errOut := runCLI(t, "", "audit", "prove", "--project", dir, "--run-id", "run-c", "--size", "2")
+	if code != 1 || out != "" || !strings.Contains(errOut, "run run-c's entry is line 2 of the ledger (from 0), in the trees of size 3 and more") {
+		t.Fatalf("audit prove --size 2 of the third entry: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+}
+
 // TestPruneWithoutSymbiontIsNotFound: a project that never ran anything (no .symbiont at
 // all) has no ledger: a prune, dry or not, is refused not_found — as for a .symbiont
 // without a ledger — before any key is looked for, and creates nothing.

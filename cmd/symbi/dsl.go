@@ -30,6 +30,9 @@ func runDSLCheck(e *env, args []string) int {
 		fs.Usage()
 		return 2
 	}
+	if !stdinOnce(e, cmdDslCheck, fs.Args()) {
+		return 2
+	}
 	type diagnostic struct {
 		File    string `json:"file"`
 		Line    int    `json:"line"`
@@ -81,8 +84,7 @@ func runDSLParse(e *env, args []string) int {
 		fs.Usage()
 		return 2
 	}
-	if i := slices.Index(fs.Args(), "-"); i >= 0 && slices.Contains(fs.Args()[i+1:], "-") {
-		fmt.Fprintln(e.stderr, "symbi dsl parse: - (standard input) can be given once")
+	if !stdinOnce(e, cmdDslParse, fs.Args()) {
 		return 2
 	}
 	results := []*dsl.Result{}
@@ -116,6 +118,17 @@ func runDSLParse(e *env, args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// stdinOnce reports whether "-" (standard input) is among args at most once, saying so
+// when not: a second would read the rest of a stream the first read whole — nothing — and
+// check an empty definition no one gave.
+func stdinOnce(e *env, c *command, args []string) bool {
+	if i := slices.Index(args, "-"); i >= 0 && slices.Contains(args[i+1:], "-") {
+		fmt.Fprintf(e.stderr, "symbi %s: - (standard input) can be given once\n", c.name)
+		return false
+	}
+	return true
 }
 
 // readSource reads a definition from a file, or from standard input for "-", reading at

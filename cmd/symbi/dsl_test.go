@@ -140,8 +140,11 @@ func TestDSLParse(t *testing.T) {
 	if code != 1 || !strings.Contains(out, `"valid": false`) || errOut != "inline:1:7: unexpected \"{\", expected an identifier\n" {
 		t.Errorf("syntax error: code %d, out %q, err %q", code, out, errOut)
 	}
-	if code, _, errOut := runCLI(t, "", "dsl", "parse", "-", "-"); code != 2 || !strings.Contains(errOut, "can be given once") {
-		t.Errorf("standard input twice: code %d, err %q, want 2", code, errOut)
+	for _, cmd := range []string{"parse", "check"} {
+		// The second would read nothing, and check an empty definition no one gave.
+		if code, _, errOut := runCLI(t, "agent a {}", "dsl", cmd, "-", "x.symbi", "-"); code != 2 || !strings.Contains(errOut, "can be given once") {
+			t.Errorf("dsl %s: standard input twice: code %d, err %q, want 2", cmd, code, errOut)
+		}
 	}
 }
 

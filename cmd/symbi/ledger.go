@@ -129,6 +129,11 @@ func runAuditProve(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "symbi audit prove: --size %d: the ledger has %d entries\n", n, len(entries))
 		return 1
 	}
+	if index >= n {
+		// Lines are counted from 0: the entry at line i is in the trees of size i+1 and more.
+		fmt.Fprintf(e.stderr, "symbi audit prove: --size %d: run %s's entry is line %d of the ledger (from 0), in the trees of size %d and more\n", n, nameText(*runID), index, index+1)
+		return 1
+	}
 	// The proof and the checkpoint are of the same tree, the ledger's first n lines: the
 	// checkpoint signs the root the proof leads to (ledger.CheckProof).
 	tree, err := ledger.NewTree(entries[:n])
