@@ -112,6 +112,21 @@ func TestCheckpointFileBounded(t *testing.T) {
 	}
 }
 
+// TestCheckpointFileUnreadable: a --checkpoint file that is missing, or cannot be read
+// (a directory), is the auditor's error, named so — not_found, invalid_request — with its
+// path, not "internal".
+func TestCheckpointFileUnreadable(t *testing.T) {
+	dir, key, _, lw := ledgerProject(t, 1)
+	lw.Close()
+	missing := filepath.Join(t.TempDir(), "none")
+	for file, want := range map[string]string{missing: "checkpoint: not_found: open " + missing, t.TempDir(): "checkpoint: invalid_request: read "} {
+		code, out, errOut := runCLI(t, "", "audit", "verify", "--project", dir, "--public-key", key, "--checkpoint", file)
+		if code != 1 || !strings.Contains(errOut, want) {
+			t.Errorf("--checkpoint %s: exit %d, stderr %q; want 1, %q\n%s", file, code, errOut, want, out)
+		}
+	}
+}
+
 // TestRunsEventsLimitIsUsage: a --limit out of range is a usage error (exit 2) whatever
 // the project holds: it is checked before the project is opened.
 func TestRunsEventsLimitIsUsage(t *testing.T) {

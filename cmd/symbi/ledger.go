@@ -274,13 +274,16 @@ const maxCheckpointBytes = 64 << 10
 // anything the auditor names (a pipe, a device), so it is never read whole.
 func readCheckpoint(path string) ([]byte, error) {
 	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errcode.Wrap(errcode.NotFound, err)
+	}
 	if err != nil {
-		return nil, err
+		return nil, errcode.Wrap(errcode.InvalidRequest, err) // the file named cannot be read
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, maxCheckpointBytes+1))
 	if err != nil {
-		return nil, err
+		return nil, errcode.Wrap(errcode.InvalidRequest, err)
 	}
 	if len(b) > maxCheckpointBytes {
 		return nil, errcode.Errorf(errcode.LimitExceeded, "%s is larger than %d bytes; a checkpoint is a signed note of a few hundred", path, maxCheckpointBytes)
