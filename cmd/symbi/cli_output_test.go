@@ -43,6 +43,10 @@ func TestTokenAddStdoutFails(t *testing.T) {
 // leave an empty file and exit 0.
 func TestOutputFailureExits1(t *testing.T) {
 	exp := loadAuditExpected(t)
+	bad := filepath.Join(t.TempDir(), "bad.symbi")
+	if err := os.WriteFile(bad, []byte("agent {"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	project := t.TempDir()
 	if code, _, errOut := runCLI(t, "", "audit", "key", "--project", project, "--create"); code != 0 {
 		t.Fatalf("audit key --create: exit %d: %s", code, errOut)
@@ -60,6 +64,9 @@ func TestOutputFailureExits1(t *testing.T) {
 		// is not given either.
 		{"audit", "verify", "--public-key", exp.PublicKey, filepath.Join(auditVectors, "crashed.jsonl")},
 		{"audit", "verify", "--json", "--public-key", exp.PublicKey, filepath.Join(auditVectors, "crashed.jsonl")},
+		// A command failing anyway says its report was lost: the reason was in it.
+		{"audit", "verify", "--public-key", exp.PublicKey, filepath.Join(auditVectors, "tampered-payload.jsonl")},
+		{"dsl", "check", bad},
 	} {
 		if code, errOut := runCLIOut(fullDisk{}, args...); code != 1 || !strings.Contains(errOut, "no space left on device") {
 			t.Errorf("%v with an unwritable stdout: exit %d, stderr %q; want 1, saying why", args, code, errOut)

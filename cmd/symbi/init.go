@@ -30,6 +30,11 @@ func runInit(e *env, args []string) int {
 	if fs.NArg() == 1 {
 		dir = fs.Arg(0)
 	}
+	if dir == "" {
+		// "$DIR" with DIR unset: the working directory is not the project meant.
+		fmt.Fprintln(e.stderr, "symbi init: the project directory is empty: give one (\".\" for the working directory)")
+		return 2
+	}
 	created, err := project.Init(dir, slog.New(slog.NewTextHandler(e.stderr, nil)))
 	for _, rel := range created {
 		fmt.Fprintf(e.stdout, "created %s\n", filepath.Join(dir, rel))

@@ -87,11 +87,12 @@ func runCommand(e *env, c *command, args []string) int {
 	}
 	safe, finish := e.forPeople()
 	code := c.run(safe, args)
-	if err := finish(); err != nil && code != 1 {
+	if err := finish(); err != nil {
 		// A command whose output could not be written (a full disk, a closed pipe) did
 		// not do its job: `symbi audit key > pub.hex` must not leave an empty file and 0,
 		// nor `symbi audit verify J > report` an empty report and 2, a verdict ("valid but
-		// incomplete") no report says.
+		// incomplete") no report says; and a command failing anyway says its report was
+		// lost (the reason it failed was in it).
 		fmt.Fprintf(e.stderr, "symbi %s: writing the output: %v\n", c.name, err)
 		return 1
 	}
