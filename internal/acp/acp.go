@@ -69,6 +69,9 @@ type Decider func(t policy.ToolUse) policy.Decision
 // gated use_tool denial (policy.Decision.Gate) holds for a person's decision.
 type Hold struct {
 	RequestID, Gate, Kind, Title string
+	// Deadline is the session's own (the agent's with timeout), zero when it has none: a
+	// held request waits no longer than the session it belongs to.
+	Deadline time.Time
 }
 
 // HoldResult is how a wait at a gate ended: Approved, or not with Note saying why
@@ -346,10 +349,11 @@ type update struct {
 }
 
 type runner struct {
-	cfg  Config
-	conn *sdk.ClientSideConnection
-	cmd  *exec.Cmd
-	sid  sdk.SessionId
+	cfg      Config
+	conn     *sdk.ClientSideConnection
+	cmd      *exec.Cmd
+	sid      sdk.SessionId
+	deadline time.Time // the session's (run's ctx), zero without one: set before the agent starts
 
 	stderr   tailBuffer
 	mark     string        // MarkVariable=<random>: in the environment of the agent and its descendants
@@ -736,6 +740,10 @@ func (r *runner) run(ctx context.Context) Result {
 	case cfg.Executor == nil || len(cfg.Executor.Command) == 0 || cfg.Workspace == nil || cfg.Decide == nil:
 		return r.noSession(errors.New("acp: incomplete configuration (executor, command, workspace, decider)"))
 	}
+	// The session's deadline, for a held permission request's wait: the requests are
+	// handled on the SDK's goroutines, under contexts of its own without it. Set before
+	// the agent starts, so before any request is read.
+	r.deadline, _ = ctx.Deadline()
 	if err := r.start(); err != nil {
 		return r.noSession(err)
 	}
@@ -2277,7 +2285,7 @@ func (r *runner) hold(ctx context.Context, d *policy.Decision, requestID, kind, 
 		}
 		stop()
 	}()
-	res := r.cfg.Hold(hctx, Hold{RequestID: requestID, Gate: d.Gate, Kind: kind, Title: title}, func(rec journal.Record) error { return r.record(rec, true) })
+	res := r.cfg.Hold(hctx, Hold{RequestID: requestID, Gate: d.Gate, Kind: kind, Title: title, Deadline: r.deadline}, func(rec journal.Record) error { return r.record(rec, true) })
 	switch {
 	case errors.Is(res.Err, ErrSessionOver):
 		// A record refused because the session closed meanwhile (a Holder may have

@@ -316,10 +316,10 @@ func (r *Runner) holdPermission(ctx context.Context, p *prepared, h acp.Hold, re
 		return acp.HoldResult{Err: cancelledError(ctx, "while its agent's permission request waited its turn at the gate")}
 	}
 	wait := r.cfg.ApprovalTimeout
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+	if dl := h.Deadline; !dl.IsZero() && time.Until(dl) < wait {
 		// The session's own deadline (the agent's with timeout) bounds the whole session,
 		// a held request included: the record says the wait it really has.
-		wait = time.Until(dl)
+		wait = max(time.Until(dl), 0)
 	}
 	now := time.Now()
 	defer p.gate.wait(Pending{Gate: h.Gate, Since: now, Deadline: now.Add(wait), RequestID: h.RequestID, Title: h.Title})()
