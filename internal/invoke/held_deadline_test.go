@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,22 +37,7 @@ func TestHeldPermissionWaitRecordsSessionDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.runner.cfg.Registry = reg2
-	atGate := make(chan struct{})
-	var once sync.Once
-	f.runner.hook = func(point string) {
-		if point == "awaiting approval" {
-			once.Do(func() { close(atGate) })
-		}
-	}
-	run, err := f.runner.Start(Request{Agent: "coder", Prompt: "Edit a.txt.", Async: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-atGate:
-	case <-time.After(hangGuard):
-		t.Fatal("no request held at the gate")
-	}
+	run := startAtGate(t, f, Request{Agent: "coder", Prompt: "Edit a.txt.", Async: true})
 	pend := run.Pending()
 	run.Cancel(ErrCancelRequested)
 	waitEnd(t, run)

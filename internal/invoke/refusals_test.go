@@ -192,17 +192,7 @@ func TestCallerLeftBeforeReleaseNoText(t *testing.T) {
 		t.Fatalf("the call that stopped waiting: %v; want cancelled", err)
 	}
 	close(proceed)
-	res, err := waitEnd(t, run)
-	if res != nil || errcode.Of(err) != errcode.Cancelled {
-		var text string
-		if res != nil {
-			text = res.Text
-		}
-		t.Errorf("after its caller was told cancelled, the run's outcome is text %q, err %v; want cancelled, no text", text, err)
-	}
-	if term := lastTerminated(t, run.Audit().Path); term.Reason != reasonCancelled || term.Released {
-		t.Errorf("terminated %+v; want cancelled, not released", term)
-	}
+	wantEndedCancelled(t, run, "after its caller was told cancelled, the run's outcome")
 }
 
 // docs/errors.md: a run whose journal failed ends audit_unavailable ("any later journal
@@ -631,17 +621,7 @@ func TestResumeCancelBeforeRelease(t *testing.T) {
 	if err := <-approved; err != nil {
 		t.Fatalf("approve_run: %v", err)
 	}
-	res, err := waitEnd(t, run)
-	if res != nil || errcode.Of(err) != errcode.Cancelled {
-		var text string
-		if res != nil {
-			text = res.Text
-		}
-		t.Fatalf("cancelled before release: text %q, err %v; want cancelled, no text", text, err)
-	}
-	if term := lastTerminated(t, run.Audit().Path); term.Reason != reasonCancelled || term.Released {
-		t.Errorf("terminated %+v; want cancelled, not released", term)
-	}
+	wantEndedCancelled(t, run, "cancelled before release")
 }
 
 // ReopenHeld resumes only a run whose journal "holds the clear text" of the answer the
@@ -798,28 +778,12 @@ func TestHeldPermissionLedgerFailure(t *testing.T) {
 		"tools.cedar": "@gate(\"human\") @id(\"edits-review\")\nforbid (principal, action == Action::\"use_tool\", resource == Tool::\"edit\");\n",
 	})
 	lw := withLedger(t, f)
-	atGate := make(chan struct{})
-	var once sync.Once
-	f.runner.hook = func(point string) {
-		if point == "awaiting approval" {
-			once.Do(func() { close(atGate) })
-		}
-	}
-	run, err := f.runner.Start(Request{Agent: "coder", Prompt: "Edit a.txt.", Async: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-atGate:
-	case <-time.After(hangGuard):
-		t.Fatal("no request held at the gate")
-	}
+	run := startAtGate(t, f, Request{Agent: "coder", Prompt: "Edit a.txt.", Async: true})
 	lw.Close()
 	if err := run.Approve(context.Background(), Approval{RequestID: "perm-1", Decision: ApprovalApprove, Approver: "alice"}); errcode.Of(err) != errcode.AuditUnavailable {
 		t.Errorf("approve_run whose ledger entry failed: %v; want audit_unavailable", err)
 	}
-	_, err = waitEnd(t, run)
-	if errcode.Of(err) != errcode.AuditUnavailable {
+	if _, err := waitEnd(t, run); errcode.Of(err) != errcode.AuditUnavailable {
 		t.Errorf("the run: %v; want audit_unavailable", err)
 	}
 	var types []string
@@ -864,5 +828,45 @@ func TestDelegatedEmptyPromptRefused(t *testing.T) {
 	}
 	if errcode.Of(err) != errcode.InvalidRequest || journals(t, f) != 0 {
 		t.Fatalf("start_run of a delegated agent with no prompt: %v (%d journals); want invalid_request before any journal", err, journals(t, f))
+	}
+}
+
+// startAtGate starts req's run on f and returns it once a request of its waits at the
+// human gate (the hook's "awaiting approval").
+func startAtGate(t *testing.T, f *fixture, req Request) *Run {
+	t.Helper()
+	atGate := make(chan struct{})
+	var once sync.Once
+	f.runner.hook = func(point string) {
+		if point == "awaiting approval" {
+			once.Do(func() { close(atGate) })
+		}
+	}
+	run, err := f.runner.Start(req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-atGate:
+	case <-time.After(hangGuard):
+		t.Fatal("no request held at the gate")
+	}
+	return run
+}
+
+// wantEndedCancelled waits for run's end and requires it cancelled, with no text, its
+// journal's terminated saying cancelled and not released; when names the moment.
+func wantEndedCancelled(t *testing.T, run *Run, when string) {
+	t.Helper()
+	res, err := waitEnd(t, run)
+	if res != nil || errcode.Of(err) != errcode.Cancelled {
+		var text string
+		if res != nil {
+			text = res.Text
+		}
+		t.Errorf("%s: text %q, err %v; want cancelled, no text", when, text, err)
+	}
+	if term := lastTerminated(t, run.Audit().Path); term.Reason != reasonCancelled || term.Released {
+		t.Errorf("terminated %+v; want cancelled, not released", term)
 	}
 }
