@@ -388,8 +388,12 @@ func TestGatePermission(t *testing.T) {
 			if req < 0 || dec < 0 || perm < 0 || !(req < dec && dec < perm) {
 				t.Fatalf("approval_requested at %d, approval_decided at %d, permission_decided at %d: %v", req, dec, perm, types(recs))
 			}
-			if d := gateData(recs, req); d["gate"] != "commands-review" || d["kind"] != "execute" || d["title"] != "go test ./..." || d["timeout_ms"] != float64(24*time.Hour/time.Millisecond) {
+			// The wait is what is left of the run's deadline (30 minutes without a with
+			// timeout), shorter than --approval-timeout's 24 h: timeout_ms says so.
+			if d := gateData(recs, req); d["gate"] != "commands-review" || d["kind"] != "execute" || d["title"] != "go test ./..." {
 				t.Fatalf("approval_requested %v", d)
+			} else if ms, _ := d["timeout_ms"].(float64); ms > float64(30*time.Minute/time.Millisecond) || ms < float64(20*time.Minute/time.Millisecond) {
+				t.Fatalf("approval_requested timeout_ms %v; want what is left of the run's 30-minute deadline", d["timeout_ms"])
 			}
 			if d := gateData(recs, dec); d["decision"] != c.decision || d["approver"] != "stdio" || d["approver_auth"] != "stdio" || d["via"] != "approve_run" || d["reason"] != c.name+" by the test" {
 				t.Fatalf("approval_decided %v", d)
