@@ -316,13 +316,7 @@ func heldJournal(t *testing.T, f *fixture, started journal.Started, text, gate s
 // (inference_failed).
 func TestACPPanicIsInternal(t *testing.T) {
 	reg, script := fakeExecutor(t)
-	writeScript(t, script,
-		map[string]any{"permission": map[string]any{"tool_call_id": "p1", "kind": "edit", "title": "Edit a", "locations": []string{"$CWD/a.txt"}}},
-		map[string]any{"message": "ok"},
-	)
-	f := delegatedFixture(t, reg, map[string]string{
-		"tools.cedar": "@gate(\"human\") @id(\"edits-review\")\nforbid (principal, action == Action::\"use_tool\", resource == Tool::\"edit\");\n",
-	})
+	f := editHeldFixture(t, reg, script)
 	f.runner.hook = func(point string) {
 		if point == "awaiting approval" {
 			panic("a bug in symbi's gate")

@@ -5,8 +5,6 @@ package invoke
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -22,21 +20,8 @@ import (
 // the session's deadline cuts short.
 func TestHeldPermissionWaitRecordsSessionDeadline(t *testing.T) {
 	reg, script := fakeExecutor(t)
-	writeScript(t, script,
-		map[string]any{"permission": map[string]any{"tool_call_id": "p1", "kind": "edit", "title": "Edit a", "locations": []string{"$CWD/a.txt"}}},
-		map[string]any{"message": "ok"},
-	)
-	f := delegatedFixture(t, reg, map[string]string{
-		"tools.cedar": "@gate(\"human\") @id(\"edits-review\")\nforbid (principal, action == Action::\"use_tool\", resource == Tool::\"edit\");\n",
-	})
-	if err := os.WriteFile(filepath.Join(f.dir, "agents", "coder.symbi"), []byte("metadata { executor = \"fake\" }\nagent coder {\n  with timeout = 5.minutes {}\n}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	reg2, err := f.runner.cfg.Project.LoadRegistry(nil, dslOptions(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.runner.cfg.Registry = reg2
+	f := editHeldFixture(t, reg, script)
+	delegatedAgent(t, f, reg, "coder", "5.minutes")
 	run := startAtGate(t, f, Request{Agent: "coder", Prompt: "Edit a.txt.", Async: true})
 	pend := run.Pending()
 	run.Cancel(ErrCancelRequested)

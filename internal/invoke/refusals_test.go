@@ -698,14 +698,7 @@ func TestDelegatedDeadlineApplied(t *testing.T) {
 	reg, script := fakeExecutor(t)
 	writeScript(t, script, map[string]any{"hang": true})
 	f := delegatedFixture(t, reg, nil)
-	if err := os.WriteFile(filepath.Join(f.dir, "agents", "slow.symbi"), []byte("metadata { executor = \"fake\" }\nagent slow {\n  with timeout = 5.seconds {}\n}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	reg2, err := f.runner.cfg.Project.LoadRegistry(nil, dslOptions(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.runner.cfg.Registry = reg2
+	delegatedAgent(t, f, reg, "slow", "5.seconds")
 	run, err := f.runner.Start(Request{Agent: "slow", Prompt: "do it", Async: true}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -727,14 +720,7 @@ func TestDelegatedDeadlineInHandshake(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := delegatedFixture(t, reg, nil)
-	if err := os.WriteFile(filepath.Join(f.dir, "agents", "slow.symbi"), []byte("metadata { executor = \"fake\" }\nagent slow {\n  with timeout = 1.seconds {}\n}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	reg2, err := f.runner.cfg.Project.LoadRegistry(nil, dslOptions(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.runner.cfg.Registry = reg2
+	delegatedAgent(t, f, reg, "slow", "1.seconds")
 	run, err := f.runner.Start(Request{Agent: "slow", Prompt: "do it", Async: true}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -770,13 +756,7 @@ func TestDelegatedGuidanceUnreadable(t *testing.T) {
 // audit_failed; the agent is not told a decision no one recorded.
 func TestHeldPermissionLedgerFailure(t *testing.T) {
 	reg, script := fakeExecutor(t)
-	writeScript(t, script,
-		map[string]any{"permission": map[string]any{"tool_call_id": "p1", "kind": "edit", "title": "Edit a", "locations": []string{"$CWD/a.txt"}}},
-		map[string]any{"message": "ok"},
-	)
-	f := delegatedFixture(t, reg, map[string]string{
-		"tools.cedar": "@gate(\"human\") @id(\"edits-review\")\nforbid (principal, action == Action::\"use_tool\", resource == Tool::\"edit\");\n",
-	})
+	f := editHeldFixture(t, reg, script)
 	lw := withLedger(t, f)
 	run := startAtGate(t, f, Request{Agent: "coder", Prompt: "Edit a.txt.", Async: true})
 	lw.Close()
@@ -869,4 +849,33 @@ func wantEndedCancelled(t *testing.T, run *Run, when string) {
 	if term := lastTerminated(t, run.Audit().Path); term.Reason != reasonCancelled || term.Released {
 		t.Errorf("terminated %+v; want cancelled, not released", term)
 	}
+}
+
+// delegatedAgent (re)defines f's agent name as delegated to reg's executor "fake" with the
+// given with timeout (a DSL duration, "5.seconds"), and reloads f's registry.
+func delegatedAgent(t *testing.T, f *fixture, reg *executors.Registry, name, timeout string) {
+	t.Helper()
+	src := "metadata { executor = \"fake\" }\nagent " + name + " {\n  with timeout = " + timeout + " {}\n}\n"
+	if err := os.WriteFile(filepath.Join(f.dir, "agents", name+".symbi"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reg2, err := f.runner.cfg.Project.LoadRegistry(nil, dslOptions(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.runner.cfg.Registry = reg2
+}
+
+// editHeldFixture is a delegated project whose agent coder asks permission to edit a.txt
+// (tool call p1, request perm-1) and then answers "ok", under a policy that holds every
+// edit at the human gate edits-review.
+func editHeldFixture(t *testing.T, reg *executors.Registry, script string) *fixture {
+	t.Helper()
+	writeScript(t, script,
+		map[string]any{"permission": map[string]any{"tool_call_id": "p1", "kind": "edit", "title": "Edit a", "locations": []string{"$CWD/a.txt"}}},
+		map[string]any{"message": "ok"},
+	)
+	return delegatedFixture(t, reg, map[string]string{
+		"tools.cedar": "@gate(\"human\") @id(\"edits-review\")\nforbid (principal, action == Action::\"use_tool\", resource == Tool::\"edit\");\n",
+	})
 }
