@@ -1,19 +1,22 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 	"strings"
 )
 
 // newFlags returns a FlagSet for a subcommand whose usage text names the command,
-// its arguments and its flags, printed to the command's stderr.
+// its arguments and its flags: printed to stdout when asked for (--help, exit 0), as
+// symbi --help prints the command list, and to stderr after a usage error.
 func newFlags(e *env, c *command) *flag.FlagSet {
 	fs := flag.NewFlagSet("symbi "+c.name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs.SetOutput(&parseOutput{stdout: e.stdout, stderr: e.stderr})
 	fs.Usage = func() {
 		has := false
 		fs.VisitAll(func(*flag.Flag) { has = true })
@@ -65,7 +68,15 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 			f.Value = &onceValue{Value: f.Value}
 		}
 	})
-	if err := fs.Parse(args); err != nil {
+	out, _ := fs.Output().(*parseOutput)
+	if out != nil {
+		out.hold()
+	}
+	err := fs.Parse(args)
+	if out != nil {
+		out.release(errors.Is(err, flag.ErrHelp))
+	}
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, false
 		}
@@ -78,6 +89,34 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 		return 2, false
 	}
 	return 0, true
+}
+
+// parseOutput is a FlagSet's output. What the flag package prints while parsing is
+// held until the parse is done: the usage text asked for with --help then goes to
+// stdout, an error and the usage after it to stderr. Everything else goes to stderr.
+type parseOutput struct {
+	stdout, stderr io.Writer
+	held           *bytes.Buffer // non-nil while parsing
+}
+
+func (o *parseOutput) Write(p []byte) (int, error) {
+	if o.held != nil {
+		return o.held.Write(p)
+	}
+	return o.stderr.Write(p)
+}
+
+func (o *parseOutput) hold() { o.held = new(bytes.Buffer) }
+
+// release writes what was held, to stdout if it was the help asked for.
+func (o *parseOutput) release(help bool) {
+	w := o.stderr
+	if help {
+		w = o.stdout
+	}
+	held := o.held
+	o.held = nil
+	w.Write(held.Bytes()) // a failed write is the command's output failure (runCommand)
 }
 
 // given reports whether the flag name was set on the command line.

@@ -11,6 +11,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"symbi/internal/errcode"
 )
 
 // env is what a subcommand may touch of the outside world, so that tests can run
@@ -50,12 +52,12 @@ func run(e *env, args []string) int {
 	if args0 := firstArg(args); args0 == "--version" || args0 == "-version" {
 		return runCommand(e, commands["version"], args[1:])
 	}
-	if len(args) == 0 || isHelp(args[0]) {
+	if len(args) == 0 {
 		usage(e.stdout, "")
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
+		return 2
+	}
+	if isHelp(args[0]) {
+		return help(e, args[1:])
 	}
 	if len(args) >= 2 {
 		if c, ok := commands[args[0]+" "+args[1]]; ok {
@@ -97,6 +99,25 @@ func runCommand(e *env, c *command, args []string) int {
 		return 1
 	}
 	return code
+}
+
+// help answers symbi help [COMMAND]: the command list, a group's commands, or one
+// command's usage (as symbi COMMAND --help prints it).
+func help(e *env, args []string) int {
+	name := strings.Join(args, " ")
+	switch c := commands[name]; {
+	case name == "":
+		usage(e.stdout, "")
+		return 0
+	case c != nil:
+		return runCommand(e, c, []string{"--help"})
+	case len(args) == 1 && hasGroup(name):
+		usage(e.stdout, name)
+		return 0
+	}
+	fmt.Fprintf(e.stderr, "symbi help: no command %s\n\n", errcode.Quote(name))
+	usage(e.stderr, "")
+	return 2
 }
 
 func firstArg(args []string) string {

@@ -45,3 +45,44 @@ func TestVersionFlagStrayArgument(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpAskedGoesToStdout: the usage a person asks for (COMMAND --help, symbi help
+// COMMAND) is the command's output, on stdout with exit 0, as symbi --help prints the
+// command list; after a usage error it is on stderr.
+func TestHelpAskedGoesToStdout(t *testing.T) {
+	code, out, errOut := runCLI(t, "", "audit", "verify", "--help")
+	if code != 0 || !strings.HasPrefix(out, "usage: symbi audit verify [flags] JOURNAL|DIR") || errOut != "" {
+		t.Fatalf("audit verify --help: exit %d\nstdout %q\nstderr %q", code, out, errOut)
+	}
+	code, helpOut, errOut := runCLI(t, "", "help", "audit", "verify")
+	if code != 0 || helpOut != out || errOut != "" {
+		t.Fatalf("help audit verify: exit %d\nstdout %q\nstderr %q\nwant stdout %q", code, helpOut, errOut, out)
+	}
+	code, out, errOut = runCLI(t, "", "audit", "verify", "--bogus")
+	if code != 1 || out != "" || !strings.Contains(errOut, "-bogus") || !strings.Contains(errOut, "usage: symbi audit verify") {
+		t.Fatalf("audit verify --bogus: exit %d\nstdout %q\nstderr %q", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "", "runs", "list", "--limit", "x")
+	if code != 2 || out != "" || !strings.Contains(errOut, "usage: symbi runs list") {
+		t.Fatalf("runs list --limit x: exit %d\nstdout %q\nstderr %q", code, out, errOut)
+	}
+}
+
+// TestHelpCommand: symbi help GROUP lists the group's commands only, symbi help
+// COMMAND prints its usage, and anything else is a usage error naming what was asked.
+func TestHelpCommand(t *testing.T) {
+	code, out, _ := runCLI(t, "", "help", "runs")
+	if code != 0 || !strings.Contains(out, "runs list") || strings.Contains(out, "audit verify") {
+		t.Fatalf("help runs: exit %d\n%s", code, out)
+	}
+	code, out, _ = runCLI(t, "", "help", "version")
+	if code != 0 || !strings.HasPrefix(out, "usage: symbi version") {
+		t.Fatalf("help version: exit %d\n%s", code, out)
+	}
+	for _, args := range [][]string{{"help", "nope"}, {"help", "audit", "verify", "x"}, {"help", "runs", "list", "--bogus"}} {
+		code, out, errOut := runCLI(t, "", args...)
+		if code != 2 || out != "" || !strings.Contains(errOut, "symbi help: no command") {
+			t.Errorf("%v: exit %d\nstdout %q\nstderr %q", args, code, out, errOut)
+		}
+	}
+}
