@@ -112,3 +112,28 @@ func TestAuditCheckpointInvalidLedgerCode(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditCheckpointLinkedLedgerCode: a ledger that is a symbolic link is refused, as
+// every reader of the ledger refuses it, and the refusal is `audit_unavailable` (the
+// ledger cannot be used), as `symbi runs …` report it — not `internal`.
+func TestAuditCheckpointLinkedLedgerCode(t *testing.T) {
+	dir, _, _, _ := ledgerProject(t, 2)
+	p := filepath.Join(dir, ".symbiont", "ledger.jsonl")
+	elsewhere := filepath.Join(t.TempDir(), "ledger.jsonl")
+	if err := os.Rename(p, elsewhere); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, p); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"audit", "checkpoint", "--project", dir},
+		{"audit", "prove", "--project", dir, "--run-id", "run-a"},
+		{"runs", "list", "--project", dir},
+	} {
+		code, out, errOut := runCLI(t, "", args...)
+		if code != 1 || out != "" || !strings.Contains(errOut, "audit_unavailable") || !strings.Contains(errOut, "symbolic link") {
+			t.Errorf("%v on a linked ledger: exit %d, stdout %q, stderr %q; want exit 1, audit_unavailable naming the link", args[:2], code, out, errOut)
+		}
+	}
+}

@@ -470,8 +470,15 @@ func ReadDurable(root *os.File) ([]byte, error) {
 	}
 	defer unix.Close(sym)
 	fd, err := unix.Openat(sym, FileName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: open .symbiont/%s (not a symlink): %w", FileName, err)
+	switch {
+	case errors.Is(err, unix.ENOENT): // removed since Present looked
+		return nil, fmt.Errorf("ledger: open .symbiont/%s: %w", FileName, err)
+	case errors.Is(err, unix.ELOOP):
+		// The ledger is read as every reader reads it, and as the writer writes it: the
+		// project's own file, never another one a link leads to.
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "ledger: .symbiont/%s is a symbolic link: refused (the writer never makes one; the project's own ledger is read without following one)", FileName)
+	case err != nil: // unreadable (permissions): the ledger cannot be used
+		return nil, errcode.Errorf(errcode.AuditUnavailable, "ledger: open .symbiont/%s: %w", FileName, err)
 	}
 	f := os.NewFile(uintptr(fd), filepath.Join(".symbiont", FileName))
 	defer f.Close()
