@@ -13,7 +13,6 @@ import (
 
 	"symbi/internal/acp"
 	"symbi/internal/auth"
-	"symbi/internal/dsl"
 	"symbi/internal/errcode"
 	"symbi/internal/invoke"
 	"symbi/internal/policy"
@@ -97,11 +96,6 @@ func runPolicyEval(e *env, args []string) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	opts, err := executorOptions(e, *execFile)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
-		return 1
-	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *callerAuth == "" {
@@ -134,7 +128,7 @@ func runPolicyEval(e *env, args []string) int {
 		return 2
 	}
 	if slices.Contains(policy.AccessActions, *action) {
-		return runAccessEval(e, set, fs.Args(), *dir, opts, *asJSON, policy.AccessRequest{Action: *action, Caller: *caller, CallerAuth: *callerAuth},
+		return runAccessEval(e, set, fs.Args(), *dir, *execFile, *asJSON, policy.AccessRequest{Action: *action, Caller: *caller, CallerAuth: *callerAuth},
 			*agent, &policy.RunResource{ID: policyDryRunID, Owner: *runOwner, Agent: *runAgent, Status: *runStatus})
 	}
 	useTool := *action == policy.ActionUseTool
@@ -163,6 +157,13 @@ func runPolicyEval(e *env, args []string) int {
 	case useTool && *tool == "":
 		fmt.Fprintln(e.stderr, "symbi policy eval: --tool is required with --action use_tool")
 		return 2
+	}
+	// The executors file is read once the command line is known to be whole: a usage
+	// error is said first, as for every other flag.
+	opts, err := executorOptions(e, *execFile)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
+		return 1
 	}
 	text := *response
 	if set["response-file"] {
@@ -462,7 +463,7 @@ func openDryRunWorkspace(dir, project string) (*symbiws.Workspace, error) {
 }
 
 // runAccessEval dry-runs a run-access decision against the project's policies/access.
-func runAccessEval(e *env, set map[string]bool, args []string, dir string, opts []dsl.Options, asJSON bool, req policy.AccessRequest, agent string, run *policy.RunResource) int {
+func runAccessEval(e *env, set map[string]bool, args []string, dir, execFile string, asJSON bool, req policy.AccessRequest, agent string, run *policy.RunResource) int {
 	isStart := req.Action == policy.ActionStartRun
 	switch {
 	case len(args) != 0:
@@ -484,6 +485,11 @@ func runAccessEval(e *env, set map[string]bool, args []string, dir string, opts 
 		// No agent is resolved for a run action: the executors would change nothing.
 		fmt.Fprintf(e.stderr, "symbi policy eval: --executors goes with start_run and the respond gate, not --action %s\n", req.Action)
 		return 2
+	}
+	opts, err := executorOptions(e, execFile)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "symbi policy eval: %s\n", errcode.Text(err))
+		return 1
 	}
 	p, reg, err := openRegistry(dir, slog.New(slog.NewTextHandler(e.stderr, nil)), opts...)
 	if err != nil {

@@ -87,6 +87,20 @@ func TestPolicyEvalExecutorsOnlyWithAnAgent(t *testing.T) {
 	if code != 2 || out != "" || !strings.Contains(errOut, "--executors goes with start_run") {
 		t.Fatalf("policy eval --action read_run --executors: exit %d, stdout %q, stderr %q; want 2", code, out, errOut)
 	}
+	// The usage error is said before the file is read: a missing file is not what is wrong.
+	missing := filepath.Join(t.TempDir(), "none.toml")
+	code, out, errOut = runCLI(t, "", "policy", "eval", "--project", dir, "--action", "read_run", "--caller", "bob", "--run-owner", "bob", "--executors", missing)
+	if code != 2 || out != "" || !strings.Contains(errOut, "--executors goes with start_run") {
+		t.Fatalf("policy eval --action read_run --executors MISSING: exit %d, stdout %q, stderr %q; want 2", code, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "", "policy", "eval", "--project", dir, "--agent", "helper", "--executors", missing)
+	if code != 2 || out != "" || !strings.Contains(errOut, "give exactly one of --response and --response-file") {
+		t.Fatalf("policy eval without a response, --executors MISSING: exit %d, stdout %q, stderr %q; want 2", code, out, errOut)
+	}
+	code, _, errOut = runCLI(t, "", "policy", "eval", "--project", dir, "--agent", "helper", "--response", "hi", "--executors", missing)
+	if code != 1 || !strings.Contains(errOut, "none.toml") {
+		t.Fatalf("policy eval --executors MISSING: exit %d, stderr %q; want 1 naming the file", code, errOut)
+	}
 }
 
 // TestPolicyCheckEmptySetProblems: a policy set whose files hold no policy is deny_all,
