@@ -70,7 +70,7 @@ func runAuditVerify(e *env, args []string) int {
 		return 1
 	}
 	switch {
-	case *project != "" && (len(pos) != 0 || *runID != "" || *head != "" || *records != 0):
+	case *project != "" && (len(pos) != 0 || given(fs, "run-id") || given(fs, "head") || given(fs, "records")):
 		return usageErr("--project verifies the whole project: no JOURNAL, --run-id or receipt with it")
 	case *project == "" && len(checkpoints) > 0:
 		return usageErr("--checkpoint goes with --project")
@@ -87,16 +87,21 @@ func runAuditVerify(e *env, args []string) int {
 	if *project != "" {
 		return runAuditVerifyProject(e, *project, pub, checkpoints, *asJSON)
 	}
-	if (*head == "") != (*records == 0) {
+	// A receipt is given whole or not at all, by what is on the command line: an empty
+	// --head or --records 0 is refused, not taken for "no receipt" (which verifies less).
+	if given(fs, "head") != given(fs, "records") {
 		return usageErr("--head and --records go together (the receipt of the run)")
 	}
-	if h, err := hex.DecodeString(*head); *head != "" && (err != nil || len(h) != 32 || strings.ToLower(*head) != *head) {
+	if h, err := hex.DecodeString(*head); given(fs, "head") && (err != nil || len(h) != 32 || strings.ToLower(*head) != *head) {
 		// A head in capitals would be reported as a receipt that does not match: a false
 		// sign of tampering.
 		return usageErr("--head must be 64 lowercase hex digits (a SHA-256, as the receipt gives it)")
 	}
-	if *records < 0 {
-		return usageErr("--records must be a positive number")
+	if given(fs, "records") && *records < 1 {
+		return usageErr("--records %d: a receipt counts at least 1 record", *records)
+	}
+	if given(fs, "run-id") && *runID == "" {
+		return usageErr("--run-id is empty")
 	}
 	opts := journal.VerifyOptions{RunID: *runID, Head: *head, Records: *records}
 	var st unix.Stat_t

@@ -121,6 +121,39 @@ func TestReceiptCountLeadingZero(t *testing.T) {
 	}
 }
 
+// TestReceiptGivenWhole: a receipt on the command line is checked or refused, never
+// taken for no receipt: `--records 0` (alone or with --head), an empty --head, and an
+// empty --run-id are usage errors (exit 1, audit verify's), not a plain verification
+// that checks no receipt and says the journal is complete.
+func TestReceiptGivenWhole(t *testing.T) {
+	file := filepath.Join("..", "..", "testdata", "journal", "delegated.jsonl")
+	const key = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a" // the vectors' key
+	if code, out, errOut := runCLI(t, "", "audit", "verify", file, "--public-key", key); code != 0 {
+		t.Fatalf("setup: audit verify of the vector: exit %d\n%s%s", code, out, errOut)
+	}
+	head := strings.Repeat("ab", 32)
+	for _, tt := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--records", "0"}, "--head and --records go together"},
+		{[]string{"--records", "0", "--head", head}, "--records 0: a receipt counts at least 1 record"},
+		{[]string{"--head", "", "--records", "3"}, "--head must be 64 lowercase hex digits"},
+		{[]string{"--head", ""}, "--head and --records go together"},
+		{[]string{"--run-id", ""}, "--run-id is empty"},
+		{[]string{"--project", ".", "--records", "0"}, "no JOURNAL, --run-id or receipt with it"},
+	} {
+		args := append([]string{"audit", "verify", "--public-key", key}, tt.args...)
+		if tt.args[0] != "--project" {
+			args = append(args, file)
+		}
+		code, out, errOut := runCLI(t, "", args...)
+		if code != 1 || out != "" || !strings.Contains(errOut, tt.msg) {
+			t.Errorf("audit verify %v: exit %d, stdout %q, stderr %q; want 1 and %q", tt.args, code, out, errOut, tt.msg)
+		}
+	}
+}
+
 // TestEmptyProjectRefused: an empty --project (`--project "$DIR"` with DIR unset) is a
 // usage error (exit 2; audit verify's is 1) for every command that takes one: it would otherwise be the working
 // directory's project, not the one meant (agents-md generate wrote AGENTS.md there).
