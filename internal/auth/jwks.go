@@ -81,7 +81,8 @@ func (s *keySet) init(ctx context.Context) error {
 // than refresh, starts a fetch, unless one ran less than minRefetch ago, and waits for it:
 // a key the issuer has removed verifies no token once the set is due for refreshing,
 // however long the server was idle. When that fetch fails, the last good set stands (the
-// log says why). A token without kid gets the set's only key.
+// log says why). A token without kid gets the set's only key, and fetches as an unknown
+// kid does when the set holds none or several.
 func (s *keySet) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, error) {
 	s.mu.Lock()
 	now := time.Now()
@@ -92,15 +93,12 @@ func (s *keySet) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, err
 		s.mu.Unlock()
 		return keys, nil
 	}
-	if len(keys) == 0 && kid == "" {
-		n := len(s.keys)
-		s.mu.Unlock()
-		return nil, refuse(ErrUnknownKey, "no kid, and the issuer has %d keys", n)
-	}
 	if mayFetch {
+		// A token without kid fetches as an unknown kid does: the issuer may since
+		// have published its one key, or withdrawn all but one.
 		s.start()
 	}
-	done, lastErr := s.inflight, s.lastErr
+	done, lastErr, unknown := s.inflight, s.lastErr, s.unknown(kid)
 	s.mu.Unlock()
 	if done == nil && len(keys) > 0 {
 		return keys, nil // due, but fetched moments ago and failed: the last good set stands
@@ -110,7 +108,7 @@ func (s *keySet) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, err
 		if lastErr != nil {
 			return nil, unavailable(lastErr)
 		}
-		return nil, refuse(ErrUnknownKey, "kid %s is not in the issuer's key set", quote(kid))
+		return nil, unknown
 	}
 	select {
 	case <-done:
@@ -118,7 +116,7 @@ func (s *keySet) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, err
 		return nil, unavailable(ctx.Err())
 	}
 	s.mu.Lock()
-	keys, lastErr = s.match(kid), s.lastErr
+	keys, lastErr, unknown = s.match(kid), s.lastErr, s.unknown(kid)
 	s.mu.Unlock()
 	switch {
 	case len(keys) > 0:
@@ -126,7 +124,15 @@ func (s *keySet) lookup(ctx context.Context, kid string) ([]jose.JSONWebKey, err
 	case lastErr != nil:
 		return nil, unavailable(lastErr)
 	}
-	return nil, refuse(ErrUnknownKey, "kid %s is not in the issuer's key set", quote(kid))
+	return nil, unknown
+}
+
+// unknown is the refusal of a token whose kid matches no key of the set. s.mu is held.
+func (s *keySet) unknown(kid string) error {
+	if kid == "" {
+		return refuse(ErrUnknownKey, "no kid, and the issuer has %d keys", len(s.keys))
+	}
+	return refuse(ErrUnknownKey, "kid %s is not in the issuer's key set", quote(kid))
 }
 
 // match returns the keys with id kid, or the only key for "". s.mu is held.

@@ -219,27 +219,33 @@ func AddToken(path, name string, random io.Reader, deliver func(token string) er
 	if len(data)+len(line) > MaxTokenFileBytes {
 		return "", errcode.Errorf(errcode.LimitExceeded, "%s: would grow over %d bytes", path, MaxTokenFileBytes)
 	}
+	// What is written is cut off again when any step after it fails: a partial entry
+	// would make the whole file one LoadTokens refuses (the server would not start), and
+	// a whole one, not durable or not handed over, a name held by a token no one has.
+	cutOff := func(err error) error {
+		if terr := f.Truncate(int64(len(data))); terr != nil {
+			return errcode.Errorf(errcode.Internal, "%s: %w; and the entry for %q could not be cut off (%v): delete what follows the last whole line", path, err, name, terr)
+		}
+		if serr := f.Sync(); serr != nil {
+			return errcode.Errorf(errcode.Internal, "%s: %w; and the file's sync after cutting the entry for %q off failed (%v)", path, err, name, serr)
+		}
+		return errcode.Errorf(errcode.Internal, "%s: %w; the entry was cut off again, so no token holds %q", path, err, name)
+	}
 	if _, err := f.Write(line); err != nil {
-		return "", errcode.Errorf(errcode.Internal, "%s: %v", path, err)
+		return "", cutOff(err) // names the write and the file
 	}
 	if err := f.Sync(); err != nil {
-		return "", errcode.Errorf(errcode.Internal, "%s: sync: %v", path, err)
+		return "", cutOff(fmt.Errorf("sync: %w", err))
 	}
 	if len(data) == 0 {
 		// The file may be new: make its directory entry durable too.
 		if err := syncDir(filepath.Dir(path)); err != nil {
-			return "", errcode.Errorf(errcode.Internal, "%s: sync directory: %v", path, err)
+			return "", cutOff(fmt.Errorf("sync directory: %w", err))
 		}
 	}
 	if deliver != nil {
 		if err := deliver(token); err != nil {
-			if terr := f.Truncate(int64(len(data))); terr != nil {
-				return "", errcode.Errorf(errcode.Internal, "%w: %v; and its entry for %q could not be cut off (%v): delete that line of %s", ErrNotDelivered, err, name, terr, path)
-			}
-			if serr := f.Sync(); serr != nil {
-				return "", errcode.Errorf(errcode.Internal, "%w: %v; and the file's sync after cutting its entry off failed (%v)", ErrNotDelivered, err, serr)
-			}
-			return "", errcode.Errorf(errcode.Internal, "%w: %v; its entry was cut off again, so no token holds %q", ErrNotDelivered, err, name)
+			return "", cutOff(fmt.Errorf("%w: %w", ErrNotDelivered, err))
 		}
 	}
 	return token, nil
