@@ -348,11 +348,12 @@ func (l *loader) parse(file string, data []byte) {
 	}
 	for _, p := range list {
 		pos := p.Position()
-		// Annotation names are exact: a mis-cased @Gate would otherwise leave a plain
-		// forbid (a review turned into a denial, unsaid), a mis-cased @ID a made-up id.
-		if bad := misspelledAnnotation(p.Annotations()); bad != "" {
+		// Annotation names are exact: a mis-cased or misspelt @Gate (@gates) would
+		// otherwise leave a plain forbid (a review turned into a denial, unsaid), a
+		// mis-cased @ID a made-up id.
+		if bad, meant := misspelledAnnotation(p.Annotations()); bad != "" {
 			l.problems = append(l.problems, Problem{File: file, Line: pos.Line, Column: pos.Column,
-				Message: fmt.Sprintf("annotation @%s: symbi reads @%s, spelled exactly so", bad, strings.ToLower(bad))})
+				Message: fmt.Sprintf("annotation @%s: symbi reads @%s, spelled exactly so", bad, meant)})
 			continue
 		}
 		id := fmt.Sprintf("%s:%d:%d", file, pos.Line, pos.Column) // a file name is bounded (NAME_MAX)
@@ -440,13 +441,52 @@ func parseProblem(file string, err error) Problem {
 	return Problem{File: file, Line: line, Column: col, Message: rest}
 }
 
-// misspelledAnnotation returns an annotation name that is "id" or "gate" in another case
-// ("" when none is).
-func misspelledAnnotation(annotations cedar.Annotations) string {
+// misspelledAnnotation returns an annotation name that is "id" or "gate" in another
+// case, or begins with its g and is one edit away from "gate" (@gates, @gated, @gaet,
+// @gte; not @date or @gateway), and the name it stands for ("" when none is). Of
+// several, the first in byte order is told.
+func misspelledAnnotation(annotations cedar.Annotations) (bad, meant string) {
+	names := make([]string, 0, len(annotations))
 	for k := range annotations {
-		if n := string(k); n != "id" && n != "gate" && (strings.EqualFold(n, "id") || strings.EqualFold(n, "gate")) {
-			return n
+		names = append(names, string(k))
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if n == "id" || n == "gate" {
+			continue
+		}
+		switch lower := strings.ToLower(n); {
+		case lower == "id":
+			return n, "id"
+		case lower == "gate" || strings.HasPrefix(lower, "g") && oneEditFrom(lower, "gate"):
+			return n, "gate"
 		}
 	}
-	return ""
+	return "", ""
+}
+
+// oneEditFrom reports whether s is want with one byte added, removed or changed, or two
+// neighbouring bytes swapped.
+func oneEditFrom(s, want string) bool {
+	switch {
+	case len(s) == len(want):
+		diff := []int{}
+		for i := range s {
+			if s[i] != want[i] {
+				diff = append(diff, i)
+			}
+		}
+		return len(diff) == 1 ||
+			len(diff) == 2 && diff[1] == diff[0]+1 && s[diff[0]] == want[diff[1]] && s[diff[1]] == want[diff[0]]
+	case len(s) == len(want)+1:
+		s, want = want, s
+		fallthrough
+	case len(s)+1 == len(want):
+		for i := range want { // remove want[i]
+			if want[:i]+want[i+1:] == s {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -90,6 +90,11 @@ func TestLoadModes(t *testing.T) {
 		{name: "a gate's id with a comma", files: map[string]string{"policies/a.cedar": permitAll + "\n@gate(\"human\") @id(\"a,b\") forbid (principal, action, resource);"}, mode: ModeDenyAll, problem: `policy "a,b": the @id of a @gate policy holds no comma`},
 		{name: "a gate without an id in a file whose name has a comma", files: map[string]string{"policies/a.cedar": permitAll, "policies/review,strict.cedar": "@gate(\"human\") forbid (principal, action, resource);"}, mode: ModeDenyAll, problem: "has no @id, and the id made from its file name holds the file name's comma"},
 		{name: "a comma in an ungated id", files: map[string]string{"policies/a.cedar": "@id(\"a,b\") permit (principal, action, resource);"}, mode: ModeCedar},
+		{name: "gate misspelt, plural", files: map[string]string{"policies/a.cedar": permitAll + "\n@gates(\"human\") @id(\"review\") forbid (principal, action, resource);"}, mode: ModeDenyAll, problem: "annotation @gates: symbi reads @gate"},
+		{name: "gate misspelt, swapped", files: map[string]string{"policies/a.cedar": permitAll + "\n@gaet(\"human\") @id(\"review\") forbid (principal, action, resource);"}, mode: ModeDenyAll, problem: "annotation @gaet: symbi reads @gate"},
+		{name: "gate misspelt, one letter", files: map[string]string{"policies/a.cedar": permitAll + "\n@Gaze(\"human\") @id(\"review\") forbid (principal, action, resource);"}, mode: ModeDenyAll, problem: "annotation @Gaze: symbi reads @gate"},
+		{name: "gate misspelt, short", files: map[string]string{"policies/a.cedar": permitAll + "\n@gte(\"human\") @id(\"review\") forbid (principal, action, resource);"}, mode: ModeDenyAll, problem: "annotation @gte: symbi reads @gate"},
+		{name: "other annotations kept", files: map[string]string{"policies/a.cedar": "@advice(\"x\") @gateway(\"y\") @date(\"z\") @gatekeeper(\"w\") permit (principal, action, resource);"}, mode: ModeCedar},
 		{name: "id in another case", files: map[string]string{"policies/a.cedar": "@ID(\"x\") permit (principal, action, resource);"}, mode: ModeDenyAll, problem: "annotation @ID: symbi reads @id"},
 		{name: "symlink to a valid file", files: map[string]string{"elsewhere.txt": permitAll}, setup: func(t testing.TB, d string) {
 			must(t, os.Mkdir(filepath.Join(d, "policies"), 0o755))
