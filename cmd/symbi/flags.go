@@ -13,10 +13,15 @@ import (
 
 // newFlags returns a FlagSet for a subcommand whose usage text names the command,
 // its arguments and its flags: printed to stdout when asked for (--help, exit 0), as
-// symbi --help prints the command list, and to stderr after a usage error.
+// symbi --help prints the command list, and to stderr after a usage error. symbi mcp's
+// stdout carries only MCP messages (an MCP client reads it), so its help is on stderr.
 func newFlags(e *env, c *command) *flag.FlagSet {
 	fs := flag.NewFlagSet("symbi "+c.name, flag.ContinueOnError)
-	fs.SetOutput(&parseOutput{stdout: e.stdout, stderr: e.stderr})
+	help := e.stdout
+	if c.name == "mcp" {
+		help = e.stderr
+	}
+	fs.SetOutput(&parseOutput{stdout: help, stderr: e.stderr})
 	fs.Usage = func() {
 		has := false
 		fs.VisitAll(func(*flag.Flag) { has = true })
@@ -95,7 +100,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (int, bool) {
 // held until the parse is done: the usage text asked for with --help then goes to
 // stdout, an error and the usage after it to stderr. Everything else goes to stderr.
 type parseOutput struct {
-	stdout, stderr io.Writer
+	stdout, stderr io.Writer     // stdout: where the help asked for goes
 	held           *bytes.Buffer // non-nil while parsing
 }
 

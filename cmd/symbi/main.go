@@ -53,7 +53,7 @@ func run(e *env, args []string) int {
 		return runCommand(e, commands["version"], args[1:])
 	}
 	if len(args) == 0 {
-		usage(e.stdout, "")
+		usage(e.stderr, "") // a usage error: no command
 		return 2
 	}
 	if isHelp(args[0]) {
@@ -69,8 +69,7 @@ func run(e *env, args []string) int {
 	}
 	if hasGroup(args[0]) {
 		if len(args) >= 2 && isHelp(args[1]) {
-			usage(e.stdout, args[0])
-			return 0
+			return printUsage(e, args[0])
 		}
 		fmt.Fprintf(e.stderr, "symbi %s: unknown or missing subcommand\n\n", args[0])
 		usage(e.stderr, args[0])
@@ -107,13 +106,11 @@ func help(e *env, args []string) int {
 	name := strings.Join(args, " ")
 	switch c := commands[name]; {
 	case name == "":
-		usage(e.stdout, "")
-		return 0
+		return printUsage(e, "")
 	case c != nil:
 		return runCommand(e, c, []string{"--help"})
 	case len(args) == 1 && hasGroup(name):
-		usage(e.stdout, name)
-		return 0
+		return printUsage(e, name)
 	}
 	fmt.Fprintf(e.stderr, "symbi help: no command %s\n\n", errcode.Quote(name))
 	usage(e.stderr, "")
@@ -136,6 +133,19 @@ func hasGroup(g string) bool {
 		}
 	}
 	return false
+}
+
+// printUsage prints the command list (of group, when given) asked for, on stdout, and
+// returns the exit code: 0, or 1 when it could not be written (as runCommand does for a
+// command's output).
+func printUsage(e *env, group string) int {
+	safe, finish := e.forPeople()
+	usage(safe.stdout, group)
+	if err := finish(); err != nil {
+		fmt.Fprintf(e.stderr, "symbi: writing the output: %v\n", err)
+		return 1
+	}
+	return 0
 }
 
 // usage lists the subcommands, or those of one group.

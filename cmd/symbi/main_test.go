@@ -86,3 +86,37 @@ func TestHelpCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpListOutputFailure: a command list asked for (symbi help GROUP, symbi --help)
+// that cannot be written exits 1 saying so, as a command's usage does (symbi help GROUP
+// COMMAND) and as every command's output does.
+func TestHelpListOutputFailure(t *testing.T) {
+	for _, args := range [][]string{{"help", "runs", "list"}, {"help", "runs"}, {"--help"}, {"runs", "--help"}} {
+		code, errOut := runCLIOut(fullDisk{}, args...)
+		if code != 1 || !strings.Contains(errOut, "no space left on device") {
+			t.Errorf("%v with an unwritable stdout: exit %d, stderr %q; want 1, saying why", args, code, errOut)
+		}
+	}
+}
+
+// TestMCPHelpNotOnProtocolStream: product.md: symbi mcp's "stdout carries only MCP
+// messages", so its help is on stderr (exit 0), where every other command's is on stdout.
+func TestMCPHelpNotOnProtocolStream(t *testing.T) {
+	for _, args := range [][]string{{"mcp", "--help"}, {"help", "mcp"}} {
+		code, out, errOut := runCLI(t, "", args...)
+		if code != 0 || out != "" || !strings.HasPrefix(errOut, "usage: symbi mcp") {
+			t.Errorf("%v: exit %d, stdout %.60q, stderr %.60q; want exit 0, the usage on stderr, stdout left to MCP", args, code, out, errOut)
+		}
+	}
+}
+
+// TestBareUsageErrorStream: symbi with no command is a usage error (exit 2), its list on
+// stderr, as symbi runs without its subcommand is.
+func TestBareUsageErrorStream(t *testing.T) {
+	for _, args := range [][]string{{"runs"}, {}} {
+		code, out, errOut := runCLI(t, "", args...)
+		if code != 2 || out != "" || !strings.Contains(errOut, "usage: symbi") {
+			t.Errorf("symbi %v: exit %d, stdout %.60q, stderr %.60q; want 2 with the usage on stderr", args, code, out, errOut)
+		}
+	}
+}
