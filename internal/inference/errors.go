@@ -2,7 +2,10 @@ package inference
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -97,12 +100,46 @@ func (e *Error) Error() string {
 }
 
 // redact returns b with every occurrence of the API key key replaced: an endpoint may
-// echo the key it was sent, and errors reach the journal, the log and the caller.
+// echo the key it was sent, and errors reach the journal, the log and the caller. The key
+// is replaced as sent and in the forms a JSON body or a quoted string writes it: escaped
+// as encoding/json escapes it (with and without HTML escaping), with "/" escaped as
+// "\/", and as strconv.Quote quotes it.
 func redact(b []byte, key string) []byte {
 	if key == "" {
 		return b
 	}
-	return bytes.ReplaceAll(b, []byte(key), []byte("[redacted]"))
+	for _, form := range keyForms(key) {
+		b = bytes.ReplaceAll(b, []byte(form), []byte("[redacted]"))
+	}
+	return b
+}
+
+// keyForms returns key and each distinct escaped form of it redact replaces, longest
+// first (so that no form is cut by a shorter one replaced before it).
+func keyForms(key string) []string {
+	forms := []string{key}
+	add := func(f string) {
+		if f != "" && !slices.Contains(forms, f) {
+			forms = append(forms, f)
+		}
+	}
+	quoted := []string{strconv.Quote(key)}
+	if j, err := json.Marshal(key); err == nil {
+		quoted = append(quoted, string(j))
+	}
+	var plain bytes.Buffer
+	enc := json.NewEncoder(&plain)
+	enc.SetEscapeHTML(false)
+	if enc.Encode(key) == nil {
+		quoted = append(quoted, strings.TrimSuffix(plain.String(), "\n"))
+	}
+	for _, q := range quoted {
+		inner := strings.TrimSuffix(strings.TrimPrefix(q, `"`), `"`)
+		add(inner)
+		add(strings.ReplaceAll(inner, "/", `\/`))
+	}
+	slices.SortStableFunc(forms, func(a, b string) int { return len(b) - len(a) })
+	return forms
 }
 
 // Unwrap returns the underlying cause.

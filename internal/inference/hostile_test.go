@@ -1,10 +1,13 @@
 package inference_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -221,6 +224,48 @@ func TestKeyRedactedFrom2xxErrors(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), key) {
 		t.Errorf("the error quotes the API key the endpoint echoed: %q", err)
+	}
+}
+
+// TestKeyEchoedJSONEscapedIsRedacted: an endpoint that writes the key back inside a JSON
+// string escapes it as its encoder does ("/" as "\/", "<" as "\u003c", a quote or a
+// backslash with a backslash); the error holds none of those forms either.
+func TestKeyEchoedJSONEscapedIsRedacted(t *testing.T) {
+	const key = `sk-a/b+c<d>&e"f\g`
+	escapes := map[string]func(string) string{
+		"encoding/json": func(k string) string { b, _ := json.Marshal(k); return string(b) },
+		"slash escaped": func(k string) string { return strings.ReplaceAll(strconv.Quote(k), "/", `\/`) },
+		"no html escape": func(k string) string {
+			var b bytes.Buffer
+			enc := json.NewEncoder(&b)
+			enc.SetEscapeHTML(false)
+			enc.Encode(k)
+			return strings.TrimSpace(b.String())
+		},
+	}
+	for name, escape := range escapes {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusUnauthorized)
+				w.Write([]byte(`{"error":{"message":"Incorrect API key provided","key":` + escape(got) + `}}`))
+			}))
+			t.Cleanup(srv.Close)
+			err := callWithEnv(t, map[string]string{"SYMBI_PROVIDER": "openai", "OPENAI_BASE_URL": srv.URL + "/v1", "OPENAI_API_KEY": key})
+			if err == nil {
+				t.Fatal("no error for a 401")
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "[redacted]") {
+				t.Errorf("the key the endpoint echoed is not redacted: %s", msg)
+			}
+			for _, tell := range []string{"sk-a", "b+c"} {
+				if strings.Contains(msg, tell) {
+					t.Errorf("the error holds %q of the key: %s", tell, msg)
+				}
+			}
+		})
 	}
 }
 
