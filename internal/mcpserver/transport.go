@@ -121,11 +121,11 @@ func clipErrorLine(line []byte) []byte {
 // Write writes one line of the SDK's; a response ends its request's flight, before the
 // client can read it (and reuse its id).
 func (l *lockedWriter) Write(p []byte) (int, error) {
-	key, response := responseKey(p)
+	key, response, isError := responseKey(p)
 	line := p
-	// An error response's "error" member follows its id at the start of the line (the SDK
-	// writes jsonrpc, id, error); a result that merely holds the word is not decoded.
-	if response && len(p) > MaxErrorMessage+256 && bytes.Contains(p[:min(len(p), 2*MaxErrorMessage)], []byte(`"error":`)) {
+	// Only an error response is decoded whole (a long result never is), whatever the
+	// length of the id before its "error" member.
+	if isError && len(p) > MaxErrorMessage {
 		line = clipErrorLine(p)
 	}
 	l.mu.Lock()
@@ -180,31 +180,34 @@ func idKey(id any) string {
 }
 
 // responseKey returns the idKey of the id of a line the SDK writes when it is a response
-// (an id, and a result or an error, not a method). It reads the top-level members in
-// order and stops as soon as it knows: the SDK writes "jsonrpc", "id", then "method" or
-// "result"/"error", so a large result or params is never read.
-func responseKey(line []byte) (string, bool) {
+// (an id, and a result or an error, not a method), and whether it is an error response.
+// It reads the top-level members in order and stops as soon as it knows: the SDK writes
+// "jsonrpc", "id", then "method" or "result"/"error", so a large result or params is
+// never read.
+func responseKey(line []byte) (key string, response, isError bool) {
 	dec := json.NewDecoder(bytes.NewReader(line))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return "", false
+		return "", false, false
 	}
 	var id any
-	seen, response := false, false
+	seen := false
 	for dec.More() {
 		name, err := dec.Token()
 		if err != nil {
-			return "", false
+			return "", false, false
 		}
 		switch name {
 		case "method":
-			return "", false
+			return "", false, false
 		case "id":
 			if dec.Decode(&id) != nil {
-				return "", false
+				return "", false, false
 			}
 			seen = true
-		case "result", "error":
+		case "result":
 			response = true
+		case "error":
+			response, isError = true, true
 		}
 		if seen && response {
 			break
@@ -212,14 +215,14 @@ func responseKey(line []byte) (string, bool) {
 		if name != "id" {
 			var skip json.RawMessage
 			if dec.Decode(&skip) != nil {
-				return "", false
+				return "", false, false
 			}
 		}
 	}
 	if !seen || !response || id == nil {
-		return "", false
+		return "", false, false
 	}
-	return idKey(id), true
+	return idKey(id), true, isError
 }
 
 // jsonSpace is JSON's white space (RFC 8259): a line is trimmed of it alone — not of

@@ -450,6 +450,24 @@ func TestUnknownMethodClippedStdio(t *testing.T) {
 	w.listAgents(t, 8)
 }
 
+// TestUnknownMethodClippedLongID: the error line is cut whatever the length of the id
+// before its "error" member (a check that looked for "error" in the line's first bytes
+// passed a 5,000-byte id's answer on whole).
+func TestUnknownMethodClippedLongID(t *testing.T) {
+	w := startWire(t, testProject(t, nil))
+	w.initialize(t)
+	id := strings.Repeat("i", 5000)
+	w.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":%q,"method":%q,"params":{}}`, id, strings.Repeat("x", 100000)))
+	r := w.next(t)
+	if r.Error == nil || string(r.ID) != strconv.Quote(id) {
+		t.Fatalf("an unknown method with a long id was not refused under its id: %.80s %+v", r.ID, r.Error)
+	}
+	if len(r.Error.Message) > mcpserver.MaxErrorMessage || r.Error.Code != -32601 {
+		t.Errorf("unknown method, 5,000-byte id: code %d, a message of %d bytes (> %d)", r.Error.Code, len(r.Error.Message), mcpserver.MaxErrorMessage)
+	}
+	w.listAgents(t, 8)
+}
+
 // versionTagLine is a request whose "jsonrpc" member is 100,000 bytes: the SDK's
 // DecodeMessage refuses it with `invalid message version tag %q`, which the transport's
 // screening (check) passes on whole as "invalid request: …".
