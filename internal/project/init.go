@@ -164,16 +164,19 @@ func Init(dir string, log *slog.Logger) ([]string, error) {
 	if err != nil {
 		return giveUp(err)
 	}
+	if err := createFile(rootFD, agentsMDName, md); err != nil {
+		return giveUp(err)
+	}
+	created = append(created, agentsMDName)
+	// The .gitignore last: a line appended to an existing one is not taken back, so no
+	// write that could fail comes after it (a failed append leaves no half line).
 	switch fresh, err := ensureIgnored(rootFD, ".gitignore"); {
 	case err != nil:
 		return giveUp(err)
 	case fresh:
 		created = append(created, ".gitignore")
 	}
-	if err := createFile(rootFD, agentsMDName, md); err != nil {
-		return giveUp(err)
-	}
-	return append(created, agentsMDName), nil
+	return created, nil
 }
 
 // starterAgent is the registry name of the starter agent, agents/assistant.symbi.

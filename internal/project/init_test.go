@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,7 +27,7 @@ func TestInit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "[agents/assistant.symbi policies/respond.cedar README.md .gitignore AGENTS.md]"
+	want := "[agents/assistant.symbi policies/respond.cedar README.md AGENTS.md .gitignore]"
 	if got := strings.Join(created, " "); "["+got+"]" != want {
 		t.Fatalf("created %v, want %s", created, want)
 	}
@@ -391,13 +392,7 @@ func TestInitWriteFailureLeavesNoPartialFile(t *testing.T) {
 		return
 	}
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestInitWriteFailureLeavesNoPartialFile$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "SYMBI_TEST_INIT_CHILD="+dir)
-	out, err := cmd.CombinedOutput()
-	t.Logf("child: %v\n%s", err, out)
-	if err != nil {
-		t.Fatalf("child failed: %v", err)
-	}
+	initInChild(t, "^TestInitWriteFailureLeavesNoPartialFile$", dir, 64)
 	for _, rel := range []string{"agents/assistant.symbi", "agents"} {
 		if _, serr := os.Lstat(filepath.Join(dir, rel)); !errors.Is(serr, fs.ErrNotExist) {
 			t.Errorf("after the failed init, %s is left behind (a partially written starter file): the project is not as it was", rel)
@@ -408,23 +403,81 @@ func TestInitWriteFailureLeavesNoPartialFile(t *testing.T) {
 	}
 }
 
-// initChildFSizeLimit runs Init in dir with a 64-byte file size limit and prints what it said.
+// TestInitLateWriteFailureLeavesGitignore: a write that fails after the starter files were
+// written — AGENTS.md, grown by the agents already in agents/ past the file size limit, or
+// the line appended to an existing .gitignore — leaves the project as it was, the
+// .gitignore byte for byte included (its line was appended before AGENTS.md was written,
+// and stayed when init gave up).
+func TestInitLateWriteFailureLeavesGitignore(t *testing.T) {
+	if dir := os.Getenv("SYMBI_TEST_INIT_CHILD"); dir != "" {
+		initChildFSizeLimit(dir)
+		return
+	}
+	for _, tc := range []struct {
+		name      string
+		agents    int // agents already in agents/, each adding a line to AGENTS.md
+		gitignore int // bytes of the existing .gitignore
+	}{
+		{"AGENTS.md past the limit", 20, 100},
+		{"the .gitignore's line past the limit", 0, 4000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for i := range tc.agents {
+				writeFile(t, dir, fmt.Sprintf("agents/a%03d.symbi", i), []byte(fmt.Sprintf(
+					"metadata { description = %q }\nagent a%03d { capabilities = [\"answer\"] }\n", strings.Repeat("d", 200), i)))
+			}
+			ignore := []byte(strings.Repeat("# x\n", tc.gitignore/4))
+			writeFile(t, dir, ".gitignore", ignore)
+			initInChild(t, "^TestInitLateWriteFailureLeavesGitignore$", dir, 4000)
+			for _, rel := range []string{"agents/assistant.symbi", "policies", "README.md", agentsMDName} {
+				if _, serr := os.Lstat(filepath.Join(dir, rel)); !errors.Is(serr, fs.ErrNotExist) {
+					t.Errorf("after the failed init, %s is left behind", rel)
+				}
+			}
+			if b, _ := os.ReadFile(filepath.Join(dir, ".gitignore")); !bytes.Equal(b, ignore) {
+				t.Errorf("after the failed init, .gitignore is %d bytes ending %q; it was %d bytes", len(b), b[max(0, len(b)-20):], len(ignore))
+			}
+		})
+	}
+}
+
+// initInChild runs the test run in a child process that runs Init in dir under a file
+// size limit of limit bytes, and fails t if the child does (or Init did not fail there).
+func initInChild(t *testing.T, run, dir string, limit int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run="+run, "-test.count=1")
+	cmd.Env = append(os.Environ(), "SYMBI_TEST_INIT_CHILD="+dir, "SYMBI_TEST_INIT_FSIZE="+strconv.Itoa(limit))
+	out, err := cmd.CombinedOutput()
+	t.Logf("child: %v\n%s", err, out)
+	if err != nil {
+		t.Fatalf("child failed: %v", err)
+	}
+}
+
+// initChildFSizeLimit runs Init in dir with the file size limit SYMBI_TEST_INIT_FSIZE
+// gives and prints what it said.
 func initChildFSizeLimit(dir string) {
 	signal.Ignore(syscall.SIGXFSZ) // the write then fails with EFBIG
+	limit, err := strconv.ParseUint(os.Getenv("SYMBI_TEST_INIT_FSIZE"), 10, 64)
+	if err != nil {
+		fmt.Println("SYMBI_TEST_INIT_FSIZE:", err)
+		os.Exit(1)
+	}
 	var old unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_FSIZE, &old); err != nil {
 		fmt.Println("getrlimit:", err)
 		os.Exit(1)
 	}
 	lim := old
-	lim.Cur = 64
+	lim.Cur = limit
 	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &lim); err != nil {
 		fmt.Println("setrlimit:", err)
 		os.Exit(1)
 	}
 	created, err := Init(dir, slog.New(slog.DiscardHandler))
 	unix.Setrlimit(unix.RLIMIT_FSIZE, &old)
-	fmt.Printf("Init under a 64-byte file size limit: created %v, err %v\n", created, err)
+	fmt.Printf("Init under a %d-byte file size limit: created %v, err %v\n", limit, created, err)
 	if err == nil {
 		fmt.Println("init did not fail: the test cannot show anything")
 		os.Exit(1)
