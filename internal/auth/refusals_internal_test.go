@@ -20,13 +20,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -36,6 +34,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"symbi/internal/errcode"
+	"symbi/internal/proctest"
 )
 
 // testIssuer and testAudience are the iss and aud the verifiers under test accept.
@@ -807,25 +806,18 @@ func TestAddTokenFailedWriteLeavesFileLoadable(t *testing.T) {
 // addTokenUnderFSizeLimit adds a token to the file at path with room for 10 bytes of its
 // entry under the file size limit, and prints what AddToken said.
 func addTokenUnderFSizeLimit(path string) {
-	signal.Ignore(syscall.SIGXFSZ) // the write then fails with EFBIG
 	st, err := os.Stat(path)
 	if err != nil {
 		fmt.Println("stat:", err)
 		os.Exit(1)
 	}
-	var old unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_FSIZE, &old); err != nil {
-		fmt.Println("getrlimit:", err)
-		os.Exit(1)
-	}
-	lim := old
-	lim.Cur = uint64(st.Size() + 10)
-	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &lim); err != nil {
-		fmt.Println("setrlimit:", err)
+	restore, err := proctest.LimitFileSize(uint64(st.Size() + 10))
+	if err != nil {
+		fmt.Println(err)
 		os.Exit(1)
 	}
 	_, addErr := AddToken(path, "bob", bytes.NewReader(make([]byte, 32)), nil)
-	unix.Setrlimit(unix.RLIMIT_FSIZE, &old)
+	restore()
 	fmt.Println("AddToken past the file size limit:", addErr)
 	if addErr == nil {
 		fmt.Println("the add succeeded past the file size limit: the test cannot show anything")

@@ -8,9 +8,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
-	"syscall"
+	"symbi/internal/proctest"
 	"testing"
 	"time"
 
@@ -278,6 +277,6 @@ func childStore(dir string) (*Store, error) {
 // limitFileSize sets RLIMIT_FSIZE to n bytes with SIGXFSZ ignored, so that a write past it
 // fails with EFBIG instead of killing the process.
 func limitFileSize(n uint64) error {
-	signal.Ignore(syscall.SIGXFSZ)
-	return unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: n, Max: n})
+	_, err := proctest.LimitFileSize(n)
+	return err
 }

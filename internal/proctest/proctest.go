@@ -8,8 +8,10 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,4 +115,22 @@ func WaitFlockWaiter(tb testing.TB, ino uint64, guard time.Duration) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	tb.Fatalf("nothing blocked on the lock of inode %d within %v", ino, guard)
+}
+
+// LimitFileSize lowers this process's file size limit (RLIMIT_FSIZE, its soft limit) to n
+// bytes with SIGXFSZ ignored, so that a write past it fails with EFBIG, as on a full disk
+// or a quota, instead of killing the process. restore sets the limit back. The limit is
+// the process's: a test sets it in a child process of its own (its test binary run again).
+func LimitFileSize(n uint64) (restore func(), err error) {
+	signal.Ignore(syscall.SIGXFSZ)
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_FSIZE, &old); err != nil {
+		return nil, fmt.Errorf("getrlimit RLIMIT_FSIZE: %w", err)
+	}
+	lim := old
+	lim.Cur = min(n, old.Max)
+	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &lim); err != nil {
+		return nil, fmt.Errorf("setrlimit RLIMIT_FSIZE %d: %w", n, err)
+	}
+	return func() { unix.Setrlimit(unix.RLIMIT_FSIZE, &old) }, nil
 }

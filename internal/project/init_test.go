@@ -8,17 +8,16 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/cedar-policy/cedar-go"
 	"golang.org/x/sys/unix"
 
 	"symbi/internal/errcode"
+	"symbi/internal/proctest"
 )
 
 func TestInit(t *testing.T) {
@@ -458,25 +457,18 @@ func initInChild(t *testing.T, run, dir string, limit int) {
 // initChildFSizeLimit runs Init in dir with the file size limit SYMBI_TEST_INIT_FSIZE
 // gives and prints what it said.
 func initChildFSizeLimit(dir string) {
-	signal.Ignore(syscall.SIGXFSZ) // the write then fails with EFBIG
 	limit, err := strconv.ParseUint(os.Getenv("SYMBI_TEST_INIT_FSIZE"), 10, 64)
 	if err != nil {
 		fmt.Println("SYMBI_TEST_INIT_FSIZE:", err)
 		os.Exit(1)
 	}
-	var old unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_FSIZE, &old); err != nil {
-		fmt.Println("getrlimit:", err)
-		os.Exit(1)
-	}
-	lim := old
-	lim.Cur = limit
-	if err := unix.Setrlimit(unix.RLIMIT_FSIZE, &lim); err != nil {
-		fmt.Println("setrlimit:", err)
+	restore, err := proctest.LimitFileSize(limit)
+	if err != nil {
+		fmt.Println(err)
 		os.Exit(1)
 	}
 	created, err := Init(dir, slog.New(slog.DiscardHandler))
-	unix.Setrlimit(unix.RLIMIT_FSIZE, &old)
+	restore()
 	fmt.Printf("Init under a %d-byte file size limit: created %v, err %v\n", limit, created, err)
 	if err == nil {
 		fmt.Println("init did not fail: the test cannot show anything")
