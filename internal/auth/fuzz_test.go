@@ -64,19 +64,19 @@ func FuzzParseTokens(f *testing.F) {
 // FuzzJWTVerify: no string but the seed's signed token (and its equivalent encodings)
 // is accepted, and every refusal is an invalid-token error.
 func FuzzJWTVerify(f *testing.F) {
-	_, ecS, _ := testKeys(f)
-	srv := newJWKSServer(f, ecS.public())
-	cfg := srv.config()
+	_, ecS, _ := auth.GenTestSigners(f)
+	srv := auth.NewTestJWKSServer(f, ecS.Public())
+	cfg := srv.JWTConfig()
 	cfg.MinRefetch = 1 << 62 // never fetch again: a fuzzed kid must not reach the server
 	j, err := auth.NewJWT(context.Background(), cfg)
 	if err != nil {
 		f.Fatal(err)
 	}
-	good := ecS.sign(f, claims("sub", "fuzz-seed"))
+	good := ecS.Sign(f, auth.ValidClaimsWithNBF("sub", "fuzz-seed"))
 	f.Add(good)
 	f.Add(good[:strings.LastIndexByte(good, '.')+1])
-	f.Add(compact(map[string]any{"alg": "none"}, claims(), nil))
-	f.Add(compact(map[string]any{"alg": "ES256", "kid": "ec-1", "crit": []string{"x"}}, claims(), make([]byte, 64)))
+	f.Add(compact(map[string]any{"alg": "none"}, auth.ValidClaimsWithNBF(), nil))
+	f.Add(compact(map[string]any{"alg": "ES256", "kid": "ec-1", "crit": []string{"x"}}, auth.ValidClaimsWithNBF(), make([]byte, 64)))
 	f.Add("a.b.c")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, token string) {

@@ -3,9 +3,7 @@ package auth_test
 import (
 	"bytes"
 	"context"
-	"crypto"
 	"crypto/ecdsa"
-	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/hmac"
 	"crypto/rand"
@@ -18,13 +16,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,159 +30,6 @@ import (
 
 	"symbi/internal/auth"
 )
-
-const (
-	issuer   = "https://issuer.example"
-	audience = "https://symbi.example/mcp"
-)
-
-// signer is a test key: its private half signs, its public half is published.
-type signer struct {
-	kid  string
-	alg  jose.SignatureAlgorithm
-	priv crypto.Signer
-}
-
-func (s signer) public() jose.JSONWebKey {
-	return jose.JSONWebKey{Key: s.priv.Public(), KeyID: s.kid, Use: "sig"}
-}
-
-// signRaw makes a compact JWS of the exact payload bytes with s (claims a map cannot
-// hold: a name twice).
-func (s signer) signRaw(t testing.TB, payload string) string {
-	t.Helper()
-	key := jose.JSONWebKey{Key: s.priv, KeyID: s.kid}
-	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: s.alg, Key: key}, (&jose.SignerOptions{}).WithType("JWT"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	jws, err := sig.Sign([]byte(payload))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := jws.CompactSerialize()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
-
-// sign makes a compact JWS of claims with s, with kid unless kid is "-".
-func (s signer) sign(t testing.TB, claims map[string]any) string {
-	t.Helper()
-	key := jose.JSONWebKey{Key: s.priv, KeyID: s.kid}
-	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: s.alg, Key: key}, (&jose.SignerOptions{}).WithType("JWT"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := jwt.Signed(sig).Claims(claims).Serialize()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
-
-var (
-	keysOnce sync.Once
-	rsaKey   *rsa.PrivateKey
-	ecKey    *ecdsa.PrivateKey
-	edKey    ed25519.PrivateKey
-)
-
-// testKeys returns an RSA, an EC P-256 and an Ed25519 signer, made once per process.
-func testKeys(t testing.TB) (rsaS, ecS, edS signer) {
-	keysOnce.Do(func() {
-		rsaKey, _ = rsa.GenerateKey(rand.Reader, 2048)
-		ecKey, _ = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		_, edKey, _ = ed25519.GenerateKey(rand.Reader)
-	})
-	if rsaKey == nil || ecKey == nil || edKey == nil {
-		t.Fatal("key generation failed")
-	}
-	return signer{"rsa-1", jose.RS256, rsaKey}, signer{"ec-1", jose.ES256, ecKey}, signer{"ed-1", jose.EdDSA, edKey}
-}
-
-// jwksServer is an issuer's key endpoint on loopback TLS whose set can change.
-type jwksServer struct {
-	*httptest.Server
-	mu      sync.Mutex
-	body    []byte
-	status  int
-	held    chan struct{} // when set, a fetch is answered once it is closed
-	fetches atomic.Int32
-}
-
-func newJWKSServer(t testing.TB, keys ...jose.JSONWebKey) *jwksServer {
-	s := &jwksServer{}
-	s.setKeys(t, keys...)
-	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.fetches.Add(1)
-		s.mu.Lock()
-		body, status, held := s.body, s.status, s.held
-		s.mu.Unlock()
-		if held != nil {
-			<-held
-		}
-		if status != 0 {
-			http.Error(w, "down", status)
-			return
-		}
-		w.Header().Set("Content-Type", "application/jwk-set+json")
-		w.Write(body)
-	}))
-	s.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes of the untrusted-certificate cases
-	s.StartTLS()
-	t.Cleanup(s.Close)
-	return s
-}
-
-func (s *jwksServer) setKeys(t testing.TB, keys ...jose.JSONWebKey) {
-	body, err := json.Marshal(jose.JSONWebKeySet{Keys: keys})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.setBody(body, 0)
-}
-
-func (s *jwksServer) setBody(body []byte, status int) {
-	s.mu.Lock()
-	s.body, s.status = body, status
-	s.mu.Unlock()
-}
-
-func (s *jwksServer) config() auth.JWTConfig {
-	return auth.JWTConfig{
-		JWKSURL:      s.URL + "/jwks",
-		Issuer:       issuer,
-		Audience:     audience,
-		RootCAs:      s.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs,
-		AllowPrivate: true,
-		Timeout:      time.Minute,
-	}
-}
-
-func newJWT(t *testing.T, cfg auth.JWTConfig) *auth.JWT {
-	t.Helper()
-	j, err := auth.NewJWT(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return j
-}
-
-// claims are valid claims for alice, changed by the given pairs (a nil value deletes).
-func claims(kv ...any) map[string]any {
-	now := time.Now().Unix()
-	c := map[string]any{"iss": issuer, "aud": audience, "sub": "alice", "exp": now + 300, "iat": now, "nbf": now - 10}
-	for i := 0; i < len(kv); i += 2 {
-		if kv[i+1] == nil {
-			delete(c, kv[i].(string))
-		} else {
-			c[kv[i].(string)] = kv[i+1]
-		}
-	}
-	return c
-}
 
 // unsigned makes a compact JWS of header and claims with the signature sig.
 func compact(header, claims any, sig []byte) string {
@@ -218,27 +61,27 @@ func swapPayload(tok string, claims map[string]any) string {
 }
 
 func TestJWTVerify(t *testing.T) {
-	rsaS, ecS, edS := testKeys(t)
-	psS := signer{"rsa-1", jose.PS256, rsaS.priv}
-	rs512 := signer{"rsa-1", jose.RS512, rsaS.priv}
-	srv := newJWKSServer(t, rsaS.public(), ecS.public(), edS.public())
-	cfg := srv.config()
-	j := newJWT(t, cfg)
+	rsaS, ecS, edS := auth.GenTestSigners(t)
+	psS := auth.TestSigner{"rsa-1", jose.PS256, rsaS.Priv}
+	rs512 := auth.TestSigner{"rsa-1", jose.RS512, rsaS.Priv}
+	srv := auth.NewTestJWKSServer(t, rsaS.Public(), ecS.Public(), edS.Public())
+	cfg := srv.JWTConfig()
+	j := auth.MustNewJWT(t, cfg)
 	customCfg := cfg
 	customCfg.Claim = "email"
-	custom := newJWT(t, customCfg)
+	custom := auth.MustNewJWT(t, customCfg)
 
 	now := time.Now().Unix()
-	rsaPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: must(x509.MarshalPKIXPublicKey(rsaS.priv.Public()))})
+	rsaPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: must(x509.MarshalPKIXPublicKey(rsaS.Priv.Public()))})
 	hs256 := func(secret []byte) string {
 		h, _ := json.Marshal(map[string]any{"alg": "HS256", "kid": "rsa-1", "typ": "JWT"})
-		c, _ := json.Marshal(claims())
+		c, _ := json.Marshal(auth.ValidClaimsWithNBF())
 		in := base64.RawURLEncoding.EncodeToString(h) + "." + base64.RawURLEncoding.EncodeToString(c)
 		m := hmac.New(sha256.New, secret)
 		m.Write([]byte(in))
 		return in + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 	}
-	good := rsaS.sign(t, claims())
+	good := rsaS.Sign(t, auth.ValidClaimsWithNBF())
 
 	tests := []struct {
 		name   string
@@ -248,46 +91,46 @@ func TestJWTVerify(t *testing.T) {
 		msg    string // substring of the error, or the caller id when accepted
 	}{
 		{"RS256", j, good, nil, "alice"},
-		{"RS512", j, rs512.sign(t, claims()), nil, "alice"},
-		{"PS256", j, psS.sign(t, claims()), nil, "alice"},
-		{"ES256", j, ecS.sign(t, claims()), nil, "alice"},
-		{"EdDSA", j, edS.sign(t, claims()), nil, "alice"},
-		{"audience in an array", j, ecS.sign(t, claims("aud", []string{"other", audience})), nil, "alice"},
-		{"jwt sub with a pipe", j, ecS.sign(t, claims("sub", "auth0|abc123")), nil, "auth0|abc123"},
-		{"expired within the leeway", j, ecS.sign(t, claims("exp", now-10)), nil, "alice"},
-		{"configured claim", custom, ecS.sign(t, claims("email", "alice@example.com")), nil, "alice@example.com"},
+		{"RS512", j, rs512.Sign(t, auth.ValidClaimsWithNBF()), nil, "alice"},
+		{"PS256", j, psS.Sign(t, auth.ValidClaimsWithNBF()), nil, "alice"},
+		{"ES256", j, ecS.Sign(t, auth.ValidClaimsWithNBF()), nil, "alice"},
+		{"EdDSA", j, edS.Sign(t, auth.ValidClaimsWithNBF()), nil, "alice"},
+		{"audience in an array", j, ecS.Sign(t, auth.ValidClaimsWithNBF("aud", []string{"other", auth.TestAudience})), nil, "alice"},
+		{"jwt sub with a pipe", j, ecS.Sign(t, auth.ValidClaimsWithNBF("sub", "auth0|abc123")), nil, "auth0|abc123"},
+		{"expired within the leeway", j, ecS.Sign(t, auth.ValidClaimsWithNBF("exp", now-10)), nil, "alice"},
+		{"configured claim", custom, ecS.Sign(t, auth.ValidClaimsWithNBF("email", "alice@example.com")), nil, "alice@example.com"},
 
-		{"wrong issuer", j, ecS.sign(t, claims("iss", "https://evil.example")), auth.ErrIssuer, `iss "https://evil.example", want "https://issuer.example"`},
-		{"issuer with a trailing slash", j, ecS.sign(t, claims("iss", issuer+"/")), auth.ErrIssuer, "want"},
-		{"no issuer", j, ecS.sign(t, claims("iss", nil)), auth.ErrIssuer, `iss ""`},
-		{"wrong audience", j, ecS.sign(t, claims("aud", "https://other.example")), auth.ErrAudience, "aud does not contain"},
-		{"no audience", j, ecS.sign(t, claims("aud", nil)), auth.ErrAudience, "aud does not contain"},
-		{"expired", j, ecS.sign(t, claims("exp", now-120)), auth.ErrExpired, "has passed"},
-		{"no exp", j, ecS.sign(t, claims("exp", nil)), auth.ErrExpired, "no exp claim"},
-		{"nbf in the future", j, ecS.sign(t, claims("nbf", now+120)), auth.ErrNotYetValid, "nbf"},
-		{"iat in the future", j, ecS.sign(t, claims("iat", now+120)), auth.ErrNotYetValid, "iat"},
-		{"exp not a number", j, ecS.sign(t, claims("exp", "tomorrow")), auth.ErrMalformed, "registered claim exp"},
+		{"wrong issuer", j, ecS.Sign(t, auth.ValidClaimsWithNBF("iss", "https://evil.example")), auth.ErrIssuer, `iss "https://evil.example", want "https://issuer.example"`},
+		{"issuer with a trailing slash", j, ecS.Sign(t, auth.ValidClaimsWithNBF("iss", auth.TestIssuer+"/")), auth.ErrIssuer, "want"},
+		{"no issuer", j, ecS.Sign(t, auth.ValidClaimsWithNBF("iss", nil)), auth.ErrIssuer, `iss ""`},
+		{"wrong audience", j, ecS.Sign(t, auth.ValidClaimsWithNBF("aud", "https://other.example")), auth.ErrAudience, "aud does not contain"},
+		{"no audience", j, ecS.Sign(t, auth.ValidClaimsWithNBF("aud", nil)), auth.ErrAudience, "aud does not contain"},
+		{"expired", j, ecS.Sign(t, auth.ValidClaimsWithNBF("exp", now-120)), auth.ErrExpired, "has passed"},
+		{"no exp", j, ecS.Sign(t, auth.ValidClaimsWithNBF("exp", nil)), auth.ErrExpired, "no exp claim"},
+		{"nbf in the future", j, ecS.Sign(t, auth.ValidClaimsWithNBF("nbf", now+120)), auth.ErrNotYetValid, "nbf"},
+		{"iat in the future", j, ecS.Sign(t, auth.ValidClaimsWithNBF("iat", now+120)), auth.ErrNotYetValid, "iat"},
+		{"exp not a number", j, ecS.Sign(t, auth.ValidClaimsWithNBF("exp", "tomorrow")), auth.ErrMalformed, "registered claim exp"},
 		// Claim names are case-sensitive: "Aud", "EXP" are other claims, never these.
-		{"aud only in capitals", j, ecS.sign(t, claims("aud", nil, "AUD", audience)), auth.ErrAudience, "aud does not contain"},
+		{"aud only in capitals", j, ecS.Sign(t, auth.ValidClaimsWithNBF("aud", nil, "AUD", auth.TestAudience)), auth.ErrAudience, "aud does not contain"},
 		// (In this order: encoding/json let a later case-folded name overwrite the real one.)
-		{"aud for another, Aud for us", j, ecS.signRaw(t, fmt.Sprintf(`{"iss":%q,"aud":"other","Aud":%q,"exp":%d,"sub":"alice"}`, issuer, audience, time.Now().Add(time.Hour).Unix())), auth.ErrAudience, "aud does not contain"},
-		{"expired exp, Exp in the future", j, ecS.signRaw(t, fmt.Sprintf(`{"iss":%q,"aud":%q,"exp":%d,"Exp":%d,"sub":"alice"}`, issuer, audience, time.Now().Add(-time.Hour).Unix(), time.Now().Add(time.Hour).Unix())), auth.ErrExpired, "has passed"},
-		{"a claim twice", j, ecS.signRaw(t, fmt.Sprintf(`{"iss":%q,"aud":%q,"exp":%d,"sub":"alice","sub":"bob"}`, issuer, audience, time.Now().Add(time.Hour).Unix())), auth.ErrMalformed, `duplicate member "sub"`},
-		{"a lone surrogate", j, ecS.signRaw(t, fmt.Sprintf(`{"iss":%q,"aud":%q,"exp":%d,"sub":"alice","name":"\udc00"}`, issuer, audience, time.Now().Add(time.Hour).Unix())), auth.ErrMalformed, `lone surrogate`},
-		{"missing sub", j, ecS.sign(t, claims("sub", nil)), auth.ErrCallerID, `no "sub" claim`},
-		{"sub not a string", j, ecS.sign(t, claims("sub", 42)), auth.ErrCallerID, "not a string"},
-		{"sub with a space", j, ecS.sign(t, claims("sub", "alice smith")), auth.ErrCallerID, "is not a caller id"},
-		{"sub reserved", j, ecS.sign(t, claims("sub", "stdio")), auth.ErrCallerID, "reserved"},
-		{"configured claim missing", custom, ecS.sign(t, claims()), auth.ErrCallerID, `no "email" claim`},
-		{"scope not a string", j, ecS.sign(t, claims("scope", []string{"a"})), auth.ErrMalformed, "scope"},
-		{"alg none", j, compact(map[string]any{"alg": "none", "kid": "rsa-1"}, claims(), nil), auth.ErrAlgorithm, `alg "none"`},
+		{"aud for another, Aud for us", j, ecS.SignRaw(t, fmt.Sprintf(`{"iss":%q,"aud":"other","Aud":%q,"exp":%d,"sub":"alice"}`, auth.TestIssuer, auth.TestAudience, time.Now().Add(time.Hour).Unix())), auth.ErrAudience, "aud does not contain"},
+		{"expired exp, Exp in the future", j, ecS.SignRaw(t, fmt.Sprintf(`{"iss":%q,"aud":%q,"exp":%d,"Exp":%d,"sub":"alice"}`, auth.TestIssuer, auth.TestAudience, time.Now().Add(-time.Hour).Unix(), time.Now().Add(time.Hour).Unix())), auth.ErrExpired, "has passed"},
+		{"a claim twice", j, ecS.SignRaw(t, fmt.Sprintf(`{"iss":%q,"aud":%q,"exp":%d,"sub":"alice","sub":"bob"}`, auth.TestIssuer, auth.TestAudience, time.Now().Add(time.Hour).Unix())), auth.ErrMalformed, `duplicate member "sub"`},
+		{"a lone surrogate", j, ecS.SignRaw(t, fmt.Sprintf(`{"iss":%q,"aud":%q,"exp":%d,"sub":"alice","name":"\udc00"}`, auth.TestIssuer, auth.TestAudience, time.Now().Add(time.Hour).Unix())), auth.ErrMalformed, `lone surrogate`},
+		{"missing sub", j, ecS.Sign(t, auth.ValidClaimsWithNBF("sub", nil)), auth.ErrCallerID, `no "sub" claim`},
+		{"sub not a string", j, ecS.Sign(t, auth.ValidClaimsWithNBF("sub", 42)), auth.ErrCallerID, "not a string"},
+		{"sub with a space", j, ecS.Sign(t, auth.ValidClaimsWithNBF("sub", "alice smith")), auth.ErrCallerID, "is not a caller id"},
+		{"sub reserved", j, ecS.Sign(t, auth.ValidClaimsWithNBF("sub", "stdio")), auth.ErrCallerID, "reserved"},
+		{"configured claim missing", custom, ecS.Sign(t, auth.ValidClaimsWithNBF()), auth.ErrCallerID, `no "email" claim`},
+		{"scope not a string", j, ecS.Sign(t, auth.ValidClaimsWithNBF("scope", []string{"a"})), auth.ErrMalformed, "scope"},
+		{"alg none", j, compact(map[string]any{"alg": "none", "kid": "rsa-1"}, auth.ValidClaimsWithNBF(), nil), auth.ErrAlgorithm, `alg "none"`},
 		{"HS256 with the public key as secret", j, hs256(rsaPEM), auth.ErrAlgorithm, `alg "HS256"`},
-		{"HS256 with the modulus as secret", j, hs256(rsaKey.N.Bytes()), auth.ErrAlgorithm, `alg "HS256"`},
-		{"unknown kid", j, signer{"nope", jose.ES256, ecKey}.sign(t, claims()), auth.ErrUnknownKey, `kid "nope" is not in the issuer's key set`},
-		{"no kid among several keys", j, signer{"", jose.ES256, ecKey}.sign(t, claims()), auth.ErrUnknownKey, "no kid, and the issuer has 3 keys"},
-		{"kid of a key of another type", j, signer{"rsa-1", jose.ES256, ecKey}.sign(t, claims()), auth.ErrUnknownKey, `key "rsa-1" cannot verify alg ES256`},
-		{"signed by another key under a known kid", j, signer{"ec-1", jose.ES256, must(ecdsa.GenerateKey(elliptic.P256(), rand.Reader))}.sign(t, claims()), auth.ErrSignature, "does not verify"},
-		{"tampered payload", j, swapPayload(good, claims("sub", "mallory")), auth.ErrSignature, "does not verify"},
+		{"HS256 with the modulus as secret", j, hs256(auth.TestKeyRSA.N.Bytes()), auth.ErrAlgorithm, `alg "HS256"`},
+		{"unknown kid", j, auth.TestSigner{"nope", jose.ES256, auth.TestKeyP256}.Sign(t, auth.ValidClaimsWithNBF()), auth.ErrUnknownKey, `kid "nope" is not in the issuer's key set`},
+		{"no kid among several keys", j, auth.TestSigner{"", jose.ES256, auth.TestKeyP256}.Sign(t, auth.ValidClaimsWithNBF()), auth.ErrUnknownKey, "no kid, and the issuer has 3 keys"},
+		{"kid of a key of another type", j, auth.TestSigner{"rsa-1", jose.ES256, auth.TestKeyP256}.Sign(t, auth.ValidClaimsWithNBF()), auth.ErrUnknownKey, `key "rsa-1" cannot verify alg ES256`},
+		{"signed by another key under a known kid", j, auth.TestSigner{"ec-1", jose.ES256, must(ecdsa.GenerateKey(elliptic.P256(), rand.Reader))}.Sign(t, auth.ValidClaimsWithNBF()), auth.ErrSignature, "does not verify"},
+		{"tampered payload", j, swapPayload(good, auth.ValidClaimsWithNBF("sub", "mallory")), auth.ErrSignature, "does not verify"},
 		{"tampered payload byte", j, mangle(good, 1, 5), auth.ErrSignature, "does not verify"},
 		{"tampered signature", j, mangle(good, 2, 10), auth.ErrSignature, "does not verify"},
 		{"truncated signature", j, good[:len(good)-4], auth.ErrSignature, "does not verify"},
@@ -317,8 +160,8 @@ func TestJWTVerify(t *testing.T) {
 }
 
 // rsaSignRaw signs payload bytes as they are.
-func rsaSignRaw(t *testing.T, s signer, payload []byte) string {
-	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: s.alg, Key: jose.JSONWebKey{Key: s.priv, KeyID: s.kid}}, nil)
+func rsaSignRaw(t *testing.T, s auth.TestSigner, payload []byte) string {
+	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: s.Alg, Key: jose.JSONWebKey{Key: s.Priv, KeyID: s.Kid}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,14 +185,14 @@ func must[T any](v T, err error) T {
 
 // TestJWTEveryByteMangled: a token with any one character changed is refused.
 func TestJWTEveryByteMangled(t *testing.T) {
-	rsaS, ecS, edS := testKeys(t)
-	srv := newJWKSServer(t, rsaS.public(), ecS.public(), edS.public())
-	cfg := srv.config()
+	rsaS, ecS, edS := auth.GenTestSigners(t)
+	srv := auth.NewTestJWKSServer(t, rsaS.Public(), ecS.Public(), edS.Public())
+	cfg := srv.JWTConfig()
 	cfg.MinRefetch = time.Hour // a mangled kid must not fetch
-	j := newJWT(t, cfg)
+	j := auth.MustNewJWT(t, cfg)
 	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-	for _, s := range []signer{rsaS, ecS, edS} {
-		tok := s.sign(t, claims())
+	for _, s := range []auth.TestSigner{rsaS, ecS, edS} {
+		tok := s.Sign(t, auth.ValidClaimsWithNBF())
 		if _, err := j.Verify(context.Background(), tok, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -362,21 +205,21 @@ func TestJWTEveryByteMangled(t *testing.T) {
 			b := []byte(tok)
 			b[i] = alphabet[strings.IndexByte(alphabet, b[i])^32]
 			if ti, err := j.Verify(context.Background(), string(b), nil); !errors.Is(err, sdkauth.ErrInvalidToken) {
-				t.Fatalf("%s token with byte %d changed: %v, %v", s.alg, i, ti, err)
+				t.Fatalf("%s token with byte %d changed: %v, %v", s.Alg, i, ti, err)
 			}
 		}
 	}
-	if n := srv.fetches.Load(); n != 1 {
+	if n := srv.Fetches.Load(); n != 1 {
 		t.Fatalf("%d fetches", n)
 	}
 }
 
 func TestJWTTokenInfo(t *testing.T) {
-	_, ecS, _ := testKeys(t)
-	srv := newJWKSServer(t, ecS.public())
-	j := newJWT(t, srv.config())
+	_, ecS, _ := auth.GenTestSigners(t)
+	srv := auth.NewTestJWKSServer(t, ecS.Public())
+	j := auth.MustNewJWT(t, srv.JWTConfig())
 	exp := time.Now().Add(5 * time.Minute).Unix()
-	ti, err := j.Verify(context.Background(), ecS.sign(t, claims("exp", exp, "scope", "runs:read  runs:write")), nil)
+	ti, err := j.Verify(context.Background(), ecS.Sign(t, auth.ValidClaimsWithNBF("exp", exp, "scope", "runs:read  runs:write")), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,62 +227,62 @@ func TestJWTTokenInfo(t *testing.T) {
 		t.Fatalf("TokenInfo %+v", ti)
 	}
 	// With one key in the set, a token without kid uses it.
-	if _, err := j.Verify(context.Background(), signer{"", jose.ES256, ecKey}.sign(t, claims()), nil); err != nil {
+	if _, err := j.Verify(context.Background(), auth.TestSigner{"", jose.ES256, auth.TestKeyP256}.Sign(t, auth.ValidClaimsWithNBF()), nil); err != nil {
 		t.Fatalf("no kid, one key: %v", err)
 	}
 }
 
 // TestJWTKeyRotation: a token naming a new kid makes the set be fetched again.
 func TestJWTKeyRotation(t *testing.T) {
-	rsaS, ecS, _ := testKeys(t)
-	srv := newJWKSServer(t, rsaS.public())
-	cfg := srv.config()
+	rsaS, ecS, _ := auth.GenTestSigners(t)
+	srv := auth.NewTestJWKSServer(t, rsaS.Public())
+	cfg := srv.JWTConfig()
 	cfg.MinRefetch = time.Nanosecond
-	j := newJWT(t, cfg)
-	if n := srv.fetches.Load(); n != 1 {
+	j := auth.MustNewJWT(t, cfg)
+	if n := srv.Fetches.Load(); n != 1 {
 		t.Fatalf("%d fetches at start, want 1", n)
 	}
-	rotated := signer{"ec-2", jose.ES256, ecS.priv}
-	tok := rotated.sign(t, claims())
+	rotated := auth.TestSigner{"ec-2", jose.ES256, ecS.Priv}
+	tok := rotated.Sign(t, auth.ValidClaimsWithNBF())
 	if _, err := j.Verify(context.Background(), tok, nil); !errors.Is(err, auth.ErrUnknownKey) {
 		t.Fatalf("before rotation: %v", err)
 	}
-	srv.setKeys(t, rsaS.public(), rotated.public())
+	srv.SetKeys(t, rsaS.Public(), rotated.Public())
 	if _, err := j.Verify(context.Background(), tok, nil); err != nil {
 		t.Fatalf("after rotation: %v", err)
 	}
-	if n := srv.fetches.Load(); n != 3 {
+	if n := srv.Fetches.Load(); n != 3 {
 		t.Fatalf("%d fetches, want 3", n)
 	}
 	// Known keys are not fetched again.
 	for range 5 {
-		if _, err := j.Verify(context.Background(), rsaS.sign(t, claims()), nil); err != nil {
+		if _, err := j.Verify(context.Background(), rsaS.Sign(t, auth.ValidClaimsWithNBF()), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := srv.fetches.Load(); n != 3 {
+	if n := srv.Fetches.Load(); n != 3 {
 		t.Fatalf("%d fetches after known kids, want 3", n)
 	}
 }
 
 // TestJWTUnknownKidFlood: unknown kids do not fetch more than once per MinRefetch.
 func TestJWTUnknownKidFlood(t *testing.T) {
-	_, ecS, _ := testKeys(t)
-	srv := newJWKSServer(t, ecS.public())
-	cfg := srv.config()
+	_, ecS, _ := auth.GenTestSigners(t)
+	srv := auth.NewTestJWKSServer(t, ecS.Public())
+	cfg := srv.JWTConfig()
 	cfg.MinRefetch = time.Hour
-	j := newJWT(t, cfg)
+	j := auth.MustNewJWT(t, cfg)
 	var wg sync.WaitGroup
 	for i := range 50 {
 		wg.Go(func() {
-			tok := signer{fmt.Sprintf("k%d", i), jose.ES256, ecKey}.sign(t, claims())
+			tok := auth.TestSigner{fmt.Sprintf("k%d", i), jose.ES256, auth.TestKeyP256}.Sign(t, auth.ValidClaimsWithNBF())
 			if _, err := j.Verify(context.Background(), tok, nil); !errors.Is(err, auth.ErrUnknownKey) || !errors.Is(err, sdkauth.ErrInvalidToken) {
 				t.Errorf("kid k%d: %v", i, err)
 			}
 		})
 	}
 	wg.Wait()
-	if n := srv.fetches.Load(); n != 1 {
+	if n := srv.Fetches.Load(); n != 1 {
 		t.Fatalf("%d fetches, want only the first", n)
 	}
 }
@@ -450,15 +293,15 @@ func TestJWTUnknownKidFlood(t *testing.T) {
 // the key is looked up before any signature is checked) only that the keys are
 // unavailable, the server's log why: the JWK set's URL, the issuer's address.
 func TestJWTKeysUnavailable(t *testing.T) {
-	_, ecS, _ := testKeys(t)
-	srv := newJWKSServer(t, ecS.public())
-	cfg := srv.config()
+	_, ecS, _ := auth.GenTestSigners(t)
+	srv := auth.NewTestJWKSServer(t, ecS.Public())
+	cfg := srv.JWTConfig()
 	cfg.MinRefetch = time.Nanosecond
 	var logged bytes.Buffer
 	cfg.Log = slog.New(slog.NewTextHandler(&logged, nil))
-	j := newJWT(t, cfg)
-	srv.setBody(nil, http.StatusServiceUnavailable)
-	tok := signer{"new", jose.ES256, ecKey}.sign(t, claims())
+	j := auth.MustNewJWT(t, cfg)
+	srv.SetBody(nil, http.StatusServiceUnavailable)
+	tok := auth.TestSigner{"new", jose.ES256, auth.TestKeyP256}.Sign(t, auth.ValidClaimsWithNBF())
 	_, err := j.Verify(context.Background(), tok, nil)
 	if !errors.Is(err, auth.ErrKeysUnavailable) || errors.Is(err, sdkauth.ErrInvalidToken) || err.Error() != "issuer keys unavailable (the server's log says why)" {
 		t.Fatalf("unknown kid while the issuer is down: %v", err)
@@ -468,37 +311,32 @@ func TestJWTKeysUnavailable(t *testing.T) {
 	}
 	// The log has a line per failed fetch, not per request: requests waiting on one
 	// fetch (anyone may send them) make one line.
-	held := make(chan struct{})
-	srv.mu.Lock()
-	srv.held = held
-	srv.mu.Unlock()
-	before := srv.fetches.Load()
+	held := srv.Hold()
+	before := srv.Fetches.Load()
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() { j.Verify(context.Background(), tok, nil) })
 	}
-	for srv.fetches.Load() == before { // the fetch they wait on has begun
+	for srv.Fetches.Load() == before { // the fetch they wait on has begun
 		time.Sleep(time.Millisecond)
 	}
 	close(held)
 	wg.Wait()
-	srv.mu.Lock()
-	srv.held = nil
-	srv.mu.Unlock()
-	if lines, failed := strings.Count(logged.String(), "could not be fetched"), srv.fetches.Load()-1; int32(lines) != failed {
+	srv.Unhold()
+	if lines, failed := strings.Count(logged.String(), "could not be fetched"), srv.Fetches.Load()-1; int32(lines) != failed {
 		t.Fatalf("%d log lines for %d failed fetches of 21 requests", lines, failed)
 	}
 	logged.Reset()
-	if _, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil); err != nil {
+	if _, err := j.Verify(context.Background(), ecS.Sign(t, auth.ValidClaimsWithNBF()), nil); err != nil {
 		t.Fatalf("known kid while the issuer is down: %v", err)
 	}
 	// A set the issuer answers with no usable key is not a failed fetch: the issuer
 	// withdrew its keys, and the one it had verifies nothing any more (the log says so).
-	srv.setBody([]byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0","kid":"new"}]}`), 0)
+	srv.SetBody([]byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0","kid":"new"}]}`), 0)
 	if _, err := j.Verify(context.Background(), tok, nil); !errors.Is(err, auth.ErrUnknownKey) || !strings.Contains(logged.String(), "holds no usable key") {
 		t.Fatalf("unknown kid with an unusable set: %v (the log: %s)", err, logged.String())
 	}
-	if _, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil); !errors.Is(err, auth.ErrUnknownKey) {
+	if _, err := j.Verify(context.Background(), ecS.Sign(t, auth.ValidClaimsWithNBF()), nil); !errors.Is(err, auth.ErrUnknownKey) {
 		t.Fatalf("a withdrawn key after a set without a usable key: %v", err)
 	}
 }
@@ -508,34 +346,34 @@ func TestJWTKeysUnavailable(t *testing.T) {
 // token after a long idle time, not only one after a refresh started in the background.
 // When that fetch fails, the last good set stands.
 func TestJWTRefresh(t *testing.T) {
-	rsaS, ecS, _ := testKeys(t)
-	srv := newJWKSServer(t, rsaS.public(), ecS.public())
-	cfg := srv.config()
+	rsaS, ecS, _ := auth.GenTestSigners(t)
+	srv := auth.NewTestJWKSServer(t, rsaS.Public(), ecS.Public())
+	cfg := srv.JWTConfig()
 	cfg.Refresh = time.Nanosecond // every set is due for refreshing
 	cfg.MinRefetch = time.Nanosecond
 	cfg.Log = slog.New(slog.DiscardHandler)
-	j := newJWT(t, cfg)
-	if _, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil); err != nil {
+	j := auth.MustNewJWT(t, cfg)
+	if _, err := j.Verify(context.Background(), ecS.Sign(t, auth.ValidClaimsWithNBF()), nil); err != nil {
 		t.Fatalf("a published key: %v", err)
 	}
-	srv.setKeys(t, rsaS.public()) // the issuer removes ec-1
-	if _, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil); !errors.Is(err, auth.ErrUnknownKey) {
+	srv.SetKeys(t, rsaS.Public()) // the issuer removes ec-1
+	if _, err := j.Verify(context.Background(), ecS.Sign(t, auth.ValidClaimsWithNBF()), nil); !errors.Is(err, auth.ErrUnknownKey) {
 		t.Fatalf("the first token signed by a removed key: err %v, want ErrUnknownKey", err)
 	}
-	srv.setBody([]byte("not a key set"), http.StatusInternalServerError) // the issuer fails
-	if _, err := j.Verify(context.Background(), rsaS.sign(t, claims()), nil); err != nil {
+	srv.SetBody([]byte("not a key set"), http.StatusInternalServerError) // the issuer fails
+	if _, err := j.Verify(context.Background(), rsaS.Sign(t, auth.ValidClaimsWithNBF()), nil); err != nil {
 		t.Fatalf("a key of the last good set while its refresh fails: %v", err)
 	}
 }
 
 func TestNewJWTRefused(t *testing.T) {
-	_, ecS, _ := testKeys(t)
-	srv := newJWKSServer(t, ecS.public())
+	_, ecS, _ := auth.GenTestSigners(t)
+	srv := auth.NewTestJWKSServer(t, ecS.Public())
 	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{ecS.public()}})
+		json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{ecS.Public()}})
 	}))
 	defer plain.Close()
-	with := func(f func(*auth.JWTConfig)) auth.JWTConfig { c := srv.config(); f(&c); return c }
+	with := func(f func(*auth.JWTConfig)) auth.JWTConfig { c := srv.JWTConfig(); f(&c); return c }
 	tests := []struct {
 		name string
 		cfg  auth.JWTConfig
@@ -568,20 +406,20 @@ func TestNewJWTRefused(t *testing.T) {
 // other key is refused at start, naming the key and its size — crypto/rsa would otherwise
 // refuse one under 1024 bits at every token, as a bad signature.
 func TestJWKSWeakRSAKey(t *testing.T) {
-	_, ecS, _ := testKeys(t)
-	weak := signer{"weak", jose.RS256, must(rsa.GenerateKey(rand.Reader, 1024))}
-	srv := newJWKSServer(t, weak.public(), ecS.public())
-	cfg := srv.config()
+	_, ecS, _ := auth.GenTestSigners(t)
+	weak := auth.TestSigner{"weak", jose.RS256, must(rsa.GenerateKey(rand.Reader, 1024))}
+	srv := auth.NewTestJWKSServer(t, weak.Public(), ecS.Public())
+	cfg := srv.JWTConfig()
 	cfg.MinRefetch = time.Hour
-	j := newJWT(t, cfg)
-	if _, err := j.Verify(context.Background(), weak.sign(t, claims()), nil); !errors.Is(err, auth.ErrUnknownKey) {
+	j := auth.MustNewJWT(t, cfg)
+	if _, err := j.Verify(context.Background(), weak.Sign(t, auth.ValidClaimsWithNBF()), nil); !errors.Is(err, auth.ErrUnknownKey) {
 		t.Errorf("a token of the 1024-bit key: %v, want ErrUnknownKey", err)
 	}
-	if _, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil); err != nil {
+	if _, err := j.Verify(context.Background(), ecS.Sign(t, auth.ValidClaimsWithNBF()), nil); err != nil {
 		t.Errorf("a token of the set's other key: %v", err)
 	}
-	only, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{weak.public()}})
-	srv.setBody(only, 0)
+	only, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{weak.Public()}})
+	srv.SetBody(only, 0)
 	want := `no usable signature key among its 1 keys (the RSA key "weak" has 1024 bits, fewer than the 2048 RFC 7518 requires)`
 	if _, err := auth.NewJWT(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("a set of one 1024-bit key: %v, want %q", err, want)
@@ -590,12 +428,12 @@ func TestJWKSWeakRSAKey(t *testing.T) {
 
 // TestJWKSKeysSkipped: a set's keys that are not public signature keys are not used.
 func TestJWKSKeysSkipped(t *testing.T) {
-	rsaS, ecS, edS := testKeys(t)
-	srv := newJWKSServer(t)
-	private := jose.JSONWebKey{Key: ecS.priv, KeyID: "ec-1"}
-	enc := rsaS.public()
+	rsaS, ecS, edS := auth.GenTestSigners(t)
+	srv := auth.NewTestJWKSServer(t)
+	private := jose.JSONWebKey{Key: ecS.Priv, KeyID: "ec-1"}
+	enc := rsaS.Public()
 	enc.Use = "enc"
-	restricted := edS.public()
+	restricted := edS.Public()
 	restricted.Algorithm = "ES256"
 	set := map[string]any{"keys": []any{
 		json.RawMessage(`{"kty":"oct","k":"c2VjcmV0","kid":"hmac"}`),
@@ -604,37 +442,37 @@ func TestJWKSKeysSkipped(t *testing.T) {
 		jose.JSONWebKey{Key: must(ecdsa.GenerateKey(elliptic.P256(), rand.Reader)).Public(), KeyID: "other"},
 	}}
 	body, _ := json.Marshal(set)
-	srv.setBody(body, 0)
-	cfg := srv.config()
+	srv.SetBody(body, 0)
+	cfg := srv.JWTConfig()
 	cfg.MinRefetch = time.Hour
-	j := newJWT(t, cfg)
-	for _, s := range []signer{ecS, rsaS, edS} {
-		if _, err := j.Verify(context.Background(), s.sign(t, claims()), nil); !errors.Is(err, auth.ErrUnknownKey) {
-			t.Errorf("%s: %v, want ErrUnknownKey", s.kid, err)
+	j := auth.MustNewJWT(t, cfg)
+	for _, s := range []auth.TestSigner{ecS, rsaS, edS} {
+		if _, err := j.Verify(context.Background(), s.Sign(t, auth.ValidClaimsWithNBF()), nil); !errors.Is(err, auth.ErrUnknownKey) {
+			t.Errorf("%s: %v, want ErrUnknownKey", s.Kid, err)
 		}
 	}
-	srv.setBody([]byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}`), 0)
+	srv.SetBody([]byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}`), 0)
 	if _, err := auth.NewJWT(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "no usable signature key among its 1 keys") {
 		t.Fatalf("an unusable set: %v", err)
 	}
-	srv.setBody([]byte(`[]`), 0)
+	srv.SetBody([]byte(`[]`), 0)
 	if _, err := auth.NewJWT(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "not a JWK set") {
 		t.Fatalf("not a set: %v", err)
 	}
 	// The set's limits: bytes, then keys.
-	good, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{ecS.public()}})
+	good, _ := json.Marshal(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{ecS.Public()}})
 	padded := append(bytes.TrimSuffix(good, []byte("}")), []byte(`,"pad":"`+strings.Repeat("x", auth.MaxJWKSBytes)+`"}`)...)
-	srv.setBody(padded, 0)
+	srv.SetBody(padded, 0)
 	if _, err := auth.NewJWT(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), fmt.Sprint(auth.MaxJWKSBytes)) {
 		t.Fatalf("a set over %d bytes: %v", auth.MaxJWKSBytes, err)
 	}
 	many := make([]jose.JSONWebKey, auth.MaxJWKSKeys+1)
 	for i := range many {
-		many[i] = ecS.public()
+		many[i] = ecS.Public()
 		many[i].KeyID = fmt.Sprint("k", i)
 	}
 	body, _ = json.Marshal(jose.JSONWebKeySet{Keys: many})
-	srv.setBody(body, 0)
+	srv.SetBody(body, 0)
 	if _, err := auth.NewJWT(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), fmt.Sprint(auth.MaxJWKSKeys)) {
 		t.Fatalf("a set of %d keys: %v", len(many), err)
 	}
@@ -644,11 +482,11 @@ func TestJWKSKeysSkipped(t *testing.T) {
 // caller, 401 with a WWW-Authenticate naming the metadata, and 500 when the keys cannot
 // be had.
 func TestMiddleware(t *testing.T) {
-	_, ecS, _ := testKeys(t)
-	srv := newJWKSServer(t, ecS.public())
-	cfg := srv.config()
+	_, ecS, _ := auth.GenTestSigners(t)
+	srv := auth.NewTestJWKSServer(t, ecS.Public())
+	cfg := srv.JWTConfig()
 	cfg.MinRefetch = time.Nanosecond
-	j := newJWT(t, cfg)
+	j := auth.MustNewJWT(t, cfg)
 	handler := sdkauth.RequireBearerToken(j.Verify, &sdkauth.RequireBearerTokenOptions{
 		ResourceMetadataURL: "https://symbi.example" + auth.MetadataPath,
 		ClockSkew:           auth.Leeway,
@@ -671,21 +509,21 @@ func TestMiddleware(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, strings.TrimSpace(string(body)), resp.Header.Get("WWW-Authenticate")
 	}
-	if code, body, _ := call(ecS.sign(t, claims("exp", time.Now().Unix()-5))); code != 200 || body != "alice jwt true" {
+	if code, body, _ := call(ecS.Sign(t, auth.ValidClaimsWithNBF("exp", time.Now().Unix()-5))); code != 200 || body != "alice jwt true" {
 		t.Fatalf("good token: %d %q", code, body)
 	}
-	code, body, www := call(ecS.sign(t, claims("aud", "other")))
+	code, body, www := call(ecS.Sign(t, auth.ValidClaimsWithNBF("aud", "other")))
 	if code != 401 || !strings.Contains(body, "invalid token: wrong audience") || www != `Bearer resource_metadata="https://symbi.example/.well-known/oauth-protected-resource"` {
 		t.Fatalf("bad audience: %d %q %q", code, body, www)
 	}
-	srv.setBody(nil, http.StatusBadGateway)
-	if code, body, _ := call(signer{"new", jose.ES256, ecKey}.sign(t, claims())); code != 500 || !strings.Contains(body, "issuer keys unavailable") {
+	srv.SetBody(nil, http.StatusBadGateway)
+	if code, body, _ := call(auth.TestSigner{"new", jose.ES256, auth.TestKeyP256}.Sign(t, auth.ValidClaimsWithNBF())); code != 500 || !strings.Contains(body, "issuer keys unavailable") {
 		t.Fatalf("keys unavailable: %d %q", code, body)
 	}
 }
 
 func TestMetadata(t *testing.T) {
-	b, err := json.Marshal(auth.Metadata(audience, []string{issuer}))
+	b, err := json.Marshal(auth.Metadata(auth.TestAudience, []string{auth.TestIssuer}))
 	if err != nil || string(b) != `{"resource":"https://symbi.example/mcp","authorization_servers":["https://issuer.example"],"bearer_methods_supported":["header"]}` {
 		t.Fatalf("%s %v", b, err)
 	}
@@ -696,20 +534,20 @@ func TestMetadata(t *testing.T) {
 // reached is told that the keys are unavailable, and not the JWK set's URL (its query) or
 // the fetch's transport error.
 func TestKeysUnavailableOverHTTP(t *testing.T) {
-	_, ecS, _ := testKeys(t)
-	srv := newJWKSServer(t, ecS.public())
-	cfg := srv.config()
+	_, ecS, _ := auth.GenTestSigners(t)
+	srv := auth.NewTestJWKSServer(t, ecS.Public())
+	cfg := srv.JWTConfig()
 	cfg.JWKSURL += "?tenant_secret=s3cr3t"
 	cfg.MinRefetch = time.Nanosecond
 	cfg.Log = slog.New(slog.DiscardHandler)
-	j := newJWT(t, cfg)
+	j := auth.MustNewJWT(t, cfg)
 	srv.Close() // the issuer goes away: the refetch fails at the transport
 	handler := sdkauth.RequireBearerToken(j.Verify, &sdkauth.RequireBearerTokenOptions{ClockSkew: auth.Leeway})(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	mcp := httptest.NewServer(handler)
 	defer mcp.Close()
 	// Signed by a key the issuer never published.
-	tok := signer{"attacker-kid", jose.ES256, ecKey}.sign(t, claims())
+	tok := auth.TestSigner{"attacker-kid", jose.ES256, auth.TestKeyP256}.Sign(t, auth.ValidClaimsWithNBF())
 	req, _ := http.NewRequest(http.MethodGet, mcp.URL, nil)
 	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := http.DefaultClient.Do(req)
@@ -727,9 +565,9 @@ func TestKeysUnavailableOverHTTP(t *testing.T) {
 // an encryption key the issuer publishes beside its signing keys — verifies no token,
 // whoever holds its private half: it is skipped like a key of another use.
 func TestJWTKeyOpsWithoutVerifyNotUsed(t *testing.T) {
-	rsaS, ecS, _ := testKeys(t)
-	srv := newJWKSServer(t)
-	pub := rsaS.public()
+	rsaS, ecS, _ := auth.GenTestSigners(t)
+	srv := auth.NewTestJWKSServer(t)
+	pub := rsaS.Public()
 	pub.Use = "" // key_ops alone states the purpose (RFC 7517: use and key_ops SHOULD NOT both be given)
 	raw, err := json.Marshal(pub)
 	if err != nil {
@@ -740,12 +578,12 @@ func TestJWTKeyOpsWithoutVerifyNotUsed(t *testing.T) {
 		t.Fatal(err)
 	}
 	m["key_ops"] = []string{"encrypt", "wrapKey"}
-	body, _ := json.Marshal(map[string]any{"keys": []any{m, ecS.public()}})
-	srv.setBody(body, 0)
-	cfg := srv.config()
+	body, _ := json.Marshal(map[string]any{"keys": []any{m, ecS.Public()}})
+	srv.SetBody(body, 0)
+	cfg := srv.JWTConfig()
 	cfg.MinRefetch = time.Hour
-	j := newJWT(t, cfg)
-	ti, err := j.Verify(context.Background(), rsaS.sign(t, claims()), nil)
+	j := auth.MustNewJWT(t, cfg)
+	ti, err := j.Verify(context.Background(), rsaS.Sign(t, auth.ValidClaimsWithNBF()), nil)
 	if err == nil {
 		t.Fatalf("a token signed with the key the issuer declares for encryption only (key_ops [encrypt wrapKey]) was accepted as %q", ti.UserID)
 	}
@@ -758,20 +596,20 @@ func TestJWTKeyOpsWithoutVerifyNotUsed(t *testing.T) {
 // (here none at all, as after withdrawing a leaked one) has withdrawn its keys: the key it
 // had verifies no token from the next fetch on, though the server started with it.
 func TestJWTIssuerEmptiesItsKeySet(t *testing.T) {
-	_, ecS, _ := testKeys(t)
-	srv := newJWKSServer(t, ecS.public())
-	cfg := srv.config()
+	_, ecS, _ := auth.GenTestSigners(t)
+	srv := auth.NewTestJWKSServer(t, ecS.Public())
+	cfg := srv.JWTConfig()
 	cfg.Refresh = time.Nanosecond // every token waits for a fresh set
 	cfg.MinRefetch = time.Nanosecond
 	cfg.Log = slog.New(slog.DiscardHandler)
-	j := newJWT(t, cfg)
-	if _, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil); err != nil {
+	j := auth.MustNewJWT(t, cfg)
+	if _, err := j.Verify(context.Background(), ecS.Sign(t, auth.ValidClaimsWithNBF()), nil); err != nil {
 		t.Fatalf("a published key: %v", err)
 	}
-	srv.setBody([]byte(`{"keys":[]}`), 0) // the issuer withdraws every key
-	before := srv.fetches.Load()
-	ti, err := j.Verify(context.Background(), ecS.sign(t, claims()), nil)
-	if srv.fetches.Load() == before {
+	srv.SetBody([]byte(`{"keys":[]}`), 0) // the issuer withdraws every key
+	before := srv.Fetches.Load()
+	ti, err := j.Verify(context.Background(), ecS.Sign(t, auth.ValidClaimsWithNBF()), nil)
+	if srv.Fetches.Load() == before {
 		t.Fatal("no refresh was made")
 	}
 	if err == nil {
@@ -784,20 +622,20 @@ func TestJWTIssuerEmptiesItsKeySet(t *testing.T) {
 // malformed, naming crit, before any key or signature is looked at: not as a bad
 // signature, which would send an operator to the keys when the signature may be good.
 func TestJWTCritIsNotABadSignature(t *testing.T) {
-	_, ecS, _ := testKeys(t)
-	srv := newJWKSServer(t, ecS.public())
-	cfg := srv.config()
+	_, ecS, _ := auth.GenTestSigners(t)
+	srv := auth.NewTestJWKSServer(t, ecS.Public())
+	cfg := srv.JWTConfig()
 	cfg.MinRefetch = time.Hour
-	j := newJWT(t, cfg)
+	j := auth.MustNewJWT(t, cfg)
 	for name, opts := range map[string]*jose.SignerOptions{
 		"unsupported": (&jose.SignerOptions{}).WithType("JWT").WithHeader("urn:example:ext", "x").WithCritical("urn:example:ext"),
 		"malformed":   (&jose.SignerOptions{}).WithType("JWT").WithHeader("crit", "exp"),
 	} {
-		sig, err := jose.NewSigner(jose.SigningKey{Algorithm: ecS.alg, Key: jose.JSONWebKey{Key: ecS.priv, KeyID: ecS.kid}}, opts)
+		sig, err := jose.NewSigner(jose.SigningKey{Algorithm: ecS.Alg, Key: jose.JSONWebKey{Key: ecS.Priv, KeyID: ecS.Kid}}, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tok, err := jwt.Signed(sig).Claims(claims()).Serialize()
+		tok, err := jwt.Signed(sig).Claims(auth.ValidClaimsWithNBF()).Serialize()
 		if err != nil {
 			t.Fatal(err)
 		}

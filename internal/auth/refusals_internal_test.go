@@ -3,33 +3,24 @@ package auth
 import (
 	"bytes"
 	"context"
-	"crypto"
 	"crypto/ecdsa"
-	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
-	"github.com/go-jose/go-jose/v4/jwt"
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	"golang.org/x/sys/unix"
 
@@ -37,156 +28,9 @@ import (
 	"symbi/internal/proctest"
 )
 
-// testIssuer and testAudience are the iss and aud the verifiers under test accept.
-const (
-	testIssuer   = "https://issuer.example"
-	testAudience = "https://symbi.example/mcp"
-)
-
-// testSigner is a test key: its private half signs, its public half is published.
-type testSigner struct {
-	kid  string
-	alg  jose.SignatureAlgorithm
-	priv crypto.Signer
-}
-
-func (s testSigner) public() jose.JSONWebKey {
-	return jose.JSONWebKey{Key: s.priv.Public(), KeyID: s.kid, Use: "sig"}
-}
-
-func (s testSigner) sign(t testing.TB, claims map[string]any) string {
-	t.Helper()
-	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: s.alg, Key: jose.JSONWebKey{Key: s.priv, KeyID: s.kid}}, (&jose.SignerOptions{}).WithType("JWT"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := jwt.Signed(sig).Claims(claims).Serialize()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
-}
-
-var (
-	testKeysOnce sync.Once
-	keyRSA       *rsa.PrivateKey
-	keyP256      *ecdsa.PrivateKey
-	keyP384      *ecdsa.PrivateKey
-	keyP521      *ecdsa.PrivateKey
-	keyEd25519   ed25519.PrivateKey
-)
-
-// genTestKeys makes the shared keys of every documented type, once.
-func genTestKeys(t testing.TB) {
-	testKeysOnce.Do(func() {
-		keyRSA, _ = rsa.GenerateKey(rand.Reader, 2048)
-		keyP256, _ = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		keyP384, _ = ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
-		keyP521, _ = ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
-		_, keyEd25519, _ = ed25519.GenerateKey(rand.Reader)
-	})
-	if keyRSA == nil || keyP256 == nil || keyP384 == nil || keyP521 == nil || keyEd25519 == nil {
-		t.Fatal("key generation failed")
-	}
-}
-
-// validClaims are valid claims for alice, changed by the given pairs (a nil value deletes).
-func validClaims(kv ...any) map[string]any {
-	now := time.Now().Unix()
-	c := map[string]any{"iss": testIssuer, "aud": testAudience, "sub": "alice", "exp": now + 300, "iat": now}
-	for i := 0; i < len(kv); i += 2 {
-		if kv[i+1] == nil {
-			delete(c, kv[i].(string))
-		} else {
-			c[kv[i].(string)] = kv[i+1]
-		}
-	}
-	return c
-}
-
-// jwksEndpoint is an issuer's key endpoint on loopback TLS whose answer can change or be held.
-type jwksEndpoint struct {
-	*httptest.Server
-	mu      sync.Mutex
-	body    []byte
-	status  int
-	held    chan struct{}
-	fetches atomic.Int32
-}
-
-func newJWKSEndpoint(t testing.TB, keys ...jose.JSONWebKey) *jwksEndpoint {
-	s := &jwksEndpoint{}
-	s.setKeys(t, keys...)
-	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.fetches.Add(1)
-		s.mu.Lock()
-		body, status, held := s.body, s.status, s.held
-		s.mu.Unlock()
-		if held != nil {
-			<-held
-		}
-		if status != 0 {
-			http.Error(w, "down", status)
-			return
-		}
-		w.Header().Set("Content-Type", "application/jwk-set+json")
-		w.Write(body)
-	}))
-	s.Config.ErrorLog = log.New(io.Discard, "", 0)
-	s.StartTLS()
-	t.Cleanup(s.Close)
-	return s
-}
-
-func (s *jwksEndpoint) setKeys(t testing.TB, keys ...jose.JSONWebKey) {
-	body, err := json.Marshal(jose.JSONWebKeySet{Keys: keys})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.mu.Lock()
-	s.body, s.status = body, 0
-	s.mu.Unlock()
-}
-
-func (s *jwksEndpoint) setStatus(status int) {
-	s.mu.Lock()
-	s.status = status
-	s.mu.Unlock()
-}
-
-func (s *jwksEndpoint) hold() chan struct{} {
-	held := make(chan struct{})
-	s.mu.Lock()
-	s.held = held
-	s.mu.Unlock()
-	return held
-}
-
-func (s *jwksEndpoint) config() JWTConfig {
-	return JWTConfig{
-		JWKSURL:      s.URL + "/jwks",
-		Issuer:       testIssuer,
-		Audience:     testAudience,
-		RootCAs:      s.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs,
-		AllowPrivate: true,
-		Timeout:      time.Minute,
-		Log:          slog.New(slog.DiscardHandler),
-	}
-}
-
-// mustNewJWT starts a verifier of cfg, failing the test if it cannot.
-func mustNewJWT(t *testing.T, cfg JWTConfig) *JWT {
-	t.Helper()
-	j, err := NewJWT(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return j
-}
-
 // claimsVerifier is a verifier of claims only, for checkClaims at a fixed time.
 func claimsVerifier() *JWT {
-	return &JWT{cfg: JWTConfig{Issuer: testIssuer, Audience: testAudience, Claim: DefaultClaim}}
+	return &JWT{cfg: JWTConfig{Issuer: TestIssuer, Audience: TestAudience, Claim: DefaultClaim}}
 }
 
 // claimsJSON is c as a token payload.
@@ -226,7 +70,7 @@ func TestCallersWithoutCredentials(t *testing.T) {
 func TestRefusalCutsPresentedText(t *testing.T) {
 	long := strings.Repeat("x", 1000)
 	now := time.Unix(1_800_000_000, 0)
-	_, err := claimsVerifier().checkClaims(claimsJSON(t, map[string]any{"iss": long, "aud": testAudience, "exp": now.Unix() + 60, "sub": "alice"}), now)
+	_, err := claimsVerifier().checkClaims(claimsJSON(t, map[string]any{"iss": long, "aud": TestAudience, "exp": now.Unix() + 60, "sub": "alice"}), now)
 	if !errors.Is(err, ErrIssuer) {
 		t.Fatalf("a wrong issuer: %v", err)
 	}
@@ -238,11 +82,11 @@ func TestRefusalCutsPresentedText(t *testing.T) {
 // TestJWTSizeLimit: a JWT of 32 KiB (the README's limit) is not refused for its size;
 // one byte more is.
 func TestJWTSizeLimit(t *testing.T) {
-	genTestKeys(t)
-	srv := newJWKSEndpoint(t, testSigner{"ec", jose.ES256, keyP256}.public())
-	cfg := srv.config()
+	GenTestKeys(t)
+	srv := NewTestJWKSServer(t, TestSigner{"ec", jose.ES256, TestKeyP256}.Public())
+	cfg := srv.QuietJWTConfig()
 	cfg.MinRefetch = time.Hour
-	j := mustNewJWT(t, cfg)
+	j := MustNewJWT(t, cfg)
 	at := strings.Repeat("a", 32<<10)
 	if _, err := j.Verify(context.Background(), at, nil); err == nil || strings.Contains(err.Error(), "over the") {
 		t.Fatalf("a token of exactly 32 KiB: %v, want a refusal not for its size", err)
@@ -255,15 +99,15 @@ func TestJWTSizeLimit(t *testing.T) {
 // TestJWTSameKidSeveralKeys: when the set holds several keys under one kid, a token
 // that verifies with any of them is accepted, whichever comes first.
 func TestJWTSameKidSeveralKeys(t *testing.T) {
-	genTestKeys(t)
+	GenTestKeys(t)
 	other := must(ecdsa.GenerateKey(elliptic.P256(), rand.Reader))
-	first, second := testSigner{"k", jose.ES256, keyP256}, testSigner{"k", jose.ES256, other}
-	srv := newJWKSEndpoint(t, first.public(), second.public())
-	cfg := srv.config()
+	first, second := TestSigner{"k", jose.ES256, TestKeyP256}, TestSigner{"k", jose.ES256, other}
+	srv := NewTestJWKSServer(t, first.Public(), second.Public())
+	cfg := srv.QuietJWTConfig()
 	cfg.MinRefetch = time.Hour
-	j := mustNewJWT(t, cfg)
-	for name, s := range map[string]testSigner{"first": first, "second": second} {
-		if ti, err := j.Verify(context.Background(), s.sign(t, validClaims()), nil); err != nil || ti.UserID != "alice" {
+	j := MustNewJWT(t, cfg)
+	for name, s := range map[string]TestSigner{"first": first, "second": second} {
+		if ti, err := j.Verify(context.Background(), s.Sign(t, ValidClaims()), nil); err != nil || ti.UserID != "alice" {
 			t.Errorf("signed by the %s key of kid k: %v, %v", name, ti, err)
 		}
 	}
@@ -281,7 +125,7 @@ func must[T any](v T, err error) T {
 // under case folding.
 func TestIssuerExact(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
-	_, err := claimsVerifier().checkClaims(claimsJSON(t, map[string]any{"iss": strings.ToUpper(testIssuer), "aud": testAudience, "exp": now.Unix() + 60, "sub": "alice"}), now)
+	_, err := claimsVerifier().checkClaims(claimsJSON(t, map[string]any{"iss": strings.ToUpper(TestIssuer), "aud": TestAudience, "exp": now.Unix() + 60, "sub": "alice"}), now)
 	if !errors.Is(err, ErrIssuer) {
 		t.Fatalf("iss in capitals: %v, want ErrIssuer", err)
 	}
@@ -289,7 +133,7 @@ func TestIssuerExact(t *testing.T) {
 
 // TestNewJWTNegativeDurations: a negative Refresh, MinRefetch or Timeout is refused.
 func TestNewJWTNegativeDurations(t *testing.T) {
-	base := JWTConfig{JWKSURL: "https://192.0.2.1/jwks", Issuer: testIssuer, Audience: testAudience}
+	base := JWTConfig{JWKSURL: "https://192.0.2.1/jwks", Issuer: TestIssuer, Audience: TestAudience}
 	for name, f := range map[string]func(*JWTConfig){
 		"Refresh":    func(c *JWTConfig) { c.Refresh = -time.Second },
 		"MinRefetch": func(c *JWTConfig) { c.MinRefetch = -time.Second },
@@ -307,7 +151,7 @@ func TestNewJWTNegativeDurations(t *testing.T) {
 // (exp, nbf, iat, aud, iss, jti, scope) is refused as the caller claim at start.
 func TestClaimNotCaller(t *testing.T) {
 	for _, c := range []string{"exp", "nbf", "iat", "aud", "iss", "jti", "scope"} {
-		cfg := JWTConfig{JWKSURL: "https://192.0.2.1/jwks", Issuer: testIssuer, Audience: testAudience, Claim: c}
+		cfg := JWTConfig{JWKSURL: "https://192.0.2.1/jwks", Issuer: TestIssuer, Audience: TestAudience, Claim: c}
 		if _, err := NewJWT(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "cannot name the caller") {
 			t.Errorf("claim %q: %v, want refused as the caller claim", c, err)
 		}
@@ -317,15 +161,15 @@ func TestClaimNotCaller(t *testing.T) {
 // TestDocumentedDefaults: keys are refreshed every 10 minutes and refetched for an
 // unknown kid at most every 30 seconds by default, and exp, nbf and iat have 30 s leeway.
 func TestDocumentedDefaults(t *testing.T) {
-	genTestKeys(t)
-	srv := newJWKSEndpoint(t, testSigner{"ec", jose.ES256, keyP256}.public())
-	j := mustNewJWT(t, srv.config())
+	GenTestKeys(t)
+	srv := NewTestJWKSServer(t, TestSigner{"ec", jose.ES256, TestKeyP256}.Public())
+	j := MustNewJWT(t, srv.QuietJWTConfig())
 	if j.keys.refresh != 10*time.Minute || j.keys.minRefetch != 30*time.Second {
 		t.Errorf("refresh %v, min refetch %v; want 10m0s and 30s", j.keys.refresh, j.keys.minRefetch)
 	}
 	now := time.Unix(1_800_000_000, 0)
 	check := func(kv ...any) error {
-		c := map[string]any{"iss": testIssuer, "aud": testAudience, "exp": now.Unix() + 60, "sub": "alice"}
+		c := map[string]any{"iss": TestIssuer, "aud": TestAudience, "exp": now.Unix() + 60, "sub": "alice"}
 		for i := 0; i < len(kv); i += 2 {
 			c[kv[i].(string)] = kv[i+1]
 		}
@@ -353,24 +197,24 @@ func TestDocumentedDefaults(t *testing.T) {
 // TestAlgorithms: each documented algorithm — RS256/384/512, PS256/384/512,
 // ES256/384/512 (P-256, P-384, P-521) and EdDSA — verifies with a key of its type.
 func TestAlgorithms(t *testing.T) {
-	genTestKeys(t)
-	signers := []testSigner{
-		{"rs256", jose.RS256, keyRSA}, {"rs384", jose.RS384, keyRSA}, {"rs512", jose.RS512, keyRSA},
-		{"ps256", jose.PS256, keyRSA}, {"ps384", jose.PS384, keyRSA}, {"ps512", jose.PS512, keyRSA},
-		{"es256", jose.ES256, keyP256}, {"es384", jose.ES384, keyP384}, {"es512", jose.ES512, keyP521},
-		{"eddsa", jose.EdDSA, keyEd25519},
+	GenTestKeys(t)
+	signers := []TestSigner{
+		{"rs256", jose.RS256, TestKeyRSA}, {"rs384", jose.RS384, TestKeyRSA}, {"rs512", jose.RS512, TestKeyRSA},
+		{"ps256", jose.PS256, TestKeyRSA}, {"ps384", jose.PS384, TestKeyRSA}, {"ps512", jose.PS512, TestKeyRSA},
+		{"es256", jose.ES256, TestKeyP256}, {"es384", jose.ES384, TestKeyP384}, {"es512", jose.ES512, TestKeyP521},
+		{"eddsa", jose.EdDSA, TestKeyEd25519},
 	}
 	var pubs []jose.JSONWebKey
 	for _, s := range signers {
-		pubs = append(pubs, s.public())
+		pubs = append(pubs, s.Public())
 	}
-	srv := newJWKSEndpoint(t, pubs...)
-	cfg := srv.config()
+	srv := NewTestJWKSServer(t, pubs...)
+	cfg := srv.QuietJWTConfig()
 	cfg.MinRefetch = time.Hour
-	j := mustNewJWT(t, cfg)
+	j := MustNewJWT(t, cfg)
 	for _, s := range signers {
-		if ti, err := j.Verify(context.Background(), s.sign(t, validClaims()), nil); err != nil || ti.UserID != "alice" {
-			t.Errorf("%s: %v, %v", s.alg, ti, err)
+		if ti, err := j.Verify(context.Background(), s.Sign(t, ValidClaims()), nil); err != nil || ti.UserID != "alice" {
+			t.Errorf("%s: %v, %v", s.Alg, ti, err)
 		}
 	}
 }
@@ -385,17 +229,17 @@ func TestClaimsNull(t *testing.T) {
 // TestStaleKeysWithinMinRefetch: keys due for refreshing that may not be fetched again
 // yet (MinRefetch) still verify a token: the last good set stands.
 func TestStaleKeysWithinMinRefetch(t *testing.T) {
-	genTestKeys(t)
-	s := testSigner{"ec", jose.ES256, keyP256}
-	srv := newJWKSEndpoint(t, s.public())
-	cfg := srv.config()
+	GenTestKeys(t)
+	s := TestSigner{"ec", jose.ES256, TestKeyP256}
+	srv := NewTestJWKSServer(t, s.Public())
+	cfg := srv.QuietJWTConfig()
 	cfg.Refresh = time.Nanosecond
 	cfg.MinRefetch = time.Hour
-	j := mustNewJWT(t, cfg)
-	if _, err := j.Verify(context.Background(), s.sign(t, validClaims()), nil); err != nil {
+	j := MustNewJWT(t, cfg)
+	if _, err := j.Verify(context.Background(), s.Sign(t, ValidClaims()), nil); err != nil {
 		t.Fatalf("a known key of a set due for refreshing, within MinRefetch: %v", err)
 	}
-	if n := srv.fetches.Load(); n != 1 {
+	if n := srv.Fetches.Load(); n != 1 {
 		t.Fatalf("%d fetches, want 1", n)
 	}
 }
@@ -403,23 +247,23 @@ func TestStaleKeysWithinMinRefetch(t *testing.T) {
 // TestRecentFailedFetchIsUnavailable: an unknown kid soon after a failed fetch (too
 // soon to fetch again) is answered "issuer keys unavailable", not refused as unknown.
 func TestRecentFailedFetchIsUnavailable(t *testing.T) {
-	genTestKeys(t)
-	srv := newJWKSEndpoint(t, testSigner{"ec", jose.ES256, keyP256}.public())
-	cfg := srv.config()
+	GenTestKeys(t)
+	srv := NewTestJWKSServer(t, TestSigner{"ec", jose.ES256, TestKeyP256}.Public())
+	cfg := srv.QuietJWTConfig()
 	cfg.MinRefetch = time.Hour
-	j := mustNewJWT(t, cfg)
+	j := MustNewJWT(t, cfg)
 	j.keys.mu.Lock()
 	j.keys.tried = j.keys.tried.Add(-2 * time.Hour) // a fetch may be made
 	j.keys.mu.Unlock()
-	srv.setStatus(http.StatusServiceUnavailable)
-	tok := testSigner{"new", jose.ES256, keyP256}.sign(t, validClaims())
+	srv.SetStatus(http.StatusServiceUnavailable)
+	tok := TestSigner{"new", jose.ES256, TestKeyP256}.Sign(t, ValidClaims())
 	for i := range 2 { // the first fetches and fails; the second may not fetch
 		_, err := j.Verify(context.Background(), tok, nil)
 		if !errors.Is(err, ErrKeysUnavailable) || errors.Is(err, sdkauth.ErrInvalidToken) {
 			t.Fatalf("request %d: %v, want ErrKeysUnavailable", i+1, err)
 		}
 	}
-	if n := srv.fetches.Load(); n != 2 {
+	if n := srv.Fetches.Load(); n != 2 {
 		t.Fatalf("%d fetches, want 2", n)
 	}
 }
@@ -428,21 +272,21 @@ func TestRecentFailedFetchIsUnavailable(t *testing.T) {
 // context ends) is answered "issuer keys unavailable" at once; the fetch goes on for the
 // others.
 func TestCancelledWaitIsUnavailable(t *testing.T) {
-	genTestKeys(t)
-	srv := newJWKSEndpoint(t, testSigner{"ec", jose.ES256, keyP256}.public())
-	cfg := srv.config()
+	GenTestKeys(t)
+	srv := NewTestJWKSServer(t, TestSigner{"ec", jose.ES256, TestKeyP256}.Public())
+	cfg := srv.QuietJWTConfig()
 	cfg.MinRefetch = time.Nanosecond
-	j := mustNewJWT(t, cfg)
-	held := srv.hold()
+	j := MustNewJWT(t, cfg)
+	held := srv.Hold()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	newKey := testSigner{"new", jose.ES256, keyP256}
-	tok := newKey.sign(t, validClaims())
+	newKey := TestSigner{"new", jose.ES256, TestKeyP256}
+	tok := newKey.Sign(t, ValidClaims())
 	_, err := j.Verify(ctx, tok, nil)
 	if !errors.Is(err, ErrKeysUnavailable) || errors.Is(err, sdkauth.ErrInvalidToken) {
 		t.Fatalf("a cancelled request waiting for a fetch: %v, want ErrKeysUnavailable", err)
 	}
-	srv.setKeys(t, testSigner{"ec", jose.ES256, keyP256}.public(), newKey.public())
+	srv.SetKeys(t, TestSigner{"ec", jose.ES256, TestKeyP256}.Public(), newKey.Public())
 	j.keys.mu.Lock()
 	done := j.keys.inflight
 	j.keys.mu.Unlock()
@@ -459,22 +303,22 @@ func TestCancelledWaitIsUnavailable(t *testing.T) {
 // TestRefreshResetsAge: a successful refresh makes the keys fresh again: the next
 // token does not fetch them again.
 func TestRefreshResetsAge(t *testing.T) {
-	genTestKeys(t)
-	s := testSigner{"ec", jose.ES256, keyP256}
-	srv := newJWKSEndpoint(t, s.public())
-	cfg := srv.config()
+	GenTestKeys(t)
+	s := TestSigner{"ec", jose.ES256, TestKeyP256}
+	srv := NewTestJWKSServer(t, s.Public())
+	cfg := srv.QuietJWTConfig()
 	cfg.Refresh = time.Hour
 	cfg.MinRefetch = time.Nanosecond
-	j := mustNewJWT(t, cfg)
+	j := MustNewJWT(t, cfg)
 	j.keys.mu.Lock()
 	j.keys.fetched = j.keys.fetched.Add(-2 * time.Hour) // due for refreshing
 	j.keys.mu.Unlock()
 	for range 3 {
-		if _, err := j.Verify(context.Background(), s.sign(t, validClaims()), nil); err != nil {
+		if _, err := j.Verify(context.Background(), s.Sign(t, ValidClaims()), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := srv.fetches.Load(); n != 2 {
+	if n := srv.Fetches.Load(); n != 2 {
 		t.Fatalf("%d fetches, want 2 (start, one refresh)", n)
 	}
 }
@@ -482,21 +326,21 @@ func TestRefreshResetsAge(t *testing.T) {
 // TestRefetchSetsTried: every fetch, not only the first, starts the MinRefetch
 // interval: a flood of unknown kids makes one fetch.
 func TestRefetchSetsTried(t *testing.T) {
-	genTestKeys(t)
-	srv := newJWKSEndpoint(t, testSigner{"ec", jose.ES256, keyP256}.public())
-	cfg := srv.config()
+	GenTestKeys(t)
+	srv := NewTestJWKSServer(t, TestSigner{"ec", jose.ES256, TestKeyP256}.Public())
+	cfg := srv.QuietJWTConfig()
 	cfg.MinRefetch = time.Hour
-	j := mustNewJWT(t, cfg)
+	j := MustNewJWT(t, cfg)
 	j.keys.mu.Lock()
 	j.keys.tried = j.keys.tried.Add(-2 * time.Hour)
 	j.keys.mu.Unlock()
 	for i := range 5 {
-		tok := testSigner{fmt.Sprint("unknown-", i), jose.ES256, keyP256}.sign(t, validClaims())
+		tok := TestSigner{fmt.Sprint("unknown-", i), jose.ES256, TestKeyP256}.Sign(t, ValidClaims())
 		if _, err := j.Verify(context.Background(), tok, nil); !errors.Is(err, ErrUnknownKey) {
 			t.Fatalf("unknown kid %d: %v", i, err)
 		}
 	}
-	if n := srv.fetches.Load(); n != 2 {
+	if n := srv.Fetches.Load(); n != 2 {
 		t.Fatalf("%d fetches, want 2 (start, one refetch)", n)
 	}
 }
@@ -517,15 +361,15 @@ func waitersInLookup() int {
 // TestOneFetchAtATime: while a fetch runs, another request waits for it rather than
 // starting a second one, even once MinRefetch has passed.
 func TestOneFetchAtATime(t *testing.T) {
-	genTestKeys(t)
-	srv := newJWKSEndpoint(t, testSigner{"ec", jose.ES256, keyP256}.public())
-	cfg := srv.config()
+	GenTestKeys(t)
+	srv := NewTestJWKSServer(t, TestSigner{"ec", jose.ES256, TestKeyP256}.Public())
+	cfg := srv.QuietJWTConfig()
 	cfg.MinRefetch = time.Nanosecond
-	j := mustNewJWT(t, cfg)
-	held := srv.hold()
+	j := MustNewJWT(t, cfg)
+	held := srv.Hold()
 	var wg sync.WaitGroup
 	for i := range 2 {
-		tok := testSigner{fmt.Sprint("unknown-", i), jose.ES256, keyP256}.sign(t, validClaims())
+		tok := TestSigner{fmt.Sprint("unknown-", i), jose.ES256, TestKeyP256}.Sign(t, ValidClaims())
 		wg.Go(func() { j.Verify(context.Background(), tok, nil) })
 		for waitersInLookup() < i+1 { // this request waits on a fetch
 			runtime.Gosched()
@@ -533,17 +377,17 @@ func TestOneFetchAtATime(t *testing.T) {
 	}
 	close(held)
 	wg.Wait()
-	if n := srv.fetches.Load(); n != 2 {
+	if n := srv.Fetches.Load(); n != 2 {
 		t.Fatalf("%d fetches, want 2 (start, one refetch both requests waited on)", n)
 	}
 }
 
 // TestJWKSAtMostMaxKeys: a set of exactly MaxJWKSKeys (100) keys is read.
 func TestJWKSAtMostMaxKeys(t *testing.T) {
-	genTestKeys(t)
+	GenTestKeys(t)
 	keys := make([]jose.JSONWebKey, 100)
 	for i := range keys {
-		keys[i] = testSigner{fmt.Sprint("k", i), jose.ES256, keyP256}.public()
+		keys[i] = TestSigner{fmt.Sprint("k", i), jose.ES256, TestKeyP256}.Public()
 	}
 	body, _ := json.Marshal(jose.JSONWebKeySet{Keys: keys})
 	if got, err := parseJWKS(body); err != nil || len(got) != 100 {
@@ -553,9 +397,9 @@ func TestJWKSAtMostMaxKeys(t *testing.T) {
 
 // TestJWKSFetchTimeout: JWTConfig.Timeout bounds the fetch.
 func TestJWKSFetchTimeout(t *testing.T) {
-	genTestKeys(t)
-	srv := newJWKSEndpoint(t, testSigner{"ec", jose.ES256, keyP256}.public())
-	cfg := srv.config()
+	GenTestKeys(t)
+	srv := NewTestJWKSServer(t, TestSigner{"ec", jose.ES256, TestKeyP256}.Public())
+	cfg := srv.QuietJWTConfig()
 	cfg.Timeout = time.Nanosecond
 	if _, err := NewJWT(context.Background(), cfg); err == nil {
 		t.Fatal("a fetch bounded by 1 ns succeeded")
@@ -724,28 +568,28 @@ func makeKeysStale(j *JWT) {
 // when the set holds one key) is accepted again once the issuer republishes a key and the
 // set is due for refreshing.
 func TestKidlessTokenAfterWithdrawal(t *testing.T) {
-	genTestKeys(t)
-	s := testSigner{"a", jose.ES256, keyP256}
-	kidless := testSigner{"", jose.ES256, keyP256}
-	srv := newJWKSEndpoint(t, s.public())
-	cfg := srv.config()
+	GenTestKeys(t)
+	s := TestSigner{"a", jose.ES256, TestKeyP256}
+	kidless := TestSigner{"", jose.ES256, TestKeyP256}
+	srv := NewTestJWKSServer(t, s.Public())
+	cfg := srv.QuietJWTConfig()
 	cfg.Refresh = time.Hour
 	cfg.MinRefetch = time.Hour
-	j := mustNewJWT(t, cfg)
-	if _, err := j.Verify(context.Background(), kidless.sign(t, validClaims()), nil); err != nil {
+	j := MustNewJWT(t, cfg)
+	if _, err := j.Verify(context.Background(), kidless.Sign(t, ValidClaims()), nil); err != nil {
 		t.Fatalf("a token without kid, one key: %v", err)
 	}
-	srv.setKeys(t) // the issuer withdraws its key
+	srv.SetKeys(t) // the issuer withdraws its key
 	makeKeysStale(j)
-	if _, err := j.Verify(context.Background(), kidless.sign(t, validClaims()), nil); err == nil {
+	if _, err := j.Verify(context.Background(), kidless.Sign(t, ValidClaims()), nil); err == nil {
 		t.Fatal("accepted after the issuer withdrew its key")
 	}
-	srv.setKeys(t, s.public()) // and publishes one again
+	srv.SetKeys(t, s.Public()) // and publishes one again
 	makeKeysStale(j)           // an hour later: due for refreshing, and fetchable
-	before := srv.fetches.Load()
-	_, err := j.Verify(context.Background(), kidless.sign(t, validClaims()), nil)
+	before := srv.Fetches.Load()
+	_, err := j.Verify(context.Background(), kidless.Sign(t, ValidClaims()), nil)
 	if err != nil {
-		t.Fatalf("a token without kid, the issuer publishing one key again, the set due for refreshing: %v (fetches during the request: %d)", err, srv.fetches.Load()-before)
+		t.Fatalf("a token without kid, the issuer publishing one key again, the set due for refreshing: %v (fetches during the request: %d)", err, srv.Fetches.Load()-before)
 	}
 }
 
@@ -753,20 +597,20 @@ func TestKidlessTokenAfterWithdrawal(t *testing.T) {
 // issuer has since cut to one: a token without kid makes the set be fetched ("a set older
 // than refresh starts a fetch", keySet.lookup) and is then verified by the one key.
 func TestKidlessTokenStaleSetOfTwo(t *testing.T) {
-	genTestKeys(t)
-	a := testSigner{"a", jose.ES256, keyP256}
-	b := testSigner{"b", jose.ES384, keyP384}
-	srv := newJWKSEndpoint(t, a.public(), b.public())
-	cfg := srv.config()
+	GenTestKeys(t)
+	a := TestSigner{"a", jose.ES256, TestKeyP256}
+	b := TestSigner{"b", jose.ES384, TestKeyP384}
+	srv := NewTestJWKSServer(t, a.Public(), b.Public())
+	cfg := srv.QuietJWTConfig()
 	cfg.Refresh = time.Hour
 	cfg.MinRefetch = time.Hour
-	j := mustNewJWT(t, cfg)
-	srv.setKeys(t, a.public()) // the issuer retires b
+	j := MustNewJWT(t, cfg)
+	srv.SetKeys(t, a.Public()) // the issuer retires b
 	makeKeysStale(j)
-	before := srv.fetches.Load()
-	_, err := j.Verify(context.Background(), testSigner{"", jose.ES256, keyP256}.sign(t, validClaims()), nil)
+	before := srv.Fetches.Load()
+	_, err := j.Verify(context.Background(), TestSigner{"", jose.ES256, TestKeyP256}.Sign(t, ValidClaims()), nil)
 	if err != nil {
-		t.Fatalf("a token without kid, the stale set (2 keys) now 1 key at the issuer: %v (fetches during the request: %d)", err, srv.fetches.Load()-before)
+		t.Fatalf("a token without kid, the stale set (2 keys) now 1 key at the issuer: %v (fetches during the request: %d)", err, srv.Fetches.Load()-before)
 	}
 }
 

@@ -18,18 +18,18 @@ import (
 // "sig" ... is not used" — not only "enc": a key published for any other use (an
 // unknown value) never verifies a token.
 func TestJWKSUseNotSig(t *testing.T) {
-	rsaS, ecS, _ := testKeys(t)
-	other := rsaS.public()
+	rsaS, ecS, _ := auth.GenTestSigners(t)
+	other := rsaS.Public()
 	other.Use = "tls-client" // neither "sig" nor "enc"
-	srv := newJWKSServer(t, ecS.public(), other)
-	cfg := srv.config()
+	srv := auth.NewTestJWKSServer(t, ecS.Public(), other)
+	cfg := srv.JWTConfig()
 	cfg.MinRefetch = time.Hour
-	j := newJWT(t, cfg)
-	if _, err := j.Verify(context.Background(), rsaS.sign(t, claims()), nil); !errors.Is(err, auth.ErrUnknownKey) {
+	j := auth.MustNewJWT(t, cfg)
+	if _, err := j.Verify(context.Background(), rsaS.Sign(t, auth.ValidClaimsWithNBF()), nil); !errors.Is(err, auth.ErrUnknownKey) {
 		t.Fatalf("a token signed with a key whose use is %q: %v, want ErrUnknownKey", other.Use, err)
 	}
 	// A set whose only key has such a use holds no usable key.
-	srv.setKeys(t, other)
+	srv.SetKeys(t, other)
 	if _, err := auth.NewJWT(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "no usable signature key") {
 		t.Fatalf("a set whose only key has use %q: %v, want no usable signature key", other.Use, err)
 	}
