@@ -103,7 +103,8 @@ func (e *Error) Error() string {
 // echo the key it was sent, and errors reach the journal, the log and the caller. The key
 // is replaced as sent and in the forms a JSON body or a quoted string writes it: escaped
 // as encoding/json escapes it (with and without HTML escaping), with "/" escaped as
-// "\/", and as strconv.Quote quotes it.
+// "\/", with each of < > & ' " as \u00XX, with those escapes' hex digits in either case,
+// and as strconv.Quote quotes it.
 func redact(b []byte, key string) []byte {
 	if key == "" {
 		return b
@@ -133,13 +134,45 @@ func keyForms(key string) []string {
 	if enc.Encode(key) == nil {
 		quoted = append(quoted, strings.TrimSuffix(plain.String(), "\n"))
 	}
+	// Every character a JSON encoder may write as \u00XX (PHP's JSON_HEX_* options
+	// escape the quotes and the apostrophe too), with the other escapes as encoding/json
+	// writes them.
+	var hexAll strings.Builder
+	for _, r := range key {
+		switch r {
+		case '<', '>', '&', '\'', '"':
+			fmt.Fprintf(&hexAll, `\u%04x`, r)
+		case '\\':
+			hexAll.WriteString(`\\`)
+		default:
+			hexAll.WriteRune(r)
+		}
+	}
+	quoted = append(quoted, `"`+hexAll.String()+`"`)
 	for _, q := range quoted {
 		inner := strings.TrimSuffix(strings.TrimPrefix(q, `"`), `"`)
-		add(inner)
-		add(strings.ReplaceAll(inner, "/", `\/`))
+		for _, f := range []string{inner, strings.ReplaceAll(inner, "/", `\/`)} {
+			add(f)
+			add(upperHexEscapes(f)) // \u003C as PHP writes it
+		}
 	}
 	slices.SortStableFunc(forms, func(a, b string) int { return len(b) - len(a) })
 	return forms
+}
+
+// upperHexEscapes returns s with the hex digits of each \uXXXX escape in upper case.
+func upperHexEscapes(s string) string {
+	b := []byte(s)
+	for i := 0; i+1 < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if b[i+1] == 'u' && i+6 <= len(b) {
+			copy(b[i+2:i+6], bytes.ToUpper(b[i+2:i+6]))
+		}
+		i++ // the escaped character is not an escape's start
+	}
+	return string(b)
 }
 
 // Unwrap returns the underlying cause.

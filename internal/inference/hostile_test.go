@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -228,11 +229,26 @@ func TestKeyRedactedFrom2xxErrors(t *testing.T) {
 }
 
 // TestKeyEchoedJSONEscapedIsRedacted: an endpoint that writes the key back inside a JSON
-// string escapes it as its encoder does ("/" as "\/", "<" as "\u003c", a quote or a
-// backslash with a backslash); the error holds none of those forms either.
+// string escapes it as its encoder does ("/" as "\/", "<" as "\u003c" or "\u003C", a quote
+// or a backslash with a backslash, or a quote as "\u0022"); the error holds none of those
+// forms either.
 func TestKeyEchoedJSONEscapedIsRedacted(t *testing.T) {
-	const key = `sk-a/b+c<d>&e"f\g`
+	const key = `sk-a/b+c<d>&e"f\g'h`
 	escapes := map[string]func(string) string{
+		"PHP, every JSON_HEX option": func(k string) string {
+			var b strings.Builder
+			for _, r := range k {
+				switch r {
+				case '<', '>', '&', '\'', '"':
+					fmt.Fprintf(&b, `\u%04X`, r)
+				case '/', '\\':
+					b.WriteString(`\` + string(r))
+				default:
+					b.WriteRune(r)
+				}
+			}
+			return `"` + b.String() + `"`
+		},
 		"encoding/json": func(k string) string { b, _ := json.Marshal(k); return string(b) },
 		"slash escaped": func(k string) string { return strings.ReplaceAll(strconv.Quote(k), "/", `\/`) },
 		"no html escape": func(k string) string {
