@@ -5,8 +5,10 @@
 // where only integers are meant, and data after the value.
 //
 // Check reads the text once, left to right, and reports the first problem in document
-// order. It is also a validator: text that is not JSON by RFC 8259, as json.Valid decides
-// it, is refused with an error wrapping ErrSyntax. Member names are compared as
+// order. It is also a validator: under Options.Single, text that is not JSON by RFC 8259,
+// as json.Valid decides it, is refused (with an error wrapping ErrSyntax, or ErrTrailing
+// for data after the value); without it, data is a stream of values one after the other,
+// as json.Decoder reads it ("-01" is the two values -0 and 1). Member names are compared as
 // encoding/json decodes them: escapes resolved, and each invalid UTF-8 byte or lone
 // surrogate escape read as U+FFFD.
 package strictjson
