@@ -224,17 +224,23 @@ func checkCommand(name string, argv []string, pathEnv string) ([]string, error) 
 	return out, nil
 }
 
-// lookPath resolves prog: an absolute path as it is, a bare name in the absolute entries
-// of pathEnv. A relative path with a slash is refused.
+// lookPath resolves prog: an absolute path in its clean form as it is, a bare name in the
+// absolute entries of pathEnv. A relative path with a slash is refused, and so is an
+// absolute one with ".", ".." or a doubled or trailing "/".
 func lookPath(prog, pathEnv string) (string, error) {
 	if strings.Contains(prog, "/") {
 		if !filepath.IsAbs(prog) {
 			return "", fmt.Errorf("command[0] %q is a relative path; give an absolute path or a bare name found in PATH", prog)
 		}
+		// The path checked is the path run: a ".." after a symbolic link leads the kernel
+		// elsewhere than the lexically cleaned path, so only the clean form is taken.
+		if clean := filepath.Clean(prog); clean != prog {
+			return "", fmt.Errorf("command[0] %q is not in its clean form; write %q", prog, clean)
+		}
 		if err := executable(prog); err != nil {
 			return "", err
 		}
-		return filepath.Clean(prog), nil
+		return prog, nil
 	}
 	for _, dir := range filepath.SplitList(pathEnv) {
 		if dir == "" || !filepath.IsAbs(dir) {
