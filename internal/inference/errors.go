@@ -2,9 +2,7 @@ package inference
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -101,78 +99,83 @@ func (e *Error) Error() string {
 
 // redact returns b with every occurrence of the API key key replaced: an endpoint may
 // echo the key it was sent, and errors reach the journal, the log and the caller. The key
-// is replaced as sent and in the forms a JSON body or a quoted string writes it: escaped
-// as encoding/json escapes it (with and without HTML escaping), with "/" escaped as
-// "\/", with each of < > & ' " as \u00XX, with those escapes' hex digits in either case,
-// and as strconv.Quote quotes it.
+// is found as sent and as a JSON string or a quoted string may write it: each of its
+// characters as itself or escaped — \u00XX with the hex digits in either case (as
+// encoding/json, PHP's JSON_HEX options, System.Text.Json or Gson escape what they
+// escape), or \/, \" and \\ for /, " and \ — in any mix. It takes time linear in b.
 func redact(b []byte, key string) []byte {
 	if key == "" {
 		return b
 	}
-	for _, form := range keyForms(key) {
-		b = bytes.ReplaceAll(b, []byte(form), []byte("[redacted]"))
-	}
-	return b
+	// The escaped forms first, then the key as it is: a key ending in \ echoed as \\
+	// is replaced whole, with no stray backslash left.
+	return bytes.ReplaceAll(redactEscaped(b, key), []byte(key), []byte("[redacted]"))
 }
 
-// keyForms returns key and each distinct escaped form of it redact replaces, longest
-// first (so that no form is cut by a shorter one replaced before it).
-func keyForms(key string) []string {
-	forms := []string{key}
-	add := func(f string) {
-		if f != "" && !slices.Contains(forms, f) {
-			forms = append(forms, f)
+// redactEscaped returns b with each occurrence of key written with JSON escapes of its
+// characters (one at least, or none) replaced. It reads b's characters once, escapes
+// read, through a Knuth–Morris–Pratt matcher of key, remembering where in b the last
+// len(key) characters began: memory as the key, not as b.
+func redactEscaped(b []byte, key string) []byte {
+	if bytes.IndexByte(b, '\\') < 0 {
+		return b
+	}
+	// next[k] is the length of the longest proper prefix of key[:k+1] that is also its
+	// suffix: where the match goes on after a mismatch.
+	next := make([]int, len(key))
+	for i, k := 1, 0; i < len(key); i++ {
+		for k > 0 && key[i] != key[k] {
+			k = next[k-1]
+		}
+		if key[i] == key[k] {
+			k++
+		}
+		next[i] = k
+	}
+	began := make([]int, len(key)) // where in b each of the last len(key) characters began
+	var out []byte
+	last, k, n := 0, 0, 0 // b up to last is in out; k key bytes matched; n characters read
+	for i := 0; i < len(b); {
+		c, w := unescapeASCII(b[i:])
+		began[n%len(key)] = i
+		n++
+		i += w
+		for k > 0 && key[k] != c {
+			k = next[k-1]
+		}
+		if key[k] == c {
+			k++
+		}
+		if k == len(key) {
+			start := began[(n-len(key))%len(key)]
+			out = append(append(out, b[last:start]...), "[redacted]"...)
+			last, k = i, 0
 		}
 	}
-	quoted := []string{strconv.Quote(key)}
-	if j, err := json.Marshal(key); err == nil {
-		quoted = append(quoted, string(j))
+	if out == nil {
+		return b
 	}
-	var plain bytes.Buffer
-	enc := json.NewEncoder(&plain)
-	enc.SetEscapeHTML(false)
-	if enc.Encode(key) == nil {
-		quoted = append(quoted, strings.TrimSuffix(plain.String(), "\n"))
-	}
-	// Every character a JSON encoder may write as \u00XX (PHP's JSON_HEX_* options
-	// escape the quotes and the apostrophe too), with the other escapes as encoding/json
-	// writes them.
-	var hexAll strings.Builder
-	for _, r := range key {
-		switch r {
-		case '<', '>', '&', '\'', '"':
-			fmt.Fprintf(&hexAll, `\u%04x`, r)
-		case '\\':
-			hexAll.WriteString(`\\`)
-		default:
-			hexAll.WriteRune(r)
-		}
-	}
-	quoted = append(quoted, `"`+hexAll.String()+`"`)
-	for _, q := range quoted {
-		inner := strings.TrimSuffix(strings.TrimPrefix(q, `"`), `"`)
-		for _, f := range []string{inner, strings.ReplaceAll(inner, "/", `\/`)} {
-			add(f)
-			add(upperHexEscapes(f)) // \u003C as PHP writes it
-		}
-	}
-	slices.SortStableFunc(forms, func(a, b string) int { return len(b) - len(a) })
-	return forms
+	return append(out, b[last:]...)
 }
 
-// upperHexEscapes returns s with the hex digits of each \uXXXX escape in upper case.
-func upperHexEscapes(s string) string {
-	b := []byte(s)
-	for i := 0; i+1 < len(b); i++ {
-		if b[i] != '\\' {
-			continue
-		}
-		if b[i+1] == 'u' && i+6 <= len(b) {
-			copy(b[i+2:i+6], bytes.ToUpper(b[i+2:i+6]))
-		}
-		i++ // the escaped character is not an escape's start
+// unescapeASCII reads the character at the start of b (not empty): a JSON escape of an
+// ASCII character (\uXXXX below U+0080, \/, \", \\) as that character, anything else as
+// its first byte. It returns the character and the bytes it took.
+func unescapeASCII(b []byte) (byte, int) {
+	if b[0] != '\\' || len(b) < 2 {
+		return b[0], 1
 	}
-	return string(b)
+	switch b[1] {
+	case '/', '"', '\\':
+		return b[1], 2
+	case 'u':
+		if len(b) >= 6 {
+			if v, err := strconv.ParseUint(string(b[2:6]), 16, 16); err == nil && v < 0x80 {
+				return byte(v), 6
+			}
+		}
+	}
+	return b[0], 1
 }
 
 // Unwrap returns the underlying cause.

@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -565,5 +567,57 @@ func TestUnknownProviderBounded(t *testing.T) {
 	_, err := FromEnv(func(k string) string { return map[string]string{"SYMBI_PROVIDER": name}[k] })
 	if errcode.Of(err) != errcode.NoProvider || len(err.Error()) > 512 || strings.Contains(err.Error(), strings.Repeat("z", 65)) {
 		t.Errorf("err (%d bytes) = %.200v, want a short no_provider error", len(err.Error()), err)
+	}
+}
+
+// TestKeyRedactedInAnyEscapeMix: the key is replaced whole however an encoder escapes
+// its characters in a JSON string, each in its own way — as itself, \u00xx, \u00XX, or
+// \/, \" and \\ — and the text around it is kept byte for byte.
+func TestKeyRedactedInAnyEscapeMix(t *testing.T) {
+	const key = `sk-Zm9v+YmF6/cX"V4\'<&>=`
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for range 500 {
+		var w strings.Builder
+		for i := 0; i < len(key); i++ {
+			c := key[i]
+			forms := []string{string(c), fmt.Sprintf(`\u%04x`, c), fmt.Sprintf(`\u%04X`, c)}
+			switch c {
+			case '/', '"':
+				forms = append(forms, `\`+string(c))
+			case '\\': // never bare inside a JSON string
+				forms[0] = `\\`
+			}
+			w.WriteString(forms[rnd.IntN(len(forms))])
+		}
+		body := `{"error":"bad key ` + w.String() + `, see \n docs"}`
+		want := `{"error":"bad key [redacted], see \n docs"}`
+		if got := string(redact([]byte(body), key)); got != want {
+			t.Fatalf("%s\nredacted to %s\nwant        %s", body, got, want)
+		}
+	}
+}
+
+// TestKeyEchoedByDefaultJSONEncodersIsRedacted: a base64-alphabet key ("+", "/",
+// "=") echoed by two widespread servers' default JSON encoders. ASP.NET Core's
+// System.Text.Json (JavaScriptEncoder.Default) writes "+" as \u002B (and "`" as \u0060);
+// Java's Gson (new Gson(), HTML-safe by default) writes "=" as \u003d (and "'" as
+// \u0027 while it writes '"' as \"). Neither Error.Excerpt nor err.Error() holds the key
+// so written.
+func TestKeyEchoedByDefaultJSONEncodersIsRedacted(t *testing.T) {
+	const key = "sk-Zm9vYmFy+YmF6/cXV4==" // printable ASCII: checkToken accepts it
+	for name, echoed := range map[string]string{
+		"System.Text.Json default": `sk-Zm9vYmFy\u002BYmF6/cXV4==`,
+		"Gson default":             `sk-Zm9vYmFy+YmF6/cXV4\u003d\u003d`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := serveOnce(t, http.StatusUnauthorized,
+				`{"error":{"message":"Incorrect API key provided: `+echoed+`"}}`, key)
+			e := callError(t, err)
+			for what, s := range map[string]string{"Excerpt": e.Excerpt, "Error()": err.Error()} {
+				if strings.Contains(s, "Zm9vYmFy") || strings.Contains(s, "cXV4") {
+					t.Errorf("%s holds the echoed key %s: %s", what, echoed, s)
+				}
+			}
+		})
 	}
 }
