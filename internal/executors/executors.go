@@ -246,12 +246,28 @@ func lookPath(prog, pathEnv string) (string, error) {
 		if dir == "" || !filepath.IsAbs(dir) {
 			continue // never the working directory
 		}
+		if hasDotDot(dir) {
+			// filepath.Join cleans the entry: after a symbolic link, ".." leads the
+			// kernel elsewhere than the cleaned path, so the file checked would not be
+			// the file a shell with this PATH runs. Such an entry is not searched.
+			continue
+		}
 		p := filepath.Join(dir, prog)
 		if executable(p) == nil {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("command[0] %q was not found as an executable file in the absolute entries of PATH", prog)
+	return "", fmt.Errorf("command[0] %q was not found as an executable file in the absolute entries of PATH (those without a .. element)", prog)
+}
+
+// hasDotDot reports whether the path dir has a ".." element.
+func hasDotDot(dir string) bool {
+	for _, e := range strings.Split(dir, "/") {
+		if e == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // executable checks that p is a regular file someone may execute.

@@ -113,3 +113,39 @@ func TestExecutorNames(t *testing.T) {
 		wantInvalid(t, fmt.Sprintf("name %q", name), err, "executor name")
 	}
 }
+
+// TestPATHEntryWithDotDotNotSearched: a PATH entry D/link/../bin, where link is a
+// symbolic link to D/real/sub, names D/real/bin to the kernel and D/bin when cleaned
+// lexically. It is not searched: the program is found in neither, and never run as
+// D/bin/agent, a file in no directory PATH names.
+func TestPATHEntryWithDotDotNotSearched(t *testing.T) {
+	d := t.TempDir()
+	for _, dir := range []string{"real/sub", "real/bin", "bin"} {
+		if err := os.MkdirAll(filepath.Join(d, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(d, "real/sub"), filepath.Join(d, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"real/bin/agent", "bin/agent"} {
+		if err := os.WriteFile(filepath.Join(d, p), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entry := filepath.Join(d, "link") + "/../bin"
+	r, err := parseWithPATH(`{"executors":{"a":{"command":["agent"]}}}`, entry)
+	if err == nil {
+		e, _ := r.Get("a")
+		t.Fatalf("PATH=%s: command[0] resolved to %s; want the entry not searched", entry, e.Command[0])
+	}
+	wantInvalid(t, "PATH "+entry, err, "without a .. element")
+	// The same directory named without "..", after the entry: found there.
+	r, err = parseWithPATH(`{"executors":{"a":{"command":["agent"]}}}`, entry+":"+filepath.Join(d, "real/bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := r.Get("a"); e.Command[0] != filepath.Join(d, "real/bin/agent") {
+		t.Fatalf("command[0] = %s, want %s", e.Command[0], filepath.Join(d, "real/bin/agent"))
+	}
+}
