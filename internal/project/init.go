@@ -277,7 +277,16 @@ func ensureIgnored(root int, rel string) (created bool, err error) {
 		f.Truncate(int64(len(old))) // no half line left behind
 		return false, errcode.Errorf(errcode.Internal, "init: %w", err)
 	}
-	return false, f.Close()
+	// A file system may report a failed write only when the data is flushed (NFS at
+	// close): flushed here, while the line can still be taken back.
+	if err := f.Sync(); err != nil {
+		f.Truncate(int64(len(old)))
+		return false, errcode.Errorf(errcode.Internal, "init: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return false, errcode.Errorf(errcode.Internal, "init: %w", err)
+	}
+	return false, nil
 }
 
 // createFile creates rel beneath root (and its parent directories, 0755) with content; it
