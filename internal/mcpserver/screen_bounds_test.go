@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"symbi/internal/errcode"
 	"symbi/internal/mcpserver"
 )
 
@@ -171,6 +172,46 @@ func TestClippedErrorLineKeepsCodeIDAndData(t *testing.T) {
 	}
 	if string(r.ID) != `"req-7"` || r.Error.Code != -32601 || string(r.Error.Data) != `{"k":"v"}` {
 		t.Errorf("the clipped line: id %s code %d data %s; want id \"req-7\", code -32601, data {\"k\":\"v\"}", r.ID, r.Error.Code, r.Error.Data)
+	}
+}
+
+// TestClippedErrorLineData: an error line of the SDK's with a short message and data over
+// MaxErrorMessage reaches stdout with the data bounded: each string in it cut at
+// errcode.MaxQuoted bytes, its length said; data still over the bound (10,000 numbers)
+// is left out. The message is kept.
+func TestClippedErrorLineData(t *testing.T) {
+	s := newRawScreen(t)
+	type line struct {
+		Error struct {
+			Message string          `json:"message"`
+			Data    json.RawMessage `json:"data"`
+		} `json:"error"`
+	}
+	var r line
+	long := strings.Repeat("u", 5000)
+	got := s.sdkWrites(t, errorLine(`1`, 10, `{"uri":"`+long+`","n":[1,2]}`))
+	if err := json.Unmarshal([]byte(got), &r); err != nil {
+		t.Fatalf("%.200q: %v", got, err)
+	}
+	want := `{"n":[1,2],"uri":"` + long[:errcode.MaxQuoted] + `…(5000 bytes in all)"}`
+	if string(r.Error.Data) != want || r.Error.Message != strings.Repeat("m", 10) {
+		t.Errorf("data %.300s message %q; want data %.300s, the message whole", r.Error.Data, r.Error.Message, want)
+	}
+	numbers := "[" + strings.Repeat("1,", 9999) + "1]"
+	got = s.sdkWrites(t, errorLine(`2`, 10, numbers))
+	r = line{}
+	if err := json.Unmarshal([]byte(got), &r); err != nil {
+		t.Fatalf("%.200q: %v", got, err)
+	}
+	if r.Error.Data != nil || r.Error.Message != strings.Repeat("m", 10) {
+		t.Errorf("data of 10,000 numbers: %.100s, message %q; want the data left out, the message whole", r.Error.Data, r.Error.Message)
+	}
+	// At the bound, data is passed as it is.
+	exact := `"` + strings.Repeat("d", mcpserver.MaxErrorMessage-2) + `"`
+	got = s.sdkWrites(t, errorLine(`3`, 10, exact))
+	r = line{}
+	if err := json.Unmarshal([]byte(got), &r); err != nil || string(r.Error.Data) != exact {
+		t.Errorf("data of exactly %d bytes: %.100s (%v); want it whole", mcpserver.MaxErrorMessage, r.Error.Data, err)
 	}
 }
 

@@ -373,22 +373,67 @@ func clipMessage(msg string) string {
 	return errcode.ClipTo(msg, MaxErrorMessage-len(fmt.Sprintf("…(%d bytes in all)", len(msg))))
 }
 
-// clipErrors bounds the message of every protocol error a request is answered with at
-// MaxErrorMessage bytes, its length said: the SDK's own refusals quote the caller's text
-// whole (an unknown tool or prompt name of megabytes), where symbi's messages quote at
-// most errcode.MaxQuoted bytes of it. The error's code and data are kept.
+// clipData bounds an error's data at MaxErrorMessage bytes: the SDK's refusals carry the
+// caller's text there too (resources/read of an unknown URI of megabytes answers
+// {"uri": …} with it whole). Data that fits is kept as it is; else each string in it is
+// cut at errcode.MaxQuoted bytes, its length said, and data still over the bound is left
+// out.
+func clipData(data json.RawMessage) json.RawMessage {
+	if len(data) <= MaxErrorMessage {
+		return data
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return nil
+	}
+	out, err := json.Marshal(clipStrings(v))
+	if err != nil || len(out) > MaxErrorMessage {
+		return nil
+	}
+	return out
+}
+
+// clipStrings is v with every string in it cut as errcode.ClipTo cuts at MaxQuoted bytes.
+func clipStrings(v any) any {
+	switch v := v.(type) {
+	case string:
+		return errcode.ClipTo(v, errcode.MaxQuoted)
+	case []any:
+		for i := range v {
+			v[i] = clipStrings(v[i])
+		}
+	case map[string]any:
+		clipped := make(map[string]any, len(v))
+		for k, e := range v {
+			clipped[errcode.ClipTo(k, errcode.MaxQuoted)] = clipStrings(e)
+		}
+		return clipped
+	}
+	return v
+}
+
+// clipErrors bounds every protocol error a request is answered with: its message at
+// MaxErrorMessage bytes, its length said (the SDK's own refusals quote the caller's text
+// whole, an unknown tool or prompt name of megabytes, where symbi's messages quote at most
+// errcode.MaxQuoted bytes of it), and its data as clipData bounds it. The code is kept.
 func clipErrors(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		res, err := next(ctx, method, req)
-		if err == nil || len(err.Error()) <= MaxErrorMessage {
+		if err == nil {
+			return res, err
+		}
+		var we *jsonrpc.Error
+		direct := errors.As(err, &we) && we == err
+		if len(err.Error()) <= MaxErrorMessage && (!direct || len(we.Data) <= MaxErrorMessage) {
 			return res, err
 		}
 		msg := clipMessage(err.Error())
-		var we *jsonrpc.Error
 		switch {
-		case errors.As(err, &we) && we == err:
-			return res, &jsonrpc.Error{Code: we.Code, Message: msg, Data: we.Data}
-		case errors.As(err, &we):
+		case direct:
+			return res, &jsonrpc.Error{Code: we.Code, Message: clipMessage(we.Message), Data: clipData(we.Data)}
+		case we != nil:
 			return res, &jsonrpc.Error{Code: we.Code, Message: msg}
 		}
 		return res, errors.New(msg)

@@ -98,8 +98,9 @@ type lockedWriter struct {
 }
 
 // clipErrorLine is the SDK's error response line with its message cut as clipMessage
-// cuts it (the SDK refuses an unknown method before any middleware, quoting its name
-// whole); line itself when it is no error response or its message fits.
+// cuts it and its data as clipData does (the SDK refuses an unknown method before any
+// middleware, quoting its name whole); line itself when it is no error response or both
+// fit.
 func clipErrorLine(line []byte) []byte {
 	msg, err := jsonrpc.DecodeMessage(bytes.TrimSuffix(line, []byte("\n")))
 	res, ok := msg.(*jsonrpc.Response)
@@ -107,10 +108,10 @@ func clipErrorLine(line []byte) []byte {
 		return line
 	}
 	var we *jsonrpc.Error
-	if !errors.As(res.Error, &we) || len(we.Message) <= MaxErrorMessage {
+	if !errors.As(res.Error, &we) || len(we.Message) <= MaxErrorMessage && len(we.Data) <= MaxErrorMessage {
 		return line
 	}
-	res.Error = &jsonrpc.Error{Code: we.Code, Message: clipMessage(we.Message), Data: we.Data}
+	res.Error = &jsonrpc.Error{Code: we.Code, Message: clipMessage(we.Message), Data: clipData(we.Data)}
 	out, err := jsonrpc.EncodeMessage(res)
 	if err != nil {
 		return line

@@ -94,8 +94,9 @@ type response struct {
 	ID      json.RawMessage `json:"id"`
 	Result  json.RawMessage `json:"result"`
 	Error   *struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
+		Code    int             `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
 	} `json:"error"`
 }
 
@@ -466,6 +467,30 @@ func TestUnknownMethodClippedLongID(t *testing.T) {
 		t.Errorf("unknown method, 5,000-byte id: code %d, a message of %d bytes (> %d)", r.Error.Code, len(r.Error.Message), mcpserver.MaxErrorMessage)
 	}
 	w.listAgents(t, 8)
+}
+
+// TestResourceNotFoundDataClipped: the SDK's "Resource not found" carries the URI asked
+// for in its data, whole; a URI of 100,000 bytes, of a run or of nothing served, is
+// answered with data of at most MaxErrorMessage bytes, the URI cut and its length said.
+// The session goes on.
+func TestResourceNotFoundDataClipped(t *testing.T) {
+	w := startWire(t, testProject(t, nil))
+	w.initialize(t)
+	for i, uri := range []string{mcpserver.RunURIPrefix + strings.Repeat("r", 100000), "file:///" + strings.Repeat("f", 100000)} {
+		w.send(t, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"resources/read","params":{"uri":%q}}`, 20+i, uri))
+		r := w.next(t)
+		if r.Error == nil || r.Error.Code != -32602 {
+			t.Fatalf("%.30s…: %+v; want the SDK's resource not found (-32602)", uri, r.Error)
+		}
+		var data struct{ URI string }
+		if err := json.Unmarshal(r.Error.Data, &data); err != nil || len(r.Error.Data) > mcpserver.MaxErrorMessage {
+			t.Fatalf("%.30s…: data of %d bytes (> %d?) %.100s: %v", uri, len(r.Error.Data), mcpserver.MaxErrorMessage, r.Error.Data, err)
+		}
+		if !strings.HasPrefix(uri, strings.TrimSuffix(data.URI, fmt.Sprintf("…(%d bytes in all)", len(uri)))) || !strings.HasSuffix(data.URI, fmt.Sprintf("…(%d bytes in all)", len(uri))) {
+			t.Errorf("%.30s…: data.uri %.300q; want its head, its length said", uri, data.URI)
+		}
+	}
+	w.listAgents(t, 30)
 }
 
 // versionTagLine is a request whose "jsonrpc" member is 100,000 bytes: the SDK's
