@@ -23,15 +23,32 @@ import (
 // its whole extent, first and last address, and the addresses just outside it are not.
 func TestSpecialRangeBounds(t *testing.T) {
 	refused := map[string]string{
-		"100.64.0.0":      "carrier-grade NAT",
-		"100.127.255.255": "carrier-grade NAT",
-		"192.0.0.0":       "IETF protocol assignments",
-		"192.0.0.255":     "IETF protocol assignments",
-		"198.18.0.0":      "benchmarking",
-		"198.19.255.255":  "benchmarking",
-		"240.0.0.0":       "reserved",
-		"248.0.0.1":       "reserved",
-		"255.255.255.254": "reserved",
+		"100.64.0.0":                             "carrier-grade NAT",
+		"100.127.255.255":                        "carrier-grade NAT",
+		"192.0.0.0":                              "IETF protocol assignments",
+		"192.0.0.255":                            "IETF protocol assignments",
+		"198.18.0.0":                             "benchmarking",
+		"198.19.255.255":                         "benchmarking",
+		"240.0.0.0":                              "reserved",
+		"248.0.0.1":                              "reserved",
+		"255.255.255.254":                        "reserved",
+		"192.0.2.0":                              "documentation",
+		"192.0.2.255":                            "documentation",
+		"198.51.100.0":                           "documentation",
+		"198.51.100.255":                         "documentation",
+		"203.0.113.0":                            "documentation",
+		"203.0.113.255":                          "documentation",
+		"192.88.99.0":                            "6to4 relay anycast",
+		"192.88.99.255":                          "6to4 relay anycast",
+		"100::":                                  "discard-only",
+		"100::ffff:ffff:ffff:ffff":               "discard-only",
+		"2001::":                                 "IETF protocol assignments",
+		"2001:0:4136:e378:8000:63bf:3fff:fdd2":   "IETF protocol assignments", // Teredo
+		"2001:1ff:ffff:ffff:ffff:ffff:ffff:ffff": "IETF protocol assignments",
+		"2001:db8::":                             "documentation",
+		"2001:db8:ffff:ffff:ffff:ffff:ffff:ffff": "documentation",
+		"3fff::":                                 "documentation",
+		"3fff:fff:ffff:ffff:ffff:ffff:ffff:ffff": "documentation",
 	}
 	for a, what := range refused {
 		err := checkAddr(netip.MustParseAddr(a), false, "")
@@ -42,7 +59,9 @@ func TestSpecialRangeBounds(t *testing.T) {
 			t.Errorf("%s with the opt-in: refused: %v", a, err)
 		}
 	}
-	for _, a := range []string{"100.63.255.255", "100.128.0.0", "191.255.255.255", "192.0.1.0", "198.17.255.255", "198.20.0.0", "223.255.255.255"} {
+	for _, a := range []string{"100.63.255.255", "100.128.0.0", "191.255.255.255", "192.0.1.0", "198.17.255.255", "198.20.0.0", "223.255.255.255",
+		"192.0.1.255", "192.0.3.0", "198.51.99.255", "198.51.101.0", "203.0.112.255", "203.0.114.0", "192.88.98.255", "192.88.100.0",
+		"100:0:0:1::", "ff::ffff", "2001:200::", "2001:db7:ffff:ffff:ffff:ffff:ffff:ffff", "2001:db9::", "3ffe:ffff::", "3fff:1000::", "2606:4700::1111"} {
 		if err := checkAddr(netip.MustParseAddr(a), false, ""); err != nil {
 			t.Errorf("%s (public): refused: %v", a, err)
 		}
