@@ -665,3 +665,41 @@ func TestSecondLookCopyStaysUnknown(t *testing.T) {
 		t.Fatalf("exit %d, copy %+v, runs %+v; want the copy a journal the ledger does not know", r.ExitCode(), cp, r.Runs)
 	}
 }
+
+// otherRecord is a Record that is none of the ledger's entry types.
+type otherRecord struct{}
+
+func (otherRecord) Type() string { return TypeRun }
+
+// TestAppendTakesPointersAsValues: an entry given by pointer is checked as the entry it
+// points to — a second pruned entry for a run is ErrPruned, a pruned entry for a run the
+// ledger does not know ErrNotRecorded, a recovered entry for a known run ErrKnown — and
+// a nil pointer or a Record of another type is refused, nothing written.
+func TestAppendTakesPointersAsValues(t *testing.T) {
+	p := newProjectRuns(t, 1)
+	run := p.runEntry(t, "run-0")
+	pr := Pruned{RunID: run.RunID, File: run.File, Records: run.Records, Head: run.Head, Reason: run.Reason, Released: run.Released}
+	if _, err := p.lw.Append(&pr); err != nil {
+		t.Fatal(err)
+	}
+	before := mustRead(t, filepath.Join(p.dir, ".symbiont", "ledger.jsonl"))
+	if _, err := p.lw.Append(&pr); !errors.Is(err, ErrPruned) {
+		t.Errorf("a second pruned entry by pointer: %v, want ErrPruned", err)
+	}
+	unknown := pr
+	unknown.RunID = "never-recorded"
+	if _, err := p.lw.Append(&unknown); !errors.Is(err, ErrNotRecorded) {
+		t.Errorf("a pruned entry by pointer for an unknown run: %v, want ErrNotRecorded", err)
+	}
+	if _, err := p.lw.Append(&Recovered{RunID: run.RunID, File: run.File}); !errors.Is(err, ErrKnown) {
+		t.Errorf("a recovered entry by pointer for a known run: %v, want ErrKnown", err)
+	}
+	for _, r := range []Record{(*Pruned)(nil), (*Run)(nil), otherRecord{}, nil} {
+		if _, err := p.lw.Append(r); err == nil || !strings.Contains(err.Error(), "not an entry the ledger records") {
+			t.Errorf("Append(%#v): %v, want refused as not an entry", r, err)
+		}
+	}
+	if after := mustRead(t, filepath.Join(p.dir, ".symbiont", "ledger.jsonl")); !bytes.Equal(after, before) {
+		t.Errorf("the refused appends changed the ledger (%d bytes, then %d)", len(before), len(after))
+	}
+}

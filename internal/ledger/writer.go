@@ -249,9 +249,44 @@ func (w *Writer) TakeOpened() *Opened {
 	return o
 }
 
+// entryValue is r as one of the ledger's entry types, by value: a pointer to one is taken
+// as what it points to (the checks Append makes of a pruned or recovered entry, and the
+// runs it records as known, go by the value types), and anything else is refused.
+func entryValue(r Record) (Record, error) {
+	switch v := r.(type) {
+	case Run, Resolution, Approval, Recovered, Pruned:
+		return r, nil
+	case *Run:
+		if v != nil {
+			return *v, nil
+		}
+	case *Resolution:
+		if v != nil {
+			return *v, nil
+		}
+	case *Approval:
+		if v != nil {
+			return *v, nil
+		}
+	case *Recovered:
+		if v != nil {
+			return *v, nil
+		}
+	case *Pruned:
+		if v != nil {
+			return *v, nil
+		}
+	}
+	return nil, fmt.Errorf("ledger: %T is not an entry the ledger records", r)
+}
+
 // Append signs r as the next line, writes it and returns once it is durable. A failure
 // carries errcode.AuditUnavailable and stops the writer.
 func (w *Writer) Append(r Record) (Entry, error) {
+	r, err := entryValue(r)
+	if err != nil {
+		return Entry{}, errcode.Wrap(errcode.Internal, err)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.failed != nil {
@@ -463,7 +498,7 @@ func (w *Writer) Knows(runID string) bool {
 // Room keeps is for.
 func endsRun(r Record) bool {
 	switch r.(type) {
-	case Run, *Run, Recovered, *Recovered:
+	case Run, Recovered:
 		return true
 	}
 	return false
