@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -264,5 +265,38 @@ func TestAnalyzeHonoursExecutors(t *testing.T) {
 	}
 	if v := dsl.Analyze("inline", src).Agents[0]; v.Admitted || !strings.Contains(v.Refusal, "rule 3") {
 		t.Errorf("unregistered executor: admitted=%v refusal=%q", v.Admitted, v.Refusal)
+	}
+}
+
+// TestBidiControlsRefused: a bidirectional embedding, override or isolate control
+// (U+202A–U+202E, U+2066–U+2069) in a comment or a string is refused where it stands: an
+// editor shows the text around it reordered, so a reader sees code where the parser reads
+// a comment, or the end of a string where it goes on. Written as an escape, in a string,
+// it is taken; the characters next to the range are not refused.
+func TestBidiControlsRefused(t *testing.T) {
+	for _, r := range []rune{0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068, 0x2069} {
+		for _, tc := range []struct {
+			src, where string
+			col        int
+		}{
+			{"agent a {} # x" + string(r) + "y\n", "a comment", 15},
+			{"agent a {} // é" + string(r) + "\n", "a comment", 16},
+			{`metadata { description = "ab` + string(r) + `c" }`, "a string", 29},
+		} {
+			_, err := dsl.Parse("a.symbi", []byte(tc.src))
+			want := fmt.Sprintf("%s holds %U, a bidirectional control", tc.where, r)
+			errs := dsl.Errors(err)
+			if len(errs) == 0 || !errors.Is(err, dsl.ErrSyntax) || !strings.Contains(errs[0].Msg, want) || errs[0].Line != 1 || errs[0].Column != tc.col {
+				t.Errorf("%q: %v; want 1:%d %s", tc.src, err, tc.col, want)
+			}
+		}
+	}
+	for _, src := range []string{
+		`metadata { description = "ab\u{202E}c" }`,
+		"metadata { description = \"a\u2029\u2065\u206A\u2029b\" } # \u2010\u2030\u200F\n",
+	} {
+		if _, err := dsl.Parse("a.symbi", []byte(src)); err != nil {
+			t.Errorf("%q: %v; want it parsed", src, err)
+		}
 	}
 }

@@ -286,6 +286,31 @@ func otherBreak(b []byte) int {
 	return j
 }
 
+// isBidiControl reports whether r is a bidirectional embedding, override or isolate
+// control (U+202A–U+202E, U+2066–U+2069): shown, it reorders the text around it, so
+// that what a reader sees of a comment or a string is not what is parsed ("Trojan
+// Source", CVE-2021-42574).
+func isBidiControl(r rune) bool {
+	return r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069
+}
+
+// bidiControl returns the index in b of the first bidirectional control, or -1.
+func bidiControl(b []byte) int {
+	for i := 0; i < len(b); {
+		k := bytes.IndexByte(b[i:], 0xe2)
+		if k < 0 {
+			return -1
+		}
+		i += k
+		r, n := utf8.DecodeRune(b[i:])
+		if isBidiControl(r) {
+			return i
+		}
+		i += n
+	}
+	return -1
+}
+
 // skipComment moves over a comment, to the \n that ends it. A comment holding what
 // another reader takes for a line break — a carriage return not followed by a line feed,
 // a vertical tab, a form feed, U+0085, U+2028, U+2029 — is refused: an editor or the
@@ -304,6 +329,13 @@ func (s *scanner) skipComment() error {
 		p.Offset += j
 		p.Column += utf8.RuneCount(text[:j])
 		return s.errorf(p, ErrSyntax, "a comment holds %U, which some readers take for a line break: lines end with \\n or \\r\\n", r)
+	}
+	if j := bidiControl(text); j >= 0 {
+		r, _ := utf8.DecodeRune(text[j:])
+		p := s.pos()
+		p.Offset += j
+		p.Column += utf8.RuneCount(text[:j])
+		return s.errorf(p, ErrSyntax, "a comment holds %U, a bidirectional control: shown, it reorders the text around it, and a reader sees other than what is parsed", r)
 	}
 	s.col += utf8.RuneCount(text)
 	s.off = end
@@ -382,7 +414,10 @@ func (s *scanner) str() error {
 		case c < utf8.RuneSelf:
 			s.advance(1)
 		default:
-			_, n := utf8.DecodeRune(src[s.off:])
+			r, n := utf8.DecodeRune(src[s.off:])
+			if isBidiControl(r) {
+				return s.errorf(s.pos(), ErrSyntax, "a string holds %U, a bidirectional control: shown, it reorders the text around it, and a reader sees other than what is parsed (write it as \\u{%X})", r, r)
+			}
 			s.off += n
 			s.col++
 		}
