@@ -415,6 +415,18 @@ func TestApproveTimeoutCancel(t *testing.T) {
 			go func() { defer wg.Done(); m.Cancel(context.Background(), id) }()
 		}
 		wg.Wait()
+		// The run ends on its own when no call ended it (its wait runs out, or an
+		// approval lets it finish): the final status is read once it has.
+		for {
+			evs, err := m.Events(context.Background(), id, cursor, 100, runs.MaxWait)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cursor = evs.NextCursor
+			if evs.Done {
+				break
+			}
+		}
 		final, err := m.Status(id)
 		if err != nil {
 			t.Fatal(err)
