@@ -65,8 +65,8 @@ func TestApproveFourEyes(t *testing.T) {
 
 // startDelegatedServer serves a project whose agent coder is the fake ACP agent running
 // steps, with use_tool of execute held at the gate commands-review; approval waits last
-// as long as the default (24 h).
-func startDelegatedServer(t *testing.T, steps []any) *runs.Manager {
+// approvalTimeout (0: the default, 24 h).
+func startDelegatedServer(t *testing.T, steps []any, approvalTimeout time.Duration) *runs.Manager {
 	t.Helper()
 	aux := t.TempDir()
 	fake := filepath.Join(aux, "fake-acp-agent")
@@ -103,7 +103,8 @@ func startDelegatedServer(t *testing.T, steps []any) *runs.Manager {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lw.Close() })
-	runner := invoke.New(invoke.Config{Project: p, Registry: agents, Policies: policy.Load(p.Root()), Ledger: lw, Executors: reg})
+	runner := invoke.New(invoke.Config{Project: p, Registry: agents, Policies: policy.Load(p.Root()), Ledger: lw,
+		Executors: reg, ApprovalTimeout: approvalTimeout})
 	m := runs.New(runs.Config{Root: p.Root(), Runner: runner, Registry: agents, Ledger: lw})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -122,7 +123,7 @@ func TestHeldRequestTitleToApprover(t *testing.T) {
 	m := startDelegatedServer(t, []any{
 		map[string]any{"permission": map[string]any{"tool_call_id": "t1", "kind": "execute", "title": "go test ./..."}, "expect": "allow"},
 		map[string]any{"hang": true},
-	})
+	}, 0)
 	stdio := runs.Caller{ID: invoke.CallerStdio, Auth: "stdio"}
 	st, _, err := m.Start(context.Background(), invoke.Request{Agent: "coder", Prompt: "run the tests", Async: true})
 	if err != nil {

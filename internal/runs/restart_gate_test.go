@@ -6,16 +6,13 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
 
-	"symbi/internal/dsl"
 	"symbi/internal/errcode"
-	"symbi/internal/executors"
 	"symbi/internal/inference"
 	"symbi/internal/invoke"
 	"symbi/internal/journal"
@@ -420,54 +417,11 @@ func TestResumedRunCountsForItsCaller(t *testing.T) {
 // running, as run_events does (not awaiting_approval of a request approve_run would
 // refuse as not waiting).
 func TestWaitEndedLiveDelegatedRun(t *testing.T) {
-	aux := t.TempDir()
-	fake := filepath.Join(aux, "fake-acp-agent")
-	if out, err := exec.Command("go", "build", "-o", fake, "symbi/cmd/fake-acp-agent").CombinedOutput(); err != nil {
-		t.Fatalf("building the fake agent: %v\n%s", err, out)
-	}
-	script := filepath.Join(aux, "script.json")
-	steps, _ := json.Marshal(map[string]any{"forbid_terminal": true, "steps": []any{
+	m := startDelegatedServer(t, []any{
 		map[string]any{"permission": map[string]any{"tool_call_id": "t1", "kind": "execute", "title": "go test ./..."}, "expect": "reject"},
 		map[string]any{"message": "I will read the code instead."},
 		map[string]any{"hang": true},
-	}})
-	if err := os.WriteFile(script, steps, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	execs, _ := json.Marshal(map[string]any{"executors": map[string]any{"fake": map[string]any{"command": []string{fake, "--script", script}}}})
-	reg, err := executors.Parse(execs, os.Getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := writeProject(t, map[string]string{
-		"agents/coder.symbi": "metadata { executor = \"fake\" }\nagent coder {}\n",
-		"policies/respond.cedar": `@id("respond") permit (principal, action == Action::"respond", resource);
-@gate("human") @id("commands-review") forbid (principal, action == Action::"use_tool", resource == Tool::"execute");
-`,
-	})
-	p, err := project.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	agents, err := p.LoadRegistry(nil, dsl.Options{Executors: func(n string) bool { _, ok := reg.Get(n); return ok }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lw, _, err := ledger.OpenProject(p.Root(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lw.Close() })
-	runner := invoke.New(invoke.Config{Project: p, Registry: agents, Policies: policy.Load(p.Root()), Ledger: lw,
-		Executors: reg, ApprovalTimeout: time.Millisecond})
-	m := runs.New(runs.Config{Root: p.Root(), Runner: runner, Registry: agents, Ledger: lw})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		runner.Shutdown(ctx)
-		m.Close()
-	})
+	}, time.Millisecond)
 
 	st, _, err := m.Start(context.Background(), invoke.Request{Agent: "coder", Prompt: "run the tests", Async: true})
 	if err != nil {
