@@ -664,11 +664,19 @@ func TestHTTPTokensRequireBearer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("alice's client: %v", err)
 	}
+	if caller, auth := procStartedCaller(t, cs); caller != "alice" || auth != "token" {
+		t.Errorf("started record: caller %v caller_auth %v, want alice/token", caller, auth)
+	}
+}
+
+// procStartedCaller has helper invoked through cs and returns the caller and the
+// caller_auth its journal's started record names.
+func procStartedCaller(t *testing.T, cs *mcp.ClientSession) (caller, auth any) {
+	t.Helper()
 	var out procInvoked
 	procInto(t, cs, "invoke_agent", map[string]any{"agent": "helper", "prompt": "who am I"}, &out)
-	if d, _ := procRecords(t, out.Audit.Path)[0]["data"].(map[string]any); d["caller"] != "alice" || d["caller_auth"] != "token" {
-		t.Errorf("started record: caller %v caller_auth %v, want alice/token", d["caller"], d["caller_auth"])
-	}
+	d, _ := procRecords(t, out.Audit.Path)[0]["data"].(map[string]any)
+	return d["caller"], d["caller_auth"]
 }
 
 // TestHTTPTokensFileCheckedFirst: a tokens file that cannot be used — absent, with a
@@ -787,10 +795,8 @@ func TestHTTPJWT(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a client with a good token: %v", err)
 	}
-	var out procInvoked
-	procInto(t, cs, "invoke_agent", map[string]any{"agent": "helper", "prompt": "who am I"}, &out)
-	if d, _ := procRecords(t, out.Audit.Path)[0]["data"].(map[string]any); d["caller"] != "ci" || d["caller_auth"] != "jwt" {
-		t.Errorf("started record: caller %v caller_auth %v, want ci/jwt (the --auth-claim claim)", d["caller"], d["caller_auth"])
+	if caller, auth := procStartedCaller(t, cs); caller != "ci" || auth != "jwt" {
+		t.Errorf("started record: caller %v caller_auth %v, want ci/jwt (the --auth-claim claim)", caller, auth)
 	}
 }
 
@@ -980,10 +986,8 @@ func TestHTTPAnonymousCaller(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out procInvoked
-	procInto(t, cs, "invoke_agent", map[string]any{"agent": "helper", "prompt": "who am I"}, &out)
-	if d, _ := procRecords(t, out.Audit.Path)[0]["data"].(map[string]any); d["caller"] != "anonymous" || d["caller_auth"] != "none" {
-		t.Errorf("started record: caller %v caller_auth %v, want anonymous/none", d["caller"], d["caller_auth"])
+	if caller, auth := procStartedCaller(t, cs); caller != "anonymous" || auth != "none" {
+		t.Errorf("started record: caller %v caller_auth %v, want anonymous/none", caller, auth)
 	}
 }
 
