@@ -82,11 +82,7 @@ func TestRefusalCutsPresentedText(t *testing.T) {
 // TestJWTSizeLimit: a JWT of 32 KiB (the README's limit) is not refused for its size;
 // one byte more is.
 func TestJWTSizeLimit(t *testing.T) {
-	GenTestKeys(t)
-	srv := NewTestJWKSServer(t, TestSigner{"ec", jose.ES256, TestKeyP256}.Public())
-	cfg := srv.QuietJWTConfig()
-	cfg.MinRefetch = time.Hour
-	j := MustNewJWT(t, cfg)
+	j, _, _ := ecJWT(t, 0, time.Hour)
 	at := strings.Repeat("a", 32<<10)
 	if _, err := j.Verify(context.Background(), at, nil); err == nil || strings.Contains(err.Error(), "over the") {
 		t.Fatalf("a token of exactly 32 KiB: %v, want a refusal not for its size", err)
@@ -219,6 +215,23 @@ func TestAlgorithms(t *testing.T) {
 	}
 }
 
+// ecJWT is a JWT verifier of the keys of a JWK set served on loopback holding one P-256
+// key, s's; refresh and minRefetch are its durations when not 0.
+func ecJWT(t *testing.T, refresh, minRefetch time.Duration) (*JWT, TestSigner, *TestJWKSServer) {
+	t.Helper()
+	GenTestKeys(t)
+	s := TestSigner{"ec", jose.ES256, TestKeyP256}
+	srv := NewTestJWKSServer(t, s.Public())
+	cfg := srv.QuietJWTConfig()
+	if refresh != 0 {
+		cfg.Refresh = refresh
+	}
+	if minRefetch != 0 {
+		cfg.MinRefetch = minRefetch
+	}
+	return MustNewJWT(t, cfg), s, srv
+}
+
 // TestClaimsNull: a payload that is JSON null is not a claims object: malformed.
 func TestClaimsNull(t *testing.T) {
 	if _, err := claimsVerifier().checkClaims([]byte("null"), time.Now()); !errors.Is(err, ErrMalformed) {
@@ -229,13 +242,7 @@ func TestClaimsNull(t *testing.T) {
 // TestStaleKeysWithinMinRefetch: keys due for refreshing that may not be fetched again
 // yet (MinRefetch) still verify a token: the last good set stands.
 func TestStaleKeysWithinMinRefetch(t *testing.T) {
-	GenTestKeys(t)
-	s := TestSigner{"ec", jose.ES256, TestKeyP256}
-	srv := NewTestJWKSServer(t, s.Public())
-	cfg := srv.QuietJWTConfig()
-	cfg.Refresh = time.Nanosecond
-	cfg.MinRefetch = time.Hour
-	j := MustNewJWT(t, cfg)
+	j, s, srv := ecJWT(t, time.Nanosecond, time.Hour)
 	if _, err := j.Verify(context.Background(), s.Sign(t, ValidClaims()), nil); err != nil {
 		t.Fatalf("a known key of a set due for refreshing, within MinRefetch: %v", err)
 	}
@@ -247,11 +254,7 @@ func TestStaleKeysWithinMinRefetch(t *testing.T) {
 // TestRecentFailedFetchIsUnavailable: an unknown kid soon after a failed fetch (too
 // soon to fetch again) is answered "issuer keys unavailable", not refused as unknown.
 func TestRecentFailedFetchIsUnavailable(t *testing.T) {
-	GenTestKeys(t)
-	srv := NewTestJWKSServer(t, TestSigner{"ec", jose.ES256, TestKeyP256}.Public())
-	cfg := srv.QuietJWTConfig()
-	cfg.MinRefetch = time.Hour
-	j := MustNewJWT(t, cfg)
+	j, _, srv := ecJWT(t, 0, time.Hour)
 	j.keys.mu.Lock()
 	j.keys.tried = j.keys.tried.Add(-2 * time.Hour) // a fetch may be made
 	j.keys.mu.Unlock()
@@ -272,11 +275,7 @@ func TestRecentFailedFetchIsUnavailable(t *testing.T) {
 // context ends) is answered "issuer keys unavailable" at once; the fetch goes on for the
 // others.
 func TestCancelledWaitIsUnavailable(t *testing.T) {
-	GenTestKeys(t)
-	srv := NewTestJWKSServer(t, TestSigner{"ec", jose.ES256, TestKeyP256}.Public())
-	cfg := srv.QuietJWTConfig()
-	cfg.MinRefetch = time.Nanosecond
-	j := MustNewJWT(t, cfg)
+	j, _, srv := ecJWT(t, 0, time.Nanosecond)
 	held := srv.Hold()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -303,13 +302,7 @@ func TestCancelledWaitIsUnavailable(t *testing.T) {
 // TestRefreshResetsAge: a successful refresh makes the keys fresh again: the next
 // token does not fetch them again.
 func TestRefreshResetsAge(t *testing.T) {
-	GenTestKeys(t)
-	s := TestSigner{"ec", jose.ES256, TestKeyP256}
-	srv := NewTestJWKSServer(t, s.Public())
-	cfg := srv.QuietJWTConfig()
-	cfg.Refresh = time.Hour
-	cfg.MinRefetch = time.Nanosecond
-	j := MustNewJWT(t, cfg)
+	j, s, srv := ecJWT(t, time.Hour, time.Nanosecond)
 	j.keys.mu.Lock()
 	j.keys.fetched = j.keys.fetched.Add(-2 * time.Hour) // due for refreshing
 	j.keys.mu.Unlock()
@@ -326,11 +319,7 @@ func TestRefreshResetsAge(t *testing.T) {
 // TestRefetchSetsTried: every fetch, not only the first, starts the MinRefetch
 // interval: a flood of unknown kids makes one fetch.
 func TestRefetchSetsTried(t *testing.T) {
-	GenTestKeys(t)
-	srv := NewTestJWKSServer(t, TestSigner{"ec", jose.ES256, TestKeyP256}.Public())
-	cfg := srv.QuietJWTConfig()
-	cfg.MinRefetch = time.Hour
-	j := MustNewJWT(t, cfg)
+	j, _, srv := ecJWT(t, 0, time.Hour)
 	j.keys.mu.Lock()
 	j.keys.tried = j.keys.tried.Add(-2 * time.Hour)
 	j.keys.mu.Unlock()
@@ -361,11 +350,7 @@ func waitersInLookup() int {
 // TestOneFetchAtATime: while a fetch runs, another request waits for it rather than
 // starting a second one, even once MinRefetch has passed.
 func TestOneFetchAtATime(t *testing.T) {
-	GenTestKeys(t)
-	srv := NewTestJWKSServer(t, TestSigner{"ec", jose.ES256, TestKeyP256}.Public())
-	cfg := srv.QuietJWTConfig()
-	cfg.MinRefetch = time.Nanosecond
-	j := MustNewJWT(t, cfg)
+	j, _, srv := ecJWT(t, 0, time.Nanosecond)
 	held := srv.Hold()
 	var wg sync.WaitGroup
 	for i := range 2 {
